@@ -1,0 +1,1 @@
+"""The Python client: Producer, Consumer and Admin over Headwater's gRPC API."""

@@ -1,0 +1,152 @@
+"""The one error model of Headwater: stable codes, a retriable flag, one exception type.
+
+Codes reuse Apache Kafka's names and numbers where Kafka has them, so that operators and
+client authors can carry their knowledge over. The mapping from a code to a gRPC status
+code lives here and nowhere else (``GRPC_STATUS_OF``); the server attaches the code and the
+retriable flag as a ``google.rpc.ErrorInfo`` detail (reason = the code's name, metadata
+``code`` and ``retriable``), which clients in any language can read from the standard
+``grpc-status-details-bin`` trailer.
+
+This module is pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    """Operating errors that clients expect; numbers are stable and part of the API."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    NETWORK_EXCEPTION = 13
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_REQUIRED_ACKS = 21
+    INVALID_TIMESTAMP = 32
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    KAFKA_STORAGE_ERROR = 56
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    UNSUPPORTED_COMPRESSION_TYPE = 76
+    OFFSET_NOT_AVAILABLE = 78
+    INVALID_RECORD = 87
+
+
+# Retriable: the same request may succeed later without change (Kafka's RetriableException).
+# CORRUPT_MESSAGE deviates from Kafka (which retries it): a batch whose CRC fails on arrival
+# was built or framed wrongly by the client in every case seen over gRPC/TCP, so resending
+# the same bytes cannot help.
+_RETRIABLE: frozenset[ErrorCode] = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+    }
+)
+
+
+def is_retriable(code: ErrorCode) -> bool:
+    """True when the same request may succeed later without change."""
+    return code in _RETRIABLE
+
+
+class GrpcCode(enum.IntEnum):
+    """gRPC status code numbers (grpc.StatusCode values), kept here so this module is pure."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+
+
+GRPC_STATUS_OF: dict[ErrorCode, GrpcCode] = {
+    ErrorCode.UNKNOWN_SERVER_ERROR: GrpcCode.INTERNAL,
+    ErrorCode.OFFSET_OUT_OF_RANGE: GrpcCode.OUT_OF_RANGE,
+    ErrorCode.CORRUPT_MESSAGE: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: GrpcCode.NOT_FOUND,
+    ErrorCode.INVALID_FETCH_SIZE: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.LEADER_NOT_AVAILABLE: GrpcCode.UNAVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: GrpcCode.FAILED_PRECONDITION,
+    ErrorCode.REQUEST_TIMED_OUT: GrpcCode.DEADLINE_EXCEEDED,
+    ErrorCode.MESSAGE_TOO_LARGE: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.NETWORK_EXCEPTION: GrpcCode.UNAVAILABLE,
+    ErrorCode.INVALID_TOPIC_EXCEPTION: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.RECORD_LIST_TOO_LARGE: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.NOT_ENOUGH_REPLICAS: GrpcCode.UNAVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: GrpcCode.UNAVAILABLE,
+    ErrorCode.INVALID_REQUIRED_ACKS: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.INVALID_TIMESTAMP: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.TOPIC_ALREADY_EXISTS: GrpcCode.ALREADY_EXISTS,
+    ErrorCode.INVALID_PARTITIONS: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.INVALID_REPLICATION_FACTOR: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.INVALID_CONFIG: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.NOT_CONTROLLER: GrpcCode.UNAVAILABLE,
+    ErrorCode.INVALID_REQUEST: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.KAFKA_STORAGE_ERROR: GrpcCode.UNAVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH: GrpcCode.FAILED_PRECONDITION,
+    ErrorCode.UNKNOWN_LEADER_EPOCH: GrpcCode.FAILED_PRECONDITION,
+    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.OFFSET_NOT_AVAILABLE: GrpcCode.UNAVAILABLE,
+    ErrorCode.INVALID_RECORD: GrpcCode.INVALID_ARGUMENT,
+}
+assert set(GRPC_STATUS_OF) == set(ErrorCode) - {ErrorCode.NONE}
+
+ERROR_DOMAIN = "headwater.v1"
+"""The ``google.rpc.ErrorInfo.domain`` of every Headwater error detail."""
+
+
+class HeadwaterError(Exception):
+    """An operating error with a stable code, raised by the broker and by clients alike.
+
+    ``message`` says what was wrong and, where there is one, the valid range.
+    """
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.message}"
+
+    @property
+    def retriable(self) -> bool:
+        return is_retriable(self.code)

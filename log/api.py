@@ -1,0 +1,104 @@
+"""The partition log interface shared by the file log and the memory log.
+
+A partition log is an append-only sequence of record batches with contiguous offsets
+``[log_start_offset, log_end_offset)``. ``append`` assigns offsets; ``read`` returns
+whole batches; retention only ever removes a prefix. Both implementations pass the same
+conformance suite (tests/test_log_conformance.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from headwater.errors import ErrorCode, HeadwaterError
+
+
+class FlushPolicy(enum.StrEnum):
+    """When appended bytes are fsynced (fdatasync).
+
+    ``os``: left to the operating system (Kafka's default); survives a process crash, not
+    a machine crash. ``interval``: every ``flush_interval_ms`` by a background task.
+    ``ack``: before an append returns, so an acknowledged batch survives a power loss.
+    """
+
+    OS = "os"
+    INTERVAL = "interval"
+    ACK = "ack"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Per-partition limits; validated by headwater.config (see docs/configuration.md)."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    max_message_bytes: int = 8 << 20
+    index_interval_bytes: int = 4096
+    flush_policy: FlushPolicy = FlushPolicy.OS
+    flush_interval_ms: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    base_offset: int
+    last_offset: int
+    record_count: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Whole batches covering ``offset`` onwards; ``data`` may start before ``offset``.
+
+    ``next_offset`` is one past the last record returned (``offset`` if none).
+    """
+
+    data: bytes
+    next_offset: int
+
+
+def offset_out_of_range(offset: int, log_start_offset: int, log_end_offset: int) -> HeadwaterError:
+    return HeadwaterError(
+        ErrorCode.OFFSET_OUT_OF_RANGE,
+        f"offset {offset} is outside the log; valid range is "
+        f"[{log_start_offset}, {log_end_offset}] (log start offset to log end offset)",
+    )
+
+
+class PartitionLog(Protocol):
+    """Thread-safety: every method may be called from any thread."""
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def size_bytes(self) -> int: ...
+
+    @property
+    def segment_count(self) -> int: ...
+
+    def append(self, batch: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
+        """Append one verified batch at log_end_offset (its base offset is rewritten)."""
+
+    def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> ReadResult:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one
+        batch), none at or past ``upper_bound`` (default log_end_offset). ``offset`` must be
+        in [log_start_offset, log_end_offset], else OFFSET_OUT_OF_RANGE."""
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= timestamp_ms, or None."""
+
+    def delete_expired(self, now_ms: int) -> int:
+        """Apply retention; return the number of segments deleted."""
+
+    def flush(self) -> None:
+        """Make everything appended so far durable."""
+
+    def close(self) -> None: ...

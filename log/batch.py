@@ -1,0 +1,602 @@
+"""Record batch format v1: encode, verify and decode (pure; no I/O).
+
+The byte-by-byte specification, with test vectors, is docs/record-batch-format.md; this
+docstring is a summary and the two must agree. All integers are little-endian.
+
+Header (80 bytes)::
+
+    off size type    field
+      0   8  int64   base_offset        offset of the first record (assigned by the broker)
+      8   4  int32   batch_length       bytes after this field: total size = 12 + batch_length
+     12   4  int32   leader_epoch       epoch of the leader that appended (set by the broker)
+     16   1  uint8   magic              format version, 1
+     17   3          reserved           zero
+     20   4  uint32  crc                CRC32C of bytes [24, 12 + batch_length)
+     24   2  uint16  attributes         bits 0-2 codec (0 none, 3 lz4 frame, 4 zstd frame),
+                                        bit 3 timestamp type (0 create, 1 log append),
+                                        bit 4 transactional, bit 5 control,
+                                        bit 6 has keys, bit 7 has headers, others zero
+     26   2          reserved           zero
+     28   4  int32   record_count       n, in [1, RECORD_COUNT_MAX]
+     32   4  int32   last_offset_delta  n - 1
+     36   4  int32   body_length        bytes of the stored (possibly compressed) body
+     40   8  int64   first_timestamp    ms since the epoch, timestamp of record 0
+     48   8  int64   max_timestamp      largest record timestamp
+     56   8  int64   producer_id        -1 when not idempotent
+     64   4  int32   base_sequence      -1 when not idempotent
+     68   2  int16   producer_epoch     -1 when not idempotent
+     70   2          reserved           zero
+     72   4  int32   uncompressed_body_length
+     76   4          reserved           zero
+     80      body    body_length bytes, then zero padding to a multiple of 8
+
+Body (after decompression), Arrow's binary layout; every section is padded with zeros
+to a multiple of 8 bytes, so every section starts 8-byte aligned::
+
+    [has keys]    key validity bitmap  ceil(n/8) bytes, bit i (LSB first) = key i present
+                  key offsets          int32[n+1], offsets[0] = 0, non-decreasing
+                  key data             offsets[n] bytes
+                  value validity       ceil(n/8) bytes (a null value is a tombstone)
+                  value offsets        int32[n+1]
+                  value data           bytes
+                  timestamp deltas     int32[n]: timestamp_i = first_timestamp + delta_i
+    [has headers] header list offsets  int32[n+1]: record i has headers [o_i, o_{i+1})
+                  header key offsets   int32[h+1], h = header list offsets[n]
+                  header key data      UTF-8
+                  header value validity ceil(h/8) bytes
+                  header value offsets int32[h+1]
+                  header value data    bytes
+
+Invariants: ``total_size % 8 == 0``; the broker may rewrite base_offset and
+leader_epoch (bytes [0, 8) and [12, 16)) without touching the CRC; everything else the
+broker stores and returns byte for byte.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import crc32c as _crc32c
+import lz4.frame
+import pyarrow as pa
+import pyarrow.compute as pc
+import zstandard
+
+from headwater.errors import ErrorCode, HeadwaterError
+
+MAGIC: Final = 1
+HEADER_STRUCT: Final = struct.Struct("<qiiB3xIH2xiiiqqqih2xi4x")
+HEADER_BYTES: Final = HEADER_STRUCT.size
+assert HEADER_BYTES == 80
+LENGTH_PREFIX_BYTES: Final = 12
+"""base_offset + batch_length: what a reader needs to find the next batch."""
+CRC_START: Final = 24
+ALIGNMENT: Final = 8
+RECORD_COUNT_MAX: Final = 1 << 24
+BATCH_BYTES_MAX: Final = (1 << 31) - 8
+"""Hard ceiling of the format (int32 lengths); topics set far lower max_message_bytes."""
+
+_CODEC_MASK: Final = 0x07
+_TIMESTAMP_TYPE_BIT: Final = 0x08
+_TRANSACTIONAL_BIT: Final = 0x10
+_CONTROL_BIT: Final = 0x20
+_HAS_KEYS_BIT: Final = 0x40
+_HAS_HEADERS_BIT: Final = 0x80
+_KNOWN_ATTRIBUTE_BITS: Final = 0xFF
+_BASE_OFFSET_LEADER_EPOCH: Final = struct.Struct("<qii")
+
+
+class Compression(enum.IntEnum):
+    """Body codec ids (Kafka's numbers; gzip and snappy are not supported)."""
+
+    NONE = 0
+    LZ4 = 3
+    ZSTD = 4
+
+    @classmethod
+    def parse(cls, name: str) -> Compression:
+        """Parse a codec name (``none``, ``lz4``, ``zstd``), case-insensitively."""
+        try:
+            return cls[name.strip().upper()]
+        except KeyError:
+            valid = ", ".join(c.name.lower() for c in cls)
+            raise HeadwaterError(
+                ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                f"unknown compression {name!r}; valid: {valid}",
+            ) from None
+
+
+class TimestampType(enum.IntEnum):
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class CorruptBatchError(HeadwaterError):
+    """The bytes are not a valid v1 record batch; ``message`` says which check failed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.CORRUPT_MESSAGE, message)
+
+
+class UnsupportedCompressionError(HeadwaterError):
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, message)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The decoded 80-byte header of one batch (see the module docstring for the layout)."""
+
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    record_count: int
+    last_offset_delta: int
+    body_length: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    base_sequence: int
+    producer_epoch: int
+    uncompressed_body_length: int
+
+    @property
+    def total_size(self) -> int:
+        return LENGTH_PREFIX_BYTES + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        """One past the last offset of the batch."""
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & _CODEC_MASK)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType(1 if self.attributes & _TIMESTAMP_TYPE_BIT else 0)
+
+    @property
+    def has_keys(self) -> bool:
+        return bool(self.attributes & _HAS_KEYS_BIT)
+
+    @property
+    def has_headers(self) -> bool:
+        return bool(self.attributes & _HAS_HEADERS_BIT)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL_BIT)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _pad(size: int) -> int:
+    return -size % ALIGNMENT
+
+
+def _padding(size: int) -> bytes:
+    return b"\x00" * (-size % ALIGNMENT)
+
+
+def _bitmap_bytes(count: int) -> int:
+    return (count + 7) // 8
+
+
+HeaderPairs = Sequence[tuple[str, bytes | None]]
+
+_HEADERS_TYPE: Final = pa.list_(
+    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+)
+
+RECORD_SCHEMA: Final = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", _HEADERS_TYPE),
+    ]
+)
+"""Schema of the columnar view of decoded records (``decode_batch().records``)."""
+
+
+def _binary_sections(
+    values: Sequence[bytes | None] | pa.Array, count: int
+) -> list[bytes | memoryview]:
+    """Validity bitmap, int32 offsets and data of a binary column, each padded to 8."""
+    array = values if isinstance(values, pa.Array) else pa.array(values, type=pa.binary())
+    if array.type != pa.binary():
+        array = array.cast(pa.binary())
+    if len(array) != count:
+        raise ValueError(f"column has {len(array)} entries, expected {count}")
+    if array.offset != 0:
+        array = pa.concat_arrays([array])  # re-base offsets at zero
+    validity, offsets, data = array.buffers()
+    bitmap_size = _bitmap_bytes(count)
+    bitmap = b"\xff" * bitmap_size if validity is None else memoryview(validity)[:bitmap_size]
+    offsets_size = 4 * (count + 1)
+    offsets_bytes = memoryview(offsets)[:offsets_size]
+    (data_size,) = struct.unpack_from("<i", offsets_bytes, offsets_size - 4)
+    data_bytes = memoryview(data)[:data_size] if data is not None and data_size else b""
+    return [
+        bitmap,
+        _padding(bitmap_size),
+        offsets_bytes,
+        _padding(offsets_size),
+        data_bytes,
+        _padding(data_size),
+    ]
+
+
+def _header_sections(
+    headers: Sequence[HeaderPairs | None], count: int
+) -> list[bytes | memoryview]:
+    if len(headers) != count:
+        raise ValueError(f"headers has {len(headers)} entries, expected {count}")
+    lists = pa.array([list(h) if h else [] for h in headers], type=_HEADERS_TYPE)
+    list_offsets = lists.offsets
+    entries = lists.values
+    header_count = len(entries)
+    offsets_bytes = memoryview(list_offsets.buffers()[1])[: 4 * (count + 1)]
+    key_sections = _binary_sections(entries.field("key").cast(pa.binary()), header_count)
+    # key validity is implied (keys are never null): drop the bitmap and its padding.
+    value_sections = _binary_sections(entries.field("value"), header_count)
+    return [offsets_bytes, _padding(len(offsets_bytes)), *key_sections[2:], *value_sections]
+
+
+def _timestamp_section(timestamps_ms: int | Sequence[int], count: int) -> tuple[int, int, bytes]:
+    """(first_timestamp, max_timestamp, padded int32 deltas)."""
+    if isinstance(timestamps_ms, int):
+        return timestamps_ms, timestamps_ms, bytes(4 * count + _pad(4 * count))
+    if len(timestamps_ms) != count:
+        raise ValueError(f"timestamps has {len(timestamps_ms)} entries, expected {count}")
+    stamps = pa.array(timestamps_ms, type=pa.int64())
+    first = timestamps_ms[0]
+    deltas = pc.subtract(stamps, first)
+    low, high = pc.min_max(deltas).values()
+    if low.as_py() < -(1 << 31) or high.as_py() >= 1 << 31:
+        raise ValueError("record timestamps in one batch must lie within 2**31 ms of the first")
+    delta_bytes = deltas.cast(pa.int32()).buffers()[1].to_pybytes()[: 4 * count]
+    return first, pc.max(stamps).as_py(), delta_bytes + _padding(len(delta_bytes))
+
+
+def compress(body: bytes, compression: Compression) -> bytes:
+    if compression is Compression.NONE:
+        return body
+    if compression is Compression.ZSTD:
+        return zstandard.ZstdCompressor(level=3).compress(body)
+    return bytes(lz4.frame.compress(body))
+
+
+def decompress(stored: bytes | memoryview, compression: Compression, size: int) -> bytes:
+    """Decompress a body, checking it yields exactly ``size`` bytes."""
+    try:
+        if compression is Compression.ZSTD:
+            raw = zstandard.ZstdDecompressor().decompress(stored, max_output_size=size)
+        elif compression is Compression.LZ4:
+            raw = lz4.frame.decompress(bytes(stored))
+        else:
+            raw = bytes(stored)
+    except (zstandard.ZstdError, RuntimeError, ValueError) as exc:
+        raise CorruptBatchError(f"{compression.name.lower()} body does not decompress: {exc}") from exc
+    if len(raw) != size:
+        raise CorruptBatchError(
+            f"body decompresses to {len(raw)} bytes, header says uncompressed_body_length={size}"
+        )
+    return raw
+
+
+# ----------------------------------------------------------------------------- encode
+
+
+def encode_batch(
+    values: Sequence[bytes | None] | pa.Array,
+    *,
+    keys: Sequence[bytes | None] | pa.Array | None = None,
+    headers: Sequence[HeaderPairs | None] | None = None,
+    timestamps_ms: int | Sequence[int] = 0,
+    compression: Compression = Compression.NONE,
+    base_offset: int = 0,
+    leader_epoch: int = -1,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """Encode records into one v1 batch.
+
+    ``timestamps_ms`` is one create time for all records or one per record. ``keys`` None
+    (or all None) omits the key section; ``headers`` None (or all empty) omits the header
+    section. Raises ValueError for inputs no batch can hold (programmer errors of the
+    caller: empty, mismatched lengths, too many records).
+    """
+    count = len(values)
+    if not 1 <= count <= RECORD_COUNT_MAX:
+        raise ValueError(f"a batch holds 1 to {RECORD_COUNT_MAX} records, got {count}")
+    attributes = int(compression)
+    sections: list[bytes | memoryview] = []
+    if keys is not None and (isinstance(keys, pa.Array) or any(k is not None for k in keys)):
+        attributes |= _HAS_KEYS_BIT
+        sections += _binary_sections(keys, count)
+    sections += _binary_sections(values, count)
+    first_ts, max_ts, ts_section = _timestamp_section(timestamps_ms, count)
+    sections.append(ts_section)
+    if headers is not None and any(headers):
+        attributes |= _HAS_HEADERS_BIT
+        sections += _header_sections(headers, count)
+    body = b"".join(sections)
+    stored = compress(body, compression)
+    padding = _padding(len(stored))
+    total = HEADER_BYTES + len(stored) + len(padding)
+    if total > BATCH_BYTES_MAX:
+        raise ValueError(f"batch of {total} bytes exceeds the format's {BATCH_BYTES_MAX}")
+    header = bytearray(
+        HEADER_STRUCT.pack(
+            base_offset,
+            total - LENGTH_PREFIX_BYTES,
+            leader_epoch,
+            MAGIC,
+            0,
+            attributes,
+            count,
+            count - 1,
+            len(stored),
+            first_ts,
+            max_ts,
+            producer_id,
+            base_sequence,
+            producer_epoch,
+            len(body),
+        )
+    )
+    # CRC over [24, end): the header's tail, then the stored body, then the padding.
+    crc = _crc32c.crc32c(padding, _crc32c.crc32c(stored, _crc32c.crc32c(bytes(header[CRC_START:]))))
+    struct.pack_into("<I", header, 20, crc)
+    return b"".join((header, stored, padding))
+
+
+def set_base_offset(batch: bytes, base_offset: int, leader_epoch: int) -> bytes:
+    """Return ``batch`` with base_offset and leader_epoch rewritten (CRC unaffected)."""
+    batch_length = struct.unpack_from("<i", batch, 8)[0]
+    return _BASE_OFFSET_LEADER_EPOCH.pack(base_offset, batch_length, leader_epoch) + batch[16:]
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+def read_header(buffer: bytes | memoryview, position: int = 0) -> BatchHeader:
+    """Parse and sanity-check the header at ``position`` (no CRC check).
+
+    Raises CorruptBatchError naming the failed check, or UnsupportedCompressionError.
+    """
+    available = len(buffer) - position
+    if available < HEADER_BYTES:
+        raise CorruptBatchError(
+            f"truncated batch: {available} bytes at position {position}, a header is {HEADER_BYTES}"
+        )
+    header = BatchHeader(*HEADER_STRUCT.unpack_from(buffer, position))
+    total = header.total_size
+    if header.magic != MAGIC:
+        raise CorruptBatchError(f"magic {header.magic} at position {position}, expected {MAGIC}")
+    if total < HEADER_BYTES or total % ALIGNMENT or total > BATCH_BYTES_MAX:
+        raise CorruptBatchError(
+            f"batch_length {header.batch_length} gives total size {total}: must be a multiple "
+            f"of {ALIGNMENT} in [{HEADER_BYTES}, {BATCH_BYTES_MAX}]"
+        )
+    if total > available:
+        raise CorruptBatchError(
+            f"truncated batch: header says {total} bytes, {available} available at {position}"
+        )
+    if header.attributes & ~_KNOWN_ATTRIBUTE_BITS:
+        raise CorruptBatchError(f"unknown attribute bits in {header.attributes:#06x}")
+    codec = header.attributes & _CODEC_MASK
+    if codec not in Compression._value2member_map_:
+        valid = ", ".join(f"{c.value} ({c.name.lower()})" for c in Compression)
+        raise UnsupportedCompressionError(f"codec id {codec} is not supported; valid: {valid}")
+    if not 1 <= header.record_count <= RECORD_COUNT_MAX:
+        raise CorruptBatchError(
+            f"record_count {header.record_count} outside [1, {RECORD_COUNT_MAX}]"
+        )
+    if header.last_offset_delta != header.record_count - 1:
+        raise CorruptBatchError(
+            f"last_offset_delta {header.last_offset_delta} != record_count - 1 "
+            f"({header.record_count - 1})"
+        )
+    stored_room = total - HEADER_BYTES
+    if not 0 <= stored_room - header.body_length < ALIGNMENT:
+        raise CorruptBatchError(
+            f"body_length {header.body_length} does not fill the batch: expected "
+            f"{stored_room - ALIGNMENT + 1}..{stored_room}"
+        )
+    if header.uncompressed_body_length < 0 or (
+        header.compression is Compression.NONE
+        and header.uncompressed_body_length != header.body_length
+    ):
+        raise CorruptBatchError(
+            f"uncompressed_body_length {header.uncompressed_body_length} inconsistent with "
+            f"body_length {header.body_length} and codec {header.compression.name.lower()}"
+        )
+    if header.max_timestamp < header.first_timestamp:
+        raise CorruptBatchError(
+            f"max_timestamp {header.max_timestamp} < first_timestamp {header.first_timestamp}"
+        )
+    return header
+
+
+def compute_crc(buffer: bytes | memoryview, position: int, total_size: int) -> int:
+    view = memoryview(buffer)[position + CRC_START : position + total_size]
+    return int(_crc32c.crc32c(view))
+
+
+def verify_batch(buffer: bytes | memoryview, position: int = 0) -> BatchHeader:
+    """Check the header and the CRC of the batch at ``position``; return its header."""
+    header = read_header(buffer, position)
+    actual = compute_crc(buffer, position, header.total_size)
+    if actual != header.crc:
+        raise CorruptBatchError(
+            f"CRC32C mismatch at position {position}: stored {header.crc:#010x}, "
+            f"computed {actual:#010x}"
+        )
+    return header
+
+
+def iter_headers(buffer: bytes | memoryview, verify_crc: bool = True) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) for each whole batch in a concatenation of batches.
+
+    Raises CorruptBatchError at the first invalid or truncated batch.
+    """
+    position = 0
+    end = len(buffer)
+    check = verify_batch if verify_crc else read_header
+    while position < end:
+        header = check(buffer, position)
+        yield position, header
+        position += header.total_size
+
+
+# ----------------------------------------------------------------------------- decode
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatch:
+    """One decoded batch: its header and its records as an Arrow RecordBatch (RECORD_SCHEMA)."""
+
+    header: BatchHeader
+    records: pa.RecordBatch
+
+
+class _BodyReader:
+    """Cuts the body into 8-aligned sections, checking every length against what is left."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.view = memoryview(body)
+        self.position = 0
+
+    def take(self, size: int, what: str) -> pa.Buffer:
+        if size < 0 or self.position + size > len(self.body):
+            raise CorruptBatchError(
+                f"{what}: needs {size} bytes at body position {self.position}, body has "
+                f"{len(self.body)}"
+            )
+        start = self.position
+        self.position += size + _pad(size)
+        return pa.py_buffer(self.view[start : start + size])
+
+    def offsets(self, count: int, what: str) -> tuple[pa.Buffer, int]:
+        buffer = self.take(4 * (count + 1), f"{what} offsets")
+        first, last = struct.unpack_from("<i", buffer, 0)[0], struct.unpack_from("<i", buffer, 4 * count)[0]
+        if first != 0 or last < 0:
+            raise CorruptBatchError(f"{what} offsets must start at 0 and end >= 0, got {first}..{last}")
+        return buffer, last
+
+    def binary(self, count: int, what: str, with_validity: bool = True) -> pa.Array:
+        validity = self.take(_bitmap_bytes(count), f"{what} validity") if with_validity else None
+        offsets, data_size = self.offsets(count, what)
+        data = self.take(data_size, f"{what} data")
+        return pa.Array.from_buffers(pa.binary(), count, [validity, offsets, data])
+
+
+def _arange(count: int, start: int) -> pa.Array:
+    return pc.add(_ARANGE.slice(0, count), start) if count <= len(_ARANGE) else pa.array(
+        range(start, start + count), type=pa.int64()
+    )
+
+
+_ARANGE: Final = pa.array(range(1 << 16), type=pa.int64())
+
+
+def decode_body(header: BatchHeader, body: bytes) -> pa.RecordBatch:
+    """Decode an uncompressed body into an Arrow RecordBatch of RECORD_SCHEMA.
+
+    Every offset array is validated (monotonic, within its data) by Arrow; any failure
+    is a CorruptBatchError. Buffers are zero-copy views into ``body``.
+    """
+    count = header.record_count
+    reader = _BodyReader(body)
+    try:
+        keys = (
+            reader.binary(count, "key")
+            if header.has_keys
+            else pa.nulls(count, type=pa.binary())
+        )
+        values = reader.binary(count, "value")
+        deltas = pa.Array.from_buffers(pa.int32(), count, [None, reader.take(4 * count, "timestamp deltas")])
+        if header.has_headers:
+            list_offsets, header_count = reader.offsets(count, "header list")
+            header_keys = reader.binary(header_count, "header key", with_validity=False)
+            header_values = reader.binary(header_count, "header value")
+            entries = pa.StructArray.from_arrays(
+                [header_keys.cast(pa.string()), header_values], fields=list(_HEADERS_TYPE.value_type)
+            )
+            headers = pa.Array.from_buffers(
+                _HEADERS_TYPE, count, [None, list_offsets], children=[entries]
+            )
+        else:
+            headers = pa.nulls(count, type=_HEADERS_TYPE)
+        if reader.position != len(body):
+            raise CorruptBatchError(
+                f"body has {len(body) - reader.position} unexplained trailing bytes"
+            )
+        for column in (keys, values, headers):
+            column.validate(full=True)
+        if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+            timestamps = pa.array([header.max_timestamp] * count, type=pa.int64())
+        else:
+            timestamps = pc.add(deltas.cast(pa.int64()), header.first_timestamp)
+    except pa.ArrowInvalid as exc:
+        raise CorruptBatchError(f"malformed body: {exc}") from exc
+    offsets = _arange(count, header.base_offset)
+    return pa.RecordBatch.from_arrays(
+        [offsets, timestamps.cast(pa.timestamp("ms", tz="UTC")), keys, values, headers],
+        schema=RECORD_SCHEMA,
+    )
+
+
+def decode_batch(buffer: bytes | memoryview, position: int = 0, verify_crc: bool = True) -> DecodedBatch:
+    """Verify and decode the batch at ``position``."""
+    header = verify_batch(buffer, position) if verify_crc else read_header(buffer, position)
+    start = position + HEADER_BYTES
+    stored = memoryview(buffer)[start : start + header.body_length]
+    body = decompress(stored, header.compression, header.uncompressed_body_length)
+    return DecodedBatch(header, decode_body(header, body))
+
+
+def decode_batches(buffer: bytes | memoryview, verify_crc: bool = True) -> list[DecodedBatch]:
+    """Decode every batch of a concatenation (as returned by Fetch)."""
+    result = []
+    for position, _header in iter_headers(buffer, verify_crc=verify_crc):
+        result.append(decode_batch(buffer, position, verify_crc=False))
+    return result
+
+
+def validate_batch(buffer: bytes | memoryview) -> BatchHeader:
+    """Full check of one standalone batch: header, CRC, codec and body structure.
+
+    The broker runs this on every produced batch, so that nothing it stores can fail a
+    consumer's decoder.
+    """
+    header = verify_batch(buffer, 0)
+    if header.total_size != len(buffer):
+        raise CorruptBatchError(
+            f"payload is {len(buffer)} bytes but the batch header says {header.total_size}"
+        )
+    decode_batch(buffer, 0, verify_crc=False)
+    return header

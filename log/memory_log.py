@@ -1,0 +1,107 @@
+"""The partition log interface held in memory: each batch is its own "segment".
+
+Used by the conformance suite (the same tests as the file log) and by simulations.
+Retention applies the same pure decision (``retention.segments_to_delete``) with one
+segment per batch, so it deletes at batch rather than segment granularity.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+
+import pyarrow.compute as pc
+
+from headwater.log import batch as batch_format
+from headwater.log.api import AppendInfo, LogConfig, ReadResult, offset_out_of_range
+from headwater.log.retention import SegmentSummary, segments_to_delete
+
+
+class MemoryLog:
+    def __init__(self, config: LogConfig | None = None, log_start_offset: int = 0) -> None:
+        self.config = config or LogConfig()
+        self._lock = threading.Lock()
+        self._bases: list[int] = []
+        self._batches: list[bytes] = []
+        self._headers: list[batch_format.BatchHeader] = []
+        self._start = log_start_offset
+        self._end = log_start_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._end
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(map(len, self._batches))
+
+    @property
+    def segment_count(self) -> int:
+        return max(len(self._batches), 1)
+
+    def append(self, batch: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
+        header = batch_format.read_header(batch)
+        if header.total_size != len(batch):
+            raise batch_format.CorruptBatchError(
+                f"payload is {len(batch)} bytes but the batch header says {header.total_size}"
+            )
+        with self._lock:
+            data = batch_format.set_base_offset(batch, self._end, leader_epoch)
+            stamped = batch_format.read_header(data)
+            self._bases.append(self._end)
+            self._batches.append(data)
+            self._headers.append(stamped)
+            self._end = stamped.next_offset
+            return AppendInfo(stamped.base_offset, stamped.last_offset, stamped.record_count, self._start)
+
+    def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> ReadResult:
+        assert max_bytes > 0
+        with self._lock:
+            if not self._start <= offset <= self._end:
+                raise offset_out_of_range(offset, self._start, self._end)
+            bound = self._end if upper_bound is None else min(upper_bound, self._end)
+            i = bisect.bisect_right(self._bases, offset) - 1
+            parts: list[bytes] = []
+            size = 0
+            next_offset = offset
+            while 0 <= i < len(self._batches) and self._bases[i] < bound:
+                data = self._batches[i]
+                if parts and size + len(data) > max_bytes:
+                    break
+                parts.append(data)
+                size += len(data)
+                next_offset = self._headers[i].next_offset
+                i += 1
+            return ReadResult(b"".join(parts), next_offset)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        with self._lock:
+            for data, header in zip(self._batches, self._headers, strict=True):
+                if header.max_timestamp >= timestamp_ms:
+                    stamps = batch_format.decode_batch(data).records.column("timestamp").cast("int64")
+                    i = pc.index(pc.greater_equal(stamps, timestamp_ms), True).as_py()
+                    return header.base_offset + i, stamps[i].as_py()
+            return None
+
+    def delete_expired(self, now_ms: int) -> int:
+        with self._lock:
+            summaries = [
+                SegmentSummary(h.base_offset, len(d), h.max_timestamp, h.record_count)
+                for d, h in zip(self._batches, self._headers, strict=True)
+            ]
+            count = segments_to_delete(
+                summaries, now_ms, self.config.retention_ms, self.config.retention_bytes
+            )
+            del self._bases[:count], self._batches[:count], self._headers[:count]
+            self._start = self._bases[0] if self._bases else self._end
+            return count
+
+    def flush(self) -> None:
+        """Nothing to do: memory is as durable as this log gets."""
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,266 @@
+"""One log segment on disk: ``{base_offset:020d}.log`` with its ``.index`` and ``.timeindex``.
+
+The .log file is a plain concatenation of v1 record batches (docs/record-batch-format.md)
+with contiguous offsets starting at ``base_offset``; the index formats are in
+``headwater.log.index``. A segment never holds more than ``segment_bytes`` (a batch
+larger than that gets a segment of its own) and positions fit in uint32.
+
+Thread-safety: none; the owning FileLog serializes access.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from headwater.log import batch as batch_format
+from headwater.log.index import IndexCorrupt, SegmentIndex, parse_index_files
+
+LOG_SUFFIX: Final = ".log"
+INDEX_SUFFIX: Final = ".index"
+TIME_INDEX_SUFFIX: Final = ".timeindex"
+SCAN_CHUNK_BYTES: Final = 8 << 20
+
+_log = logging.getLogger(__name__)
+
+
+def following_size(chunk: bytes, position: int) -> int:
+    """Total size of the batch at ``position`` per its length prefix (0 if unreadable)."""
+    if position + batch_format.LENGTH_PREFIX_BYTES > len(chunk):
+        return len(chunk) + 1
+    return int.from_bytes(chunk[position + 8 : position + 12], "little", signed=True) + 12
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """Outcome of scanning a segment's .log: valid bytes, next offset, max timestamp, and
+    the reason the scan stopped early (None when the whole file was valid)."""
+
+    valid_bytes: int
+    next_offset: int
+    max_timestamp: int
+    problem: str | None
+
+
+class Segment:
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        stem = directory / segment_name(base_offset)
+        self.log_path = stem.with_suffix(LOG_SUFFIX)
+        self.index_path = stem.with_suffix(INDEX_SUFFIX)
+        self.time_index_path = stem.with_suffix(TIME_INDEX_SUFFIX)
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.index = SegmentIndex()
+        self._index_file = open(self.index_path, "ab", buffering=64 * 1024)  # noqa: SIM115
+        self._time_file = open(self.time_index_path, "ab", buffering=64 * 1024)  # noqa: SIM115
+        self._last_indexed_position = -1
+        self.created_ms = 0
+
+    # ------------------------------------------------------------------ loading
+
+    def _batch_at(self, position: int, chunk: bytes, chunk_start: int) -> tuple[bytes, int]:
+        """Return a chunk (and its file position) that holds the whole batch at ``position``,
+        re-reading from ``position`` when the current chunk ends inside it."""
+        cursor = position - chunk_start
+        if cursor + batch_format.LENGTH_PREFIX_BYTES <= len(chunk):
+            total = int.from_bytes(chunk[cursor + 8 : cursor + 12], "little", signed=True) + 12
+            if batch_format.HEADER_BYTES <= total and cursor + total <= len(chunk):
+                return chunk, chunk_start
+        else:
+            total = batch_format.HEADER_BYTES
+        want = min(max(SCAN_CHUNK_BYTES, total), self.size - position)
+        return os.pread(self.fd, want, position), position
+
+    def scan(
+        self, verify_crc: bool, start_position: int = 0, start_offset: int | None = None
+    ) -> ScanResult:
+        """Walk the batches from ``start_position``: check headers, contiguity (and CRCs),
+        stop at the first bad or torn batch, and add index entries for the batches walked."""
+        position = start_position
+        next_offset = self.base_offset if start_offset is None else start_offset
+        max_timestamp = self.max_timestamp
+        chunk, chunk_start = b"", position
+        while position < self.size:
+            chunk, chunk_start = self._batch_at(position, chunk, chunk_start)
+            cursor = position - chunk_start
+            try:
+                header = (
+                    batch_format.verify_batch(chunk, cursor)
+                    if verify_crc
+                    else batch_format.read_header(chunk, cursor)
+                )
+            except batch_format.HeadwaterError as exc:
+                problem = f"{exc.message} (segment {self.base_offset}, byte {position})"
+                return ScanResult(position, next_offset, max_timestamp, problem)
+            if header.base_offset != next_offset:
+                problem = (
+                    f"batch at byte {position} of segment {self.base_offset} has base offset "
+                    f"{header.base_offset}, expected {next_offset}"
+                )
+                return ScanResult(position, next_offset, max_timestamp, problem)
+            self._maybe_index(position, header)
+            next_offset = header.next_offset
+            max_timestamp = max(max_timestamp, header.max_timestamp)
+            position += header.total_size
+        return ScanResult(position, next_offset, max_timestamp, None)
+
+    def load(self, trust_index: bool) -> ScanResult:
+        """Open an existing segment: use its index files if ``trust_index`` and they are
+        sound (scanning only the tail after the last entry), else rebuild them with a full
+        CRC scan. The caller truncates to ``valid_bytes`` when ``problem`` is set."""
+        if trust_index:
+            try:
+                self.index = parse_index_files(
+                    self.index_path.read_bytes(), self.time_index_path.read_bytes(), self.size
+                )
+            except (OSError, IndexCorrupt) as exc:
+                _log.warning("rebuilding index of segment %s: %s", self.log_path, exc)
+            else:
+                if self.index.positions:
+                    self._last_indexed_position = self.index.positions[-1]
+                    if self.index.timestamps:
+                        self.max_timestamp = self.index.timestamps[-1]
+                    start = self.index.positions[-1]
+                    # The tail scan re-adds nothing before `start`; index only what follows.
+                    result = self.scan(
+                        verify_crc=False,
+                        start_position=start,
+                        start_offset=self.base_offset + self.index.relative_offsets[-1],
+                    )
+                    if result.problem is None:
+                        self.next_offset, self.max_timestamp = result.next_offset, result.max_timestamp
+                        return result
+                    _log.warning("rebuilding index of segment %s: %s", self.log_path, result.problem)
+                elif self.size == 0:
+                    return ScanResult(0, self.base_offset, -1, None)
+        self.reset_index()
+        result = self.scan(verify_crc=True)
+        self.next_offset, self.max_timestamp = result.next_offset, result.max_timestamp
+        self.rewrite_index_files()
+        return result
+
+    def reset_index(self) -> None:
+        self.index = SegmentIndex()
+        self._last_indexed_position = -1
+        self.max_timestamp = -1
+
+    def _maybe_index(self, position: int, header: batch_format.BatchHeader) -> bytes:
+        if position <= self._last_indexed_position:
+            return b""
+        if (
+            self._last_indexed_position >= 0
+            and position - self._last_indexed_position < self.index_interval_bytes
+        ):
+            return b""
+        self._last_indexed_position = position
+        relative = header.base_offset - self.base_offset
+        entry = self.index.maybe_add_offset(relative, position)
+        self._index_file.write(entry)
+        time_entry = self.index.maybe_add_time(max(self.max_timestamp, header.max_timestamp), relative)
+        if time_entry:
+            self._time_file.write(time_entry)
+        return entry
+
+    def rewrite_index_files(self) -> None:
+        self._index_file.close()
+        self._time_file.close()
+        self.index_path.write_bytes(self.index.offset_file_bytes())
+        self.time_index_path.write_bytes(self.index.time_file_bytes())
+        self._index_file = open(self.index_path, "ab", buffering=64 * 1024)  # noqa: SIM115
+        self._time_file = open(self.time_index_path, "ab", buffering=64 * 1024)  # noqa: SIM115
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, data: bytes, header: batch_format.BatchHeader) -> None:
+        """Append one batch (already carrying its final base offset) at the end."""
+        assert header.base_offset == self.next_offset
+        position = self.size
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(self.fd, view[written:])
+        except OSError:
+            os.ftruncate(self.fd, position)
+            raise
+        self._maybe_index(position, header)
+        self.size += len(data)
+        self.next_offset = header.next_offset
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+
+    def truncate(self, valid_bytes: int) -> None:
+        """Cut the .log at ``valid_bytes`` (a batch boundary) and drop index entries past it."""
+        os.ftruncate(self.fd, valid_bytes)
+        self.size = valid_bytes
+        self.index.truncate_to_position(valid_bytes)
+        self._last_indexed_position = self.index.positions[-1] if self.index.positions else -1
+        self.rewrite_index_files()
+
+    def flush(self) -> None:
+        os.fdatasync(self.fd)
+        for file in (self._index_file, self._time_file):
+            file.flush()
+            os.fdatasync(file.fileno())
+
+    # ------------------------------------------------------------------ reading
+
+    def read_from(self, offset: int, max_bytes: int, upper_bound: int) -> tuple[bytes, int]:
+        """Whole batches starting with the one that holds ``offset``: (bytes, next offset).
+
+        Reads one chunk from the floor index entry (which lies less than
+        index_interval_bytes before the batch holding ``offset``) and cuts it at whole
+        batches: at most ``max_bytes``, but always the first batch; none at or past
+        ``upper_bound``.
+        """
+        position = self.index.floor_position(offset - self.base_offset)
+        chunk_start = position
+        want = min(self.size - position, max_bytes + self.index_interval_bytes + batch_format.HEADER_BYTES)
+        chunk = os.pread(self.fd, want, position)
+        while True:
+            chunk, chunk_start = self._batch_at(position, chunk, chunk_start)
+            header = batch_format.read_header(chunk, position - chunk_start)
+            if header.next_offset > offset:
+                break
+            position += header.total_size
+        if header.base_offset >= upper_bound:
+            return b"", offset
+        first = position - chunk_start
+        end = first + header.total_size
+        next_offset = header.next_offset
+        while end + batch_format.HEADER_BYTES <= len(chunk):
+            following = batch_format.read_header(chunk, end) if end + following_size(chunk, end) <= len(chunk) else None
+            if following is None or following.base_offset >= upper_bound:
+                break
+            if end + following.total_size - first > max_bytes:
+                break
+            end += following.total_size
+            next_offset = following.next_offset
+        if first == 0 and end == len(chunk):
+            return chunk, next_offset
+        return chunk[first:end], next_offset
+
+    def close(self) -> None:
+        self._index_file.close()
+        self._time_file.close()
+        os.close(self.fd)
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.index_path, self.time_index_path):
+            path.unlink(missing_ok=True)
+
+    @property
+    def disk_bytes(self) -> int:
+        return self.size + 8 * len(self.index.positions) + 12 * len(self.index.timestamps)

@@ -1,0 +1,1 @@
+"""One Headwater server process: gRPC services over the partition logs of its topics."""
