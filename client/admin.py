@@ -1,0 +1,100 @@
+"""Admin client: create, delete, list and describe topics; offsets; cluster metadata.
+
+Every method raises HeadwaterError with the broker's code and message on failure.
+Results are the protobuf messages of headwater.v1 (documented in the .proto file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from headwater.client.connection import Cluster, call
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.v1 import headwater_pb2 as pb
+
+
+class Admin:
+    def __init__(self, bootstrap: str | Sequence[str] | None = None, *, request_timeout_s: float = 30.0) -> None:
+        self.cluster = Cluster(bootstrap, request_timeout_s=request_timeout_s)
+        self._timeout = request_timeout_s
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.cluster.close()
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 0,
+        replication_factor: int = 0,
+        configs: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> str:
+        """Create one topic; return its topic id. 0 means the node's default count."""
+        request = pb.CreateTopicsRequest(
+            topics=[
+                pb.NewTopic(
+                    name=name,
+                    partitions=partitions,
+                    replication_factor=replication_factor,
+                    configs=dict(configs or {}),
+                )
+            ],
+            validate_only=validate_only,
+        )
+        response: pb.CreateTopicsResponse = self.cluster.call_any(
+            lambda a: self.cluster.admin(a).CreateTopics(request, timeout=self._timeout)
+        )
+        result = response.results[0]
+        if result.error_code != ErrorCode.NONE:
+            raise HeadwaterError(ErrorCode(result.error_code), result.error_message)
+        return result.topic_id
+
+    def delete_topic(self, name: str) -> None:
+        response: pb.DeleteTopicsResponse = self.cluster.call_any(
+            lambda a: self.cluster.admin(a).DeleteTopics(
+                pb.DeleteTopicsRequest(names=[name]), timeout=self._timeout
+            )
+        )
+        result = response.results[0]
+        if result.error_code != ErrorCode.NONE:
+            raise HeadwaterError(ErrorCode(result.error_code), result.error_message)
+        self.cluster.invalidate(name)
+
+    def list_topics(self, include_internal: bool = False) -> list[pb.TopicSummary]:
+        response: pb.ListTopicsResponse = self.cluster.call_any(
+            lambda a: self.cluster.admin(a).ListTopics(
+                pb.ListTopicsRequest(include_internal=include_internal), timeout=self._timeout
+            )
+        )
+        return list(response.topics)
+
+    def describe_topics(self, names: Sequence[str] = ()) -> list[pb.TopicDescription]:
+        response: pb.DescribeTopicsResponse = self.cluster.call_any(
+            lambda a: self.cluster.admin(a).DescribeTopics(
+                pb.DescribeTopicsRequest(names=list(names)), timeout=self._timeout
+            )
+        )
+        return list(response.topics)
+
+    def list_offsets(
+        self, topic: str, spec: int = pb.OFFSET_SPEC_LATEST, timestamp_ms: int = 0, partitions: Sequence[int] = ()
+    ) -> dict[int, int]:
+        """{partition: offset} for earliest, latest (high watermark) or a timestamp."""
+        address = self.cluster.leader(topic, partitions[0] if partitions else 0)
+        response: pb.ListOffsetsResponse = call(
+            lambda: self.cluster.broker(address).ListOffsets(
+                pb.ListOffsetsRequest(topic=topic, partitions=list(partitions), spec=spec, timestamp_ms=timestamp_ms),
+                timeout=self._timeout,
+            ),
+            address,
+        )
+        return {o.partition: o.offset for o in response.offsets}
+
+    def metadata(self, topics: Sequence[str] = ()) -> pb.MetadataResponse:
+        return self.cluster.refresh(topics)

@@ -1,0 +1,187 @@
+"""Channels to the cluster's nodes and a metadata cache (the client's I/O edge).
+
+``Cluster`` keeps one gRPC channel per node address, tries the bootstrap addresses in
+turn until one answers, and caches topic metadata (partition count and leader address per
+partition). Callers invalidate the cache on NOT_LEADER_OR_FOLLOWER or a failed node.
+
+Thread-safety: every method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+import grpc
+
+from headwater.config import DEFAULT_LISTEN, parse_address
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.grpc_errors import from_rpc_error
+from headwater.v1 import headwater_pb2 as pb
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+
+BOOTSTRAP_ENV: Final = "HEADWATER_BOOTSTRAP"
+MESSAGE_BYTES_MAX: Final = 256 << 20
+T = TypeVar("T")
+
+
+def resolve_bootstrap(bootstrap: str | Sequence[str] | None) -> list[str]:
+    """Addresses from the argument, else $HEADWATER_BOOTSTRAP, else the local default node.
+
+    Raises INVALID_CONFIG when an address is not HOST:PORT.
+    """
+    if bootstrap is None:
+        bootstrap = os.environ.get(BOOTSTRAP_ENV) or DEFAULT_LISTEN
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    addresses = [a.strip() for a in items if a.strip()]
+    if not addresses:
+        raise HeadwaterError(ErrorCode.INVALID_CONFIG, "bootstrap lists no HOST:PORT address")
+    for address in addresses:
+        parse_address(address, "bootstrap address")
+    return addresses
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLayout:
+    """What a client needs to route: topic id and each partition's leader address ('' if none)."""
+
+    name: str
+    topic_id: str
+    leaders: tuple[str, ...]
+
+    @property
+    def partitions(self) -> int:
+        return len(self.leaders)
+
+
+class Cluster:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | None = None,
+        *,
+        request_timeout_s: float = 30.0,
+        message_bytes_max: int = MESSAGE_BYTES_MAX,
+    ) -> None:
+        self.bootstrap = resolve_bootstrap(bootstrap)
+        self.request_timeout_s = request_timeout_s
+        self._options = [
+            ("grpc.max_send_message_length", message_bytes_max),
+            ("grpc.max_receive_message_length", message_bytes_max),
+        ]
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._layouts: dict[str, TopicLayout] = {}
+        self._brokers: dict[int, str] = {}
+        self._rng = random.Random()
+        self._closed = False
+
+    # ------------------------------------------------------------------ channels
+
+    def channel(self, address: str) -> grpc.Channel:
+        with self._lock:
+            if self._closed:
+                raise HeadwaterError(ErrorCode.NETWORK_EXCEPTION, "client is closed")
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = grpc.insecure_channel(address, options=self._options)
+                self._channels[address] = channel
+            return channel
+
+    def broker(self, address: str) -> pb_grpc.BrokerStub:
+        return pb_grpc.BrokerStub(self.channel(address))
+
+    def admin(self, address: str) -> pb_grpc.AdminStub:
+        return pb_grpc.AdminStub(self.channel(address))
+
+    def call_any(self, call: Callable[[str], T]) -> T:
+        """Run ``call(address)`` against bootstrap nodes in turn until one is reachable.
+
+        Operating errors from a reachable node are raised as they are; only transport
+        failures (NETWORK_EXCEPTION, REQUEST_TIMED_OUT) move on to the next address.
+        """
+        addresses = list(self.bootstrap)
+        self._rng.shuffle(addresses)
+        last: HeadwaterError | None = None
+        for address in addresses:
+            try:
+                return call(address)
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc, address)
+            except HeadwaterError as exc:
+                error = exc
+            if error.code not in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
+                raise error
+            last = error
+        assert last is not None
+        raise HeadwaterError(
+            last.code,
+            f"no node reachable at {','.join(self.bootstrap)} (last error: {last.message})",
+        )
+
+    # ------------------------------------------------------------------ metadata
+
+    def refresh(self, topics: Sequence[str] = ()) -> pb.MetadataResponse:
+        response: pb.MetadataResponse = self.call_any(
+            lambda a: self.broker(a).Metadata(
+                pb.MetadataRequest(topics=list(topics)), timeout=self.request_timeout_s
+            )
+        )
+        brokers = {b.node_id: b.address for b in response.brokers}
+        with self._lock:
+            self._brokers = brokers
+            for topic in response.topics:
+                leaders = tuple(
+                    brokers.get(p.leader, "") for p in sorted(topic.partitions, key=lambda p: p.partition)
+                )
+                self._layouts[topic.name] = TopicLayout(topic.name, topic.topic_id, leaders)
+        return response
+
+    def layout(self, topic: str) -> TopicLayout:
+        """Cached layout of ``topic``, fetched on first use; UNKNOWN_TOPIC_OR_PARTITION if absent."""
+        layout = self._layouts.get(topic)
+        if layout is None:
+            self.refresh([topic])
+            layout = self._layouts.get(topic)
+            if layout is None:
+                raise HeadwaterError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
+        return layout
+
+    def cached_partitions(self, topic: str) -> int:
+        """Partition count from the cache without any call (1 when not cached)."""
+        layout = self._layouts.get(topic)
+        return layout.partitions if layout is not None else 1
+
+    def leader(self, topic: str, partition: int) -> str:
+        """Address of the partition's leader, or a bootstrap node (which forwards)."""
+        layout = self.layout(topic)
+        if not 0 <= partition < layout.partitions:
+            raise HeadwaterError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"topic {topic!r} has no partition {partition}; valid partitions are "
+                f"[0, {layout.partitions})",
+            )
+        return layout.leaders[partition] or self.bootstrap[0]
+
+    def invalidate(self, topic: str) -> None:
+        with self._lock:
+            self._layouts.pop(topic, None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channels = list(self._channels.values())
+            self._channels.clear()
+        for channel in channels:
+            channel.close()
+
+
+def call(stub_call: Callable[[], T], target: str) -> T:
+    """Run one RPC, translating grpc.RpcError into HeadwaterError."""
+    try:
+        return stub_call()
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc, target) from None

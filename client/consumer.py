@@ -1,0 +1,298 @@
+"""The consumer: assign partitions, seek, and poll records or columnar batches.
+
+Each assigned partition keeps one Fetch (a long poll of up to ``fetch_max_wait_ms``) in
+flight, so the next data is already on its way while the caller processes the last.
+``poll`` returns a PollResult: ``batches`` is the columnar view (one Arrow RecordBatch
+per fetched record batch, schema ``headwater.log.batch.RECORD_SCHEMA``, no per-record
+Python objects); iterating it yields ConsumerRecord objects.
+
+Positions: a partition without a position starts per ``auto_offset_reset``
+(``earliest``, ``latest``, or ``none`` to raise OFFSET_OUT_OF_RANGE); the same policy
+applies when a position falls out of the log (retention). Consumers only see records
+below the high watermark.
+
+Thread-safety: a Consumer is used from one thread at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import grpc
+import pyarrow as pa
+
+from headwater.client.connection import Cluster, call
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.grpc_errors import from_rpc_error
+from headwater.log.batch import decode_batches
+from headwater.v1 import headwater_pb2 as pb
+
+RESET_POLICIES: Final = ("earliest", "latest", "none")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedBatch:
+    """Records of one partition, columnar (RECORD_SCHEMA), all at or after the position."""
+
+    topic: str
+    partition: int
+    records: pa.RecordBatch
+
+
+class PollResult:
+    """What one ``poll`` returned: columnar ``batches``; iterate for ConsumerRecords."""
+
+    def __init__(self, batches: list[FetchedBatch]) -> None:
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return sum(b.records.num_rows for b in self.batches)
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        for fetched in self.batches:
+            columns = fetched.records.to_pydict()
+            stamps = fetched.records.column("timestamp").cast(pa.int64()).to_pylist()
+            for offset, stamp, key, value, headers in zip(
+                columns["offset"], stamps, columns["key"], columns["value"], columns["headers"], strict=True
+            ):
+                yield ConsumerRecord(
+                    fetched.topic,
+                    fetched.partition,
+                    offset,
+                    stamp,
+                    key,
+                    value,
+                    [(h["key"], h["value"]) for h in headers or []],
+                )
+
+
+class _InFlight:
+    __slots__ = ("future", "offset")
+
+    def __init__(self, future: grpc.Future, offset: int) -> None:
+        self.future = future
+        self.offset = offset
+
+
+class Consumer:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | None = None,
+        *,
+        fetch_max_bytes: int = 4 << 20,
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        auto_offset_reset: str = "latest",
+        request_timeout_ms: int = 30_000,
+        check_crcs: bool = True,
+    ) -> None:
+        if auto_offset_reset not in RESET_POLICIES:
+            raise HeadwaterError(
+                ErrorCode.INVALID_CONFIG,
+                f"auto_offset_reset is {auto_offset_reset!r}; valid: {', '.join(RESET_POLICIES)}",
+            )
+        if fetch_max_bytes < 1 or fetch_max_wait_ms < 0 or fetch_min_bytes < 0:
+            raise HeadwaterError(
+                ErrorCode.INVALID_CONFIG,
+                "fetch_max_bytes must be >= 1, fetch_max_wait_ms and fetch_min_bytes >= 0",
+            )
+        self.cluster = Cluster(bootstrap, request_timeout_s=request_timeout_ms / 1000)
+        self.fetch_max_bytes = fetch_max_bytes
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
+        self.auto_offset_reset = auto_offset_reset
+        self.check_crcs = check_crcs
+        self._positions: dict[TopicPartition, int | None] = {}
+        self._in_flight: dict[TopicPartition, _InFlight] = {}
+        self._arrived = threading.Event()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ assignment
+
+    def assign(self, partitions: str | Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Consume a whole topic (a name) or the given partitions; positions start unset."""
+        if isinstance(partitions, str):
+            layout = self.cluster.layout(partitions)
+            wanted = [TopicPartition(partitions, p) for p in range(layout.partitions)]
+        else:
+            wanted = [p if isinstance(p, TopicPartition) else TopicPartition(*p) for p in partitions]
+            for tp in wanted:
+                self.cluster.leader(tp.topic, tp.partition)  # raises for unknown ones
+        self._cancel_all()
+        self._positions = dict.fromkeys(wanted)
+
+    def assignment(self) -> list[TopicPartition]:
+        return sorted(self._positions)
+
+    def _targets(self, partitions: Iterable[TopicPartition] | None) -> list[TopicPartition]:
+        targets = list(self._positions) if partitions is None else list(partitions)
+        for tp in targets:
+            if tp not in self._positions:
+                raise HeadwaterError(ErrorCode.INVALID_REQUEST, f"{tp} is not assigned to this consumer")
+        return targets
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Next poll reads ``partition`` from ``offset`` (checked by the broker)."""
+        if offset < 0:
+            raise HeadwaterError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is negative; offsets start at 0")
+        self._targets([partition])
+        self._cancel(partition)
+        self._positions[partition] = offset
+
+    def _list_offsets(self, topic: str, partitions: list[int], spec: int, timestamp_ms: int = 0) -> dict[int, int]:
+        address = self.cluster.leader(topic, partitions[0])
+        response: pb.ListOffsetsResponse = call(
+            lambda: self.cluster.broker(address).ListOffsets(
+                pb.ListOffsetsRequest(topic=topic, partitions=partitions, spec=spec, timestamp_ms=timestamp_ms),
+                timeout=self.cluster.request_timeout_s,
+            ),
+            address,
+        )
+        return {o.partition: o.offset for o in response.offsets}
+
+    def _seek_spec(self, partitions: Iterable[TopicPartition] | None, spec: int, timestamp_ms: int = 0) -> None:
+        by_topic: dict[str, list[int]] = {}
+        for tp in self._targets(partitions):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        for topic, indexes in by_topic.items():
+            for partition, offset in self._list_offsets(topic, indexes, spec, timestamp_ms).items():
+                tp = TopicPartition(topic, partition)
+                self._cancel(tp)
+                self._positions[tp] = offset
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._seek_spec(partitions, pb.OFFSET_SPEC_EARLIEST)
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._seek_spec(partitions, pb.OFFSET_SPEC_LATEST)
+
+    def seek_to_timestamp(self, timestamp_ms: int, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Position at the first record with timestamp >= timestamp_ms (else the end)."""
+        self._seek_spec(partitions, pb.OFFSET_SPEC_TIMESTAMP, timestamp_ms)
+
+    def position(self, partition: TopicPartition) -> int:
+        self._targets([partition])
+        if self._positions[partition] is None:
+            self._reset(partition)
+        position = self._positions[partition]
+        assert position is not None
+        return position
+
+    def _reset(self, partition: TopicPartition, cause: HeadwaterError | None = None) -> None:
+        if self.auto_offset_reset == "none":
+            raise cause or HeadwaterError(
+                ErrorCode.OFFSET_OUT_OF_RANGE, f"{partition} has no position and auto_offset_reset is 'none'"
+            )
+        spec = pb.OFFSET_SPEC_EARLIEST if self.auto_offset_reset == "earliest" else pb.OFFSET_SPEC_LATEST
+        self._seek_spec([partition], spec)
+
+    # ------------------------------------------------------------------ fetching
+
+    def _cancel(self, partition: TopicPartition) -> None:
+        in_flight = self._in_flight.pop(partition, None)
+        if in_flight is not None:
+            in_flight.future.cancel()
+
+    def _cancel_all(self) -> None:
+        for tp in list(self._in_flight):
+            self._cancel(tp)
+
+    def _start_fetch(self, partition: TopicPartition) -> None:
+        offset = self.position(partition)
+        address = self.cluster.leader(partition.topic, partition.partition)
+        request = pb.FetchRequest(
+            topic=partition.topic,
+            partition=partition.partition,
+            offset=offset,
+            max_bytes=self.fetch_max_bytes,
+            max_wait_ms=self.fetch_max_wait_ms,
+            min_bytes=self.fetch_min_bytes,
+            replica_id=-1,
+        )
+        timeout = self.cluster.request_timeout_s + self.fetch_max_wait_ms / 1000
+        future = self.cluster.broker(address).Fetch.future(request, timeout=timeout)
+        self._in_flight[partition] = _InFlight(future, offset)
+        future.add_done_callback(lambda _: self._arrived.set())
+
+    def _collect(self, partition: TopicPartition, in_flight: _InFlight) -> list[FetchedBatch] | None:
+        try:
+            response: pb.FetchResponse = in_flight.future.result()
+        except grpc.FutureCancelledError:
+            return None
+        except grpc.RpcError as exc:
+            error = from_rpc_error(exc, partition.topic)
+            if error.code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                self._reset(partition, error)
+                return None
+            if error.retriable:
+                self.cluster.invalidate(partition.topic)
+                return None
+            raise error from None
+        if not response.records:
+            return None
+        decoded = decode_batches(response.records, verify_crc=self.check_crcs)
+        self._positions[partition] = response.next_offset
+        fetched = []
+        for batch in decoded:
+            records = batch.records
+            if batch.header.base_offset < in_flight.offset:
+                records = records.slice(in_flight.offset - batch.header.base_offset)
+            if records.num_rows:
+                fetched.append(FetchedBatch(partition.topic, partition.partition, records))
+        return fetched or None
+
+    def poll(self, timeout_ms: int = 1000) -> PollResult:
+        """Return whatever arrives within ``timeout_ms`` (possibly nothing)."""
+        if not self._positions:
+            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "no partitions assigned; call assign() first")
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while True:
+            for tp in self._positions:
+                if tp not in self._in_flight:
+                    self._start_fetch(tp)
+            batches = []
+            for tp, in_flight in list(self._in_flight.items()):
+                if in_flight.future.done():
+                    del self._in_flight[tp]
+                    fetched = self._collect(tp, in_flight)
+                    if fetched is not None:
+                        batches += fetched
+                        self._start_fetch(tp)  # prefetch the next while the caller works
+            if batches:
+                return PollResult(batches)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return PollResult([])
+            self._arrived.clear()
+            if not any(f.future.done() for f in self._in_flight.values()):
+                self._arrived.wait(remaining)
+
+    def close(self) -> None:
+        self._cancel_all()
+        self.cluster.close()

@@ -1,0 +1,307 @@
+"""``headwater bench produce|consume|e2e``: throughput and latency, like Kafka's perf tools.
+
+Each prints records/s, MB/s (of record values) and latency percentiles (p50, p99,
+p99.9, max, in ms), as a line for humans or JSON with ``--json``. The pure summary math
+is ``summarize``; the rest drives a real client against real nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import click
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.malloc_tuning import tune_malloc
+
+_err = Console(stderr=True, highlight=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    test: str
+    records: int
+    record_bytes: int
+    seconds: float
+    records_per_s: float
+    mb_per_s: float
+    latency_ms_p50: float | None
+    latency_ms_p99: float | None
+    latency_ms_p999: float | None
+    latency_ms_max: float | None
+    settings: dict[str, Any]
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of already sorted values (fraction in [0, 1])."""
+    assert sorted_values
+    rank = max(0, min(len(sorted_values) - 1, int(round(fraction * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[rank]
+
+
+def summarize(
+    test: str, records: int, value_bytes: int, seconds: float, latencies_ms: list[float], settings: dict[str, Any]
+) -> BenchResult:
+    latencies = sorted(latencies_ms)
+    pick = (lambda f: round(percentile(latencies, f), 3)) if latencies else (lambda f: None)
+    return BenchResult(
+        test=test,
+        records=records,
+        record_bytes=value_bytes // max(records, 1),
+        seconds=round(seconds, 3),
+        records_per_s=round(records / seconds, 1) if seconds > 0 else 0.0,
+        mb_per_s=round(value_bytes / seconds / 1e6, 2) if seconds > 0 else 0.0,
+        latency_ms_p50=pick(0.50),
+        latency_ms_p99=pick(0.99),
+        latency_ms_p999=pick(0.999),
+        latency_ms_max=round(latencies[-1], 3) if latencies else None,
+        settings=settings,
+    )
+
+
+def report(result: BenchResult, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(asdict(result)))
+        return
+    line = (
+        f"{result.test}: {result.records} records of {result.record_bytes} B in {result.seconds} s: "
+        f"{result.records_per_s:,.0f} records/s, {result.mb_per_s} MB/s"
+    )
+    if result.latency_ms_p50 is not None:
+        line += (
+            f"; latency ms p50 {result.latency_ms_p50} p99 {result.latency_ms_p99} "
+            f"p99.9 {result.latency_ms_p999} max {result.latency_ms_max}"
+        )
+    print(line)
+
+
+def _progress(total: int, label: str, disabled: bool) -> Progress:
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        TextColumn("{task.completed:,}/{task.total:,}"),
+        TimeRemainingColumn(),
+        console=_err,
+        transient=True,
+        disable=disabled,
+    )
+
+
+def ensure_topic(bootstrap: str | None, topic: str, partitions: int) -> None:
+    from headwater.client import Admin
+
+    with Admin(bootstrap) as admin:
+        try:
+            admin.create_topic(topic, partitions)
+        except HeadwaterError as error:
+            if error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+def make_values(count: int, size: int) -> list[bytes]:
+    """``count`` distinct random values of ``size`` bytes (incompressible, like Kafka's tool)."""
+    pool = os.urandom(size * count)
+    return [pool[i * size : (i + 1) * size] for i in range(count)]
+
+
+common = [
+    click.option("--topic", default="bench", show_default=True),
+    click.option("--records", type=click.IntRange(min=1), default=1_000_000, show_default=True),
+    click.option("--record-size", type=click.IntRange(min=8, max=64 << 20), default=100, show_default=True),
+    click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True, help="Partitions if the topic is created."),
+    click.option("--json", "as_json", is_flag=True),
+    click.option("--bootstrap", envvar="HEADWATER_BOOTSTRAP", default=None),
+]
+
+
+def with_common(function: Any) -> Any:
+    for option in reversed(common):
+        function = option(function)
+    return function
+
+
+@click.group()
+def bench() -> None:
+    """Measure produce, consume and end-to-end performance against running nodes."""
+    tune_malloc()
+
+
+@bench.command("produce")
+@with_common
+@click.option("--mode", type=click.Choice(["batch", "record"]), default="batch", show_default=True, help="send_batch calls or per-record send.")
+@click.option("--batch-records", type=click.IntRange(min=1), default=10_000, show_default=True, help="Records per send_batch call.")
+@click.option("--batch-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True, help="Producer batch size.")
+@click.option("--linger-ms", type=click.IntRange(min=0), default=5, show_default=True)
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="1", show_default=True)
+@click.option("--compression", type=click.Choice(["none", "lz4", "zstd"]), default="none", show_default=True)
+def bench_produce(
+    topic: str, records: int, record_size: int, partitions: int, as_json: bool, bootstrap: str | None,
+    mode: str, batch_records: int, batch_bytes: int, linger_ms: int, acks: str, compression: str,
+) -> None:
+    """Produce RECORDS records of RECORD_SIZE bytes as fast as possible."""
+    from headwater.client import Producer
+
+    ensure_topic(bootstrap, topic, partitions)
+    values = make_values(min(records, batch_records if mode == "batch" else 65_536), record_size)
+    latencies: list[float] = []
+    lock = threading.Lock()
+    producer = Producer(bootstrap, acks=acks, compression=compression, linger_ms=linger_ms, batch_bytes=batch_bytes)
+    sent = 0
+    try:
+        with _progress(records, "produce", as_json) as progress:
+            task = progress.add_task("produce", total=records)
+            start = time.perf_counter()
+            if mode == "batch":
+                while sent < records:
+                    count = min(batch_records, records - sent)
+                    began = time.perf_counter()
+                    for future in producer.send_batch(topic, values[:count]):
+                        future.add_done_callback(
+                            lambda _b, began=began: _record_latency(latencies, lock, began)
+                        )
+                    sent += count
+                    progress.update(task, completed=sent)
+            else:
+                pool = len(values)
+                send = producer.send
+                sample_every = 1000
+                while sent < records:
+                    chunk_end = min(records, sent + 65_536)
+                    for i in range(sent, chunk_end):
+                        future = send(topic, values[i % pool])
+                        if i % sample_every == 0:
+                            began = time.perf_counter()
+                            future.add_done_callback(
+                                lambda _b, began=began: _record_latency(latencies, lock, began)
+                            )
+                    sent = chunk_end
+                    progress.update(task, completed=sent)
+            producer.flush()
+            elapsed = time.perf_counter() - start
+    finally:
+        producer.close()
+    settings = {"mode": mode, "acks": acks, "compression": compression, "batch_records": batch_records, "batch_bytes": batch_bytes, "linger_ms": linger_ms, "partitions": partitions}
+    report(summarize("produce", records, records * record_size, elapsed, latencies, settings), as_json)
+
+
+def _record_latency(latencies: list[float], lock: threading.Lock, began: float) -> None:
+    with lock:
+        latencies.append((time.perf_counter() - began) * 1000)
+
+
+@bench.command("consume")
+@with_common
+@click.option("--fetch-bytes", type=click.IntRange(min=1), default=16 << 20, show_default=True)
+def bench_consume(
+    topic: str, records: int, record_size: int, partitions: int, as_json: bool, bootstrap: str | None, fetch_bytes: int
+) -> None:
+    """Read RECORDS records from the beginning of TOPIC through the columnar view."""
+    from headwater.client import Consumer
+
+    consumer = Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_bytes=fetch_bytes, check_crcs=True)
+    consumer.assign(topic)
+    consumer.seek_to_beginning()
+    received = 0
+    value_bytes = 0
+    last_progress = time.monotonic()
+    try:
+        with _progress(records, "consume", as_json) as progress:
+            task = progress.add_task("consume", total=records)
+            start = time.perf_counter()
+            while received < records:
+                result = consumer.poll(timeout_ms=1000)
+                for fetched in result.batches:
+                    received += fetched.records.num_rows
+                    value_bytes += _value_bytes(fetched.records)
+                if result.batches:
+                    last_progress = time.monotonic()
+                    progress.update(task, completed=min(received, records))
+                elif time.monotonic() - last_progress > 10:
+                    raise HeadwaterError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"only {received} of {records} records in topic {topic!r} after 10 s without data",
+                    )
+            elapsed = time.perf_counter() - start
+    finally:
+        consumer.close()
+    report(summarize("consume", received, value_bytes, elapsed, [], {"fetch_bytes": fetch_bytes}), as_json)
+
+
+def _value_bytes(records: pa.RecordBatch) -> int:
+    values = records.column("value")
+    total = pc.sum(pc.binary_length(values)).as_py()
+    return int(total or 0)
+
+
+@bench.command("e2e")
+@with_common
+@click.option("--rate", type=click.IntRange(min=1), default=10_000, show_default=True, help="Records per second to produce.")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="1", show_default=True)
+@click.option("--linger-ms", type=click.IntRange(min=0), default=0, show_default=True)
+def bench_e2e(
+    topic: str, records: int, record_size: int, partitions: int, as_json: bool, bootstrap: str | None,
+    rate: int, acks: str, linger_ms: int,
+) -> None:
+    """Produce at RATE records/s and measure produce-to-consume latency of each record."""
+    from headwater.client import Consumer, Producer
+
+    ensure_topic(bootstrap, topic, partitions)
+    consumer = Consumer(bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=500)
+    consumer.assign(topic)
+    consumer.seek_to_end()
+    for tp in consumer.assignment():
+        consumer.position(tp)
+    latencies: list[float] = []
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            received = 0
+            while received < records and not done.is_set():
+                for fetched in consumer.poll(timeout_ms=200).batches:
+                    now = time.time_ns()
+                    stamps = pc.binary_slice(fetched.records.column("value"), 0, 8).to_pylist()
+                    latencies.extend((now - int.from_bytes(s, "little")) / 1e6 for s in stamps)
+                    received += fetched.records.num_rows
+        except BaseException as exc:  # reported by the main thread
+            failure.append(exc)
+
+    reader = threading.Thread(target=consume, name="e2e-consumer", daemon=True)
+    reader.start()
+    padding = os.urandom(record_size - 8)
+    producer = Producer(bootstrap, acks=acks, linger_ms=linger_ms)
+    start = time.perf_counter()
+    try:
+        with _progress(records, "e2e", as_json) as progress:
+            task = progress.add_task("e2e", total=records)
+            sent = 0
+            while sent < records:
+                due = min(records, int((time.perf_counter() - start) * rate) + 1)
+                while sent < due:
+                    producer.send(topic, time.time_ns().to_bytes(8, "little") + padding)
+                    sent += 1
+                if sent % 1000 == 0:
+                    progress.update(task, completed=sent)
+                time.sleep(max(0.0, start + sent / rate - time.perf_counter()))
+            producer.flush()
+            reader.join(timeout=30)
+    finally:
+        done.set()
+        producer.close()
+        consumer.close()
+    if failure:
+        raise failure[0]
+    elapsed = time.perf_counter() - start
+    settings = {"rate": rate, "acks": acks, "linger_ms": linger_ms, "partitions": partitions}
+    report(summarize("e2e", len(latencies), len(latencies) * record_size, elapsed, latencies, settings), as_json)

@@ -1,0 +1,313 @@
+"""The ``headwater`` command: serve a node, manage topics, produce, consume, benchmark.
+
+Every client command takes ``--bootstrap HOST:PORT[,HOST:PORT...]`` (or the environment
+variable HEADWATER_BOOTSTRAP), defaulting to the local default node. Read commands print
+tables for humans and JSON with ``--json``. Errors print one line, ``error: CODE:
+message``, on stderr and exit with status 1 (2 for usage errors); never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from headwater import __version__
+from headwater.config import load as load_config
+from headwater.errors import HeadwaterError
+
+F = TypeVar("F", bound=Callable[..., Any])
+_out = Console(highlight=False)
+
+
+def fail(message: str, status: int = 1) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(status)
+
+
+class ErrorReportingGroup(click.Group):
+    """Turns HeadwaterError (and anything unexpected) into one line on stderr."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HeadwaterError as error:
+            fail(str(error))
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            sys.exit(130)
+        except BrokenPipeError:
+            sys.stderr.close()
+            sys.exit(0)
+        except Exception as exc:
+            if os.environ.get("HEADWATER_DEBUG"):
+                raise
+            fail(f"unexpected {type(exc).__name__}: {exc} (set HEADWATER_DEBUG=1 for details)")
+
+
+def bootstrap_option(function: F) -> F:
+    return click.option(
+        "--bootstrap",
+        envvar="HEADWATER_BOOTSTRAP",
+        default=None,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="Nodes to contact first (env HEADWATER_BOOTSTRAP; default the local node 127.0.0.1:7700).",
+    )(function)
+
+
+def json_option(function: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(function)
+
+
+@click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="headwater")
+def main() -> None:
+    """Headwater: a partitioned, replicated commit-log broker with a gRPC API."""
+
+
+# ---------------------------------------------------------------------- serve
+
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML config file.")
+@click.option("--node-id", type=int, help="This node's id (default 1).")
+@click.option("--data-dir", help="Folder for the node's data (default ./data).")
+@click.option("--listen", metavar="HOST:PORT", help="Address to serve gRPC on (default 127.0.0.1:7700).")
+@click.option("--advertised-address", metavar="HOST:PORT", help="Address clients are told to use.")
+@click.option("--rack", help="Rack of this node.")
+def serve(
+    config_file: Path | None,
+    node_id: int | None,
+    data_dir: str | None,
+    listen: str | None,
+    advertised_address: str | None,
+    rack: str | None,
+) -> None:
+    """Run a node (Ctrl-C or SIGTERM stops it cleanly).
+
+    With no flags: a single local node on 127.0.0.1:7700 with data in ./data.
+    """
+    from headwater.node.log_manager import DataDirError
+    from headwater.node.server import ListenError, serve as run_node
+
+    flags = {
+        "node_id": node_id,
+        "data_dir": data_dir,
+        "listen": listen,
+        "advertised_address": advertised_address,
+        "rack": rack,
+    }
+    config = load_config(config_file, os.environ, flags)
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        run_node(config)
+    except (DataDirError, ListenError) as exc:
+        fail(str(exc))
+
+
+# ---------------------------------------------------------------------- topics
+
+
+@main.group()
+def topics() -> None:
+    """Create, list, describe and delete topics."""
+
+
+def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
+    configs = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{pair!r} is not key=value", param_hint="--config")
+        configs[key.strip()] = value.strip()
+    return configs
+
+
+@topics.command("create")
+@click.argument("name")
+@click.option("--partitions", type=int, default=0, help="Number of partitions (default: the node's).")
+@click.option("--replication-factor", type=int, default=0, help="Replicas per partition (default: the node's).")
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="Topic config override (repeatable).")
+@bootstrap_option
+def topics_create(name: str, partitions: int, replication_factor: int, configs: tuple[str, ...], bootstrap: str | None) -> None:
+    """Create topic NAME."""
+    from headwater.client import Admin
+
+    if partitions < 0:
+        fail(f"--partitions is {partitions}; it must be at least 1")
+    with Admin(bootstrap) as admin:
+        topic_id = admin.create_topic(name, partitions, replication_factor, _parse_configs(configs))
+    _out.print(f"created topic {name} (id {topic_id})", markup=False)
+
+
+@topics.command("list")
+@click.option("--internal", is_flag=True, help="Include internal topics.")
+@json_option
+@bootstrap_option
+def topics_list(internal: bool, as_json: bool, bootstrap: str | None) -> None:
+    """List topics."""
+    from headwater.client import Admin
+
+    with Admin(bootstrap) as admin:
+        listed = admin.list_topics(include_internal=internal)
+    rows = [
+        {"name": t.name, "topic_id": t.topic_id, "partitions": t.partitions, "replication_factor": t.replication_factor}
+        for t in listed
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table("topic", "partitions", "replication", "id")
+    for row in rows:
+        table.add_row(row["name"], str(row["partitions"]), str(row["replication_factor"]), row["topic_id"])
+    _out.print(table)
+
+
+def describe_json(description: Any) -> dict[str, Any]:
+    return {
+        "name": description.name,
+        "topic_id": description.topic_id,
+        "configs": dict(sorted(description.configs.items())),
+        "partitions": [
+            {
+                "partition": p.partition,
+                "leader": p.leader,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+                "leader_epoch": p.leader_epoch,
+                "log_start_offset": p.log_start_offset,
+                "log_end_offset": p.log_end_offset,
+                "high_watermark": p.high_watermark,
+                "size_bytes": p.size_bytes,
+                "segment_count": p.segment_count,
+            }
+            for p in description.partitions
+        ],
+    }
+
+
+@topics.command("describe")
+@click.argument("name")
+@json_option
+@bootstrap_option
+def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
+    """Show NAME's partitions (leader, replicas, ISR, offsets, size) and configs."""
+    from headwater.client import Admin
+
+    with Admin(bootstrap) as admin:
+        (description,) = admin.describe_topics([name])
+    data = describe_json(description)
+    if as_json:
+        print(json.dumps(data))
+        return
+    _out.print(f"topic {data['name']}  id {data['topic_id']}", markup=False)
+    table = Table("partition", "leader", "replicas", "isr", "epoch", "start", "end", "high watermark", "bytes", "segments")
+    for p in data["partitions"]:
+        table.add_row(
+            *(str(p[k]) for k in ("partition", "leader")),
+            ",".join(map(str, p["replicas"])),
+            ",".join(map(str, p["isr"])),
+            *(str(p[k]) for k in ("leader_epoch", "log_start_offset", "log_end_offset", "high_watermark", "size_bytes", "segment_count")),
+        )
+    _out.print(table)
+    configs = Table("config", "value")
+    for key, value in data["configs"].items():
+        configs.add_row(key, value)
+    _out.print(configs)
+
+
+@topics.command("delete")
+@click.argument("name")
+@bootstrap_option
+def topics_delete(name: str, bootstrap: str | None) -> None:
+    """Delete topic NAME and all its data."""
+    from headwater.client import Admin
+
+    with Admin(bootstrap) as admin:
+        admin.delete_topic(name)
+    _out.print(f"deleted topic {name}", markup=False)
+
+
+# ---------------------------------------------------------------------- produce / consume
+
+
+@main.command()
+@click.argument("topic")
+@click.option("--key-separator", metavar="SEP", help="Split each line at the first SEP into key and value.")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
+@click.option("--partition", type=int, default=None, help="Send every record to this partition.")
+@click.option("--compression", type=click.Choice(["none", "lz4", "zstd"]), default="none", show_default=True)
+@click.option("--linger-ms", type=click.IntRange(0, 60_000), default=5, show_default=True)
+@bootstrap_option
+def produce(
+    topic: str,
+    key_separator: str | None,
+    acks: str,
+    partition: int | None,
+    compression: str,
+    linger_ms: int,
+    bootstrap: str | None,
+) -> None:
+    """Send one record per line of standard input to TOPIC.
+
+    Exits with status 1 if any record was not acknowledged.
+    """
+    from headwater.cli_produce import produce_lines
+
+    separator = key_separator.encode() if key_separator is not None else None
+    sent, failed, first_error = produce_lines(
+        sys.stdin.buffer, topic, separator, acks, partition, compression, linger_ms, bootstrap
+    )
+    if failed:
+        fail(f"{failed} of {sent + failed} records not acknowledged; first error: {first_error}")
+
+
+@main.command()
+@click.argument("topic")
+@click.option("--from-beginning", is_flag=True, help="Start at the earliest offset (default: the end).")
+@click.option("--partition", type=click.IntRange(min=0), default=None, help="Read only this partition.")
+@click.option("--offset", type=click.IntRange(min=0), default=None, help="Start offset (needs --partition).")
+@click.option("--max-messages", type=click.IntRange(min=1), default=None, help="Exit after this many records.")
+@click.option("--timeout-ms", type=click.IntRange(min=0), default=None, help="Exit when no record arrives for this long.")
+@click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
+@bootstrap_option
+def consume(
+    topic: str,
+    from_beginning: bool,
+    partition: int | None,
+    offset: int | None,
+    max_messages: int | None,
+    timeout_ms: int | None,
+    print_key: bool,
+    bootstrap: str | None,
+) -> None:
+    """Print TOPIC's records, one value per line."""
+    from headwater.cli_consume import consume_lines
+
+    if offset is not None and partition is None:
+        fail("--offset needs --partition", status=2)
+    consume_lines(sys.stdout.buffer, topic, from_beginning, partition, offset, max_messages, timeout_ms, print_key, bootstrap)
+
+
+# ---------------------------------------------------------------------- bench
+
+from headwater.bench import bench  # noqa: E402  (registers the bench group's commands)
+
+main.add_command(bench)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,423 @@
+"""Node and topic configuration: one table of settings, one frozen validated config.
+
+Sources, lowest to highest precedence: built-in defaults, a TOML file (``--config``),
+``HEADWATER_<NAME>`` environment variables (e.g. ``HEADWATER_DATA_DIR``), and command-line
+flags. Topic-level settings (``topic=True``) are server defaults that each topic may
+override at creation (``--config retention_ms=3600000``).
+
+docs/configuration.md is generated from ``SETTINGS`` (``python -m headwater.config``) and
+a test checks that it is current. This module is pure apart from reading the TOML file in
+``load``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log.api import FlushPolicy, LogConfig
+from headwater.log.batch import HEADER_BYTES
+
+DEFAULT_PORT: Final = 7700
+DEFAULT_LISTEN: Final = f"127.0.0.1:{DEFAULT_PORT}"
+INT32_MAX: Final = (1 << 31) - 1
+INT64_MAX: Final = (1 << 63) - 1
+MiB: Final = 1 << 20
+DAY_MS: Final = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One configuration key: its default, unit, valid range or choices, and meaning."""
+
+    name: str
+    default: int | str
+    doc: str
+    unit: str = ""
+    low: int | None = None
+    high: int | None = None
+    choices: tuple[str, ...] = ()
+    minus_one_disables: bool = False
+    topic: bool = False
+
+    def parse(self, raw: object, source: str) -> int | str:
+        """Convert and range-check a value from ``source``; raise INVALID_CONFIG if wrong."""
+        if isinstance(self.default, int):
+            value = _parse_int(raw)
+            if value is None:
+                raise _invalid(f"{self.name} from {source} must be an integer, got {raw!r}")
+            if self.minus_one_disables and value == -1:
+                return value
+            low = self.low if self.low is not None else -INT64_MAX
+            high = self.high if self.high is not None else INT64_MAX
+            if not low <= value <= high:
+                extra = " or -1 (no limit)" if self.minus_one_disables else ""
+                raise _invalid(
+                    f"{self.name} from {source} is {value}; valid range is [{low}, {high}]{extra}"
+                )
+            return value
+        if not isinstance(raw, str):
+            raise _invalid(f"{self.name} from {source} must be text, got {raw!r}")
+        text = raw.strip()
+        if self.choices and text not in self.choices:
+            raise _invalid(
+                f"{self.name} from {source} is {text!r}; valid: {', '.join(self.choices)}"
+            )
+        return text
+
+
+def _parse_int(raw: object) -> int | None:
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return int(raw.strip().replace("_", ""))
+        except ValueError:
+            return None
+    return None
+
+
+def _invalid(message: str) -> HeadwaterError:
+    return HeadwaterError(ErrorCode.INVALID_CONFIG, message)
+
+
+SETTINGS: Final[tuple[Setting, ...]] = (
+    Setting("node_id", 1, "This node's id, unique in the cluster.", low=0, high=INT32_MAX),
+    Setting("listen", DEFAULT_LISTEN, "HOST:PORT the gRPC server binds."),
+    Setting(
+        "advertised_address",
+        "",
+        "HOST:PORT clients are told to connect to; empty means the listen address.",
+    ),
+    Setting("data_dir", "./data", "Folder holding the node's topics and partition logs."),
+    Setting("rack", "", "Rack (failure domain) of this node, for replica placement."),
+    Setting(
+        "grpc_workers",
+        64,
+        "Threads serving gRPC calls; bounds concurrent calls, long-polling fetches included.",
+        low=4,
+        high=1024,
+    ),
+    Setting(
+        "request_bytes_max",
+        256 * MiB,
+        "Largest gRPC message the node sends or accepts.",
+        unit="bytes",
+        low=1 * MiB,
+        high=INT32_MAX,
+    ),
+    Setting(
+        "fetch_bytes_max",
+        64 * MiB,
+        "Largest max_bytes a Fetch may ask for.",
+        unit="bytes",
+        low=1024,
+        high=INT32_MAX,
+    ),
+    Setting(
+        "fetch_bytes_default",
+        4 * MiB,
+        "max_bytes of a Fetch that leaves it at 0.",
+        unit="bytes",
+        low=1,
+        high=INT32_MAX,
+    ),
+    Setting(
+        "fetch_wait_ms_max",
+        30_000,
+        "Longest max_wait_ms a Fetch may ask for.",
+        unit="ms",
+        low=0,
+        high=300_000,
+    ),
+    Setting(
+        "request_timeout_ms",
+        30_000,
+        "Default time a Produce may wait for its acks.",
+        unit="ms",
+        low=1,
+        high=300_000,
+    ),
+    Setting("partitions_max", 10_000, "Most partitions one topic may have.", low=1, high=100_000),
+    Setting("topics_max", 10_000, "Most topics the node holds.", low=1, high=1_000_000),
+    Setting("default_partitions", 1, "Partitions of a topic created without a count.", low=1),
+    Setting(
+        "default_replication_factor",
+        1,
+        "Replicas of a topic created without a replication factor.",
+        low=1,
+        high=16,
+    ),
+    Setting(
+        "retention_check_interval_ms",
+        60_000,
+        "How often retention runs over every partition.",
+        unit="ms",
+        low=10,
+        high=DAY_MS,
+    ),
+    Setting(
+        "log_level",
+        "info",
+        "Logging threshold.",
+        choices=("debug", "info", "warning", "error"),
+    ),
+    # ---- topic-level defaults (each topic may override them)
+    Setting(
+        "segment_bytes",
+        1 << 30,
+        "A segment rolls when the next batch would take it past this size.",
+        unit="bytes",
+        low=1024,
+        high=INT32_MAX,
+        topic=True,
+    ),
+    Setting(
+        "segment_ms",
+        7 * DAY_MS,
+        "A non-empty segment rolls when it is this old (counted from its creation or "
+        "from the node's start, whichever is later).",
+        unit="ms",
+        low=1,
+        high=INT64_MAX,
+        topic=True,
+    ),
+    Setting(
+        "retention_ms",
+        7 * DAY_MS,
+        "Segments whose newest record is older than this are deleted.",
+        unit="ms",
+        low=1,
+        high=INT64_MAX,
+        minus_one_disables=True,
+        topic=True,
+    ),
+    Setting(
+        "retention_bytes",
+        -1,
+        "Oldest segments are deleted while the partition would still hold this much "
+        "without them.",
+        unit="bytes",
+        low=0,
+        high=INT64_MAX,
+        minus_one_disables=True,
+        topic=True,
+    ),
+    Setting(
+        "max_message_bytes",
+        8 * MiB,
+        "Largest record batch a producer may send (after compression).",
+        unit="bytes",
+        low=HEADER_BYTES + 8,
+        high=1 << 30,
+        topic=True,
+    ),
+    Setting(
+        "index_interval_bytes",
+        4096,
+        "Bytes of log between two offset index entries.",
+        unit="bytes",
+        low=1,
+        high=INT32_MAX,
+        topic=True,
+    ),
+    Setting(
+        "flush_policy",
+        "os",
+        "When appends are fsynced: 'os' leaves it to the operating system (survives a "
+        "process crash, not a power loss), 'interval' every flush_interval_ms, 'ack' "
+        "before the produce is acknowledged (survives a power loss).",
+        choices=tuple(p.value for p in FlushPolicy),
+        topic=True,
+    ),
+    Setting(
+        "flush_interval_ms",
+        1000,
+        "Period of fsync under flush_policy 'interval'.",
+        unit="ms",
+        low=1,
+        high=INT64_MAX,
+        topic=True,
+    ),
+)
+
+SETTINGS_BY_NAME: Final = {s.name: s for s in SETTINGS}
+TOPIC_SETTINGS: Final = tuple(s.name for s in SETTINGS if s.topic)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """The validated configuration of one node (see SETTINGS for meaning and ranges)."""
+
+    node_id: int = 1
+    listen: str = DEFAULT_LISTEN
+    advertised_address: str = ""
+    data_dir: str = "./data"
+    rack: str = ""
+    grpc_workers: int = 64
+    request_bytes_max: int = 256 * MiB
+    fetch_bytes_max: int = 64 * MiB
+    fetch_bytes_default: int = 4 * MiB
+    fetch_wait_ms_max: int = 30_000
+    request_timeout_ms: int = 30_000
+    partitions_max: int = 10_000
+    topics_max: int = 10_000
+    default_partitions: int = 1
+    default_replication_factor: int = 1
+    retention_check_interval_ms: int = 60_000
+    log_level: str = "info"
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * DAY_MS
+    retention_ms: int = 7 * DAY_MS
+    retention_bytes: int = -1
+    max_message_bytes: int = 8 * MiB
+    index_interval_bytes: int = 4096
+    flush_policy: str = "os"
+    flush_interval_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        for setting in SETTINGS:
+            setting.parse(getattr(self, setting.name), "config")
+        parse_address(self.listen, "listen")
+        if self.advertised_address:
+            parse_address(self.advertised_address, "advertised_address")
+        if self.fetch_bytes_default > self.fetch_bytes_max:
+            raise _invalid(
+                f"fetch_bytes_default ({self.fetch_bytes_default}) exceeds fetch_bytes_max "
+                f"({self.fetch_bytes_max})"
+            )
+        if self.max_message_bytes + MiB > self.request_bytes_max:
+            raise _invalid(
+                f"max_message_bytes ({self.max_message_bytes}) must leave 1 MiB of room under "
+                f"request_bytes_max ({self.request_bytes_max})"
+            )
+
+    @property
+    def client_address(self) -> str:
+        return self.advertised_address or self.listen
+
+    def topic_defaults(self) -> dict[str, str]:
+        return {name: str(getattr(self, name)) for name in TOPIC_SETTINGS}
+
+    def log_config(self, overrides: Mapping[str, str] | None = None) -> LogConfig:
+        """The effective LogConfig of a topic: these defaults with its overrides applied."""
+        values = parse_topic_configs(overrides or {}, self)
+        return LogConfig(
+            segment_bytes=int(values["segment_bytes"]),
+            segment_ms=int(values["segment_ms"]),
+            retention_ms=int(values["retention_ms"]),
+            retention_bytes=int(values["retention_bytes"]),
+            max_message_bytes=int(values["max_message_bytes"]),
+            index_interval_bytes=int(values["index_interval_bytes"]),
+            flush_policy=FlushPolicy(values["flush_policy"]),
+            flush_interval_ms=int(values["flush_interval_ms"]),
+        )
+
+
+def parse_address(text: str, what: str) -> tuple[str, int]:
+    """Split HOST:PORT (IPv6 hosts in brackets); raise INVALID_CONFIG naming ``what``."""
+    host, sep, port_text = text.strip().rpartition(":")
+    port = _parse_int(port_text)
+    if not sep or not host or port is None or not 0 <= port <= 65535:
+        raise _invalid(f"{what} must be HOST:PORT with a port in [0, 65535], got {text!r}")
+    return host.strip("[]"), port
+
+
+assert [f.name for f in dataclasses.fields(NodeConfig)] == [s.name for s in SETTINGS]
+assert all(getattr(NodeConfig(), s.name) == s.default for s in SETTINGS)
+
+
+def parse_topic_configs(configs: Mapping[str, str], defaults: NodeConfig) -> dict[str, str]:
+    """Validate per-topic overrides; return every topic setting's effective value as text."""
+    unknown = sorted(set(configs) - set(TOPIC_SETTINGS))
+    if unknown:
+        raise _invalid(
+            f"unknown topic config {', '.join(unknown)}; valid: {', '.join(TOPIC_SETTINGS)}"
+        )
+    values = defaults.topic_defaults()
+    for name, raw in configs.items():
+        values[name] = str(SETTINGS_BY_NAME[name].parse(raw, "topic config"))
+    if int(values["max_message_bytes"]) + MiB > defaults.request_bytes_max:
+        raise _invalid(
+            f"max_message_bytes {values['max_message_bytes']} must leave 1 MiB under the "
+            f"node's request_bytes_max ({defaults.request_bytes_max})"
+        )
+    return values
+
+
+def load(
+    file: Path | None,
+    environ: Mapping[str, str],
+    flags: Mapping[str, object],
+) -> NodeConfig:
+    """Merge defaults < TOML file < HEADWATER_* environment < flags into a NodeConfig.
+
+    ``flags`` holds only the flags given (None values are ignored).
+    """
+    values: dict[str, Any] = {}
+    if file is not None:
+        try:
+            document = tomllib.loads(file.read_text())
+        except OSError as exc:
+            raise _invalid(f"cannot read config file {file}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise _invalid(f"config file {file} is not valid TOML: {exc}") from exc
+        section = document.get("headwater", document)
+        unknown = sorted(set(section) - set(SETTINGS_BY_NAME))
+        if unknown:
+            raise _invalid(f"unknown key(s) in {file}: {', '.join(unknown)}")
+        values.update({k: SETTINGS_BY_NAME[k].parse(v, str(file)) for k, v in section.items()})
+    for setting in SETTINGS:
+        raw = environ.get(f"HEADWATER_{setting.name.upper()}")
+        if raw is not None:
+            values[setting.name] = setting.parse(raw, f"HEADWATER_{setting.name.upper()}")
+    for name, raw in flags.items():
+        if raw is not None:
+            values[name] = SETTINGS_BY_NAME[name].parse(raw, f"--{name.replace('_', '-')}")
+    return NodeConfig(**values)
+
+
+def render_markdown() -> str:
+    """docs/configuration.md, generated from SETTINGS."""
+    lines = [
+        "# Configuration",
+        "",
+        "Generated from `headwater/config.py` by `python -m headwater.config`; do not edit.",
+        "",
+        "A node reads, lowest to highest precedence: built-in defaults, the TOML file given "
+        "with `headwater serve --config FILE` (keys at the top level or under `[headwater]`), "
+        "`HEADWATER_<KEY>` environment variables (for example `HEADWATER_DATA_DIR=/var/hw`), "
+        "and command-line flags (`--data-dir`, `--listen`, `--node-id`). Invalid values "
+        "stop the node with a message that names the key, its source and the valid range.",
+        "",
+        "Topic-level keys are the node's defaults for new topics; each topic may override "
+        "them at creation: `headwater topics create NAME --config retention_ms=3600000`.",
+        "",
+        "| key | default | unit | valid | topic-level | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        if s.choices:
+            valid = ", ".join(f"`{c}`" for c in s.choices)
+        elif isinstance(s.default, int):
+            low = s.low if s.low is not None else -INT64_MAX
+            high = s.high if s.high is not None else INT64_MAX
+            valid = f"[{low}, {high}]" + (" or -1 (no limit)" if s.minus_one_disables else "")
+        else:
+            valid = "text"
+        lines.append(
+            f"| `{s.name}` | `{s.default}` | {s.unit} | {valid} | "
+            f"{'yes' if s.topic else ''} | {s.doc} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")

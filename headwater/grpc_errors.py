@@ -1,0 +1,65 @@
+"""HeadwaterError <-> gRPC status, in both directions (the one place that does it).
+
+On the wire an error is a gRPC status with code ``GRPC_STATUS_OF[error_code]``, the
+message ``"<CODE_NAME>: <message>"``, and one ``google.rpc.ErrorInfo`` detail: reason =
+the ErrorCode name, domain = "headwater.v1", metadata ``code`` (the number) and
+``retriable`` ("true"/"false").
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from headwater.errors import ERROR_DOMAIN, GRPC_STATUS_OF, ErrorCode, HeadwaterError
+
+_TRANSPORT_CODES = {
+    grpc.StatusCode.UNAVAILABLE: ErrorCode.NETWORK_EXCEPTION,
+    grpc.StatusCode.DEADLINE_EXCEEDED: ErrorCode.REQUEST_TIMED_OUT,
+    grpc.StatusCode.CANCELLED: ErrorCode.NETWORK_EXCEPTION,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ErrorCode.INVALID_REQUEST,
+}
+
+
+def to_status(error: HeadwaterError) -> grpc.Status:
+    info = error_details_pb2.ErrorInfo(
+        reason=error.code.name,
+        domain=ERROR_DOMAIN,
+        metadata={"code": str(int(error.code)), "retriable": str(error.retriable).lower()},
+    )
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    status = status_pb2.Status(
+        code=int(GRPC_STATUS_OF[error.code]), message=str(error), details=[detail]
+    )
+    return rpc_status.to_status(status)
+
+
+def abort(context: grpc.ServicerContext, error: HeadwaterError) -> NoReturn:
+    context.abort_with_status(to_status(error))
+    raise AssertionError("abort_with_status returned")  # pragma: no cover
+
+
+def from_rpc_error(exc: grpc.RpcError, target: str) -> HeadwaterError:
+    """Translate a failed call into a HeadwaterError (transport failures included)."""
+    call = exc if isinstance(exc, grpc.Call) else None
+    if call is not None:
+        status = rpc_status.from_call(call)
+        if status is not None:
+            for detail in status.details:
+                if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                    info = error_details_pb2.ErrorInfo()
+                    detail.Unpack(info)
+                    if info.domain == ERROR_DOMAIN and info.reason in ErrorCode.__members__:
+                        code = ErrorCode[info.reason]
+                        prefix = f"{code.name}: "
+                        message = status.message.removeprefix(prefix)
+                        return HeadwaterError(code, message)
+    code_of_call = call.code() if call is not None else grpc.StatusCode.UNKNOWN
+    details = (call.details() if call is not None else None) or str(exc)
+    error_code = _TRANSPORT_CODES.get(code_of_call, ErrorCode.UNKNOWN_SERVER_ERROR)
+    return HeadwaterError(error_code, f"{target}: {details} (gRPC {code_of_call.name})")
