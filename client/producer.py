@@ -436,6 +436,11 @@ class Producer:
                 now = time.monotonic()
                 wake_at = now + 1.0
                 for slot, open_batch in list(self._open.items()):
+                    # While the partition has a request in flight or batches queued, its
+                    # open batch keeps filling (as Kafka's accumulator does): closing it on
+                    # linger alone would queue one tiny batch per record behind the wire.
+                    if slot in self._in_flight or self._ready.get(slot):
+                        continue
                     due = open_batch.created + self.linger_s
                     if self._flush_requests or self._closing or due <= now:
                         self._close_open(slot)

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.malloc_tuning import tune_malloc
+from headwater.runtime_tuning import tune_runtime
 
 _err = Console(stderr=True, highlight=False)
 
@@ -133,7 +133,7 @@ def with_common(function: Any) -> Any:
 @click.group()
 def bench() -> None:
     """Measure produce, consume and end-to-end performance against running nodes."""
-    tune_malloc()
+    tune_runtime()
 
 
 @bench.command("produce")

@@ -17,7 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from headwater.config import NodeConfig
-from headwater.malloc_tuning import tune_malloc
+from headwater.runtime_tuning import tune_runtime
 from headwater.node.log_manager import LogManager
 from headwater.node.service import AdminService, BrokerService
 from headwater.v1 import headwater_pb2 as pb
@@ -96,7 +96,7 @@ class Node:
 
 def serve(config: NodeConfig) -> None:
     """Run a node until SIGTERM/SIGINT."""
-    tune_malloc()
+    tune_runtime()
     node = Node(config)
     node.start()
     stopping = threading.Event()

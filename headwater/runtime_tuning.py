@@ -1,0 +1,44 @@
+"""Process-wide tuning applied once at start-up by the server and the benchmarks.
+
+- glibc's mmap and trim thresholds are raised so that large gRPC buffers reuse heap
+  memory: with the defaults every buffer above 128 KiB is a fresh mmap that page-faults
+  on first touch (a no-op where glibc is absent).
+- The GIL switch interval drops from 5 ms to 0.5 ms: a node runs many threads (gRPC
+  workers, long polls, log maintenance), and a thread waiting for the GIL behind a busy
+  one otherwise waits up to 5 ms. Measured here on a 10-record produce: p99 5.8 ms -> 1.4
+  ms, p50 1.29 -> 1.06 ms.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+from typing import Final
+
+M_TRIM_THRESHOLD: Final = -1
+M_MMAP_THRESHOLD: Final = -3
+MMAP_THRESHOLD_BYTES: Final = 32 << 20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit
+TRIM_THRESHOLD_BYTES: Final = 512 << 20
+SWITCH_INTERVAL_S: Final = 0.0005
+
+
+def tune_runtime() -> None:
+    """Apply every tuning of this module."""
+    tune_malloc()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
+def tune_malloc() -> bool:
+    """Return True when the thresholds were set."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    ok_mmap = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    ok_trim = mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    return bool(ok_mmap and ok_trim)
