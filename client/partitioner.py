@@ -7,9 +7,13 @@ partitions``, so a key lands on the same partition number as in Kafka.
 
 from __future__ import annotations
 
-import random
+from typing import TYPE_CHECKING
+
 from functools import lru_cache
 from typing import Final
+
+if TYPE_CHECKING:
+    import random  # the caller passes a seeded random.Random
 
 _SEED: Final = 0x9747B28C
 _M: Final = 0x5BD1E995

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import random
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
+
+if TYPE_CHECKING:
+    import random  # the caller passes a seeded random.Random
 
 
 @dataclass(frozen=True, slots=True)

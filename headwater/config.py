@@ -31,6 +31,15 @@ MiB: Final = 1 << 20
 DAY_MS: Final = 24 * 3600 * 1000
 
 
+def parse_address(text: str, what: str) -> tuple[str, int]:
+    """Split HOST:PORT (IPv6 hosts in brackets); raise INVALID_CONFIG naming ``what``."""
+    host, sep, port_text = text.strip().rpartition(":")
+    port = _parse_int(port_text)
+    if not sep or not host or port is None or not 0 <= port <= 65535:
+        raise _invalid(f"{what} must be HOST:PORT with a port in [0, 65535], got {text!r}")
+    return host.strip("[]"), port
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     """One configuration key: its default, unit, valid range or choices, and meaning."""
@@ -44,6 +53,7 @@ class Setting:
     choices: tuple[str, ...] = ()
     minus_one_disables: bool = False
     topic: bool = False
+    address: bool = False
 
     def parse(self, raw: object, source: str) -> int | str:
         """Convert and range-check a value from ``source``; raise INVALID_CONFIG if wrong."""
@@ -64,6 +74,8 @@ class Setting:
         if not isinstance(raw, str):
             raise _invalid(f"{self.name} from {source} must be text, got {raw!r}")
         text = raw.strip()
+        if self.address and text:
+            parse_address(text, f"{self.name} from {source}")
         if self.choices and text not in self.choices:
             raise _invalid(
                 f"{self.name} from {source} is {text!r}; valid: {', '.join(self.choices)}"
@@ -90,11 +102,12 @@ def _invalid(message: str) -> HeadwaterError:
 
 SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("node_id", 1, "This node's id, unique in the cluster.", low=0, high=INT32_MAX),
-    Setting("listen", DEFAULT_LISTEN, "HOST:PORT the gRPC server binds."),
+    Setting("listen", DEFAULT_LISTEN, "HOST:PORT the gRPC server binds.", address=True),
     Setting(
         "advertised_address",
         "",
         "HOST:PORT clients are told to connect to; empty means the listen address.",
+        address=True,
     ),
     Setting("data_dir", "./data", "Folder holding the node's topics and partition logs."),
     Setting("rack", "", "Rack (failure domain) of this node, for replica placement."),
@@ -285,9 +298,6 @@ class NodeConfig:
     def __post_init__(self) -> None:
         for setting in SETTINGS:
             setting.parse(getattr(self, setting.name), "config")
-        parse_address(self.listen, "listen")
-        if self.advertised_address:
-            parse_address(self.advertised_address, "advertised_address")
         if self.fetch_bytes_default > self.fetch_bytes_max:
             raise _invalid(
                 f"fetch_bytes_default ({self.fetch_bytes_default}) exceeds fetch_bytes_max "
@@ -319,15 +329,6 @@ class NodeConfig:
             flush_policy=FlushPolicy(values["flush_policy"]),
             flush_interval_ms=int(values["flush_interval_ms"]),
         )
-
-
-def parse_address(text: str, what: str) -> tuple[str, int]:
-    """Split HOST:PORT (IPv6 hosts in brackets); raise INVALID_CONFIG naming ``what``."""
-    host, sep, port_text = text.strip().rpartition(":")
-    port = _parse_int(port_text)
-    if not sep or not host or port is None or not 0 <= port <= 65535:
-        raise _invalid(f"{what} must be HOST:PORT with a port in [0, 65535], got {text!r}")
-    return host.strip("[]"), port
 
 
 assert [f.name for f in dataclasses.fields(NodeConfig)] == [s.name for s in SETTINGS]

@@ -403,6 +403,9 @@ def read_header(buffer: bytes | memoryview, position: int = 0) -> BatchHeader:
     total = header.total_size
     if header.magic != MAGIC:
         raise CorruptBatchError(f"magic {header.magic} at position {position}, expected {MAGIC}")
+    if bytes(buffer[position + 17 : position + 20]) != b"\x00\x00\x00":
+        # Outside the CRC (like base_offset and leader_epoch), so checked here.
+        raise CorruptBatchError(f"reserved header bytes 17-19 at position {position} are not zero")
     if total < HEADER_BYTES or total % ALIGNMENT or total > BATCH_BYTES_MAX:
         raise CorruptBatchError(
             f"batch_length {header.batch_length} gives total size {total}: must be a multiple "

@@ -64,6 +64,8 @@ class MemoryLog:
             if not self._start <= offset <= self._end:
                 raise offset_out_of_range(offset, self._start, self._end)
             bound = self._end if upper_bound is None else min(upper_bound, self._end)
+            if offset >= bound:
+                return ReadResult(b"", offset)
             i = bisect.bisect_right(self._bases, offset) - 1
             parts: list[bytes] = []
             size = 0

@@ -1,0 +1,32 @@
+"""Shared fixtures: real node processes on loopback ports with data in tmp folders."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.node_process import NodeProcess
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[NodeProcess]:
+    """One node with embedded defaults, its own port and data folder; killed afterwards."""
+    process = NodeProcess(tmp_path / "data")
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.fixture(scope="module")
+def shared_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    """One node shared by a module's tests (each test uses its own topics)."""
+    process = NodeProcess(tmp_path_factory.mktemp("shared") / "data")
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()

@@ -1,0 +1,71 @@
+"""Configuration: precedence, validation messages, and generated docs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from headwater.config import DEFAULT_LISTEN, SETTINGS, NodeConfig, load, parse_topic_configs, render_markdown
+from headwater.errors import ErrorCode, HeadwaterError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_defaults_are_a_single_local_node() -> None:
+    config = load(None, {}, {})
+    assert config.listen == DEFAULT_LISTEN == "127.0.0.1:7700"
+    assert config.data_dir == "./data"
+    assert config.retention_ms == 7 * 24 * 3600 * 1000
+    assert config.flush_policy == "os"
+
+
+def test_precedence_file_then_env_then_flags(tmp_path: Path) -> None:
+    file = tmp_path / "hw.toml"
+    file.write_text('[headwater]\nnode_id = 4\ndata_dir = "/from/file"\nretention_ms = 1000\nlisten = "127.0.0.1:9000"\n')
+    env = {"HEADWATER_DATA_DIR": "/from/env", "HEADWATER_RETENTION_MS": "2000"}
+    config = load(file, env, {"data_dir": "/from/flag", "node_id": None})
+    assert (config.node_id, config.data_dir, config.retention_ms, config.listen) == (4, "/from/flag", 2000, "127.0.0.1:9000")
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ({"HEADWATER_NODE_ID": "abc"}, "must be an integer"),
+        ({"HEADWATER_GRPC_WORKERS": "1"}, "valid range is [4, 1024]"),
+        ({"HEADWATER_FLUSH_POLICY": "sometimes"}, "valid: os, interval, ack"),
+        ({"HEADWATER_LISTEN": "nowhere"}, "HOST:PORT"),
+        ({"HEADWATER_RETENTION_BYTES": "-7"}, "or -1 (no limit)"),
+    ],
+)
+def test_invalid_values_name_the_key_source_and_range(source: dict[str, str], fragment: str) -> None:
+    with pytest.raises(HeadwaterError) as info:
+        load(None, source, {})
+    assert info.value.code == ErrorCode.INVALID_CONFIG
+    assert fragment in info.value.message
+    assert next(iter(source)) in info.value.message
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("node_id = = 3")
+    with pytest.raises(HeadwaterError, match="not valid TOML"):
+        load(bad, {}, {})
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("colour = 'blue'")
+    with pytest.raises(HeadwaterError, match="unknown key"):
+        load(unknown, {}, {})
+    with pytest.raises(HeadwaterError, match="cannot read"):
+        load(tmp_path / "missing.toml", {}, {})
+
+
+def test_topic_configs_fill_in_defaults_and_reject_unknown_keys() -> None:
+    values = parse_topic_configs({"retention_ms": "-1"}, NodeConfig())
+    assert values["retention_ms"] == "-1" and values["segment_bytes"] == str(1 << 30)
+    with pytest.raises(HeadwaterError, match="unknown topic config"):
+        parse_topic_configs({"node_id": "3"}, NodeConfig())
+
+
+def test_configuration_doc_is_current() -> None:
+    assert (ROOT / "docs/configuration.md").read_text() == render_markdown(), "run python -m headwater.config > docs/configuration.md"
+    assert len(SETTINGS) == len({s.name for s in SETTINGS})

@@ -1,0 +1,183 @@
+"""The file log on disk: rolling, recovery from torn and corrupt tails, index rebuilds."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from headwater.log import batch as bf
+from headwater.log.api import FlushPolicy, LogConfig
+from headwater.log.file_log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, FileLog
+from headwater.log.index import SegmentIndex
+from tests.test_log_conformance import read_all
+
+CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256)
+
+
+def fill(log: FileLog, batches: int, per_batch: int = 3, size: int = 40) -> list[bytes]:
+    values = []
+    for i in range(batches):
+        chunk = [f"{i}-{j}".encode().ljust(size, b".") for j in range(per_batch)]
+        log.append(bf.encode_batch(chunk, timestamps_ms=i), 0, 0)
+        values += chunk
+    return values
+
+
+def segments(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.log"))
+
+
+def test_segments_roll_by_size_and_by_time(tmp_path: Path) -> None:
+    log = FileLog(tmp_path, CONFIG, now_ms=0)
+    fill(log, 60)
+    assert log.segment_count > 3
+    assert all(p.stat().st_size <= CONFIG.segment_bytes for p in segments(tmp_path))
+    names = [int(p.stem) for p in segments(tmp_path)]
+    assert names[0] == 0 and names == sorted(names)
+    timed = FileLog(tmp_path / "timed", LogConfig(segment_ms=1000), now_ms=0)
+    timed.append(bf.encode_batch([b"a"]), 0, now_ms=10)
+    timed.append(bf.encode_batch([b"b"]), 0, now_ms=999)
+    assert timed.segment_count == 1
+    timed.append(bf.encode_batch([b"c"]), 0, now_ms=1_000)
+    assert timed.segment_count == 2
+    log.close()
+    timed.close()
+
+
+def test_clean_reopen_keeps_everything(tmp_path: Path) -> None:
+    log = FileLog(tmp_path, CONFIG, now_ms=0)
+    values = fill(log, 50)
+    log.close()
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    reopened = FileLog(tmp_path, CONFIG, now_ms=0)
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # a crash from now on is unclean
+    assert [v for _, v in read_all(reopened, 0)] == values
+    assert reopened.append(bf.encode_batch([b"next"]), 0, 0).base_offset == len(values)
+    reopened.close()
+
+
+@pytest.mark.parametrize("cut", [1, 7, 50, 79, 81])
+def test_torn_tail_is_truncated_to_the_last_whole_batch(tmp_path: Path, cut: int) -> None:
+    log = FileLog(tmp_path, CONFIG, now_ms=0)
+    values = fill(log, 10)
+    log.abandon()  # as after SIGKILL: no marker
+    last = segments(tmp_path)[-1]
+    with open(last, "r+b") as f:
+        f.truncate(last.stat().st_size - cut)
+    recovered = FileLog(tmp_path, CONFIG, now_ms=0)
+    kept = [v for _, v in read_all(recovered, 0)]
+    assert kept == values[: len(kept)] and len(values) - 3 <= len(kept) < len(values)
+    # Appends continue right after the recovered end, and survive another reopen.
+    recovered.append(bf.encode_batch([b"after"]), 0, 0)
+    recovered.close()
+    again = FileLog(tmp_path, CONFIG, now_ms=0)
+    assert [v for _, v in read_all(again, 0)] == [*kept, b"after"]
+    again.close()
+
+
+def test_corrupt_batch_truncates_it_and_every_later_segment(tmp_path: Path) -> None:
+    log = FileLog(tmp_path, CONFIG, now_ms=0)
+    values = fill(log, 60)
+    log.abandon()
+    (tmp_path / RECOVERY_POINT_FILE).write_text("0")  # force a scan from the start
+    victim = segments(tmp_path)[1]
+    data = bytearray(victim.read_bytes())
+    data[200] ^= 0xFF  # inside a batch of the second segment
+    victim.write_bytes(bytes(data))
+    recovered = FileLog(tmp_path, CONFIG, now_ms=0)
+    kept = [v for _, v in read_all(recovered, 0)]
+    assert kept == values[: len(kept)]
+    assert len(segments(tmp_path)) == 2  # later segments deleted
+    assert recovered.log_end_offset == len(kept) < len(values)
+    recovered.close()
+
+
+def test_garbage_appended_to_the_log_is_cut_off(tmp_path: Path) -> None:
+    log = FileLog(tmp_path, CONFIG, now_ms=0)
+    values = fill(log, 5)
+    log.abandon()
+    with open(segments(tmp_path)[-1], "ab") as f:
+        f.write(os.urandom(333))
+    recovered = FileLog(tmp_path, CONFIG, now_ms=0)
+    assert [v for _, v in read_all(recovered, 0)] == values
+    recovered.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "truncated", "points-past-end"])
+def test_bad_index_files_are_rebuilt(tmp_path: Path, damage: str) -> None:
+    log = FileLog(tmp_path, CONFIG, now_ms=0)
+    values = fill(log, 60)
+    log.close()  # clean: indexes would be trusted
+    first = segments(tmp_path)[0]
+    index = first.with_suffix(".index")
+    good_index = index.read_bytes()
+    if damage == "missing":
+        index.unlink()
+    elif damage == "garbage":
+        index.write_bytes(os.urandom(len(good_index)))
+    elif damage == "truncated":
+        index.write_bytes(good_index[:-3])
+    else:
+        index.write_bytes(good_index + (1).to_bytes(4, "little") + (10**6).to_bytes(4, "little"))
+    reopened = FileLog(tmp_path, CONFIG, now_ms=0)
+    assert [v for _, v in read_all(reopened, 0)] == values
+    for offset in range(0, len(values), 7):
+        result = reopened.read(offset, 1)
+        first_header = bf.read_header(result.data)
+        assert first_header.base_offset <= offset < first_header.next_offset
+    reopened.close()
+    assert first.with_suffix(".index").read_bytes() == good_index
+
+
+def test_only_segments_past_the_recovery_point_are_scanned(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=4096, index_interval_bytes=256, flush_policy=FlushPolicy.OS)
+    log = FileLog(tmp_path, config, now_ms=0)
+    fill(log, 60)
+    rolled_to = int(segments(tmp_path)[-1].stem)
+    assert log.recovery_point == rolled_to  # each roll fsyncs the old segment
+    log.abandon()
+    # Damage in a trusted segment's body (not its index) is not looked at on open...
+    trusted = segments(tmp_path)[0]
+    data = bytearray(trusted.read_bytes())
+    data[-20] ^= 0xFF
+    trusted.write_bytes(bytes(data))
+    reopened = FileLog(tmp_path, config, now_ms=0)
+    assert reopened.log_end_offset > 0 and len(segments(tmp_path)) >= 4
+    reopened.abandon()
+    # ...while the same damage past the recovery point is found and cut.
+    (tmp_path / RECOVERY_POINT_FILE).write_text("0")
+    rescanned = FileLog(tmp_path, config, now_ms=0)
+    assert len(segments(tmp_path)) == 1
+    rescanned.close()
+
+
+def test_flush_policy_ack_advances_the_recovery_point_on_every_append(tmp_path: Path) -> None:
+    log = FileLog(tmp_path, LogConfig(flush_policy=FlushPolicy.ACK), now_ms=0)
+    for i in range(5):
+        log.append(bf.encode_batch([b"x"]), 0, 0)
+        assert log.recovery_point == i + 1
+        assert (tmp_path / RECOVERY_POINT_FILE).read_text() == str(i + 1)
+    log.close()
+
+
+def test_interval_flush(tmp_path: Path) -> None:
+    log = FileLog(tmp_path, LogConfig(flush_policy=FlushPolicy.INTERVAL, flush_interval_ms=100), now_ms=0)
+    log.append(bf.encode_batch([b"x"]), 0, 0)
+    assert not log.maybe_flush(now_ms=50)
+    assert log.maybe_flush(now_ms=100)
+    assert log.recovery_point == 1
+    log.close()
+
+
+def test_segment_index_lookups_against_an_oracle() -> None:
+    index = SegmentIndex()
+    entries = [(0, 0), (5, 300), (9, 700), (20, 1500)]
+    for offset, position in entries:
+        index.maybe_add_offset(offset, position)
+    for target in range(25):
+        expected = max(p for o, p in entries if o <= target)
+        assert index.floor_position(target) == expected
+    index.truncate_to_position(700)
+    assert list(index.positions) == [0, 300]

@@ -1,0 +1,301 @@
+"""A real node process over real gRPC: the API, the client library, and bad input."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from headwater.client import Admin, Consumer, Producer, TopicPartition
+from headwater.client.partitioner import partition_for_key
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log import batch as batch_format
+from headwater.v1 import headwater_pb2 as pb
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+from tests.node_process import NodeProcess, wait_until
+
+
+def new_topic(admin: Admin, partitions: int = 1, configs: dict[str, str] | None = None) -> str:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    admin.create_topic(name, partitions, configs=configs)
+    return name
+
+
+def broker(node: NodeProcess) -> pb_grpc.BrokerStub:
+    return pb_grpc.BrokerStub(grpc.insecure_channel(node.address))
+
+
+def consume_all(address: str, topic: str, expected: int, deadline_s: float = 20) -> list:
+    records = []
+    with Consumer(address, auto_offset_reset="earliest") as consumer:
+        consumer.assign(topic)
+        end = time.monotonic() + deadline_s
+        while len(records) < expected and time.monotonic() < end:
+            records.extend(consumer.poll(timeout_ms=500))
+    return records
+
+
+def error_of(call) -> HeadwaterError:
+    with pytest.raises(HeadwaterError) as info:
+        call()
+    return info.value
+
+
+# --------------------------------------------------------------------------- happy paths
+
+
+def test_health_and_reflection(shared_node: NodeProcess) -> None:
+    channel = grpc.insecure_channel(shared_node.address)
+    for service in ("", "headwater.v1.Broker", "headwater.v1.Admin"):
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service))
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    responses = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    names = {s.name for r in responses for s in r.list_services_response.service}
+    assert {"headwater.v1.Broker", "headwater.v1.Admin", "grpc.health.v1.Health"} <= names
+
+
+def test_topic_lifecycle(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        name = new_topic(admin, partitions=3, configs={"retention_ms": "3600000"})
+        assert name in [t.name for t in admin.list_topics()]
+        (description,) = admin.describe_topics([name])
+        assert [p.partition for p in description.partitions] == [0, 1, 2]
+        assert description.configs["retention_ms"] == "3600000"
+        assert description.configs["segment_bytes"] == str(1 << 30)
+        assert all(p.leader == 1 and list(p.isr) == [1] for p in description.partitions)
+        assert error_of(lambda: admin.create_topic(name, 1)).code == ErrorCode.TOPIC_ALREADY_EXISTS
+        admin.delete_topic(name)
+        assert name not in [t.name for t in admin.list_topics()]
+        assert error_of(lambda: admin.describe_topics([name])).code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        # A recreated topic is new: new id, empty log.
+        admin.create_topic(name, 1)
+        (again,) = admin.describe_topics([name])
+        assert again.topic_id != description.topic_id
+        assert again.partitions[0].log_end_offset == 0
+
+
+def test_produce_consume_keys_headers_and_codecs(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        topic = new_topic(admin, partitions=4)
+    sent = []
+    for codec in ("none", "lz4", "zstd"):
+        with Producer(shared_node.address, acks="all", compression=codec, linger_ms=1) as producer:
+            futures = []
+            for i in range(300):
+                key = f"key-{i % 17}".encode()
+                value = f"{codec}-{i}".encode()
+                headers = [("h", str(i).encode()), ("empty", None)] if i % 3 == 0 else None
+                futures.append(producer.send(topic, value, key=key, headers=headers))
+                sent.append((key, value, headers or []))
+            metadata = [f.result(timeout=30) for f in futures]
+        for (key, _, _), meta in zip(sent[-300:], metadata, strict=True):
+            assert meta.partition == partition_for_key(key, 4)
+    received = consume_all(shared_node.address, topic, len(sent))
+    assert sorted((r.key, r.value, r.headers) for r in received) == sorted(sent)
+    # Per partition, offsets are contiguous and in send order.
+    for partition in range(4):
+        offsets = [r.offset for r in received if r.partition == partition]
+        assert offsets == list(range(len(offsets)))
+        values = [r.value for r in received if r.partition == partition]
+        assert values == [v for k, v, _ in sent if partition_for_key(k, 4) == partition]
+
+
+def test_send_batch_and_columnar_view(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        topic = new_topic(admin)
+    values = [f"v{i}".encode() for i in range(5000)]
+    with Producer(shared_node.address, acks=1, batch_bytes=16 << 10) as producer:
+        futures = producer.send_batch(topic, values)
+        assert len(futures) > 1  # cut into several batches by batch_bytes
+        results = [f.result(timeout=30) for f in futures]
+    assert sum(r.record_count for r in results) == 5000
+    assert results[0].base_offset == 0
+    with Consumer(shared_node.address, auto_offset_reset="earliest") as consumer:
+        consumer.assign(topic)
+        got = []
+        wait_until(lambda: got.extend(consumer.poll(200).batches) or sum(b.records.num_rows for b in got) >= 5000, 20, "5000 rows")
+    column = [v for b in got for v in b.records.column("value").to_pylist()]
+    assert column == values
+    assert got[0].records.schema == batch_format.RECORD_SCHEMA
+
+
+def test_list_offsets_and_seek(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        topic = new_topic(admin)
+        with Producer(shared_node.address) as producer:
+            for i in range(10):
+                producer.send(topic, b"x", timestamp_ms=1_000 * (i + 1)).result(timeout=30)
+        assert admin.list_offsets(topic, pb.OFFSET_SPEC_EARLIEST) == {0: 0}
+        assert admin.list_offsets(topic, pb.OFFSET_SPEC_LATEST) == {0: 10}
+        assert admin.list_offsets(topic, pb.OFFSET_SPEC_TIMESTAMP, 4_500) == {0: 4}
+        assert admin.list_offsets(topic, pb.OFFSET_SPEC_TIMESTAMP, 99_000) == {0: 10}
+    with Consumer(shared_node.address) as consumer:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_timestamp(7_000)
+        assert consumer.position(tp) == 6
+        consumer.seek(tp, 8)
+        records = wait_until(lambda: list(consumer.poll(200)), 10, "records from offset 8")
+        assert [r.offset for r in records] == [8, 9]
+        assert [r.timestamp_ms for r in records] == [9_000, 10_000]
+
+
+def test_plain_records_and_decoded_fetch_for_thin_clients(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        topic = new_topic(admin, partitions=3)
+    stub = broker(shared_node)
+    records = [pb.Record(key=f"k{i}".encode(), value=f"v{i}".encode()) for i in range(30)]
+    records.append(pb.Record(value=b"keyless", headers=[pb.Header(key="a", value=b"b")]))
+    response = stub.Produce(
+        pb.ProduceRequest(topic=topic, partition=-1, records=pb.RecordList(records=records), acks=pb.ACKS_ALL)
+    )
+    assert sum(r.record_count for r in response.results) == 31
+    got = []
+    for partition in range(3):
+        fetched = stub.Fetch(
+            pb.FetchRequest(topic=topic, partition=partition, offset=0, format=pb.RECORD_FORMAT_RECORDS)
+        )
+        got += [(r.key if r.HasField("key") else None, r.value) for r in fetched.decoded]
+        for r in fetched.decoded:
+            if r.HasField("key"):
+                assert partition == partition_for_key(r.key, 3)
+    assert sorted(got, key=str) == sorted([(f"k{i}".encode(), f"v{i}".encode()) for i in range(30)] + [(None, b"keyless")], key=str)
+
+
+def test_fetch_is_a_long_poll(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        topic = new_topic(admin)
+    stub = broker(shared_node)
+    empty = stub.Fetch(pb.FetchRequest(topic=topic, partition=0, offset=0, max_wait_ms=0))
+    assert empty.records == b"" and empty.high_watermark == 0
+    future = stub.Fetch.future(pb.FetchRequest(topic=topic, partition=0, offset=0, max_wait_ms=20_000))
+    threading.Timer(0.3, lambda: Producer(shared_node.address).send(topic, b"wake").result(timeout=30)).start()
+    response = future.result(timeout=30)
+    assert batch_format.decode_batches(response.records)[0].records.column("value").to_pylist() == [b"wake"]
+    assert response.next_offset == 1 and response.high_watermark == 1
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_bad_topic_requests(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        cases = {
+            "": "empty",
+            "x" * 250: "limit is 249",
+            "bad name": "illegal character",
+            "a/b": "illegal character",
+            "..": "not allowed",
+            "__internal": "reserved",
+        }
+        for name, fragment in cases.items():
+            error = error_of(lambda name=name: admin.create_topic(name, 1))
+            assert error.code == ErrorCode.INVALID_TOPIC_EXCEPTION, name
+            assert fragment in error.message
+        error = error_of(lambda: admin.create_topic("ok-name", -3))
+        assert error.code == ErrorCode.INVALID_PARTITIONS and "[1, 10000]" in error.message
+        error = error_of(lambda: admin.create_topic("ok-name", 100_001))
+        assert error.code == ErrorCode.INVALID_PARTITIONS
+        error = error_of(lambda: admin.create_topic("ok-name", 1, replication_factor=3))
+        assert error.code == ErrorCode.INVALID_REPLICATION_FACTOR and "[1, 1]" in error.message
+        error = error_of(lambda: admin.create_topic("ok-name", 1, configs={"retention_ms": "-5"}))
+        assert error.code == ErrorCode.INVALID_CONFIG and "retention_ms" in error.message
+        error = error_of(lambda: admin.create_topic("ok-name", 1, configs={"no_such": "1"}))
+        assert error.code == ErrorCode.INVALID_CONFIG and "no_such" in error.message
+        error = error_of(lambda: admin.create_topic("ok-name", 1, configs={"segment_bytes": "big"}))
+        assert "must be an integer" in error.message
+        assert "ok-name" not in [t.name for t in admin.list_topics()]
+        error = error_of(lambda: admin.delete_topic("nosuchtopic"))
+        assert error.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and "nosuchtopic" in error.message
+
+
+def test_bad_produce_requests_leave_data_intact(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        topic = new_topic(admin, partitions=2, configs={"max_message_bytes": "4096"})
+    stub = broker(shared_node)
+    good = batch_format.encode_batch([b"a", b"b"])
+    assert stub.Produce(pb.ProduceRequest(topic=topic, partition=0, batch=good)).results[0].base_offset == 0
+
+    def produce_error(**fields) -> tuple[grpc.StatusCode, str]:
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Produce(pb.ProduceRequest(**fields))
+        return info.value.code(), info.value.details()
+
+    code, details = produce_error(topic="nosuchtopic", partition=0, batch=good)
+    assert code == grpc.StatusCode.NOT_FOUND and "nosuchtopic" in details
+    code, details = produce_error(topic=topic, partition=7, batch=good)
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in details and "[0, 2)" in details
+    code, details = produce_error(topic=topic, partition=0, batch=batch_format.encode_batch([b"x" * 5000]))
+    assert "MESSAGE_TOO_LARGE" in details and "4096" in details
+    corrupt = bytearray(good)
+    corrupt[-9] ^= 0xFF
+    code, details = produce_error(topic=topic, partition=0, batch=bytes(corrupt))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "CRC32C mismatch" in details
+    code, details = produce_error(topic=topic, partition=0, batch=good[:50])
+    assert "CORRUPT_MESSAGE" in details and "truncated" in details
+    code, details = produce_error(topic=topic, partition=0, batch=good + b"\0" * 8)
+    assert "CORRUPT_MESSAGE" in details
+    code, details = produce_error(topic=topic, partition=0, batch=b"garbage!" * 20)
+    assert "CORRUPT_MESSAGE" in details
+    code, details = produce_error(topic=topic, partition=0, acks=9, batch=good)
+    assert "INVALID_REQUIRED_ACKS" in details
+    code, details = produce_error(topic=topic, partition=0)
+    assert "neither" in details
+    code, details = produce_error(topic=topic, partition=-1, batch=good)
+    assert "INVALID_REQUEST" in details
+    code, details = produce_error(topic=topic, partition=0, timeout_ms=-1, batch=good)
+    assert "timeout_ms" in details
+    # Nothing above was appended, and what was appended is intact.
+    fetched = stub.Fetch(pb.FetchRequest(topic=topic, partition=0, offset=0))
+    assert fetched.high_watermark == 2
+    assert batch_format.decode_batches(fetched.records)[0].records.column("value").to_pylist() == [b"a", b"b"]
+
+
+def test_bad_fetch_requests_name_the_valid_range(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        topic = new_topic(admin)
+    stub = broker(shared_node)
+    stub.Produce(pb.ProduceRequest(topic=topic, partition=0, batch=batch_format.encode_batch([b"a"] * 5)))
+
+    def fetch_error(**fields) -> str:
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Fetch(pb.FetchRequest(topic=topic, partition=0, **fields))
+        return info.value.details()
+
+    assert "OFFSET_OUT_OF_RANGE" in fetch_error(offset=-1) and "[0, 5]" in fetch_error(offset=-1)
+    assert "[0, 5]" in fetch_error(offset=6)
+    assert "INVALID_FETCH_SIZE" in fetch_error(offset=0, max_bytes=-1)
+    assert "max_wait_ms" in fetch_error(offset=0, max_wait_ms=-5)
+    assert "max_wait_ms" in fetch_error(offset=0, max_wait_ms=10**9)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Fetch(pb.FetchRequest(topic=topic, partition=3, offset=0))
+    assert "[0, 1)" in info.value.details()
+    with Consumer(shared_node.address, auto_offset_reset="none") as consumer:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        assert error_of(lambda: consumer.seek(tp, -1)).code == ErrorCode.OFFSET_OUT_OF_RANGE
+        consumer.seek(tp, 50)
+        error = error_of(lambda: consumer.poll(5000))
+        assert error.code == ErrorCode.OFFSET_OUT_OF_RANGE and "[0, 5]" in error.message
+    with Consumer(shared_node.address) as consumer:
+        assert error_of(lambda: consumer.assign("nosuchtopic")).code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_errors_carry_code_and_retriable_flag(shared_node: NodeProcess) -> None:
+    from grpc_status import rpc_status
+    from google.rpc import error_details_pb2
+
+    with pytest.raises(grpc.RpcError) as info:
+        broker(shared_node).Fetch(pb.FetchRequest(topic="nosuchtopic", partition=0))
+    status = rpc_status.from_call(info.value)
+    assert status is not None
+    detail = error_details_pb2.ErrorInfo()
+    status.details[0].Unpack(detail)
+    assert detail.reason == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert detail.metadata["code"] == "3" and detail.metadata["retriable"] == "true"
