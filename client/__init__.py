@@ -1,20 +1,32 @@
 """The Python client: Producer, Consumer and Admin over Headwater's gRPC API.
 
-    from headwater.client import Admin, Consumer, Producer
+from headwater.client import Admin, Consumer, Producer
 
-    with Admin("127.0.0.1:7700") as admin:
-        admin.create_topic("events", partitions=3)
-    with Producer("127.0.0.1:7700", acks="all") as producer:
-        producer.send("events", b"hello", key=b"user-1").result()
-    with Consumer("127.0.0.1:7700", auto_offset_reset="earliest") as consumer:
-        consumer.assign("events")
-        for record in consumer.poll(timeout_ms=1000):
-            print(record.partition, record.offset, record.value)
+with Admin("127.0.0.1:7700") as admin:
+    admin.create_topic("events", partitions=3)
+with Producer("127.0.0.1:7700", acks="all") as producer:
+    producer.send("events", b"hello", key=b"user-1").result()
+with Consumer("127.0.0.1:7700", auto_offset_reset="earliest") as consumer:
+    consumer.assign("events")
+    for record in consumer.poll(timeout_ms=1000):
+        print(record.partition, record.offset, record.value)
 """
 
 from headwater.client.admin import Admin
-from headwater.client.consumer import ConsumerRecord, Consumer, FetchedBatch, PollResult, TopicPartition
-from headwater.client.producer import BatchFuture, BatchMetadata, Producer, RecordFuture, RecordMetadata
+from headwater.client.consumer import (
+    Consumer,
+    ConsumerRecord,
+    FetchedBatch,
+    PollResult,
+    TopicPartition,
+)
+from headwater.client.producer import (
+    BatchFuture,
+    BatchMetadata,
+    Producer,
+    RecordFuture,
+    RecordMetadata,
+)
 
 __all__ = [
     "Admin",

@@ -14,7 +14,9 @@ from headwater.v1 import headwater_pb2 as pb
 
 
 class Admin:
-    def __init__(self, bootstrap: str | Sequence[str] | None = None, *, request_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, bootstrap: str | Sequence[str] | None = None, *, request_timeout_s: float = 30.0
+    ) -> None:
         self.cluster = Cluster(bootstrap, request_timeout_s=request_timeout_s)
         self._timeout = request_timeout_s
 
@@ -51,7 +53,7 @@ class Admin:
             lambda a: self.cluster.admin(a).CreateTopics(request, timeout=self._timeout)
         )
         result = response.results[0]
-        if result.error_code != ErrorCode.NONE:
+        if result.error_code != pb.NONE:
             raise HeadwaterError(ErrorCode(result.error_code), result.error_message)
         return result.topic_id
 
@@ -62,7 +64,7 @@ class Admin:
             )
         )
         result = response.results[0]
-        if result.error_code != ErrorCode.NONE:
+        if result.error_code != pb.NONE:
             raise HeadwaterError(ErrorCode(result.error_code), result.error_message)
         self.cluster.invalidate(name)
 
@@ -83,13 +85,19 @@ class Admin:
         return list(response.topics)
 
     def list_offsets(
-        self, topic: str, spec: int = pb.OFFSET_SPEC_LATEST, timestamp_ms: int = 0, partitions: Sequence[int] = ()
+        self,
+        topic: str,
+        spec: pb.OffsetSpec.ValueType = pb.OFFSET_SPEC_LATEST,
+        timestamp_ms: int = 0,
+        partitions: Sequence[int] = (),
     ) -> dict[int, int]:
         """{partition: offset} for earliest, latest (high watermark) or a timestamp."""
         address = self.cluster.leader(topic, partitions[0] if partitions else 0)
         response: pb.ListOffsetsResponse = call(
             lambda: self.cluster.broker(address).ListOffsets(
-                pb.ListOffsetsRequest(topic=topic, partitions=list(partitions), spec=spec, timestamp_ms=timestamp_ms),
+                pb.ListOffsetsRequest(
+                    topic=topic, partitions=list(partitions), spec=spec, timestamp_ms=timestamp_ms
+                ),
                 timeout=self._timeout,
             ),
             address,

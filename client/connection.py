@@ -144,19 +144,24 @@ class Cluster:
             self._brokers = brokers
             for topic in response.topics:
                 leaders = tuple(
-                    brokers.get(p.leader, "") for p in sorted(topic.partitions, key=lambda p: p.partition)
+                    brokers.get(p.leader, "")
+                    for p in sorted(topic.partitions, key=lambda p: p.partition)
                 )
                 self._layouts[topic.name] = TopicLayout(topic.name, topic.topic_id, leaders)
         return response
 
     def layout(self, topic: str) -> TopicLayout:
-        """Cached layout of ``topic``, fetched on first use; UNKNOWN_TOPIC_OR_PARTITION if absent."""
+        """Cached layout of ``topic``, fetched on first use.
+
+        Raises UNKNOWN_TOPIC_OR_PARTITION when the topic does not exist."""
         layout = self._layouts.get(topic)
         if layout is None:
             self.refresh([topic])
             layout = self._layouts.get(topic)
             if layout is None:
-                raise HeadwaterError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
+                raise HeadwaterError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist"
+                )
         return layout
 
     def cached_partitions(self, topic: str) -> int:

@@ -74,7 +74,12 @@ class PollResult:
             columns = fetched.records.to_pydict()
             stamps = fetched.records.column("timestamp").cast(pa.int64()).to_pylist()
             for offset, stamp, key, value, headers in zip(
-                columns["offset"], stamps, columns["key"], columns["value"], columns["headers"], strict=True
+                columns["offset"],
+                stamps,
+                columns["key"],
+                columns["value"],
+                columns["headers"],
+                strict=True,
             ):
                 yield ConsumerRecord(
                     fetched.topic,
@@ -90,7 +95,7 @@ class PollResult:
 class _InFlight:
     __slots__ = ("future", "offset")
 
-    def __init__(self, future: grpc.Future, offset: int) -> None:
+    def __init__(self, future: grpc.Future[pb.FetchResponse], offset: int) -> None:
         self.future = future
         self.offset = offset
 
@@ -141,7 +146,9 @@ class Consumer:
             layout = self.cluster.layout(partitions)
             wanted = [TopicPartition(partitions, p) for p in range(layout.partitions)]
         else:
-            wanted = [p if isinstance(p, TopicPartition) else TopicPartition(*p) for p in partitions]
+            wanted = [
+                p if isinstance(p, TopicPartition) else TopicPartition(*p) for p in partitions
+            ]
             for tp in wanted:
                 self.cluster.leader(tp.topic, tp.partition)  # raises for unknown ones
         self._cancel_all()
@@ -154,29 +161,46 @@ class Consumer:
         targets = list(self._positions) if partitions is None else list(partitions)
         for tp in targets:
             if tp not in self._positions:
-                raise HeadwaterError(ErrorCode.INVALID_REQUEST, f"{tp} is not assigned to this consumer")
+                raise HeadwaterError(
+                    ErrorCode.INVALID_REQUEST, f"{tp} is not assigned to this consumer"
+                )
         return targets
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Next poll reads ``partition`` from ``offset`` (checked by the broker)."""
         if offset < 0:
-            raise HeadwaterError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is negative; offsets start at 0")
+            raise HeadwaterError(
+                ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is negative; offsets start at 0"
+            )
         self._targets([partition])
         self._cancel(partition)
         self._positions[partition] = offset
 
-    def _list_offsets(self, topic: str, partitions: list[int], spec: int, timestamp_ms: int = 0) -> dict[int, int]:
+    def _list_offsets(
+        self,
+        topic: str,
+        partitions: list[int],
+        spec: pb.OffsetSpec.ValueType,
+        timestamp_ms: int = 0,
+    ) -> dict[int, int]:
         address = self.cluster.leader(topic, partitions[0])
         response: pb.ListOffsetsResponse = call(
             lambda: self.cluster.broker(address).ListOffsets(
-                pb.ListOffsetsRequest(topic=topic, partitions=partitions, spec=spec, timestamp_ms=timestamp_ms),
+                pb.ListOffsetsRequest(
+                    topic=topic, partitions=partitions, spec=spec, timestamp_ms=timestamp_ms
+                ),
                 timeout=self.cluster.request_timeout_s,
             ),
             address,
         )
         return {o.partition: o.offset for o in response.offsets}
 
-    def _seek_spec(self, partitions: Iterable[TopicPartition] | None, spec: int, timestamp_ms: int = 0) -> None:
+    def _seek_spec(
+        self,
+        partitions: Iterable[TopicPartition] | None,
+        spec: pb.OffsetSpec.ValueType,
+        timestamp_ms: int = 0,
+    ) -> None:
         by_topic: dict[str, list[int]] = {}
         for tp in self._targets(partitions):
             by_topic.setdefault(tp.topic, []).append(tp.partition)
@@ -192,7 +216,9 @@ class Consumer:
     def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         self._seek_spec(partitions, pb.OFFSET_SPEC_LATEST)
 
-    def seek_to_timestamp(self, timestamp_ms: int, partitions: Iterable[TopicPartition] | None = None) -> None:
+    def seek_to_timestamp(
+        self, timestamp_ms: int, partitions: Iterable[TopicPartition] | None = None
+    ) -> None:
         """Position at the first record with timestamp >= timestamp_ms (else the end)."""
         self._seek_spec(partitions, pb.OFFSET_SPEC_TIMESTAMP, timestamp_ms)
 
@@ -207,9 +233,14 @@ class Consumer:
     def _reset(self, partition: TopicPartition, cause: HeadwaterError | None = None) -> None:
         if self.auto_offset_reset == "none":
             raise cause or HeadwaterError(
-                ErrorCode.OFFSET_OUT_OF_RANGE, f"{partition} has no position and auto_offset_reset is 'none'"
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"{partition} has no position and auto_offset_reset is 'none'",
             )
-        spec = pb.OFFSET_SPEC_EARLIEST if self.auto_offset_reset == "earliest" else pb.OFFSET_SPEC_LATEST
+        spec = (
+            pb.OFFSET_SPEC_EARLIEST
+            if self.auto_offset_reset == "earliest"
+            else pb.OFFSET_SPEC_LATEST
+        )
         self._seek_spec([partition], spec)
 
     # ------------------------------------------------------------------ fetching
@@ -240,7 +271,9 @@ class Consumer:
         self._in_flight[partition] = _InFlight(future, offset)
         future.add_done_callback(lambda _: self._arrived.set())
 
-    def _collect(self, partition: TopicPartition, in_flight: _InFlight) -> list[FetchedBatch] | None:
+    def _collect(
+        self, partition: TopicPartition, in_flight: _InFlight
+    ) -> list[FetchedBatch] | None:
         try:
             response: pb.FetchResponse = in_flight.future.result()
         except grpc.FutureCancelledError:
@@ -270,7 +303,9 @@ class Consumer:
     def poll(self, timeout_ms: int = 1000) -> PollResult:
         """Return whatever arrives within ``timeout_ms`` (possibly nothing)."""
         if not self._positions:
-            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "no partitions assigned; call assign() first")
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST, "no partitions assigned; call assign() first"
+            )
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         while True:
             for tp in self._positions:

@@ -7,10 +7,8 @@ partitions``, so a key lands on the same partition number as in Kafka.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from functools import lru_cache
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     import random  # the caller passes a seeded random.Random

@@ -45,7 +45,12 @@ from headwater.log.batch import Compression, HeaderPairs, encode_batch
 from headwater.v1 import headwater_pb2 as pb
 
 RECORD_OVERHEAD_BYTES: Final = 12
-_ACKS: Final = {"0": pb.ACKS_NONE, "1": pb.ACKS_LEADER, "all": pb.ACKS_ALL, "-1": pb.ACKS_ALL}
+_ACKS: Final[dict[str, pb.Acks.ValueType]] = {
+    "0": pb.ACKS_NONE,
+    "1": pb.ACKS_LEADER,
+    "all": pb.ACKS_ALL,
+    "-1": pb.ACKS_ALL,
+}
 _INVALIDATING: Final = frozenset(
     {
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -56,7 +61,7 @@ _INVALIDATING: Final = frozenset(
 )
 
 
-def parse_acks(acks: str | int) -> int:
+def parse_acks(acks: str | int) -> pb.Acks.ValueType:
     """0, 1 or "all" (also -1) to the protobuf Acks value; INVALID_REQUIRED_ACKS otherwise."""
     value = _ACKS.get(str(acks).strip().lower())
     if value is None:
@@ -83,7 +88,15 @@ class BatchMetadata:
 class BatchResult:
     """Completion of one batch, shared by the futures of its records."""
 
-    __slots__ = ("_callbacks", "_event", "base_offset", "error", "partition", "record_count", "topic")
+    __slots__ = (
+        "_callbacks",
+        "_event",
+        "base_offset",
+        "error",
+        "partition",
+        "record_count",
+        "topic",
+    )
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -168,7 +181,17 @@ class BatchFuture:
 
 
 class _OpenBatch:
-    __slots__ = ("created", "has_headers", "has_keys", "headers", "keys", "result", "size", "timestamps", "values")
+    __slots__ = (
+        "created",
+        "has_headers",
+        "has_keys",
+        "headers",
+        "keys",
+        "result",
+        "size",
+        "timestamps",
+        "values",
+    )
 
     def __init__(self, result: BatchResult, now: float) -> None:
         self.result = result
@@ -225,7 +248,9 @@ class Producer:
             ("max_block_ms", max_block_ms, 0),
         ):
             if value < low:
-                raise HeadwaterError(ErrorCode.INVALID_CONFIG, f"{name} is {value}; must be >= {low}")
+                raise HeadwaterError(
+                    ErrorCode.INVALID_CONFIG, f"{name} is {value}; must be >= {low}"
+                )
         self.acks = parse_acks(acks)
         self.compression = Compression.parse(compression)
         self.linger_s = linger_ms / 1000
@@ -245,7 +270,9 @@ class Producer:
         self._buffered_bytes = 0
         self._flush_requests = 0
         self._closing = False
-        self._sender = threading.Thread(target=self._run_sender, name="producer-sender", daemon=True)
+        self._sender = threading.Thread(
+            target=self._run_sender, name="producer-sender", daemon=True
+        )
         self._sender.start()
 
     def __enter__(self) -> Producer:
@@ -302,7 +329,11 @@ class Producer:
         """Queue one record; the future resolves once the batch holding it is acknowledged."""
         target = self._partition_for(topic, key, partition)
         stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0) + (len(key) if key else 0)
+        size = (
+            RECORD_OVERHEAD_BYTES
+            + (len(value) if value is not None else 0)
+            + (len(key) if key else 0)
+        )
         slot = (topic, target)
         with self._cond:
             self._reserve(size)
@@ -495,7 +526,9 @@ class Producer:
             timeout_ms=int(self.request_timeout_s * 1000),
         )
         try:
-            call = self.cluster.broker(address).Produce.future(request, timeout=self.request_timeout_s)
+            call = self.cluster.broker(address).Produce.future(
+                request, timeout=self.request_timeout_s
+            )
         except HeadwaterError as error:
             self._finish(slot, pending, -1, error)
             return
@@ -503,7 +536,13 @@ class Producer:
             pending.result.complete(-1, None)
         call.add_done_callback(lambda done: self._on_response(slot, pending, done, address))
 
-    def _on_response(self, slot: tuple[str, int], pending: _Pending, done: grpc.Future, address: str) -> None:
+    def _on_response(
+        self,
+        slot: tuple[str, int],
+        pending: _Pending,
+        done: grpc.Future[pb.ProduceResponse],
+        address: str,
+    ) -> None:
         try:
             response: pb.ProduceResponse = done.result()
         except grpc.RpcError as exc:
@@ -527,7 +566,13 @@ class Producer:
             return
         self._finish(slot, pending, -1, error)
 
-    def _finish(self, slot: tuple[str, int], pending: _Pending, base_offset: int, error: HeadwaterError | None) -> None:
+    def _finish(
+        self,
+        slot: tuple[str, int],
+        pending: _Pending,
+        base_offset: int,
+        error: HeadwaterError | None,
+    ) -> None:
         if not pending.result.done():
             pending.result.complete(base_offset, error)
         with self._cond:
@@ -548,7 +593,8 @@ class Producer:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         raise HeadwaterError(
-                            ErrorCode.REQUEST_TIMED_OUT, f"flush did not finish within {timeout_s} s"
+                            ErrorCode.REQUEST_TIMED_OUT,
+                            f"flush did not finish within {timeout_s} s",
                         )
                     self._cond.wait(remaining)
             finally:

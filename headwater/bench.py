@@ -11,7 +11,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from headwater.client.producer import BatchResult
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.runtime_tuning import tune_runtime
 
@@ -45,15 +46,23 @@ class BenchResult:
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:
     """Nearest-rank percentile of already sorted values (fraction in [0, 1])."""
     assert sorted_values
-    rank = max(0, min(len(sorted_values) - 1, int(round(fraction * len(sorted_values) + 0.5)) - 1))
+    rank = max(0, min(len(sorted_values) - 1, round(fraction * len(sorted_values) + 0.5) - 1))
     return sorted_values[rank]
 
 
 def summarize(
-    test: str, records: int, value_bytes: int, seconds: float, latencies_ms: list[float], settings: dict[str, Any]
+    test: str,
+    records: int,
+    value_bytes: int,
+    seconds: float,
+    latencies_ms: list[float],
+    settings: dict[str, Any],
 ) -> BenchResult:
     latencies = sorted(latencies_ms)
-    pick = (lambda f: round(percentile(latencies, f), 3)) if latencies else (lambda f: None)
+
+    def pick(fraction: float) -> float | None:
+        return round(percentile(latencies, fraction), 3) if latencies else None
+
     return BenchResult(
         test=test,
         records=records,
@@ -74,7 +83,8 @@ def report(result: BenchResult, as_json: bool) -> None:
         print(json.dumps(asdict(result)))
         return
     line = (
-        f"{result.test}: {result.records} records of {result.record_bytes} B in {result.seconds} s: "
+        f"{result.test}: {result.records} records of {result.record_bytes} B "
+        f"in {result.seconds} s: "
         f"{result.records_per_s:,.0f} records/s, {result.mb_per_s} MB/s"
     )
     if result.latency_ms_p50 is not None:
@@ -85,7 +95,7 @@ def report(result: BenchResult, as_json: bool) -> None:
     print(line)
 
 
-def _progress(total: int, label: str, disabled: bool) -> Progress:
+def _progress(label: str, disabled: bool) -> Progress:
     return Progress(
         TextColumn(label),
         BarColumn(),
@@ -114,20 +124,36 @@ def make_values(count: int, size: int) -> list[bytes]:
     return [pool[i * size : (i + 1) * size] for i in range(count)]
 
 
-common = [
+_BASE_OPTIONS = [
     click.option("--topic", default="bench", show_default=True),
     click.option("--records", type=click.IntRange(min=1), default=1_000_000, show_default=True),
-    click.option("--record-size", type=click.IntRange(min=8, max=64 << 20), default=100, show_default=True),
-    click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True, help="Partitions if the topic is created."),
     click.option("--json", "as_json", is_flag=True),
     click.option("--bootstrap", envvar="HEADWATER_BOOTSTRAP", default=None),
+]
+_PRODUCE_OPTIONS = [
+    click.option(
+        "--record-size", type=click.IntRange(min=8, max=64 << 20), default=100, show_default=True
+    ),
+    click.option(
+        "--partitions",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        help="Partitions if the topic is created.",
+    ),
 ]
 
 
 def with_common(function: Any) -> Any:
-    for option in reversed(common):
+    for option in reversed(_BASE_OPTIONS):
         function = option(function)
     return function
+
+
+def with_produce_options(function: Any) -> Any:
+    for option in reversed(_PRODUCE_OPTIONS):
+        function = option(function)
+    return with_common(function)
 
 
 @click.group()
@@ -137,16 +163,46 @@ def bench() -> None:
 
 
 @bench.command("produce")
-@with_common
-@click.option("--mode", type=click.Choice(["batch", "record"]), default="batch", show_default=True, help="send_batch calls or per-record send.")
-@click.option("--batch-records", type=click.IntRange(min=1), default=10_000, show_default=True, help="Records per send_batch call.")
-@click.option("--batch-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True, help="Producer batch size.")
+@with_produce_options
+@click.option(
+    "--mode",
+    type=click.Choice(["batch", "record"]),
+    default="batch",
+    show_default=True,
+    help="send_batch calls or per-record send.",
+)
+@click.option(
+    "--batch-records",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Records per send_batch call.",
+)
+@click.option(
+    "--batch-bytes",
+    type=click.IntRange(min=1),
+    default=1 << 20,
+    show_default=True,
+    help="Producer batch size.",
+)
 @click.option("--linger-ms", type=click.IntRange(min=0), default=5, show_default=True)
 @click.option("--acks", type=click.Choice(["0", "1", "all"]), default="1", show_default=True)
-@click.option("--compression", type=click.Choice(["none", "lz4", "zstd"]), default="none", show_default=True)
+@click.option(
+    "--compression", type=click.Choice(["none", "lz4", "zstd"]), default="none", show_default=True
+)
 def bench_produce(
-    topic: str, records: int, record_size: int, partitions: int, as_json: bool, bootstrap: str | None,
-    mode: str, batch_records: int, batch_bytes: int, linger_ms: int, acks: str, compression: str,
+    topic: str,
+    records: int,
+    record_size: int,
+    partitions: int,
+    as_json: bool,
+    bootstrap: str | None,
+    mode: str,
+    batch_records: int,
+    batch_bytes: int,
+    linger_ms: int,
+    acks: str,
+    compression: str,
 ) -> None:
     """Produce RECORDS records of RECORD_SIZE bytes as fast as possible."""
     from headwater.client import Producer
@@ -155,20 +211,20 @@ def bench_produce(
     values = make_values(min(records, batch_records if mode == "batch" else 65_536), record_size)
     latencies: list[float] = []
     lock = threading.Lock()
-    producer = Producer(bootstrap, acks=acks, compression=compression, linger_ms=linger_ms, batch_bytes=batch_bytes)
+    producer = Producer(
+        bootstrap, acks=acks, compression=compression, linger_ms=linger_ms, batch_bytes=batch_bytes
+    )
     sent = 0
     try:
-        with _progress(records, "produce", as_json) as progress:
+        with _progress("produce", as_json) as progress:
             task = progress.add_task("produce", total=records)
             start = time.perf_counter()
             if mode == "batch":
                 while sent < records:
                     count = min(batch_records, records - sent)
                     began = time.perf_counter()
-                    for future in producer.send_batch(topic, values[:count]):
-                        future.add_done_callback(
-                            lambda _b, began=began: _record_latency(latencies, lock, began)
-                        )
+                    for batch_future in producer.send_batch(topic, values[:count]):
+                        batch_future.add_done_callback(_latency_callback(latencies, lock, began))
                     sent += count
                     progress.update(task, completed=sent)
             else:
@@ -181,41 +237,62 @@ def bench_produce(
                         future = send(topic, values[i % pool])
                         if i % sample_every == 0:
                             began = time.perf_counter()
-                            future.add_done_callback(
-                                lambda _b, began=began: _record_latency(latencies, lock, began)
-                            )
+                            future.add_done_callback(_latency_callback(latencies, lock, began))
                     sent = chunk_end
                     progress.update(task, completed=sent)
             producer.flush()
             elapsed = time.perf_counter() - start
     finally:
         producer.close()
-    settings = {"mode": mode, "acks": acks, "compression": compression, "batch_records": batch_records, "batch_bytes": batch_bytes, "linger_ms": linger_ms, "partitions": partitions}
-    report(summarize("produce", records, records * record_size, elapsed, latencies, settings), as_json)
+    settings = {
+        "mode": mode,
+        "acks": acks,
+        "compression": compression,
+        "batch_records": batch_records,
+        "batch_bytes": batch_bytes,
+        "linger_ms": linger_ms,
+        "partitions": partitions,
+    }
+    report(
+        summarize("produce", records, records * record_size, elapsed, latencies, settings), as_json
+    )
 
 
-def _record_latency(latencies: list[float], lock: threading.Lock, began: float) -> None:
-    with lock:
-        latencies.append((time.perf_counter() - began) * 1000)
+def _latency_callback(
+    latencies: list[float], lock: threading.Lock, began: float
+) -> Callable[[BatchResult], None]:
+    """A batch-completion callback that records ms since ``began``."""
+
+    def record(_batch: BatchResult) -> None:
+        with lock:
+            latencies.append((time.perf_counter() - began) * 1000)
+
+    return record
 
 
 @bench.command("consume")
 @with_common
 @click.option("--fetch-bytes", type=click.IntRange(min=1), default=16 << 20, show_default=True)
 def bench_consume(
-    topic: str, records: int, record_size: int, partitions: int, as_json: bool, bootstrap: str | None, fetch_bytes: int
+    topic: str,
+    records: int,
+    as_json: bool,
+    bootstrap: str | None,
+    fetch_bytes: int,
 ) -> None:
     """Read RECORDS records from the beginning of TOPIC through the columnar view."""
     from headwater.client import Consumer
 
-    consumer = Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_bytes=fetch_bytes, check_crcs=True)
+    consumer = Consumer(
+        bootstrap, auto_offset_reset="earliest", fetch_max_bytes=fetch_bytes, check_crcs=True
+    )
     consumer.assign(topic)
     consumer.seek_to_beginning()
     received = 0
     value_bytes = 0
     last_progress = time.monotonic()
     try:
-        with _progress(records, "consume", as_json) as progress:
+        with _progress("consume", as_json) as progress:
             task = progress.add_task("consume", total=records)
             start = time.perf_counter()
             while received < records:
@@ -229,12 +306,16 @@ def bench_consume(
                 elif time.monotonic() - last_progress > 10:
                     raise HeadwaterError(
                         ErrorCode.REQUEST_TIMED_OUT,
-                        f"only {received} of {records} records in topic {topic!r} after 10 s without data",
+                        f"only {received} of {records} records in topic {topic!r} "
+                        "after 10 s without data",
                     )
             elapsed = time.perf_counter() - start
     finally:
         consumer.close()
-    report(summarize("consume", received, value_bytes, elapsed, [], {"fetch_bytes": fetch_bytes}), as_json)
+    report(
+        summarize("consume", received, value_bytes, elapsed, [], {"fetch_bytes": fetch_bytes}),
+        as_json,
+    )
 
 
 def _value_bytes(records: pa.RecordBatch) -> int:
@@ -244,13 +325,26 @@ def _value_bytes(records: pa.RecordBatch) -> int:
 
 
 @bench.command("e2e")
-@with_common
-@click.option("--rate", type=click.IntRange(min=1), default=10_000, show_default=True, help="Records per second to produce.")
+@with_produce_options
+@click.option(
+    "--rate",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Records per second to produce.",
+)
 @click.option("--acks", type=click.Choice(["0", "1", "all"]), default="1", show_default=True)
 @click.option("--linger-ms", type=click.IntRange(min=0), default=0, show_default=True)
 def bench_e2e(
-    topic: str, records: int, record_size: int, partitions: int, as_json: bool, bootstrap: str | None,
-    rate: int, acks: str, linger_ms: int,
+    topic: str,
+    records: int,
+    record_size: int,
+    partitions: int,
+    as_json: bool,
+    bootstrap: str | None,
+    rate: int,
+    acks: str,
+    linger_ms: int,
 ) -> None:
     """Produce at RATE records/s and measure produce-to-consume latency of each record."""
     from headwater.client import Consumer, Producer
@@ -283,7 +377,7 @@ def bench_e2e(
     producer = Producer(bootstrap, acks=acks, linger_ms=linger_ms)
     start = time.perf_counter()
     try:
-        with _progress(records, "e2e", as_json) as progress:
+        with _progress("e2e", as_json) as progress:
             task = progress.add_task("e2e", total=records)
             sent = 0
             while sent < records:
@@ -304,4 +398,9 @@ def bench_e2e(
         raise failure[0]
     elapsed = time.perf_counter() - start
     settings = {"rate": rate, "acks": acks, "linger_ms": linger_ms, "partitions": partitions}
-    report(summarize("e2e", len(latencies), len(latencies) * record_size, elapsed, latencies, settings), as_json)
+    report(
+        summarize(
+            "e2e", len(latencies), len(latencies) * record_size, elapsed, latencies, settings
+        ),
+        as_json,
+    )

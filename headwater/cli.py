@@ -60,7 +60,7 @@ def bootstrap_option(function: F) -> F:
         envvar="HEADWATER_BOOTSTRAP",
         default=None,
         metavar="HOST:PORT[,HOST:PORT...]",
-        help="Nodes to contact first (env HEADWATER_BOOTSTRAP; default the local node 127.0.0.1:7700).",
+        help="Nodes to contact first (env HEADWATER_BOOTSTRAP; default 127.0.0.1:7700).",
     )(function)
 
 
@@ -81,7 +81,9 @@ def main() -> None:
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML config file.")
 @click.option("--node-id", type=int, help="This node's id (default 1).")
 @click.option("--data-dir", help="Folder for the node's data (default ./data).")
-@click.option("--listen", metavar="HOST:PORT", help="Address to serve gRPC on (default 127.0.0.1:7700).")
+@click.option(
+    "--listen", metavar="HOST:PORT", help="Address to serve gRPC on (default 127.0.0.1:7700)."
+)
 @click.option("--advertised-address", metavar="HOST:PORT", help="Address clients are told to use.")
 @click.option("--rack", help="Rack of this node.")
 def serve(
@@ -97,7 +99,8 @@ def serve(
     With no flags: a single local node on 127.0.0.1:7700 with data in ./data.
     """
     from headwater.node.log_manager import DataDirError
-    from headwater.node.server import ListenError, serve as run_node
+    from headwater.node.server import ListenError
+    from headwater.node.server import serve as run_node
 
     flags = {
         "node_id": node_id,
@@ -138,11 +141,30 @@ def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
 
 @topics.command("create")
 @click.argument("name")
-@click.option("--partitions", type=int, default=0, help="Number of partitions (default: the node's).")
-@click.option("--replication-factor", type=int, default=0, help="Replicas per partition (default: the node's).")
-@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="Topic config override (repeatable).")
+@click.option(
+    "--partitions", type=int, default=0, help="Number of partitions (default: the node's)."
+)
+@click.option(
+    "--replication-factor",
+    type=int,
+    default=0,
+    help="Replicas per partition (default: the node's).",
+)
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Topic config override (repeatable).",
+)
 @bootstrap_option
-def topics_create(name: str, partitions: int, replication_factor: int, configs: tuple[str, ...], bootstrap: str | None) -> None:
+def topics_create(
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    configs: tuple[str, ...],
+    bootstrap: str | None,
+) -> None:
     """Create topic NAME."""
     from headwater.client import Admin
 
@@ -163,8 +185,13 @@ def topics_list(internal: bool, as_json: bool, bootstrap: str | None) -> None:
 
     with Admin(bootstrap) as admin:
         listed = admin.list_topics(include_internal=internal)
-    rows = [
-        {"name": t.name, "topic_id": t.topic_id, "partitions": t.partitions, "replication_factor": t.replication_factor}
+    rows: list[dict[str, Any]] = [
+        {
+            "name": t.name,
+            "topic_id": t.topic_id,
+            "partitions": t.partitions,
+            "replication_factor": t.replication_factor,
+        }
         for t in listed
     ]
     if as_json:
@@ -172,7 +199,9 @@ def topics_list(internal: bool, as_json: bool, bootstrap: str | None) -> None:
         return
     table = Table("topic", "partitions", "replication", "id")
     for row in rows:
-        table.add_row(row["name"], str(row["partitions"]), str(row["replication_factor"]), row["topic_id"])
+        table.add_row(
+            row["name"], str(row["partitions"]), str(row["replication_factor"]), row["topic_id"]
+        )
     _out.print(table)
 
 
@@ -214,13 +243,34 @@ def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
         print(json.dumps(data))
         return
     _out.print(f"topic {data['name']}  id {data['topic_id']}", markup=False)
-    table = Table("partition", "leader", "replicas", "isr", "epoch", "start", "end", "high watermark", "bytes", "segments")
+    table = Table(
+        "partition",
+        "leader",
+        "replicas",
+        "isr",
+        "epoch",
+        "start",
+        "end",
+        "high watermark",
+        "bytes",
+        "segments",
+    )
     for p in data["partitions"]:
         table.add_row(
             *(str(p[k]) for k in ("partition", "leader")),
             ",".join(map(str, p["replicas"])),
             ",".join(map(str, p["isr"])),
-            *(str(p[k]) for k in ("leader_epoch", "log_start_offset", "log_end_offset", "high_watermark", "size_bytes", "segment_count")),
+            *(
+                str(p[k])
+                for k in (
+                    "leader_epoch",
+                    "log_start_offset",
+                    "log_end_offset",
+                    "high_watermark",
+                    "size_bytes",
+                    "segment_count",
+                )
+            ),
         )
     _out.print(table)
     configs = Table("config", "value")
@@ -246,10 +296,14 @@ def topics_delete(name: str, bootstrap: str | None) -> None:
 
 @main.command()
 @click.argument("topic")
-@click.option("--key-separator", metavar="SEP", help="Split each line at the first SEP into key and value.")
+@click.option(
+    "--key-separator", metavar="SEP", help="Split each line at the first SEP into key and value."
+)
 @click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
 @click.option("--partition", type=int, default=None, help="Send every record to this partition.")
-@click.option("--compression", type=click.Choice(["none", "lz4", "zstd"]), default="none", show_default=True)
+@click.option(
+    "--compression", type=click.Choice(["none", "lz4", "zstd"]), default="none", show_default=True
+)
 @click.option("--linger-ms", type=click.IntRange(0, 60_000), default=5, show_default=True)
 @bootstrap_option
 def produce(
@@ -277,11 +331,24 @@ def produce(
 
 @main.command()
 @click.argument("topic")
-@click.option("--from-beginning", is_flag=True, help="Start at the earliest offset (default: the end).")
-@click.option("--partition", type=click.IntRange(min=0), default=None, help="Read only this partition.")
-@click.option("--offset", type=click.IntRange(min=0), default=None, help="Start offset (needs --partition).")
-@click.option("--max-messages", type=click.IntRange(min=1), default=None, help="Exit after this many records.")
-@click.option("--timeout-ms", type=click.IntRange(min=0), default=None, help="Exit when no record arrives for this long.")
+@click.option(
+    "--from-beginning", is_flag=True, help="Start at the earliest offset (default: the end)."
+)
+@click.option(
+    "--partition", type=click.IntRange(min=0), default=None, help="Read only this partition."
+)
+@click.option(
+    "--offset", type=click.IntRange(min=0), default=None, help="Start offset (needs --partition)."
+)
+@click.option(
+    "--max-messages", type=click.IntRange(min=1), default=None, help="Exit after this many records."
+)
+@click.option(
+    "--timeout-ms",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Exit when no record arrives for this long.",
+)
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
 @bootstrap_option
 def consume(
@@ -299,7 +366,17 @@ def consume(
 
     if offset is not None and partition is None:
         fail("--offset needs --partition", status=2)
-    consume_lines(sys.stdout.buffer, topic, from_beginning, partition, offset, max_messages, timeout_ms, print_key, bootstrap)
+    consume_lines(
+        sys.stdout.buffer,
+        topic,
+        from_beginning,
+        partition,
+        offset,
+        max_messages,
+        timeout_ms,
+        print_key,
+        bootstrap,
+    )
 
 
 # ---------------------------------------------------------------------- bench

@@ -49,7 +49,9 @@ def produce_lines(
                 key, sep, value = line.partition(separator)
                 if not sep:
                     failed += 1
-                    first_error = first_error or f"line {number} has no key separator {separator.decode()!r}"
+                    first_error = (
+                        first_error or f"line {number} has no key separator {separator.decode()!r}"
+                    )
                     continue
             else:
                 value = line

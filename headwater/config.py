@@ -215,8 +215,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "retention_bytes",
         -1,
-        "Oldest segments are deleted while the partition would still hold this much "
-        "without them.",
+        "Oldest segments are deleted while the partition would still hold this much without them.",
         unit="bytes",
         low=0,
         high=INT64_MAX,
@@ -379,9 +378,9 @@ def load(
         raw = environ.get(f"HEADWATER_{setting.name.upper()}")
         if raw is not None:
             values[setting.name] = setting.parse(raw, f"HEADWATER_{setting.name.upper()}")
-    for name, raw in flags.items():
-        if raw is not None:
-            values[name] = SETTINGS_BY_NAME[name].parse(raw, f"--{name.replace('_', '-')}")
+    for name, flag in flags.items():
+        if flag is not None:
+            values[name] = SETTINGS_BY_NAME[name].parse(flag, f"--{name.replace('_', '-')}")
     return NodeConfig(**values)
 
 

@@ -12,7 +12,7 @@ from typing import NoReturn
 
 import grpc
 from google.protobuf import any_pb2
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
 from headwater.errors import ERROR_DOMAIN, GRPC_STATUS_OF, ErrorCode, HeadwaterError
@@ -46,7 +46,8 @@ def abort(context: grpc.ServicerContext, error: HeadwaterError) -> NoReturn:
 
 def from_rpc_error(exc: grpc.RpcError, target: str) -> HeadwaterError:
     """Translate a failed call into a HeadwaterError (transport failures included)."""
-    call = exc if isinstance(exc, grpc.Call) else None
+    # Failed calls are both grpc.RpcError and grpc.Call at run time; the stubs cannot say so.
+    call: grpc.Call | None = exc if isinstance(exc, grpc.Call) else None  # type: ignore[unreachable]
     if call is not None:
         status = rpc_status.from_call(call)
         if status is not None:

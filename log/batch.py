@@ -252,9 +252,7 @@ def _has_non_null(items: Sequence[object]) -> bool:
     return any(item is not None for item in items)
 
 
-def _header_sections(
-    headers: Sequence[HeaderPairs | None], count: int
-) -> list[bytes | memoryview]:
+def _header_sections(headers: Sequence[HeaderPairs | None], count: int) -> list[bytes | memoryview]:
     if len(headers) != count:
         raise ValueError(f"headers has {len(headers)} entries, expected {count}")
     lists = pa.array([list(h) if h else [] for h in headers], type=_HEADERS_TYPE)
@@ -304,7 +302,9 @@ def decompress(stored: bytes | memoryview, compression: Compression, size: int) 
         else:
             raw = bytes(stored)
     except (zstandard.ZstdError, RuntimeError, ValueError) as exc:
-        raise CorruptBatchError(f"{compression.name.lower()} body does not decompress: {exc}") from exc
+        raise CorruptBatchError(
+            f"{compression.name.lower()} body does not decompress: {exc}"
+        ) from exc
     if len(raw) != size:
         raise CorruptBatchError(
             f"body decompresses to {len(raw)} bytes, header says uncompressed_body_length={size}"
@@ -468,7 +468,9 @@ def verify_batch(buffer: bytes | memoryview, position: int = 0) -> BatchHeader:
     return header
 
 
-def iter_headers(buffer: bytes | memoryview, verify_crc: bool = True) -> Iterator[tuple[int, BatchHeader]]:
+def iter_headers(
+    buffer: bytes | memoryview, verify_crc: bool = True
+) -> Iterator[tuple[int, BatchHeader]]:
     """Yield (position, header) for each whole batch in a concatenation of batches.
 
     Raises CorruptBatchError at the first invalid or truncated batch.
@@ -513,9 +515,14 @@ class _BodyReader:
 
     def offsets(self, count: int, what: str) -> tuple[pa.Buffer, int]:
         buffer = self.take(4 * (count + 1), f"{what} offsets")
-        first, last = struct.unpack_from("<i", buffer, 0)[0], struct.unpack_from("<i", buffer, 4 * count)[0]
+        first, last = (
+            struct.unpack_from("<i", buffer, 0)[0],
+            struct.unpack_from("<i", buffer, 4 * count)[0],
+        )
         if first != 0 or last < 0:
-            raise CorruptBatchError(f"{what} offsets must start at 0 and end >= 0, got {first}..{last}")
+            raise CorruptBatchError(
+                f"{what} offsets must start at 0 and end >= 0, got {first}..{last}"
+            )
         return buffer, last
 
     def binary(self, count: int, what: str, with_validity: bool = True) -> pa.Array:
@@ -536,7 +543,9 @@ def _arange(count: int, start: int) -> pa.Array:
 _ARANGE: Final = pa.array(range(1 << 16), type=pa.int64())
 
 
-def decode_body(header: BatchHeader, body: bytes, check_only: bool = False) -> pa.RecordBatch | None:
+def decode_body(
+    header: BatchHeader, body: bytes, check_only: bool = False
+) -> pa.RecordBatch | None:
     """Decode an uncompressed body into an Arrow RecordBatch of RECORD_SCHEMA.
 
     Every offset array is validated (monotonic, within its data) by Arrow; any failure
@@ -546,19 +555,18 @@ def decode_body(header: BatchHeader, body: bytes, check_only: bool = False) -> p
     count = header.record_count
     reader = _BodyReader(body)
     try:
-        keys = (
-            reader.binary(count, "key")
-            if header.has_keys
-            else pa.nulls(count, type=pa.binary())
-        )
+        keys = reader.binary(count, "key") if header.has_keys else pa.nulls(count, type=pa.binary())
         values = reader.binary(count, "value")
-        deltas = pa.Array.from_buffers(pa.int32(), count, [None, reader.take(4 * count, "timestamp deltas")])
+        deltas = pa.Array.from_buffers(
+            pa.int32(), count, [None, reader.take(4 * count, "timestamp deltas")]
+        )
         if header.has_headers:
             list_offsets, header_count = reader.offsets(count, "header list")
             header_keys = reader.binary(header_count, "header key", with_validity=False)
             header_values = reader.binary(header_count, "header value")
             entries = pa.StructArray.from_arrays(
-                [header_keys.cast(pa.string()), header_values], fields=list(_HEADERS_TYPE.value_type)
+                [header_keys.cast(pa.string()), header_values],
+                fields=list(_HEADERS_TYPE.value_type),
             )
             headers = pa.Array.from_buffers(
                 _HEADERS_TYPE, count, [None, list_offsets], children=[entries]
@@ -576,7 +584,9 @@ def decode_body(header: BatchHeader, body: bytes, check_only: bool = False) -> p
         if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
             timestamps = pa.array([header.max_timestamp] * count, type=pa.int64())
         else:
-            timestamps = pc.add(deltas.cast(pa.int64()), pa.scalar(header.first_timestamp, pa.int64()))
+            timestamps = pc.add(
+                deltas.cast(pa.int64()), pa.scalar(header.first_timestamp, pa.int64())
+            )
     except pa.ArrowInvalid as exc:
         raise CorruptBatchError(f"malformed body: {exc}") from exc
     offsets = _arange(count, header.base_offset)
@@ -586,7 +596,9 @@ def decode_body(header: BatchHeader, body: bytes, check_only: bool = False) -> p
     )
 
 
-def decode_batch(buffer: bytes | memoryview, position: int = 0, verify_crc: bool = True) -> DecodedBatch:
+def decode_batch(
+    buffer: bytes | memoryview, position: int = 0, verify_crc: bool = True
+) -> DecodedBatch:
     """Verify and decode the batch at ``position``."""
     header = verify_batch(buffer, position) if verify_crc else read_header(buffer, position)
     start = position + HEADER_BYTES

@@ -98,7 +98,9 @@ class FileLog:
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         recovery_point = self._read_recovery_point() if not clean else None
-        bases = sorted(int(p.stem) for p in self.directory.glob(f"*{LOG_SUFFIX}") if p.stem.isdigit())
+        bases = sorted(
+            int(p.stem) for p in self.directory.glob(f"*{LOG_SUFFIX}") if p.stem.isdigit()
+        )
         for orphan in self.directory.glob("*.index"):
             if orphan.stem.isdigit() and int(orphan.stem) not in bases:
                 orphan.unlink()
@@ -141,7 +143,8 @@ class FileLog:
             marker.unlink()
             fsync_directory(self.directory)
         self._recovery_point = min(
-            self.log_end_offset, recovery_point if recovery_point is not None else self.log_end_offset
+            self.log_end_offset,
+            recovery_point if recovery_point is not None else self.log_end_offset,
         )
 
     def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
@@ -198,7 +201,9 @@ class FileLog:
                 ) from exc
             if self.config.flush_policy is FlushPolicy.ACK:
                 self._flush_locked()
-            return AppendInfo(base_offset, stamped.last_offset, stamped.record_count, self.log_start_offset)
+            return AppendInfo(
+                base_offset, stamped.last_offset, stamped.record_count, self.log_start_offset
+            )
 
     def _maybe_roll(self, incoming_bytes: int, now_ms: int) -> None:
         active = self._segments[-1]
@@ -249,7 +254,9 @@ class FileLog:
         with self._lock:
             self._check_open()
             summaries = [
-                SegmentSummary(s.base_offset, s.size, s.max_timestamp, s.next_offset - s.base_offset)
+                SegmentSummary(
+                    s.base_offset, s.size, s.max_timestamp, s.next_offset - s.base_offset
+                )
                 for s in self._segments
             ]
             count = segments_to_delete(
@@ -298,7 +305,9 @@ class FileLog:
             for segment in self._segments:
                 if segment.max_timestamp < timestamp_ms:
                     continue
-                offset = segment.base_offset + (segment.index.first_offset_at_or_after(timestamp_ms) or 0)
+                offset = segment.base_offset + (
+                    segment.index.first_offset_at_or_after(timestamp_ms) or 0
+                )
                 while offset < segment.next_offset:
                     data, next_offset = segment.read_from(offset, 1, segment.next_offset)
                     header = batch_format.read_header(data)

@@ -86,7 +86,8 @@ class SegmentIndex:
 
     def offset_file_bytes(self) -> bytes:
         return b"".join(
-            OFFSET_ENTRY.pack(o, p) for o, p in zip(self.relative_offsets, self.positions, strict=True)
+            OFFSET_ENTRY.pack(o, p)
+            for o, p in zip(self.relative_offsets, self.positions, strict=True)
         )
 
     def time_file_bytes(self) -> bytes:
@@ -95,14 +96,14 @@ class SegmentIndex:
         )
 
 
-class IndexCorrupt(ValueError):
+class IndexCorruptError(ValueError):
     """An index file failed a consistency check; it is rebuilt from the log."""
 
 
 def parse_index_files(offset_bytes: bytes, time_bytes: bytes, log_size: int) -> SegmentIndex:
     """Load both index files, checking every invariant; raise IndexCorrupt on any failure."""
     if len(offset_bytes) % OFFSET_ENTRY.size or len(time_bytes) % TIME_ENTRY.size:
-        raise IndexCorrupt(
+        raise IndexCorruptError(
             f"index sizes {len(offset_bytes)}/{len(time_bytes)} are not multiples of "
             f"{OFFSET_ENTRY.size}/{TIME_ENTRY.size}"
         )
@@ -121,14 +122,14 @@ def check_entries(index: SegmentIndex, log_size: int) -> None:
     offsets, positions = index.relative_offsets, index.positions
     for i in range(1, len(offsets)):
         if offsets[i] <= offsets[i - 1] or positions[i] <= positions[i - 1]:
-            raise IndexCorrupt(f"offset index entry {i} does not increase")
+            raise IndexCorruptError(f"offset index entry {i} does not increase")
     if positions and positions[-1] >= max(log_size, 1):
-        raise IndexCorrupt(f"offset index points at {positions[-1]}, log has {log_size} bytes")
+        raise IndexCorruptError(f"offset index points at {positions[-1]}, log has {log_size} bytes")
     if offsets and offsets[0] != 0:
-        raise IndexCorrupt("offset index does not start at the segment's first batch")
+        raise IndexCorruptError("offset index does not start at the segment's first batch")
     stamps = index.timestamps
     for i in range(1, len(stamps)):
         if stamps[i] < stamps[i - 1] or index.time_offsets[i] <= index.time_offsets[i - 1]:
-            raise IndexCorrupt(f"time index entry {i} goes backwards")
+            raise IndexCorruptError(f"time index entry {i} goes backwards")
     if index.time_offsets and offsets and index.time_offsets[-1] > offsets[-1]:
-        raise IndexCorrupt("time index points past the last offset index entry")
+        raise IndexCorruptError("time index points past the last offset index entry")

@@ -43,7 +43,7 @@ class MemoryLog:
     def segment_count(self) -> int:
         return max(len(self._batches), 1)
 
-    def append(self, batch: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
+    def append(self, batch: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:  # noqa: ARG002
         header = batch_format.read_header(batch)
         if header.total_size != len(batch):
             raise batch_format.CorruptBatchError(
@@ -56,7 +56,9 @@ class MemoryLog:
             self._batches.append(data)
             self._headers.append(stamped)
             self._end = stamped.next_offset
-            return AppendInfo(stamped.base_offset, stamped.last_offset, stamped.record_count, self._start)
+            return AppendInfo(
+                stamped.base_offset, stamped.last_offset, stamped.record_count, self._start
+            )
 
     def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> ReadResult:
         assert max_bytes > 0
@@ -84,7 +86,9 @@ class MemoryLog:
         with self._lock:
             for data, header in zip(self._batches, self._headers, strict=True):
                 if header.max_timestamp >= timestamp_ms:
-                    stamps = batch_format.decode_batch(data).records.column("timestamp").cast("int64")
+                    stamps = (
+                        batch_format.decode_batch(data).records.column("timestamp").cast("int64")
+                    )
                     i = pc.index(pc.greater_equal(stamps, timestamp_ms), True).as_py()
                     return header.base_offset + i, stamps[i].as_py()
             return None

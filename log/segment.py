@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from headwater.errors import HeadwaterError
 from headwater.log import batch as batch_format
-from headwater.log.index import IndexCorrupt, SegmentIndex, parse_index_files
+from headwater.log.index import IndexCorruptError, SegmentIndex, parse_index_files
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
@@ -76,7 +77,7 @@ class Segment:
         cursor = position - chunk_start
         if cursor + batch_format.LENGTH_PREFIX_BYTES <= len(chunk):
             total = int.from_bytes(chunk[cursor + 8 : cursor + 12], "little", signed=True) + 12
-            if batch_format.HEADER_BYTES <= total and cursor + total <= len(chunk):
+            if total >= batch_format.HEADER_BYTES and cursor + total <= len(chunk):
                 return chunk, chunk_start
         else:
             total = batch_format.HEADER_BYTES
@@ -101,7 +102,7 @@ class Segment:
                     if verify_crc
                     else batch_format.read_header(chunk, cursor)
                 )
-            except batch_format.HeadwaterError as exc:
+            except HeadwaterError as exc:
                 problem = f"{exc.message} (segment {self.base_offset}, byte {position})"
                 return ScanResult(position, next_offset, max_timestamp, problem)
             if header.base_offset != next_offset:
@@ -125,7 +126,7 @@ class Segment:
                 self.index = parse_index_files(
                     self.index_path.read_bytes(), self.time_index_path.read_bytes(), self.size
                 )
-            except (OSError, IndexCorrupt) as exc:
+            except (OSError, IndexCorruptError) as exc:
                 _log.warning("rebuilding index of segment %s: %s", self.log_path, exc)
             else:
                 if self.index.positions:
@@ -140,9 +141,14 @@ class Segment:
                         start_offset=self.base_offset + self.index.relative_offsets[-1],
                     )
                     if result.problem is None:
-                        self.next_offset, self.max_timestamp = result.next_offset, result.max_timestamp
+                        self.next_offset, self.max_timestamp = (
+                            result.next_offset,
+                            result.max_timestamp,
+                        )
                         return result
-                    _log.warning("rebuilding index of segment %s: %s", self.log_path, result.problem)
+                    _log.warning(
+                        "rebuilding index of segment %s: %s", self.log_path, result.problem
+                    )
                 elif self.size == 0:
                     return ScanResult(0, self.base_offset, -1, None)
         self.reset_index()
@@ -168,7 +174,9 @@ class Segment:
         relative = header.base_offset - self.base_offset
         entry = self.index.maybe_add_offset(relative, position)
         self._index_file.write(entry)
-        time_entry = self.index.maybe_add_time(max(self.max_timestamp, header.max_timestamp), relative)
+        time_entry = self.index.maybe_add_time(
+            max(self.max_timestamp, header.max_timestamp), relative
+        )
         if time_entry:
             self._time_file.write(time_entry)
         return entry
@@ -226,7 +234,9 @@ class Segment:
         """
         position = self.index.floor_position(offset - self.base_offset)
         chunk_start = position
-        want = min(self.size - position, max_bytes + self.index_interval_bytes + batch_format.HEADER_BYTES)
+        want = min(
+            self.size - position, max_bytes + self.index_interval_bytes + batch_format.HEADER_BYTES
+        )
         chunk = os.pread(self.fd, want, position)
         while True:
             chunk, chunk_start = self._batch_at(position, chunk, chunk_start)
@@ -240,7 +250,11 @@ class Segment:
         end = first + header.total_size
         next_offset = header.next_offset
         while end + batch_format.HEADER_BYTES <= len(chunk):
-            following = batch_format.read_header(chunk, end) if end + following_size(chunk, end) <= len(chunk) else None
+            following = (
+                batch_format.read_header(chunk, end)
+                if end + following_size(chunk, end) <= len(chunk)
+                else None
+            )
             if following is None or following.base_offset >= upper_bound:
                 break
             if end + following.total_size - first > max_bytes:

@@ -63,7 +63,9 @@ class LogManager:
         self.cluster_id = self._load_meta()
         self._load_topics()
         self._stop = threading.Event()
-        self._maintenance = threading.Thread(target=self._maintain, name="log-maintenance", daemon=True)
+        self._maintenance = threading.Thread(
+            target=self._maintain, name="log-maintenance", daemon=True
+        )
         self._maintenance.start()
 
     # ------------------------------------------------------------------ start-up
@@ -102,7 +104,9 @@ class LogManager:
         cluster_id = uuid.uuid4().hex
         write_atomically(
             path,
-            json.dumps({"cluster_id": cluster_id, "node_id": self.config.node_id, "format": 1}).encode(),
+            json.dumps(
+                {"cluster_id": cluster_id, "node_id": self.config.node_id, "format": 1}
+            ).encode(),
         )
         return cluster_id
 
@@ -119,7 +123,10 @@ class LogManager:
                 folder = self._partition_dir(record.name, p)
                 expected.add(folder.name)
                 self._partitions[(record.name, p)] = Partition(
-                    record.name, p, FileLog(folder, log_config, now_ms()), log_config.max_message_bytes
+                    record.name,
+                    p,
+                    FileLog(folder, log_config, now_ms()),
+                    log_config.max_message_bytes,
                 )
         for child in self.data_dir.iterdir():
             if child.is_dir() and child.name not in expected:
@@ -130,7 +137,9 @@ class LogManager:
         return self.data_dir / f"{topic}-{partition}"
 
     def _write_topics(self) -> None:
-        document = {"topics": [t.to_json() for t in sorted(self._topics.values(), key=lambda t: t.name)]}
+        document = {
+            "topics": [t.to_json() for t in sorted(self._topics.values(), key=lambda t: t.name)]
+        }
         write_atomically(self.data_dir / TOPICS_FILE, json.dumps(document, indent=1).encode())
 
     # ------------------------------------------------------------------ topics
@@ -228,8 +237,13 @@ class LogManager:
                 target = folder.with_name(f"{folder.name}.{record.topic_id}{DELETE_SUFFIX}")
                 folder.rename(target)
                 doomed.append(target)
+
+        def remove() -> None:
+            for folder in doomed:
+                shutil.rmtree(folder, ignore_errors=True)
+
         threading.Thread(
-            target=lambda: [shutil.rmtree(d, ignore_errors=True) for d in doomed],
+            target=remove,
             name=f"delete-{name}",
             daemon=True,
         ).start()

@@ -64,5 +64,6 @@ class Partition:
         if self._closed:
             raise HeadwaterError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                f"partition {self.index} of topic {self.topic!r} was deleted or the node is stopping",
+                f"partition {self.index} of topic {self.topic!r} was deleted or the node "
+                "is stopping",
             )

@@ -17,9 +17,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from headwater.config import NodeConfig
-from headwater.runtime_tuning import tune_runtime
 from headwater.node.log_manager import LogManager
 from headwater.node.service import AdminService, BrokerService
+from headwater.runtime_tuning import tune_runtime
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
@@ -67,13 +67,12 @@ class Node:
         self.port = 0
 
     def start(self) -> None:
+        cause: RuntimeError | None = None
         try:
             self.port = self.server.add_insecure_port(self.config.listen)
         except RuntimeError as exc:
             self.port = 0
             cause = exc
-        else:
-            cause = None
         if not self.port:
             self.logs.close()
             raise ListenError(
@@ -84,7 +83,10 @@ class Node:
         for service in ("", "headwater.v1.Broker", "headwater.v1.Admin"):
             self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         _log.info(
-            "node %d serving on %s (data in %s)", self.config.node_id, self.config.listen, self.logs.data_dir
+            "node %d serving on %s (data in %s)",
+            self.config.node_id,
+            self.config.listen,
+            self.logs.data_dir,
         )
 
     def stop(self) -> None:
@@ -101,7 +103,7 @@ def serve(config: NodeConfig) -> None:
     node.start()
     stopping = threading.Event()
 
-    def on_signal(signum: int, frame: object) -> None:
+    def on_signal(signum: int, _frame: object) -> None:
         _log.info("received %s, stopping", signal.Signals(signum).name)
         stopping.set()
 

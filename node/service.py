@@ -18,10 +18,10 @@ from typing import Any, Final, TypeVar
 import grpc
 import pyarrow.compute as pc
 
+from headwater.client.partitioner import partition_for_key
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import abort
-from headwater.client.partitioner import partition_for_key
 from headwater.log import batch as batch_format
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
@@ -69,19 +69,25 @@ class BrokerService(pb_grpc.BrokerServicer):
     # ------------------------------------------------------------------ Produce
 
     @rpc_handler
-    def Produce(self, request: pb.ProduceRequest, context: grpc.ServicerContext) -> pb.ProduceResponse:
+    def Produce(
+        self, request: pb.ProduceRequest, context: grpc.ServicerContext
+    ) -> pb.ProduceResponse:
         if request.acks not in ACKS_VALID:
             raise _invalid(
                 f"acks is {request.acks}; valid: 0 (default = all), 1 (none), 2 (leader), 3 (all)",
                 ErrorCode.INVALID_REQUIRED_ACKS,
             )
         if not 0 <= request.timeout_ms <= PRODUCE_TIMEOUT_MS_MAX:
-            raise _invalid(f"timeout_ms is {request.timeout_ms}; valid range is [0, {PRODUCE_TIMEOUT_MS_MAX}]")
+            raise _invalid(
+                f"timeout_ms is {request.timeout_ms}; valid range is [0, {PRODUCE_TIMEOUT_MS_MAX}]"
+            )
         topic = self.logs.topic(request.topic)
         payload = request.WhichOneof("payload")
         if payload == "batch":
             if request.partition == -1:
-                raise _invalid("partition -1 (broker's choice) needs `records`, not an encoded batch")
+                raise _invalid(
+                    "partition -1 (broker's choice) needs `records`, not an encoded batch"
+                )
             partition = self.logs.partition(request.topic, request.partition)
             results = [self._append(partition, request.batch)]
         elif payload == "records":
@@ -117,12 +123,15 @@ class BrokerService(pb_grpc.BrokerServicer):
         if request.compression not in (c.value for c in batch_format.Compression):
             raise HeadwaterError(
                 ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-                f"compression {request.compression} is not supported; valid: 0 (none), 3 (lz4), 4 (zstd)",
+                f"compression {request.compression} is not supported; "
+                "valid: 0 (none), 3 (lz4), 4 (zstd)",
             )
         if request.partition != -1:
             self.logs.topic(request.topic).check_partition(request.partition)
         groups: dict[int, list[pb.Record]] = {}
-        keyless_target = request.partition if request.partition != -1 else next(self._round_robin) % partitions
+        keyless_target = (
+            request.partition if request.partition != -1 else next(self._round_robin) % partitions
+        )
         for record in records:
             if request.partition != -1:
                 target = request.partition
@@ -138,9 +147,12 @@ class BrokerService(pb_grpc.BrokerServicer):
                 [r.value if r.HasField("value") else None for r in group],
                 keys=[r.key if r.HasField("key") else None for r in group],
                 headers=[
-                    [(h.key, h.value if h.HasField("value") else None) for h in r.headers] for r in group
+                    [(h.key, h.value if h.HasField("value") else None) for h in r.headers]
+                    for r in group
                 ],
-                timestamps_ms=[r.timestamp_ms if r.HasField("timestamp_ms") else now for r in group],
+                timestamps_ms=[
+                    r.timestamp_ms if r.HasField("timestamp_ms") else now for r in group
+                ],
                 compression=batch_format.Compression(request.compression),
             )
         return [
@@ -161,10 +173,13 @@ class BrokerService(pb_grpc.BrokerServicer):
             )
         if not 0 <= request.max_wait_ms <= config.fetch_wait_ms_max:
             raise _invalid(
-                f"max_wait_ms is {request.max_wait_ms}; valid range is [0, {config.fetch_wait_ms_max}]"
+                f"max_wait_ms is {request.max_wait_ms}; "
+                f"valid range is [0, {config.fetch_wait_ms_max}]"
             )
         if request.min_bytes < 0:
-            raise _invalid(f"min_bytes is {request.min_bytes}; valid range is [0, {config.fetch_bytes_max}]")
+            raise _invalid(
+                f"min_bytes is {request.min_bytes}; valid range is [0, {config.fetch_bytes_max}]"
+            )
         if request.format not in (pb.RECORD_FORMAT_BATCHES, pb.RECORD_FORMAT_RECORDS):
             raise _invalid(f"format is {request.format}; valid: 0 (batches), 1 (records)")
         partition = self.logs.partition(request.topic, request.partition)
@@ -195,12 +210,22 @@ class BrokerService(pb_grpc.BrokerServicer):
     # ------------------------------------------------------------------ ListOffsets
 
     @rpc_handler
-    def ListOffsets(self, request: pb.ListOffsetsRequest, context: grpc.ServicerContext) -> pb.ListOffsetsResponse:
+    def ListOffsets(
+        self, request: pb.ListOffsetsRequest, context: grpc.ServicerContext
+    ) -> pb.ListOffsetsResponse:
         topic = self.logs.topic(request.topic)
-        if request.spec not in (pb.OFFSET_SPEC_EARLIEST, pb.OFFSET_SPEC_LATEST, pb.OFFSET_SPEC_TIMESTAMP):
-            raise _invalid(f"spec is {request.spec}; valid: 0 (earliest), 1 (latest), 2 (timestamp)")
+        if request.spec not in (
+            pb.OFFSET_SPEC_EARLIEST,
+            pb.OFFSET_SPEC_LATEST,
+            pb.OFFSET_SPEC_TIMESTAMP,
+        ):
+            raise _invalid(
+                f"spec is {request.spec}; valid: 0 (earliest), 1 (latest), 2 (timestamp)"
+            )
         if request.spec == pb.OFFSET_SPEC_TIMESTAMP and request.timestamp_ms < 0:
-            raise _invalid(f"timestamp_ms is {request.timestamp_ms}; must be >= 0", ErrorCode.INVALID_TIMESTAMP)
+            raise _invalid(
+                f"timestamp_ms is {request.timestamp_ms}; must be >= 0", ErrorCode.INVALID_TIMESTAMP
+            )
         indexes = list(request.partitions) or list(range(topic.partitions))
         offsets = []
         for index in indexes:
@@ -212,19 +237,29 @@ class BrokerService(pb_grpc.BrokerServicer):
                 offset = partition.high_watermark
             else:
                 found = partition.log.offset_for_timestamp(request.timestamp_ms)
-                offset, timestamp = found if found and found[0] < partition.high_watermark else (
-                    partition.high_watermark,
-                    -1,
+                offset, timestamp = (
+                    found
+                    if found and found[0] < partition.high_watermark
+                    else (
+                        partition.high_watermark,
+                        -1,
+                    )
                 )
-            offsets.append(pb.PartitionOffset(partition=index, offset=offset, timestamp_ms=timestamp))
+            offsets.append(
+                pb.PartitionOffset(partition=index, offset=offset, timestamp_ms=timestamp)
+            )
         return pb.ListOffsetsResponse(offsets=offsets)
 
     # ------------------------------------------------------------------ Metadata
 
     @rpc_handler
-    def Metadata(self, request: pb.MetadataRequest, context: grpc.ServicerContext) -> pb.MetadataResponse:
+    def Metadata(
+        self, request: pb.MetadataRequest, context: grpc.ServicerContext
+    ) -> pb.MetadataResponse:
         node_id = self.config.node_id
-        records = [self.logs.topic(n) for n in request.topics] if request.topics else self.logs.topics()
+        records = (
+            [self.logs.topic(n) for n in request.topics] if request.topics else self.logs.topics()
+        )
         topics = [
             pb.TopicMetadata(
                 name=record.name,
@@ -243,7 +278,10 @@ class BrokerService(pb_grpc.BrokerServicer):
             for record in records
         ]
         broker = pb.BrokerInfo(
-            node_id=node_id, address=self.config.client_address, rack=self.config.rack, state="running"
+            node_id=node_id,
+            address=self.config.client_address,
+            rack=self.config.rack,
+            state="running",
         )
         return pb.MetadataResponse(
             brokers=[broker], controller_id=node_id, cluster_id=self.logs.cluster_id, topics=topics
@@ -276,7 +314,9 @@ class AdminService(pb_grpc.AdminServicer):
         self.logs = logs
 
     @rpc_handler
-    def CreateTopics(self, request: pb.CreateTopicsRequest, context: grpc.ServicerContext) -> pb.CreateTopicsResponse:
+    def CreateTopics(
+        self, request: pb.CreateTopicsRequest, context: grpc.ServicerContext
+    ) -> pb.CreateTopicsResponse:
         results = []
         for topic in request.topics:
             result = pb.TopicResult(name=topic.name)
@@ -284,36 +324,43 @@ class AdminService(pb_grpc.AdminServicer):
                 if topic.partitions < 0:
                     raise HeadwaterError(
                         ErrorCode.INVALID_PARTITIONS,
-                        f"partitions is {topic.partitions}; valid range is [1, {self.config.partitions_max}]",
+                        f"partitions is {topic.partitions}; "
+                        f"valid range is [1, {self.config.partitions_max}]",
                     )
                 if request.validate_only:
-                    self.logs.check_new_topic(topic.name, topic.partitions, topic.replication_factor, topic.configs)
+                    self.logs.check_new_topic(
+                        topic.name, topic.partitions, topic.replication_factor, topic.configs
+                    )
                 else:
                     record = self.logs.create_topic(
                         topic.name, topic.partitions, topic.replication_factor, topic.configs
                     )
                     result.topic_id = record.topic_id
             except HeadwaterError as error:
-                result.error_code = int(error.code)
+                result.error_code = pb.ErrorCode.ValueType(error.code)
                 result.error_message = error.message
             results.append(result)
         return pb.CreateTopicsResponse(results=results)
 
     @rpc_handler
-    def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: grpc.ServicerContext) -> pb.DeleteTopicsResponse:
+    def DeleteTopics(
+        self, request: pb.DeleteTopicsRequest, context: grpc.ServicerContext
+    ) -> pb.DeleteTopicsResponse:
         results = []
         for name in request.names:
             result = pb.TopicResult(name=name)
             try:
                 self.logs.delete_topic(name)
             except HeadwaterError as error:
-                result.error_code = int(error.code)
+                result.error_code = pb.ErrorCode.ValueType(error.code)
                 result.error_message = error.message
             results.append(result)
         return pb.DeleteTopicsResponse(results=results)
 
     @rpc_handler
-    def ListTopics(self, request: pb.ListTopicsRequest, context: grpc.ServicerContext) -> pb.ListTopicsResponse:
+    def ListTopics(
+        self, request: pb.ListTopicsRequest, context: grpc.ServicerContext
+    ) -> pb.ListTopicsResponse:
         return pb.ListTopicsResponse(
             topics=[
                 pb.TopicSummary(
@@ -331,7 +378,9 @@ class AdminService(pb_grpc.AdminServicer):
     def DescribeTopics(
         self, request: pb.DescribeTopicsRequest, context: grpc.ServicerContext
     ) -> pb.DescribeTopicsResponse:
-        records = [self.logs.topic(n) for n in request.names] if request.names else self.logs.topics()
+        records = (
+            [self.logs.topic(n) for n in request.names] if request.names else self.logs.topics()
+        )
         node_id = self.config.node_id
         described = []
         for record in records:
@@ -356,7 +405,10 @@ class AdminService(pb_grpc.AdminServicer):
             configs = self.config.topic_defaults() | record.configs
             described.append(
                 pb.TopicDescription(
-                    name=record.name, topic_id=record.topic_id, configs=configs, partitions=partitions
+                    name=record.name,
+                    topic_id=record.topic_id,
+                    configs=configs,
+                    partitions=partitions,
                 )
             )
         return pb.DescribeTopicsResponse(topics=described)

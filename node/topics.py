@@ -32,7 +32,9 @@ def check_topic_name(name: str, allow_internal: bool = False) -> None:
             f"topic name is {len(name)} characters; the limit is {TOPIC_NAME_LENGTH_MAX}",
         )
     if name in (".", ".."):
-        raise HeadwaterError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name {name!r} is not allowed")
+        raise HeadwaterError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name {name!r} is not allowed"
+        )
     if not _LEGAL_NAME.fullmatch(name):
         bad = sorted({c for c in name if not _LEGAL_NAME.fullmatch(c)})
         raise HeadwaterError(

@@ -20,7 +20,9 @@ PROTO_ROOT = ROOT / "proto"
 
 def generate(out_dir: Path) -> list[Path]:
     """Run protoc on every .proto under proto/headwater/v1; return the files written."""
-    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / "headwater/v1").glob("*.proto"))
+    protos = sorted(
+        str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / "headwater/v1").glob("*.proto")
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     args = [
         "protoc",

@@ -59,7 +59,12 @@ def vector(name: str, description: str, **inputs: Any) -> dict[str, Any]:
 
 def main() -> None:
     vectors = [
-        vector("one-value", "one keyless record, no headers", values=[b"hello"], timestamps_ms=1_700_000_000_000),
+        vector(
+            "one-value",
+            "one keyless record, no headers",
+            values=[b"hello"],
+            timestamps_ms=1_700_000_000_000,
+        ),
         vector(
             "keys-nulls-headers",
             "keys with a null, a null value (tombstone), headers with a null value",
@@ -86,7 +91,9 @@ def main() -> None:
             compression=Compression.LZ4,
         ),
     ]
-    OUT.write_text(json.dumps({"format": "headwater record batch v1", "vectors": vectors}, indent=1) + "\n")
+    OUT.write_text(
+        json.dumps({"format": "headwater record batch v1", "vectors": vectors}, indent=1) + "\n"
+    )
     print(OUT)
 
 

@@ -25,7 +25,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(condition: Callable[[], Any], deadline_s: float, what: str, interval_s: float = 0.05) -> Any:
+def wait_until(
+    condition: Callable[[], Any], deadline_s: float, what: str, interval_s: float = 0.05
+) -> Any:
     """Poll ``condition`` until it returns a truthy value; fail with ``what`` at the deadline."""
     end = time.monotonic() + deadline_s
     last_error: Exception | None = None
@@ -38,11 +40,19 @@ def wait_until(condition: Callable[[], Any], deadline_s: float, what: str, inter
             if value:
                 return value
         time.sleep(interval_s)
-    raise AssertionError(f"timed out after {deadline_s}s waiting for {what} (last error: {last_error})")
+    raise AssertionError(
+        f"timed out after {deadline_s}s waiting for {what} (last error: {last_error})"
+    )
 
 
 class NodeProcess:
-    def __init__(self, data_dir: Path, port: int | None = None, extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -55,7 +65,15 @@ class NodeProcess:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115
         self.process = subprocess.Popen(
-            [*HEADWATER, "serve", "--data-dir", str(self.data_dir), "--listen", self.address, *self.extra_args],
+            [
+                *HEADWATER,
+                "serve",
+                "--data-dir",
+                str(self.data_dir),
+                "--listen",
+                self.address,
+                *self.extra_args,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **self.env},
@@ -69,7 +87,9 @@ class NodeProcess:
         if self.process.poll() is not None:
             raise AssertionError(f"node exited with {self.process.returncode}: {self.log()}")
         with grpc.insecure_channel(self.address) as channel:
-            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=1
+            )
             return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
     def wait_serving(self, deadline_s: float = START_DEADLINE_S) -> float:
@@ -93,7 +113,12 @@ class NodeProcess:
         return self.process.wait(timeout=30)
 
 
-def run_cli(*args: str, input_bytes: bytes | None = None, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+def run_cli(
+    *args: str,
+    input_bytes: bytes | None = None,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [*HEADWATER, *args],
         input=input_bytes,

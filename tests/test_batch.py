@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as bf
 
-VECTORS = json.loads((Path(__file__).parent.parent / "docs/testvectors/record-batches.json").read_text())["vectors"]
+VECTORS = json.loads(
+    (Path(__file__).parent.parent / "docs/testvectors/record-batches.json").read_text()
+)["vectors"]
 
 optional_bytes = st.one_of(st.none(), st.binary(max_size=64))
 header_lists = st.one_of(
@@ -32,11 +34,22 @@ def record_sets(draw: st.DrawFn) -> dict:
     stamps = draw(
         st.one_of(
             st.integers(min_value=0, max_value=2**41),
-            st.lists(st.integers(min_value=2**40, max_value=2**40 + 2**30), min_size=count, max_size=count),
+            st.lists(
+                st.integers(min_value=2**40, max_value=2**40 + 2**30),
+                min_size=count,
+                max_size=count,
+            ),
         )
     )
     codec = draw(st.sampled_from(list(bf.Compression)))
-    return {"values": values, "keys": keys, "headers": headers, "timestamps_ms": stamps, "compression": codec, "base_offset": base}
+    return {
+        "values": values,
+        "keys": keys,
+        "headers": headers,
+        "timestamps_ms": stamps,
+        "compression": codec,
+        "base_offset": base,
+    }
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
@@ -50,12 +63,16 @@ def test_round_trip(case: dict) -> None:
     count = len(case["values"])
     stamps = case["timestamps_ms"]
     expected_stamps = [stamps] * count if isinstance(stamps, int) else stamps
-    assert [r["offset"] for r in rows] == list(range(case["base_offset"], case["base_offset"] + count))
+    assert [r["offset"] for r in rows] == list(
+        range(case["base_offset"], case["base_offset"] + count)
+    )
     assert [r["value"] for r in rows] == case["values"]
     assert [r["key"] for r in rows] == (case["keys"] or [None] * count)
     assert [int(r["timestamp"].timestamp() * 1000) for r in rows] == expected_stamps
     expected_headers = [list(h or []) for h in (case["headers"] or [None] * count)]
-    assert [[(h["key"], h["value"]) for h in (r["headers"] or [])] for r in rows] == expected_headers
+    assert [
+        [(h["key"], h["value"]) for h in (r["headers"] or [])] for r in rows
+    ] == expected_headers
     assert decoded.header.max_timestamp == max(expected_stamps)
 
 
@@ -78,12 +95,23 @@ def test_published_vectors(vector: dict) -> None:
         assert int(row["timestamp"].timestamp() * 1000) == expected["timestamp_ms"]
         assert (row["key"].hex() if row["key"] is not None else None) == expected["key"]
         assert (row["value"].hex() if row["value"] is not None else None) == expected["value"]
-        assert [[h["key"], h["value"].hex() if h["value"] is not None else None] for h in row["headers"] or []] == expected["headers"]
+        assert [
+            [h["key"], h["value"].hex() if h["value"] is not None else None]
+            for h in row["headers"] or []
+        ] == expected["headers"]
     if vector["byte_exact"]:
         rebuilt = bf.encode_batch(
-            [bytes.fromhex(r["value"]) if r["value"] is not None else None for r in vector["records"]],
-            keys=[bytes.fromhex(r["key"]) if r["key"] is not None else None for r in vector["records"]],
-            headers=[[(k, bytes.fromhex(v) if v is not None else None) for k, v in r["headers"]] for r in vector["records"]],
+            [
+                bytes.fromhex(r["value"]) if r["value"] is not None else None
+                for r in vector["records"]
+            ],
+            keys=[
+                bytes.fromhex(r["key"]) if r["key"] is not None else None for r in vector["records"]
+            ],
+            headers=[
+                [(k, bytes.fromhex(v) if v is not None else None) for k, v in r["headers"]]
+                for r in vector["records"]
+            ],
             timestamps_ms=[r["timestamp_ms"] for r in vector["records"]],
             base_offset=vector["base_offset"],
             leader_epoch=vector["leader_epoch"],
@@ -117,7 +145,10 @@ def _rechecksummed(data: bytearray) -> bytes:
 
 
 SAMPLE = bf.encode_batch(
-    [b"alpha", None, b"gamma"], keys=[b"k", None, b"kk"], headers=[[("h", b"v")], None, []], timestamps_ms=[5, 9, 7]
+    [b"alpha", None, b"gamma"],
+    keys=[b"k", None, b"kk"],
+    headers=[[("h", b"v")], None, []],
+    timestamps_ms=[5, 9, 7],
 )
 
 
@@ -135,7 +166,10 @@ def test_every_flipped_byte_outside_the_rewritable_fields_is_rejected() -> None:
         data[position] ^= 0x5A
         with pytest.raises(HeadwaterError) as info:
             bf.validate_batch(bytes(data))
-        assert info.value.code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+        assert info.value.code in (
+            ErrorCode.CORRUPT_MESSAGE,
+            ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+        )
 
 
 @pytest.mark.parametrize(
@@ -174,7 +208,11 @@ def test_garbage_body_with_valid_crc_is_rejected_or_consistent(data: st.DataObje
     """Random body bytes under a valid header and CRC: the decoder either rejects them
     with a typed error or yields exactly record_count records; never anything else."""
     body_size = bf.HEADER_BYTES + 8 * data.draw(st.integers(min_value=0, max_value=16))
-    raw = bytearray(SAMPLE[: bf.HEADER_BYTES]) + bytearray(data.draw(st.binary(min_size=body_size - bf.HEADER_BYTES, max_size=body_size - bf.HEADER_BYTES)))
+    raw = bytearray(SAMPLE[: bf.HEADER_BYTES]) + bytearray(
+        data.draw(
+            st.binary(min_size=body_size - bf.HEADER_BYTES, max_size=body_size - bf.HEADER_BYTES)
+        )
+    )
     struct.pack_into("<i", raw, 8, len(raw) - 12)
     struct.pack_into("<ii", raw, 36, len(raw) - bf.HEADER_BYTES, 0)
     struct.pack_into("<i", raw, 72, len(raw) - bf.HEADER_BYTES)
@@ -182,9 +220,11 @@ def test_garbage_body_with_valid_crc_is_rejected_or_consistent(data: st.DataObje
     try:
         decoded = bf.decode_batch(batch)
     except HeadwaterError as error:
-        assert error.code == ErrorCode.CORRUPT_MESSAGE
+        code = error.code
     else:
+        code = ErrorCode.NONE
         assert decoded.records.num_rows == decoded.header.record_count
+    assert code in (ErrorCode.NONE, ErrorCode.CORRUPT_MESSAGE)
 
 
 def test_bad_compressed_body_is_rejected() -> None:

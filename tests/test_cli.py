@@ -16,10 +16,22 @@ def test_quickstart_round_trip(node: NodeProcess) -> None:
     lines = b"".join(f"retailer-{i % 5}:order-{i}\n".encode() for i in range(200))
     produced = run_cli("produce", "orders", "--key-separator", ":", *b, input_bytes=lines)
     assert produced.returncode == 0, produced.stderr
-    consumed = run_cli("consume", "orders", "--from-beginning", "--max-messages", "200", "--timeout-ms", "10000", "--print-key", *b)
+    consumed = run_cli(
+        "consume",
+        "orders",
+        "--from-beginning",
+        "--max-messages",
+        "200",
+        "--timeout-ms",
+        "10000",
+        "--print-key",
+        *b,
+    )
     assert consumed.returncode == 0, consumed.stderr
     pairs = [line.split(b"\t") for line in consumed.stdout.splitlines()]
-    assert sorted(pairs) == sorted([[f"retailer-{i % 5}".encode(), f"order-{i}".encode()] for i in range(200)])
+    assert sorted(pairs) == sorted(
+        [[f"retailer-{i % 5}".encode(), f"order-{i}".encode()] for i in range(200)]
+    )
     # One retailer's orders come back in the order they were produced (same key, same partition).
     retailer = [v for k, v in pairs if k == b"retailer-3"]
     assert retailer == [f"order-{i}".encode() for i in range(200) if i % 5 == 3]
@@ -28,7 +40,15 @@ def test_quickstart_round_trip(node: NodeProcess) -> None:
     described = json.loads(run_cli("topics", "describe", "orders", "--json", *b).stdout)
     assert sum(p["high_watermark"] for p in described["partitions"]) == 200
     for p in described["partitions"]:
-        assert {"partition", "leader", "replicas", "isr", "leader_epoch", "log_start_offset", "high_watermark"} <= p.keys()
+        assert {
+            "partition",
+            "leader",
+            "replicas",
+            "isr",
+            "leader_epoch",
+            "log_start_offset",
+            "high_watermark",
+        } <= p.keys()
     table = run_cli("topics", "describe", "orders", *b)
     assert table.returncode == 0 and b"high" in table.stdout
     assert run_cli("topics", "delete", "orders", *b).returncode == 0
@@ -38,16 +58,43 @@ def test_bootstrap_from_environment_and_partition_offset(node: NodeProcess) -> N
     env = {"HEADWATER_BOOTSTRAP": node.address}
     assert run_cli("topics", "create", "env-topic", env=env).returncode == 0
     assert run_cli("produce", "env-topic", env=env, input_bytes=b"a\nb\nc\n").returncode == 0
-    out = run_cli("consume", "env-topic", "--partition", "0", "--offset", "1", "--max-messages", "2", "--timeout-ms", "5000", env=env)
+    out = run_cli(
+        "consume",
+        "env-topic",
+        "--partition",
+        "0",
+        "--offset",
+        "1",
+        "--max-messages",
+        "2",
+        "--timeout-ms",
+        "5000",
+        env=env,
+    )
     assert out.stdout.splitlines() == [b"b", b"c"]
 
 
 def test_errors_are_one_clear_line_without_traceback(node: NodeProcess) -> None:
     b = ["--bootstrap", node.address]
     cases = [
-        (["consume", "nosuchtopic", "--from-beginning", "--max-messages", "1", "--timeout-ms", "1000", *b], "nosuchtopic"),
+        (
+            [
+                "consume",
+                "nosuchtopic",
+                "--from-beginning",
+                "--max-messages",
+                "1",
+                "--timeout-ms",
+                "1000",
+                *b,
+            ],
+            "nosuchtopic",
+        ),
         (["topics", "create", "bad/name", *b], "illegal character"),
-        (["topics", "create", "t", "--partitions", "0", "--config", "retention_ms=abc", *b], "retention_ms"),
+        (
+            ["topics", "create", "t", "--partitions", "0", "--config", "retention_ms=abc", *b],
+            "retention_ms",
+        ),
         (["topics", "create", "t", "--config", "novalue", *b], "key=value"),
         (["topics", "describe", "missing", *b], "missing"),
         (["produce", "missing", *b], "missing"),
@@ -73,7 +120,9 @@ def test_produce_exits_nonzero_when_records_are_not_acknowledged(node: NodeProce
 
 
 def test_second_server_on_a_port_in_use_fails_clearly(node: NodeProcess, tmp_path: Path) -> None:
-    result = run_cli("serve", "--data-dir", str(tmp_path / "other"), "--listen", node.address, timeout=60)
+    result = run_cli(
+        "serve", "--data-dir", str(tmp_path / "other"), "--listen", node.address, timeout=60
+    )
     assert result.returncode == 1
     assert b"cannot listen on" in result.stderr and b"Traceback" not in result.stderr
 
@@ -81,8 +130,13 @@ def test_second_server_on_a_port_in_use_fails_clearly(node: NodeProcess, tmp_pat
 def test_unusable_data_dir_fails_clearly(node: NodeProcess, tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    for data_dir, fragment in ((blocker / "data", b"not usable"), (node.data_dir, b"in use by another headwater node")):
-        result = run_cli("serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{free_port()}", timeout=60)
+    for data_dir, fragment in (
+        (blocker / "data", b"not usable"),
+        (node.data_dir, b"in use by another headwater node"),
+    ):
+        result = run_cli(
+            "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{free_port()}", timeout=60
+        )
         assert result.returncode == 1, result.stderr
         assert fragment in result.stderr and b"Traceback" not in result.stderr
     bad_env = run_cli("serve", env={"HEADWATER_SEGMENT_BYTES": "12"}, timeout=60)
@@ -94,10 +148,20 @@ def test_bench_commands_report_json(node: NodeProcess) -> None:
     produce = run_cli("bench", "produce", "--topic", "perf", "--records", "20000", "--json", *b)
     assert produce.returncode == 0, produce.stderr
     result = json.loads(produce.stdout)
-    assert result["records"] == 20000 and result["records_per_s"] > 0 and result["latency_ms_p99"] is not None
-    consume = json.loads(run_cli("bench", "consume", "--topic", "perf", "--records", "20000", "--json", *b).stdout)
+    assert (
+        result["records"] == 20000
+        and result["records_per_s"] > 0
+        and result["latency_ms_p99"] is not None
+    )
+    consume = json.loads(
+        run_cli("bench", "consume", "--topic", "perf", "--records", "20000", "--json", *b).stdout
+    )
     assert consume["records"] >= 20000
-    e2e = json.loads(run_cli("bench", "e2e", "--topic", "lat", "--records", "2000", "--rate", "2000", "--json", *b).stdout)
+    e2e = json.loads(
+        run_cli(
+            "bench", "e2e", "--topic", "lat", "--records", "2000", "--rate", "2000", "--json", *b
+        ).stdout
+    )
     assert e2e["records"] == 2000 and e2e["latency_ms_p50"] > 0
 
 
@@ -106,5 +170,5 @@ def test_sigterm_stops_cleanly_and_marks_logs_clean(node: NodeProcess) -> None:
     run_cli("topics", "create", "clean", *b)
     run_cli("produce", "clean", *b, input_bytes=b"a\n")
     assert node.stop() == 0
-    wait_until(lambda: (node.data_dir / "clean-0" / "clean-shutdown").exists(), 5, "clean-shutdown marker")
+    wait_until((node.data_dir / "clean-0" / "clean-shutdown").exists, 5, "clean-shutdown marker")
     assert os.path.exists(node.data_dir / "topics.json")

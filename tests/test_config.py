@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from headwater.config import DEFAULT_LISTEN, SETTINGS, NodeConfig, load, parse_topic_configs, render_markdown
+from headwater.config import (
+    DEFAULT_LISTEN,
+    SETTINGS,
+    NodeConfig,
+    load,
+    parse_topic_configs,
+    render_markdown,
+)
 from headwater.errors import ErrorCode, HeadwaterError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,10 +29,17 @@ def test_defaults_are_a_single_local_node() -> None:
 
 def test_precedence_file_then_env_then_flags(tmp_path: Path) -> None:
     file = tmp_path / "hw.toml"
-    file.write_text('[headwater]\nnode_id = 4\ndata_dir = "/from/file"\nretention_ms = 1000\nlisten = "127.0.0.1:9000"\n')
+    file.write_text(
+        '[headwater]\nnode_id = 4\ndata_dir = "/from/file"\nretention_ms = 1000\nlisten = "127.0.0.1:9000"\n'
+    )
     env = {"HEADWATER_DATA_DIR": "/from/env", "HEADWATER_RETENTION_MS": "2000"}
     config = load(file, env, {"data_dir": "/from/flag", "node_id": None})
-    assert (config.node_id, config.data_dir, config.retention_ms, config.listen) == (4, "/from/flag", 2000, "127.0.0.1:9000")
+    assert (config.node_id, config.data_dir, config.retention_ms, config.listen) == (
+        4,
+        "/from/flag",
+        2000,
+        "127.0.0.1:9000",
+    )
 
 
 @pytest.mark.parametrize(
@@ -38,7 +52,9 @@ def test_precedence_file_then_env_then_flags(tmp_path: Path) -> None:
         ({"HEADWATER_RETENTION_BYTES": "-7"}, "or -1 (no limit)"),
     ],
 )
-def test_invalid_values_name_the_key_source_and_range(source: dict[str, str], fragment: str) -> None:
+def test_invalid_values_name_the_key_source_and_range(
+    source: dict[str, str], fragment: str
+) -> None:
     with pytest.raises(HeadwaterError) as info:
         load(None, source, {})
     assert info.value.code == ErrorCode.INVALID_CONFIG
@@ -67,5 +83,7 @@ def test_topic_configs_fill_in_defaults_and_reject_unknown_keys() -> None:
 
 
 def test_configuration_doc_is_current() -> None:
-    assert (ROOT / "docs/configuration.md").read_text() == render_markdown(), "run python -m headwater.config > docs/configuration.md"
+    assert (ROOT / "docs/configuration.md").read_text() == render_markdown(), (
+        "run python -m headwater.config > docs/configuration.md"
+    )
     assert len(SETTINGS) == len({s.name for s in SETTINGS})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -31,14 +32,19 @@ def produce_until_killed(node: NodeProcess, topic: str, acks: str) -> set[bytes]
     stop = threading.Event()
 
     def run() -> None:
-        producer = Producer(node.address, acks=acks, linger_ms=1, retries=0, request_timeout_ms=5000)
+        producer = Producer(
+            node.address, acks=acks, linger_ms=1, retries=0, request_timeout_ms=5000
+        )
         i = 0
         try:
             while not stop.is_set():
                 value = f"v{i}".encode()
                 future = producer.send(topic, value)
                 future.add_done_callback(
-                    lambda batch, value=value: batch.error is None and (lock.acquire(), acknowledged.add(value), lock.release())
+                    lambda batch, value=value: (
+                        batch.error is None
+                        and (lock.acquire(), acknowledged.add(value), lock.release())
+                    )
                 )
                 i += 1
                 if i % 200 == 0:
@@ -46,10 +52,8 @@ def produce_until_killed(node: NodeProcess, topic: str, acks: str) -> set[bytes]
         except HeadwaterError:
             pass
         finally:
-            try:
+            with contextlib.suppress(HeadwaterError):
                 producer.close(timeout_s=10)
-            except HeadwaterError:
-                pass
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -61,16 +65,22 @@ def produce_until_killed(node: NodeProcess, topic: str, acks: str) -> set[bytes]
         return set(acknowledged)
 
 
-def test_sigkill_during_produce_with_fsync_before_ack_loses_nothing_acknowledged(tmp_path: Path) -> None:
+def test_sigkill_during_produce_with_fsync_before_ack_loses_nothing_acknowledged(
+    tmp_path: Path,
+) -> None:
     node = NodeProcess(tmp_path / "data")
     node.start()
     try:
         with Admin(node.address) as admin:
-            admin.create_topic("durable", 1, configs={"flush_policy": "ack", "segment_bytes": "65536"})
+            admin.create_topic(
+                "durable", 1, configs={"flush_policy": "ack", "segment_bytes": "65536"}
+            )
         acknowledged = produce_until_killed(node, "durable", acks="all")
         node.start()
         values = read_values(node.address, "durable", len(acknowledged))
-        assert acknowledged <= set(values), f"{len(acknowledged - set(values))} acknowledged records lost"
+        assert acknowledged <= set(values), (
+            f"{len(acknowledged - set(values))} acknowledged records lost"
+        )
         assert len(values) == len(set(values)), "a record appears twice"
         # The log continues after recovery.
         with Producer(node.address) as producer:

@@ -163,7 +163,9 @@ def test_flush_policy_ack_advances_the_recovery_point_on_every_append(tmp_path: 
 
 
 def test_interval_flush(tmp_path: Path) -> None:
-    log = FileLog(tmp_path, LogConfig(flush_policy=FlushPolicy.INTERVAL, flush_interval_ms=100), now_ms=0)
+    log = FileLog(
+        tmp_path, LogConfig(flush_policy=FlushPolicy.INTERVAL, flush_interval_ms=100), now_ms=0
+    )
     log.append(bf.encode_batch([b"x"]), 0, 0)
     assert not log.maybe_flush(now_ms=50)
     assert log.maybe_flush(now_ms=100)

@@ -27,11 +27,13 @@ SMALL = LogConfig(segment_bytes=2048, index_interval_bytes=256)
 def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
     counter = iter(range(1_000_000))
     if request.param == "memory":
-        return lambda config: MemoryLog(config)
+        return MemoryLog
     return lambda config: FileLog(tmp_path / f"log-{next(counter)}", config, now_ms=0)
 
 
-def read_all(log: PartitionLog, start: int, max_bytes: int = 1 << 20) -> list[tuple[int, bytes | None]]:
+def read_all(
+    log: PartitionLog, start: int, max_bytes: int = 1 << 20
+) -> list[tuple[int, bytes | None]]:
     """Every record from ``start`` to the end, via repeated reads (skipping earlier records)."""
     out: list[tuple[int, bytes | None]] = []
     offset = start
@@ -39,9 +41,11 @@ def read_all(log: PartitionLog, start: int, max_bytes: int = 1 << 20) -> list[tu
         result = log.read(offset, max_bytes)
         assert result.data, f"no data at {offset} below the end {log.log_end_offset}"
         for decoded in bf.decode_batches(result.data):
-            for row in decoded.records.to_pylist():
-                if row["offset"] >= offset:
-                    out.append((row["offset"], row["value"]))
+            out.extend(
+                (row["offset"], row["value"])
+                for row in decoded.records.to_pylist()
+                if row["offset"] >= offset
+            )
         assert result.next_offset > offset
         offset = result.next_offset
     return out
@@ -50,7 +54,11 @@ def read_all(log: PartitionLog, start: int, max_bytes: int = 1 << 20) -> list[tu
 def test_append_assigns_contiguous_offsets(make_log: Factory) -> None:
     log = make_log(SMALL)
     infos = [log.append(bf.encode_batch([b"r"] * n), leader_epoch=0, now_ms=0) for n in (1, 5, 2)]
-    assert [(i.base_offset, i.last_offset, i.record_count) for i in infos] == [(0, 0, 1), (1, 5, 5), (6, 7, 2)]
+    assert [(i.base_offset, i.last_offset, i.record_count) for i in infos] == [
+        (0, 0, 1),
+        (1, 5, 5),
+        (6, 7, 2),
+    ]
     assert (log.log_start_offset, log.log_end_offset) == (0, 8)
     log.close()
 
@@ -91,7 +99,9 @@ def test_out_of_range_names_the_valid_range(make_log: Factory) -> None:
 def test_offset_for_timestamp(make_log: Factory) -> None:
     log = make_log(SMALL)
     for i in range(40):
-        log.append(bf.encode_batch([b"v" * 50, b"w" * 50], timestamps_ms=[100 * i, 100 * i + 50]), 0, 0)
+        log.append(
+            bf.encode_batch([b"v" * 50, b"w" * 50], timestamps_ms=[100 * i, 100 * i + 50]), 0, 0
+        )
     assert log.offset_for_timestamp(0) == (0, 0)
     assert log.offset_for_timestamp(1_001) == (21, 1_050)
     assert log.offset_for_timestamp(3_950) == (79, 3_950)
@@ -100,7 +110,11 @@ def test_offset_for_timestamp(make_log: Factory) -> None:
 
 
 def test_retention_by_bytes_and_time_moves_the_start_forward(make_log: Factory) -> None:
-    log = make_log(LogConfig(segment_bytes=1024, retention_bytes=3000, retention_ms=10_000, index_interval_bytes=128))
+    log = make_log(
+        LogConfig(
+            segment_bytes=1024, retention_bytes=3000, retention_ms=10_000, index_interval_bytes=128
+        )
+    )
     for i in range(60):
         log.append(bf.encode_batch([b"z" * 100], timestamps_ms=i), 0, now_ms=0)
     assert log.delete_expired(now_ms=0) > 0
@@ -117,12 +131,20 @@ def test_retention_by_bytes_and_time_moves_the_start_forward(make_log: Factory) 
     log.close()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
-    batches=st.lists(st.lists(st.binary(max_size=300), min_size=1, max_size=20), min_size=1, max_size=30),
+    batches=st.lists(
+        st.lists(st.binary(max_size=300), min_size=1, max_size=20), min_size=1, max_size=30
+    ),
     seed=st.integers(min_value=0, max_value=2**32),
 )
-def test_random_appends_and_reads_match_an_oracle(make_log: Factory, batches: list[list[bytes]], seed: int) -> None:
+def test_random_appends_and_reads_match_an_oracle(
+    make_log: Factory, batches: list[list[bytes]], seed: int
+) -> None:
     rng = random.Random(seed)
     log = make_log(SMALL)
     oracle: list[bytes] = []

@@ -27,7 +27,17 @@ PURE_MODULES = [
     "headwater/errors.py",
     "node/topics.py",
 ]
-FORBIDDEN = {"grpc", "socket", "os", "time", "threading", "asyncio", "pysyncobj", "subprocess", "random"}
+FORBIDDEN = {
+    "grpc",
+    "socket",
+    "os",
+    "time",
+    "threading",
+    "asyncio",
+    "pysyncobj",
+    "subprocess",
+    "random",
+}
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)
@@ -37,7 +47,9 @@ def test_pure_modules_import_no_io(module: str) -> None:
     # Imports under `if TYPE_CHECKING:` are annotations only (a seeded random.Random is
     # passed in, never created), so they are skipped.
     statements = [
-        s for s in tree.body if not (isinstance(s, ast.If) and getattr(s.test, "id", "") == "TYPE_CHECKING")
+        s
+        for s in tree.body
+        if not (isinstance(s, ast.If) and getattr(s.test, "id", "") == "TYPE_CHECKING")
     ]
     for node in (n for statement in statements for n in ast.walk(statement)):
         if isinstance(node, ast.Import):
@@ -92,12 +104,17 @@ def test_retry_backoff_grows_and_is_capped() -> None:
     assert all(800 <= w <= 1200 for w in waits[4:])
 
 
-def _oracle_retention(segments: list[SegmentSummary], now: int, retention_ms: int, retention_bytes: int) -> int:
+def _oracle_retention(
+    segments: list[SegmentSummary], now: int, retention_ms: int, retention_bytes: int
+) -> int:
     count = 0
     remaining = sum(s.size_bytes for s in segments)
     while count < len(segments) and segments[count].record_count:
         s = segments[count]
-        if not ((retention_ms >= 0 and now - s.max_timestamp > retention_ms) or (retention_bytes >= 0 and remaining - s.size_bytes >= retention_bytes)):
+        if not (
+            (retention_ms >= 0 and now - s.max_timestamp > retention_ms)
+            or (retention_bytes >= 0 and remaining - s.size_bytes >= retention_bytes)
+        ):
             break
         remaining -= s.size_bytes
         count += 1
@@ -105,12 +122,16 @@ def _oracle_retention(segments: list[SegmentSummary], now: int, retention_ms: in
 
 
 @given(
-    st.lists(st.tuples(st.integers(1, 1000), st.integers(0, 10_000), st.integers(0, 5)), max_size=12),
+    st.lists(
+        st.tuples(st.integers(1, 1000), st.integers(0, 10_000), st.integers(0, 5)), max_size=12
+    ),
     st.integers(0, 20_000),
     st.sampled_from([-1, 0, 100, 5_000]),
     st.sampled_from([-1, 0, 500, 3_000]),
 )
-def test_retention_matches_oracle(raw: list[tuple[int, int, int]], now: int, retention_ms: int, retention_bytes: int) -> None:
+def test_retention_matches_oracle(
+    raw: list[tuple[int, int, int]], now: int, retention_ms: int, retention_bytes: int
+) -> None:
     segments = [SegmentSummary(i, size, stamp, count) for i, (size, stamp, count) in enumerate(raw)]
     assert segments_to_delete(segments, now, retention_ms, retention_bytes) == _oracle_retention(
         segments, now, retention_ms, retention_bytes
@@ -121,4 +142,6 @@ def test_error_codes_match_the_proto_enum() -> None:
     proto = {v.name: v.number for v in pb.ErrorCode.DESCRIPTOR.values}
     assert proto == {c.name: int(c) for c in ErrorCode}
     assert set(GRPC_STATUS_OF) == set(ErrorCode) - {ErrorCode.NONE}
-    assert is_retriable(ErrorCode.NOT_LEADER_OR_FOLLOWER) and not is_retriable(ErrorCode.INVALID_CONFIG)
+    assert is_retriable(ErrorCode.NOT_LEADER_OR_FOLLOWER) and not is_retriable(
+        ErrorCode.INVALID_CONFIG
+    )

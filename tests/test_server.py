@@ -52,10 +52,14 @@ def error_of(call) -> HeadwaterError:
 def test_health_and_reflection(shared_node: NodeProcess) -> None:
     channel = grpc.insecure_channel(shared_node.address)
     for service in ("", "headwater.v1.Broker", "headwater.v1.Admin"):
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service))
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=service)
+        )
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
     stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-    responses = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    responses = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+    )
     names = {s.name for r in responses for s in r.list_services_response.service}
     assert {"headwater.v1.Broker", "headwater.v1.Admin", "grpc.health.v1.Health"} <= names
 
@@ -72,7 +76,10 @@ def test_topic_lifecycle(shared_node: NodeProcess) -> None:
         assert error_of(lambda: admin.create_topic(name, 1)).code == ErrorCode.TOPIC_ALREADY_EXISTS
         admin.delete_topic(name)
         assert name not in [t.name for t in admin.list_topics()]
-        assert error_of(lambda: admin.describe_topics([name])).code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert (
+            error_of(lambda: admin.describe_topics([name])).code
+            == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
         # A recreated topic is new: new id, empty log.
         admin.create_topic(name, 1)
         (again,) = admin.describe_topics([name])
@@ -119,7 +126,14 @@ def test_send_batch_and_columnar_view(shared_node: NodeProcess) -> None:
     with Consumer(shared_node.address, auto_offset_reset="earliest") as consumer:
         consumer.assign(topic)
         got = []
-        wait_until(lambda: got.extend(consumer.poll(200).batches) or sum(b.records.num_rows for b in got) >= 5000, 20, "5000 rows")
+        wait_until(
+            lambda: (
+                got.extend(consumer.poll(200).batches)
+                or sum(b.records.num_rows for b in got) >= 5000
+            ),
+            20,
+            "5000 rows",
+        )
     column = [v for b in got for v in b.records.column("value").to_pylist()]
     assert column == values
     assert got[0].records.schema == batch_format.RECORD_SCHEMA
@@ -153,19 +167,25 @@ def test_plain_records_and_decoded_fetch_for_thin_clients(shared_node: NodeProce
     records = [pb.Record(key=f"k{i}".encode(), value=f"v{i}".encode()) for i in range(30)]
     records.append(pb.Record(value=b"keyless", headers=[pb.Header(key="a", value=b"b")]))
     response = stub.Produce(
-        pb.ProduceRequest(topic=topic, partition=-1, records=pb.RecordList(records=records), acks=pb.ACKS_ALL)
+        pb.ProduceRequest(
+            topic=topic, partition=-1, records=pb.RecordList(records=records), acks=pb.ACKS_ALL
+        )
     )
     assert sum(r.record_count for r in response.results) == 31
     got = []
     for partition in range(3):
         fetched = stub.Fetch(
-            pb.FetchRequest(topic=topic, partition=partition, offset=0, format=pb.RECORD_FORMAT_RECORDS)
+            pb.FetchRequest(
+                topic=topic, partition=partition, offset=0, format=pb.RECORD_FORMAT_RECORDS
+            )
         )
         got += [(r.key if r.HasField("key") else None, r.value) for r in fetched.decoded]
         for r in fetched.decoded:
             if r.HasField("key"):
                 assert partition == partition_for_key(r.key, 3)
-    assert sorted(got, key=str) == sorted([(f"k{i}".encode(), f"v{i}".encode()) for i in range(30)] + [(None, b"keyless")], key=str)
+    assert sorted(got, key=str) == sorted(
+        [(f"k{i}".encode(), f"v{i}".encode()) for i in range(30)] + [(None, b"keyless")], key=str
+    )
 
 
 def test_fetch_is_a_long_poll(shared_node: NodeProcess) -> None:
@@ -174,10 +194,16 @@ def test_fetch_is_a_long_poll(shared_node: NodeProcess) -> None:
     stub = broker(shared_node)
     empty = stub.Fetch(pb.FetchRequest(topic=topic, partition=0, offset=0, max_wait_ms=0))
     assert empty.records == b"" and empty.high_watermark == 0
-    future = stub.Fetch.future(pb.FetchRequest(topic=topic, partition=0, offset=0, max_wait_ms=20_000))
-    threading.Timer(0.3, lambda: Producer(shared_node.address).send(topic, b"wake").result(timeout=30)).start()
+    future = stub.Fetch.future(
+        pb.FetchRequest(topic=topic, partition=0, offset=0, max_wait_ms=20_000)
+    )
+    threading.Timer(
+        0.3, lambda: Producer(shared_node.address).send(topic, b"wake").result(timeout=30)
+    ).start()
     response = future.result(timeout=30)
-    assert batch_format.decode_batches(response.records)[0].records.column("value").to_pylist() == [b"wake"]
+    assert batch_format.decode_batches(response.records)[0].records.column("value").to_pylist() == [
+        b"wake"
+    ]
     assert response.next_offset == 1 and response.high_watermark == 1
 
 
@@ -220,7 +246,10 @@ def test_bad_produce_requests_leave_data_intact(shared_node: NodeProcess) -> Non
         topic = new_topic(admin, partitions=2, configs={"max_message_bytes": "4096"})
     stub = broker(shared_node)
     good = batch_format.encode_batch([b"a", b"b"])
-    assert stub.Produce(pb.ProduceRequest(topic=topic, partition=0, batch=good)).results[0].base_offset == 0
+    assert (
+        stub.Produce(pb.ProduceRequest(topic=topic, partition=0, batch=good)).results[0].base_offset
+        == 0
+    )
 
     def produce_error(**fields) -> tuple[grpc.StatusCode, str]:
         with pytest.raises(grpc.RpcError) as info:
@@ -231,7 +260,9 @@ def test_bad_produce_requests_leave_data_intact(shared_node: NodeProcess) -> Non
     assert code == grpc.StatusCode.NOT_FOUND and "nosuchtopic" in details
     code, details = produce_error(topic=topic, partition=7, batch=good)
     assert "UNKNOWN_TOPIC_OR_PARTITION" in details and "[0, 2)" in details
-    code, details = produce_error(topic=topic, partition=0, batch=batch_format.encode_batch([b"x" * 5000]))
+    code, details = produce_error(
+        topic=topic, partition=0, batch=batch_format.encode_batch([b"x" * 5000])
+    )
     assert "MESSAGE_TOO_LARGE" in details and "4096" in details
     corrupt = bytearray(good)
     corrupt[-9] ^= 0xFF
@@ -254,14 +285,19 @@ def test_bad_produce_requests_leave_data_intact(shared_node: NodeProcess) -> Non
     # Nothing above was appended, and what was appended is intact.
     fetched = stub.Fetch(pb.FetchRequest(topic=topic, partition=0, offset=0))
     assert fetched.high_watermark == 2
-    assert batch_format.decode_batches(fetched.records)[0].records.column("value").to_pylist() == [b"a", b"b"]
+    assert batch_format.decode_batches(fetched.records)[0].records.column("value").to_pylist() == [
+        b"a",
+        b"b",
+    ]
 
 
 def test_bad_fetch_requests_name_the_valid_range(shared_node: NodeProcess) -> None:
     with Admin(shared_node.address) as admin:
         topic = new_topic(admin)
     stub = broker(shared_node)
-    stub.Produce(pb.ProduceRequest(topic=topic, partition=0, batch=batch_format.encode_batch([b"a"] * 5)))
+    stub.Produce(
+        pb.ProduceRequest(topic=topic, partition=0, batch=batch_format.encode_batch([b"a"] * 5))
+    )
 
     def fetch_error(**fields) -> str:
         with pytest.raises(grpc.RpcError) as info:
@@ -284,12 +320,15 @@ def test_bad_fetch_requests_name_the_valid_range(shared_node: NodeProcess) -> No
         error = error_of(lambda: consumer.poll(5000))
         assert error.code == ErrorCode.OFFSET_OUT_OF_RANGE and "[0, 5]" in error.message
     with Consumer(shared_node.address) as consumer:
-        assert error_of(lambda: consumer.assign("nosuchtopic")).code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert (
+            error_of(lambda: consumer.assign("nosuchtopic")).code
+            == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
 
 
 def test_errors_carry_code_and_retriable_flag(shared_node: NodeProcess) -> None:
-    from grpc_status import rpc_status
     from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
 
     with pytest.raises(grpc.RpcError) as info:
         broker(shared_node).Fetch(pb.FetchRequest(topic="nosuchtopic", partition=0))
