@@ -181,27 +181,19 @@ class BatchFuture:
 
 
 class _OpenBatch:
-    __slots__ = (
-        "created",
-        "has_headers",
-        "has_keys",
-        "headers",
-        "keys",
-        "result",
-        "size",
-        "timestamps",
-        "values",
-    )
+    """Records accumulating for one partition. ``keys`` and ``headers`` stay None until
+    the first record that has one (then they are back-filled with None), which saves two
+    list appends per record on the common keyless path."""
+
+    __slots__ = ("created", "headers", "keys", "result", "size", "timestamps", "values")
 
     def __init__(self, result: BatchResult, now: float) -> None:
         self.result = result
         self.values: list[bytes | None] = []
-        self.keys: list[bytes | None] = []
-        self.headers: list[HeaderPairs | None] = []
+        self.keys: list[bytes | None] | None = None
+        self.headers: list[HeaderPairs | None] | None = None
         self.timestamps: list[int] = []
         self.size = 0
-        self.has_keys = False
-        self.has_headers = False
         self.created = now
 
 
@@ -263,7 +255,11 @@ class Producer:
         self.cluster = Cluster(bootstrap, request_timeout_s=self.request_timeout_s)
         self._rng = random.Random()
         self._sticky = StickyPartitioner(self._rng)
-        self._cond = threading.Condition()
+        # The hot path (send) takes the C-level lock directly; waiting and notifying go
+        # through the condition built on the same lock.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._partition_counts: dict[str, int] = {}
         self._open: dict[tuple[str, int], _OpenBatch] = {}
         self._ready: dict[tuple[str, int], deque[_Pending]] = {}
         self._in_flight: set[tuple[str, int]] = set()
@@ -327,31 +323,41 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> RecordFuture:
         """Queue one record; the future resolves once the batch holding it is acknowledged."""
-        target = self._partition_for(topic, key, partition)
+        if partition is None and key is None:
+            count = self._partition_counts.get(topic)
+            if count is None:
+                count = self._partition_counts[topic] = self.cluster.layout(topic).partitions
+            target = self._sticky.partition(topic, count)
+        else:
+            target = self._partition_for(topic, key, partition)
         stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        size = (
-            RECORD_OVERHEAD_BYTES
-            + (len(value) if value is not None else 0)
-            + (len(key) if key else 0)
-        )
+        size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0)
+        if key is not None:
+            size += len(key)
         slot = (topic, target)
-        with self._cond:
-            self._reserve(size)
+        with self._lock:
+            if self._closing or self._buffered_bytes + size > self.buffer_bytes_max:
+                self._reserve(size)
+            else:
+                self._buffered_bytes += size
             open_batch = self._open.get(slot)
             if open_batch is None:
                 open_batch = _OpenBatch(BatchResult(topic, target), time.monotonic())
                 self._open[slot] = open_batch
                 self._cond.notify_all()
-            index = len(open_batch.values)
-            open_batch.values.append(value)
-            open_batch.keys.append(key)
-            open_batch.headers.append(headers)
+            values = open_batch.values
+            index = len(values)
+            values.append(value)
             open_batch.timestamps.append(stamp)
+            if key is not None or open_batch.keys is not None:
+                if open_batch.keys is None:
+                    open_batch.keys = [None] * index
+                open_batch.keys.append(key)
+            if headers or open_batch.headers is not None:
+                if open_batch.headers is None:
+                    open_batch.headers = [None] * index
+                open_batch.headers.append(headers)
             open_batch.size += size
-            if key is not None:
-                open_batch.has_keys = True
-            if headers:
-                open_batch.has_headers = True
             if open_batch.size >= self.batch_bytes:
                 self._close_open(slot)
         return RecordFuture(open_batch.result, index, stamp)
@@ -448,8 +454,8 @@ class Producer:
         pending = _Pending(
             result=open_batch.result,
             values=open_batch.values,
-            keys=open_batch.keys if open_batch.has_keys else None,
-            headers=open_batch.headers if open_batch.has_headers else None,
+            keys=open_batch.keys,
+            headers=open_batch.headers,
             timestamps=open_batch.timestamps,
             size=open_batch.size,
             deadline=time.monotonic() + self.delivery_timeout_s,

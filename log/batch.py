@@ -380,10 +380,17 @@ def encode_batch(
     return b"".join((header, stored, padding))
 
 
+def stamp_prefix(batch: bytes, base_offset: int, leader_epoch: int) -> bytes:
+    """The batch's first 16 bytes with base_offset and leader_epoch rewritten; write it
+    followed by ``batch[16:]`` to store the stamped batch without copying it (the CRC is
+    unaffected)."""
+    batch_length = struct.unpack_from("<i", batch, 8)[0]
+    return _BASE_OFFSET_LEADER_EPOCH.pack(base_offset, batch_length, leader_epoch)
+
+
 def set_base_offset(batch: bytes, base_offset: int, leader_epoch: int) -> bytes:
     """Return ``batch`` with base_offset and leader_epoch rewritten (CRC unaffected)."""
-    batch_length = struct.unpack_from("<i", batch, 8)[0]
-    return _BASE_OFFSET_LEADER_EPOCH.pack(base_offset, batch_length, leader_epoch) + batch[16:]
+    return stamp_prefix(batch, base_offset, leader_epoch) + batch[16:]
 
 
 # ----------------------------------------------------------------------------- verify

@@ -25,6 +25,7 @@ partition (reads are one pread each, so the lock is held briefly).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import os
 import threading
@@ -188,12 +189,12 @@ class FileLog:
         with self._lock:
             self._check_open()
             base_offset = self.log_end_offset
-            data = batch_format.set_base_offset(batch, base_offset, leader_epoch)
-            self._maybe_roll(len(data), now_ms)
+            prefix = batch_format.stamp_prefix(batch, base_offset, leader_epoch)
+            self._maybe_roll(len(batch), now_ms)
             active = self._segments[-1]
-            stamped = batch_format.read_header(data)
+            stamped = dataclasses.replace(header, base_offset=base_offset, leader_epoch=leader_epoch)
             try:
-                active.append(data, stamped)
+                active.append(prefix, batch, stamped)
             except OSError as exc:
                 raise HeadwaterError(
                     ErrorCode.KAFKA_STORAGE_ERROR,

@@ -28,6 +28,17 @@ SCAN_CHUNK_BYTES: Final = 8 << 20
 _log = logging.getLogger(__name__)
 
 
+def write_all(fd: int, parts: list[memoryview]) -> None:
+    """Write every part, in order, with as few writev calls as the kernel allows."""
+    while parts:
+        written = os.writev(fd, parts)
+        while parts and written >= len(parts[0]):
+            written -= len(parts[0])
+            parts.pop(0)
+        if parts and written:
+            parts[0] = parts[0][written:]
+
+
 def following_size(chunk: bytes, position: int) -> int:
     """Total size of the batch at ``position`` per its length prefix (0 if unreadable)."""
     if position + batch_format.LENGTH_PREFIX_BYTES > len(chunk):
@@ -191,20 +202,19 @@ class Segment:
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, data: bytes, header: batch_format.BatchHeader) -> None:
-        """Append one batch (already carrying its final base offset) at the end."""
+    def append(self, prefix: bytes, batch: bytes, header: batch_format.BatchHeader) -> None:
+        """Append one batch at the end: ``prefix`` (its stamped first 16 bytes, see
+        batch.stamp_prefix) then ``batch[16:]``, in one writev and without copying."""
         assert header.base_offset == self.next_offset
         position = self.size
-        view = memoryview(data)
-        written = 0
+        total = len(batch)
         try:
-            while written < len(data):
-                written += os.write(self.fd, view[written:])
+            write_all(self.fd, [memoryview(prefix), memoryview(batch)[16:]])
         except OSError:
             os.ftruncate(self.fd, position)
             raise
         self._maybe_index(position, header)
-        self.size += len(data)
+        self.size += total
         self.next_offset = header.next_offset
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
 

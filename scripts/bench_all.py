@@ -1,0 +1,126 @@
+"""Run every benchmark of BENCHMARKS.md against a fresh local node (``make bench``).
+
+Usage: python scripts/bench_all.py [--quick]
+
+Starts ``headwater serve`` on a free loopback port with data in a temporary folder, runs
+``headwater bench`` for each figure (one client process at a time), measures bytes on disk
+per record and the restart time after SIGKILL with a 1 GiB log, and prints a Markdown table
+with the machine and the date. --quick uses smaller counts (a smoke run, not for the record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+CLI = [sys.executable, "-m", "headwater.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serving(address: str) -> bool:
+    try:
+        with grpc.insecure_channel(address) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+            return reply.status == health_pb2.HealthCheckResponse.SERVING
+    except grpc.RpcError:
+        return False
+
+
+def start_node(data_dir: Path, address: str) -> tuple[subprocess.Popen[bytes], float]:
+    began = time.monotonic()
+    process = subprocess.Popen([*CLI, "serve", "--data-dir", str(data_dir), "--listen", address], stderr=subprocess.DEVNULL)
+    while not serving(address):
+        if process.poll() is not None or time.monotonic() - began > 120:
+            raise SystemExit("node did not start")
+        time.sleep(0.01)
+    return process, time.monotonic() - began
+
+
+def bench(address: str, *args: str) -> dict[str, Any]:
+    command = [*CLI, "bench", *args, "--json", "--bootstrap", address]
+    output = subprocess.run(command, capture_output=True, check=True, text=True).stdout
+    result: dict[str, Any] = json.loads(output)
+    result["command"] = "headwater bench " + " ".join(args)
+    return result
+
+
+def describe(address: str, topic: str) -> dict[str, Any]:
+    output = subprocess.run([*CLI, "topics", "describe", topic, "--json", "--bootstrap", address], capture_output=True, check=True, text=True).stdout
+    data: dict[str, Any] = json.loads(output)
+    return data
+
+
+def machine() -> str:
+    cpu = "unknown cpu"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    options = parser.parse_args()
+    scale = 10 if options.quick else 1
+    root = Path(tempfile.mkdtemp(prefix="hwbench-"))
+    address = f"127.0.0.1:{free_port()}"
+    node, _ = start_node(root / "data", address)
+    rows: list[tuple[str, dict[str, Any], str]] = []
+    try:
+        n = 5_000_000 // scale
+        rows.append(("produce 100 B, send_batch, acks=1, 1 partition", bench(address, "produce", "--topic", "b1", "--records", str(n), "--acks", "1"), "records_per_s"))
+        rows.append(("produce 100 B, send_batch, acks=1, 4 partitions", bench(address, "produce", "--topic", "b4", "--partitions", "4", "--records", str(n), "--acks", "1"), "records_per_s"))
+        rows.append(("produce 100 B, per-record send, acks=1", bench(address, "produce", "--topic", "r1", "--mode", "record", "--records", str(n // 2), "--acks", "1"), "records_per_s"))
+        rows.append(("produce 1 MiB batches (1024 x 1 KiB), acks=1, 4 partitions", bench(address, "produce", "--topic", "m4", "--partitions", "4", "--record-size", "1024", "--batch-records", "1024", "--records", str(2_000_000 // scale), "--acks", "1"), "mb_per_s"))
+        rows.append(("consume 100 B, columnar view", bench(address, "consume", "--topic", "b4", "--records", str(n)), "records_per_s"))
+        rows.append(("end-to-end at 10,000 records/s, acks=1", bench(address, "e2e", "--topic", "lat", "--rate", "10000", "--records", str(100_000 // scale)), "latency_ms_p50"))
+        b1 = describe(address, "b1")
+        r1 = describe(address, "r1")
+        disk_batch = sum(p["size_bytes"] for p in b1["partitions"]) / n
+        disk_record = sum(p["size_bytes"] for p in r1["partitions"]) / (n // 2)
+        # Restart after SIGKILL with a 1 GiB log.
+        gib_records = (1 << 30) // 1024 // scale
+        bench(address, "produce", "--topic", "gib", "--record-size", "1024", "--batch-records", "1024", "--records", str(gib_records), "--acks", "1")
+        log_bytes = sum(p["size_bytes"] for p in describe(address, "gib")["partitions"])
+        node.send_signal(signal.SIGKILL)
+        node.wait()
+        node, restart_s = start_node(root / "data", address)
+    finally:
+        node.kill()
+        node.wait()
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"Machine: {machine()}; date {datetime.date.today()}; one node process, one client process.\n")
+    print("| figure | result | records/s | MB/s | latency ms p50 / p99 / p99.9 / max | command |")
+    print("|---|---|---|---|---|---|")
+    for name, result, key in rows:
+        latency = " / ".join(str(result[k]) for k in ("latency_ms_p50", "latency_ms_p99", "latency_ms_p999", "latency_ms_max"))
+        print(f"| {name} | {result[key]} {key} | {result['records_per_s']:,.0f} | {result['mb_per_s']} | {latency} | `{result['command']}` |")
+    print(f"| bytes on disk per 100 B record (send_batch batches) | {disk_batch:.1f} B | | | | `topics describe b1 --json` |")
+    print(f"| bytes on disk per 100 B record (per-record send batches) | {disk_record:.1f} B | | | | `topics describe r1 --json` |")
+    print(f"| restart after SIGKILL with a {log_bytes / 2**30:.2f} GiB log, to serving | {restart_s:.2f} s | | | | `scripts/bench_all.py` |")
+
+
+if __name__ == "__main__":
+    main()
