@@ -1,7 +1,9 @@
 """The consumer: assign partitions, seek, and poll records or columnar batches.
 
-Each assigned partition keeps one Fetch (a long poll of up to ``fetch_max_wait_ms``) in
-flight, so the next data is already on its way while the caller processes the last.
+Each assigned partition has one FetchStream, read by its own thread: the node pushes each
+batch as soon as it is committed, so the next data is already on its way while the caller
+processes the last. Responses wait in one queue of ARRIVALS_MAX; when it is full, the
+streams stop reading and gRPC flow control pauses the node.
 ``poll`` returns a PollResult: ``batches`` is the columnar view (one Arrow RecordBatch
 per fetched record batch, schema ``headwater.log.batch.RECORD_SCHEMA``, no per-record
 Python objects); iterating it yields ConsumerRecord objects.
@@ -16,6 +18,7 @@ Thread-safety: a Consumer is used from one thread at a time.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -32,6 +35,8 @@ from headwater.log.batch import decode_batches
 from headwater.v1 import headwater_pb2 as pb
 
 RESET_POLICIES: Final = ("earliest", "latest", "none")
+ARRIVALS_MAX: Final = 64
+"""Fetch responses waiting for ``poll``, across partitions; full, the streams pause."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -92,12 +97,57 @@ class PollResult:
                 )
 
 
-class _InFlight:
-    __slots__ = ("future", "offset")
+Arrival = tuple[TopicPartition, int, "pb.FetchResponse | None", "HeadwaterError | None"]
+"""(partition, generation, response, error): what a subscription hands to ``poll``."""
 
-    def __init__(self, future: grpc.Future[pb.FetchResponse], offset: int) -> None:
-        self.future = future
-        self.offset = offset
+
+class _Subscription:
+    """A FetchStream of one partition, read by its own thread into the consumer's queue.
+
+    ``generation`` tags everything it delivers, so that after a seek (which cancels this
+    subscription and starts another) stale responses are recognised and dropped.
+    """
+
+    def __init__(
+        self,
+        partition: TopicPartition,
+        generation: int,
+        call: grpc.CallIterator[pb.FetchResponse],
+        arrivals: queue.Queue[Arrival],
+        address: str,
+    ) -> None:
+        self.partition = partition
+        self.generation = generation
+        self._call = call
+        self._arrivals = arrivals
+        self._address = address
+        self._cancelled = threading.Event()
+        self._reader = threading.Thread(
+            target=self._read, name=f"fetch-{partition.topic}-{partition.partition}", daemon=True
+        )
+        self._reader.start()
+
+    def _put(self, item: Arrival) -> None:
+        while not self._cancelled.is_set():
+            try:
+                self._arrivals.put(item, timeout=0.2)  # bounded: a slow consumer slows the node
+                return
+            except queue.Full:
+                continue
+
+    def _read(self) -> None:
+        try:
+            for response in self._call:
+                self._put((self.partition, self.generation, response, None))
+        except grpc.RpcError as exc:
+            if not self._cancelled.is_set():
+                self._put(
+                    (self.partition, self.generation, None, from_rpc_error(exc, self._address))
+                )
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        self._call.cancel()  # type: ignore[no-untyped-call]
 
 
 class Consumer:
@@ -129,8 +179,9 @@ class Consumer:
         self.auto_offset_reset = auto_offset_reset
         self.check_crcs = check_crcs
         self._positions: dict[TopicPartition, int | None] = {}
-        self._in_flight: dict[TopicPartition, _InFlight] = {}
-        self._arrived = threading.Event()
+        self._subscriptions: dict[TopicPartition, _Subscription] = {}
+        self._generation = 0
+        self._arrivals: queue.Queue[Arrival] = queue.Queue(maxsize=ARRIVALS_MAX)
 
     def __enter__(self) -> Consumer:
         return self
@@ -246,15 +297,16 @@ class Consumer:
     # ------------------------------------------------------------------ fetching
 
     def _cancel(self, partition: TopicPartition) -> None:
-        in_flight = self._in_flight.pop(partition, None)
-        if in_flight is not None:
-            in_flight.future.cancel()
+        subscription = self._subscriptions.pop(partition, None)
+        if subscription is not None:
+            subscription.cancel()
 
     def _cancel_all(self) -> None:
-        for tp in list(self._in_flight):
+        for tp in list(self._subscriptions):
             self._cancel(tp)
 
-    def _start_fetch(self, partition: TopicPartition) -> None:
+    def _subscribe(self, partition: TopicPartition) -> None:
+        """Start a FetchStream from the partition's position."""
         offset = self.position(partition)
         address = self.cluster.leader(partition.topic, partition.partition)
         request = pb.FetchRequest(
@@ -266,39 +318,41 @@ class Consumer:
             min_bytes=self.fetch_min_bytes,
             replica_id=-1,
         )
-        timeout = self.cluster.request_timeout_s + self.fetch_max_wait_ms / 1000
-        future = self.cluster.broker(address).Fetch.future(request, timeout=timeout)
-        self._in_flight[partition] = _InFlight(future, offset)
-        future.add_done_callback(lambda _: self._arrived.set())
+        self._generation += 1
+        call = self.cluster.broker(address).FetchStream(request)
+        self._subscriptions[partition] = _Subscription(
+            partition, self._generation, call, self._arrivals, address
+        )
 
-    def _collect(
-        self, partition: TopicPartition, in_flight: _InFlight
-    ) -> list[FetchedBatch] | None:
-        try:
-            response: pb.FetchResponse = in_flight.future.result()
-        except grpc.FutureCancelledError:
-            return None
-        except grpc.RpcError as exc:
-            error = from_rpc_error(exc, partition.topic)
+    def _accept(self, arrival: Arrival) -> list[FetchedBatch]:
+        """Turn one arrival into batches at or after the position (or handle its error)."""
+        partition, generation, response, error = arrival
+        subscription = self._subscriptions.get(partition)
+        if subscription is None or subscription.generation != generation:
+            return []  # from before a seek or reassignment
+        if error is not None:
+            del self._subscriptions[partition]
             if error.code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 self._reset(partition, error)
-                return None
+                return []
             if error.retriable:
                 self.cluster.invalidate(partition.topic)
-                return None
-            raise error from None
+                return []  # the next poll subscribes again
+            raise error
+        assert response is not None
         if not response.records:
-            return None
-        decoded = decode_batches(response.records, verify_crc=self.check_crcs)
-        self._positions[partition] = response.next_offset
+            return []
+        position = self._positions[partition]
+        assert position is not None
         fetched = []
-        for batch in decoded:
+        for batch in decode_batches(response.records, verify_crc=self.check_crcs):
             records = batch.records
-            if batch.header.base_offset < in_flight.offset:
-                records = records.slice(in_flight.offset - batch.header.base_offset)
+            if batch.header.base_offset < position:
+                records = records.slice(position - batch.header.base_offset)
             if records.num_rows:
                 fetched.append(FetchedBatch(partition.topic, partition.partition, records))
-        return fetched or None
+        self._positions[partition] = max(position, response.next_offset)
+        return fetched
 
     def poll(self, timeout_ms: int = 1000) -> PollResult:
         """Return whatever arrives within ``timeout_ms`` (possibly nothing)."""
@@ -307,26 +361,29 @@ class Consumer:
                 ErrorCode.INVALID_REQUEST, "no partitions assigned; call assign() first"
             )
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
-        while True:
+        batches: list[FetchedBatch] = []
+        while not batches:
             for tp in self._positions:
-                if tp not in self._in_flight:
-                    self._start_fetch(tp)
-            batches = []
-            for tp, in_flight in list(self._in_flight.items()):
-                if in_flight.future.done():
-                    del self._in_flight[tp]
-                    fetched = self._collect(tp, in_flight)
-                    if fetched is not None:
-                        batches += fetched
-                        self._start_fetch(tp)  # prefetch the next while the caller works
-            if batches:
-                return PollResult(batches)
+                if tp not in self._subscriptions:
+                    self._subscribe(tp)
             remaining = deadline - time.monotonic()
+            try:
+                arrival = (
+                    self._arrivals.get(timeout=max(remaining, 0))
+                    if remaining > 0
+                    else (self._arrivals.get_nowait())
+                )
+            except queue.Empty:
+                break
+            batches += self._accept(arrival)
+            while True:  # take whatever else has already arrived, without waiting
+                try:
+                    batches += self._accept(self._arrivals.get_nowait())
+                except queue.Empty:
+                    break
             if remaining <= 0:
-                return PollResult([])
-            self._arrived.clear()
-            if not any(f.future.done() for f in self._in_flight.values()):
-                self._arrived.wait(remaining)
+                break
+        return PollResult(batches)
 
     def close(self) -> None:
         self._cancel_all()

@@ -34,17 +34,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import grpc
-
 from headwater.client.connection import Cluster
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
+from headwater.client.produce_stream import ProduceStream
 from headwater.client.retry import RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import Compression, HeaderPairs, encode_batch
 from headwater.v1 import headwater_pb2 as pb
 
 RECORD_OVERHEAD_BYTES: Final = 12
+STREAM_CHECK_S: Final = 0.5
+"""Longest the sender sleeps between checks for streams that stopped answering."""
 _ACKS: Final[dict[str, pb.Acks.ValueType]] = {
     "0": pb.ACKS_NONE,
     "1": pb.ACKS_LEADER,
@@ -260,6 +260,8 @@ class Producer:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._partition_counts: dict[str, int] = {}
+        self._streams_lock = threading.Lock()
+        self._streams: dict[str, ProduceStream[tuple[tuple[str, int], _Pending]]] = {}
         self._open: dict[tuple[str, int], _OpenBatch] = {}
         self._ready: dict[tuple[str, int], deque[_Pending]] = {}
         self._in_flight: set[tuple[str, int]] = set()
@@ -467,11 +469,13 @@ class Producer:
     # ------------------------------------------------------------------ sender thread
 
     def _next_sendable(self) -> list[tuple[tuple[str, int], _Pending]] | None:
-        """Wait for batches that may be sent now; None once closed and drained."""
+        """Batches that may be sent now, after waiting at most once (until a record, an
+        answer or a deadline arrives); an empty list lets the caller check stream expiry
+        outside the lock; None once closed and drained."""
         with self._cond:
-            while True:
+            for _attempt in range(2):
                 now = time.monotonic()
-                wake_at = now + 1.0
+                wake_at = now + STREAM_CHECK_S
                 for slot, open_batch in list(self._open.items()):
                     # While the partition has a request in flight or batches queued, its
                     # open batch keeps filling (as Kafka's accumulator does): closing it on
@@ -495,10 +499,13 @@ class Producer:
                     return sendable
                 if self._closing and not self._in_flight and not any(self._ready.values()):
                     return None
-                self._cond.wait(max(wake_at - now, 0.0005))
+                if _attempt == 0:
+                    self._cond.wait(max(wake_at - now, 0.0005))
+            return []
 
     def _run_sender(self) -> None:
         while True:
+            self._expire_streams(time.monotonic())
             sendable = self._next_sendable()
             if sendable is None:
                 return
@@ -519,7 +526,7 @@ class Producer:
                 pending.values = pending.keys = pending.headers = ()  # free the record lists
             address = self.cluster.leader(topic, partition)
         except HeadwaterError as error:
-            self._finish(slot, pending, -1, error)
+            self._on_answer((slot, pending), None, error)  # retried when retriable
             return
         except ValueError as exc:
             self._finish(slot, pending, -1, HeadwaterError(ErrorCode.INVALID_RECORD, str(exc)))
@@ -532,30 +539,55 @@ class Producer:
             timeout_ms=int(self.request_timeout_s * 1000),
         )
         try:
-            call = self.cluster.broker(address).Produce.future(
-                request, timeout=self.request_timeout_s
-            )
+            sent = self._stream(address).send(request, (slot, pending))
+            if not sent:  # broke just now: one fresh stream, then give up to the retry path
+                sent = self._stream(address).send(request, (slot, pending))
         except HeadwaterError as error:
-            self._finish(slot, pending, -1, error)
+            self._on_answer((slot, pending), None, error)
+            return
+        if not sent:
+            self._on_answer(
+                (slot, pending),
+                None,
+                HeadwaterError(
+                    ErrorCode.NETWORK_EXCEPTION, f"{address}: produce stream unavailable"
+                ),
+            )
             return
         if self.acks == pb.ACKS_NONE:
             pending.result.complete(-1, None)
-        call.add_done_callback(lambda done: self._on_response(slot, pending, done, address))
 
-    def _on_response(
+    def _stream(self, address: str) -> ProduceStream[tuple[tuple[str, int], _Pending]]:
+        """The live ProduceStream to ``address``, opened (again) when needed."""
+        with self._streams_lock:
+            stream = self._streams.get(address)
+            if stream is None or stream.broken:
+                stream = ProduceStream(self.cluster.broker(address), address, self._on_answer)
+                self._streams[address] = stream
+            return stream
+
+    def _expire_streams(self, now: float) -> None:
+        """Cancel streams whose oldest request waited past request_timeout_ms (a node that
+        stopped answering); their requests fail retriably and are resent."""
+        with self._streams_lock:
+            streams = list(self._streams.values())
+        for stream in streams:
+            if stream.oldest_wait_s(now) > self.request_timeout_s:
+                stream.cancel()
+
+    def _on_answer(
         self,
-        slot: tuple[str, int],
-        pending: _Pending,
-        done: grpc.Future[pb.ProduceResponse],
-        address: str,
+        token: tuple[tuple[str, int], _Pending],
+        response: pb.ProduceResponse | None,
+        error: HeadwaterError | None,
     ) -> None:
-        try:
-            response: pb.ProduceResponse = done.result()
-        except grpc.RpcError as exc:
-            error = from_rpc_error(exc, address)
-        else:
+        slot, pending = token
+        if response is not None and response.error_code == pb.NONE:
             self._finish(slot, pending, response.results[0].base_offset, None)
             return
+        if response is not None:
+            error = HeadwaterError(ErrorCode(response.error_code), response.error_message)
+        assert error is not None
         if self.acks == pb.ACKS_NONE:
             self._finish(slot, pending, -1, None)
             return
@@ -615,4 +647,9 @@ class Producer:
                 self._closing = True
                 self._cond.notify_all()
             self._sender.join(timeout_s)
+            with self._streams_lock:
+                streams = list(self._streams.values())
+                self._streams.clear()
+            for stream in streams:
+                stream.close()
             self.cluster.close()

@@ -192,7 +192,9 @@ class FileLog:
             prefix = batch_format.stamp_prefix(batch, base_offset, leader_epoch)
             self._maybe_roll(len(batch), now_ms)
             active = self._segments[-1]
-            stamped = dataclasses.replace(header, base_offset=base_offset, leader_epoch=leader_epoch)
+            stamped = dataclasses.replace(
+                header, base_offset=base_offset, leader_epoch=leader_epoch
+            )
             try:
                 active.append(prefix, batch, stamped)
             except OSError as exc:

@@ -12,7 +12,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
 import grpc
@@ -72,6 +72,29 @@ class BrokerService(pb_grpc.BrokerServicer):
     def Produce(
         self, request: pb.ProduceRequest, context: grpc.ServicerContext
     ) -> pb.ProduceResponse:
+        return self._produce(request)
+
+    def ProduceStream(
+        self, requests: Iterator[pb.ProduceRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb.ProduceResponse]:
+        """Answer each request in arrival order; a failure is answered, not fatal.
+
+        The stream holds one worker thread for its lifetime (bounded by grpc_workers)."""
+        for request in requests:
+            try:
+                yield self._produce(request)
+            except HeadwaterError as error:
+                yield pb.ProduceResponse(
+                    error_code=pb.ErrorCode.ValueType(error.code), error_message=error.message
+                )
+            except Exception as exc:
+                _log.exception("ProduceStream request failed")
+                yield pb.ProduceResponse(
+                    error_code=pb.UNKNOWN_SERVER_ERROR,
+                    error_message=f"internal error: {type(exc).__name__}: {exc}",
+                )
+
+    def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         if request.acks not in ACKS_VALID:
             raise _invalid(
                 f"acks is {request.acks}; valid: 0 (default = all), 1 (none), 2 (leader), 3 (all)",
@@ -164,6 +187,24 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     @rpc_handler
     def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> pb.FetchResponse:
+        self._check_fetch(request)
+        return self._fetch(request, request.offset, context)
+
+    def FetchStream(
+        self, request: pb.FetchRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.FetchResponse]:
+        """Repeated long polls from advancing offsets; the stream holds one worker thread."""
+        try:
+            self._check_fetch(request)
+            offset = request.offset
+            while context.is_active():
+                response = self._fetch(request, offset, context)
+                offset = response.next_offset
+                yield response
+        except HeadwaterError as error:
+            abort(context, error)
+
+    def _check_fetch(self, request: pb.FetchRequest) -> None:
         config = self.config
         if not 0 <= request.max_bytes <= config.fetch_bytes_max:
             raise _invalid(
@@ -182,18 +223,23 @@ class BrokerService(pb_grpc.BrokerServicer):
             )
         if request.format not in (pb.RECORD_FORMAT_BATCHES, pb.RECORD_FORMAT_RECORDS):
             raise _invalid(f"format is {request.format}; valid: 0 (batches), 1 (records)")
+
+    def _fetch(
+        self, request: pb.FetchRequest, offset: int, context: grpc.ServicerContext
+    ) -> pb.FetchResponse:
+        """One long poll of ``request``'s partition from ``offset``."""
         partition = self.logs.partition(request.topic, request.partition)
-        partition.check_fetch_offset(request.offset)
-        max_bytes = request.max_bytes or config.fetch_bytes_default
+        partition.check_fetch_offset(offset)
+        max_bytes = request.max_bytes or self.config.fetch_bytes_default
         deadline = time.monotonic() + request.max_wait_ms / 1000
-        result = partition.read(request.offset, max_bytes)
+        result = partition.read(offset, max_bytes)
         while len(result.data) < max(request.min_bytes, 1) and time.monotonic() < deadline:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             partition.wait_for_data(result.next_offset, remaining_ms, context.is_active)
             partition.check_open()
             if not context.is_active():
                 break
-            result = partition.read(request.offset, max_bytes)
+            result = partition.read(offset, max_bytes)
             if len(result.data) and len(result.data) >= request.min_bytes:
                 break
         response = pb.FetchResponse(
@@ -202,7 +248,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             next_offset=result.next_offset,
         )
         if request.format == pb.RECORD_FORMAT_RECORDS:
-            response.decoded.extend(_decoded_records(result.data, request.offset))
+            response.decoded.extend(_decoded_records(result.data, offset))
         else:
             response.records = result.data
         return response

@@ -11,6 +11,7 @@ with the machine and the date. --quick uses smaller counts (a smoke run, not for
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -40,7 +41,9 @@ def free_port() -> int:
 def serving(address: str) -> bool:
     try:
         with grpc.insecure_channel(address) as channel:
-            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=0.5
+            )
             return reply.status == health_pb2.HealthCheckResponse.SERVING
     except grpc.RpcError:
         return False
@@ -48,7 +51,9 @@ def serving(address: str) -> bool:
 
 def start_node(data_dir: Path, address: str) -> tuple[subprocess.Popen[bytes], float]:
     began = time.monotonic()
-    process = subprocess.Popen([*CLI, "serve", "--data-dir", str(data_dir), "--listen", address], stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [*CLI, "serve", "--data-dir", str(data_dir), "--listen", address], stderr=subprocess.DEVNULL
+    )
     while not serving(address):
         if process.poll() is not None or time.monotonic() - began > 120:
             raise SystemExit("node did not start")
@@ -65,17 +70,24 @@ def bench(address: str, *args: str) -> dict[str, Any]:
 
 
 def describe(address: str, topic: str) -> dict[str, Any]:
-    output = subprocess.run([*CLI, "topics", "describe", topic, "--json", "--bootstrap", address], capture_output=True, check=True, text=True).stdout
+    output = subprocess.run(
+        [*CLI, "topics", "describe", topic, "--json", "--bootstrap", address],
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
     data: dict[str, Any] = json.loads(output)
     return data
 
 
 def machine() -> str:
     cpu = "unknown cpu"
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    with contextlib.suppress(OSError, StopIteration):
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()} {platform.release()}"
 
 
@@ -90,19 +102,114 @@ def main() -> None:
     rows: list[tuple[str, dict[str, Any], str]] = []
     try:
         n = 5_000_000 // scale
-        rows.append(("produce 100 B, send_batch, acks=1, 1 partition", bench(address, "produce", "--topic", "b1", "--records", str(n), "--acks", "1"), "records_per_s"))
-        rows.append(("produce 100 B, send_batch, acks=1, 4 partitions", bench(address, "produce", "--topic", "b4", "--partitions", "4", "--records", str(n), "--acks", "1"), "records_per_s"))
-        rows.append(("produce 100 B, per-record send, acks=1", bench(address, "produce", "--topic", "r1", "--mode", "record", "--records", str(n // 2), "--acks", "1"), "records_per_s"))
-        rows.append(("produce 1 MiB batches (1024 x 1 KiB), acks=1, 4 partitions", bench(address, "produce", "--topic", "m4", "--partitions", "4", "--record-size", "1024", "--batch-records", "1024", "--records", str(2_000_000 // scale), "--acks", "1"), "mb_per_s"))
-        rows.append(("consume 100 B, columnar view", bench(address, "consume", "--topic", "b4", "--records", str(n)), "records_per_s"))
-        rows.append(("end-to-end at 10,000 records/s, acks=1", bench(address, "e2e", "--topic", "lat", "--rate", "10000", "--records", str(100_000 // scale)), "latency_ms_p50"))
+        rows.append(
+            (
+                "produce 100 B, send_batch, acks=1, 1 partition",
+                bench(address, "produce", "--topic", "b1", "--records", str(n), "--acks", "1"),
+                "records_per_s",
+            )
+        )
+        rows.append(
+            (
+                "produce 100 B, send_batch, acks=1, 4 partitions",
+                bench(
+                    address,
+                    "produce",
+                    "--topic",
+                    "b4",
+                    "--partitions",
+                    "4",
+                    "--records",
+                    str(n),
+                    "--acks",
+                    "1",
+                ),
+                "records_per_s",
+            )
+        )
+        rows.append(
+            (
+                "produce 100 B, per-record send, acks=1",
+                bench(
+                    address,
+                    "produce",
+                    "--topic",
+                    "r1",
+                    "--mode",
+                    "record",
+                    "--records",
+                    str(n // 2),
+                    "--acks",
+                    "1",
+                ),
+                "records_per_s",
+            )
+        )
+        rows.append(
+            (
+                "produce 1 MiB batches (1024 x 1 KiB), acks=1, 4 partitions",
+                bench(
+                    address,
+                    "produce",
+                    "--topic",
+                    "m4",
+                    "--partitions",
+                    "4",
+                    "--record-size",
+                    "1024",
+                    "--batch-records",
+                    "1024",
+                    "--records",
+                    str(2_000_000 // scale),
+                    "--acks",
+                    "1",
+                ),
+                "mb_per_s",
+            )
+        )
+        rows.append(
+            (
+                "consume 100 B, columnar view",
+                bench(address, "consume", "--topic", "b4", "--records", str(n)),
+                "records_per_s",
+            )
+        )
+        rows.append(
+            (
+                "end-to-end at 10,000 records/s, acks=1",
+                bench(
+                    address,
+                    "e2e",
+                    "--topic",
+                    "lat",
+                    "--rate",
+                    "10000",
+                    "--records",
+                    str(100_000 // scale),
+                ),
+                "latency_ms_p50",
+            )
+        )
         b1 = describe(address, "b1")
         r1 = describe(address, "r1")
         disk_batch = sum(p["size_bytes"] for p in b1["partitions"]) / n
         disk_record = sum(p["size_bytes"] for p in r1["partitions"]) / (n // 2)
         # Restart after SIGKILL with a 1 GiB log.
         gib_records = (1 << 30) // 1024 // scale
-        bench(address, "produce", "--topic", "gib", "--record-size", "1024", "--batch-records", "1024", "--records", str(gib_records), "--acks", "1")
+        bench(
+            address,
+            "produce",
+            "--topic",
+            "gib",
+            "--record-size",
+            "1024",
+            "--batch-records",
+            "1024",
+            "--records",
+            str(gib_records),
+            "--acks",
+            "1",
+        )
         log_bytes = sum(p["size_bytes"] for p in describe(address, "gib")["partitions"])
         node.send_signal(signal.SIGKILL)
         node.wait()
@@ -111,15 +218,28 @@ def main() -> None:
         node.kill()
         node.wait()
         shutil.rmtree(root, ignore_errors=True)
-    print(f"Machine: {machine()}; date {datetime.date.today()}; one node process, one client process.\n")
+    print(
+        f"Machine: {machine()}; date {datetime.date.today()}; one node process, one client process.\n"
+    )
     print("| figure | result | records/s | MB/s | latency ms p50 / p99 / p99.9 / max | command |")
     print("|---|---|---|---|---|---|")
     for name, result, key in rows:
-        latency = " / ".join(str(result[k]) for k in ("latency_ms_p50", "latency_ms_p99", "latency_ms_p999", "latency_ms_max"))
-        print(f"| {name} | {result[key]} {key} | {result['records_per_s']:,.0f} | {result['mb_per_s']} | {latency} | `{result['command']}` |")
-    print(f"| bytes on disk per 100 B record (send_batch batches) | {disk_batch:.1f} B | | | | `topics describe b1 --json` |")
-    print(f"| bytes on disk per 100 B record (per-record send batches) | {disk_record:.1f} B | | | | `topics describe r1 --json` |")
-    print(f"| restart after SIGKILL with a {log_bytes / 2**30:.2f} GiB log, to serving | {restart_s:.2f} s | | | | `scripts/bench_all.py` |")
+        latency = " / ".join(
+            str(result[k])
+            for k in ("latency_ms_p50", "latency_ms_p99", "latency_ms_p999", "latency_ms_max")
+        )
+        print(
+            f"| {name} | {result[key]} {key} | {result['records_per_s']:,.0f} | {result['mb_per_s']} | {latency} | `{result['command']}` |"
+        )
+    print(
+        f"| bytes on disk per 100 B record (send_batch batches) | {disk_batch:.1f} B | | | | `topics describe b1 --json` |"
+    )
+    print(
+        f"| bytes on disk per 100 B record (per-record send batches) | {disk_record:.1f} B | | | | `topics describe r1 --json` |"
+    )
+    print(
+        f"| restart after SIGKILL with a {log_bytes / 2**30:.2f} GiB log, to serving | {restart_s:.2f} s | | | | `scripts/bench_all.py` |"
+    )
 
 
 if __name__ == "__main__":

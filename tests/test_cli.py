@@ -172,3 +172,35 @@ def test_sigterm_stops_cleanly_and_marks_logs_clean(node: NodeProcess) -> None:
     assert node.stop() == 0
     wait_until((node.data_dir / "clean-0" / "clean-shutdown").exists, 5, "clean-shutdown marker")
     assert os.path.exists(node.data_dir / "topics.json")
+
+
+def test_readme_quickstart_runs_verbatim(node: NodeProcess, tmp_path: Path) -> None:
+    """The second sh block of the README's Quickstart, run as written (HEADWATER_BOOTSTRAP
+    points it at this test's node instead of the default port)."""
+    import re
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    quickstart = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", quickstart, re.S)
+    assert blocks[0].strip() == "make run"
+    script = blocks[1]
+    venv = tmp_path / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "activate").write_text(f'export PATH="{Path(sys.executable).parent}:$PATH"\n')
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "HEADWATER_BOOTSTRAP": node.address},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert sorted(line for line in lines if "\t" in line) == [
+        "acme\torder-1",
+        "acme\torder-3",
+        "globex\torder-2",
+    ]

@@ -338,3 +338,66 @@ def test_errors_carry_code_and_retriable_flag(shared_node: NodeProcess) -> None:
     status.details[0].Unpack(detail)
     assert detail.reason == "UNKNOWN_TOPIC_OR_PARTITION"
     assert detail.metadata["code"] == "3" and detail.metadata["retriable"] == "true"
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def test_produce_stream_answers_every_request_in_order(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        topic = new_topic(admin)
+    good = batch_format.encode_batch([b"a", b"b"])
+    requests = [
+        pb.ProduceRequest(topic=topic, partition=0, batch=good),
+        pb.ProduceRequest(topic="nosuchtopic", partition=0, batch=good),
+        pb.ProduceRequest(topic=topic, partition=0, batch=good[:40]),
+        pb.ProduceRequest(topic=topic, partition=0, batch=good),
+    ]
+    answers = list(broker(shared_node).ProduceStream(iter(requests)))
+    assert [a.error_code for a in answers] == [
+        pb.NONE,
+        pb.UNKNOWN_TOPIC_OR_PARTITION,
+        pb.CORRUPT_MESSAGE,
+        pb.NONE,
+    ]
+    assert "nosuchtopic" in answers[1].error_message
+    assert [a.results[0].base_offset for a in (answers[0], answers[3])] == [0, 2]
+
+
+def test_fetch_stream_pushes_new_data_and_ends_on_bad_offsets(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        topic = new_topic(admin)
+    stub = broker(shared_node)
+    stream = stub.FetchStream(pb.FetchRequest(topic=topic, partition=0, offset=0, max_wait_ms=200))
+    received: list[bytes] = []
+    with Producer(shared_node.address) as producer:
+        for i in range(5):
+            producer.send(topic, f"m{i}".encode()).result(timeout=30)
+            for response in stream:  # heartbeats (empty) come every max_wait_ms
+                if response.records:
+                    for decoded in batch_format.decode_batches(response.records):
+                        received += decoded.records.column("value").to_pylist()
+                    break
+    stream.cancel()
+    assert received == [f"m{i}".encode() for i in range(5)]
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.FetchStream(pb.FetchRequest(topic=topic, partition=0, offset=99)))
+    assert "OFFSET_OUT_OF_RANGE" in info.value.details() and "[0, 5]" in info.value.details()
+
+
+def test_producer_recovers_through_a_restart_and_a_stopped_node(node: NodeProcess) -> None:
+    import signal
+
+    with Admin(node.address) as admin:
+        admin.create_topic("survive", 1)
+    with Producer(node.address, acks="all", request_timeout_ms=1000, retry_backoff_ms=50) as producer:
+        assert producer.send("survive", b"before").result(timeout=30).offset == 0
+        node.kill(signal.SIGKILL)
+        node.start(wait=False)  # same port and data: the producer's new stream finds it
+        assert producer.send("survive", b"after-restart").result(timeout=60).offset == 1
+        node.process.send_signal(signal.SIGSTOP)  # answers nothing: the stream must expire
+        future = producer.send("survive", b"after-stop")
+        threading.Timer(2.5, lambda: node.process.send_signal(signal.SIGCONT)).start()
+        assert future.result(timeout=60).offset >= 2
+    values = [r.value for r in consume_all(node.address, "survive", 3)]
+    assert values[:2] == [b"before", b"after-restart"] and b"after-stop" in values

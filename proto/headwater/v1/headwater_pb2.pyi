@@ -364,7 +364,7 @@ class PartitionProduceResult(_message.Message):
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     base_offset: _builtins.int
-    """Offset assigned to the first record of the appended batch; -1 with ACKS_NONE."""
+    """Offset assigned to the first record of the appended batch."""
     record_count: _builtins.int
     """Number of records appended."""
     log_start_offset: _builtins.int
@@ -390,6 +390,13 @@ class ProduceResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    """ProduceStream only: NONE on success, else why this request failed (nothing of it was
+    appended). Unary Produce reports errors as a gRPC status instead.
+    """
+    error_message: _builtins.str
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionProduceResult]:
         """One entry per partition written, in ascending partition order."""
@@ -398,10 +405,12 @@ class ProduceResponse(_message.Message):
         self,
         *,
         results: _abc.Iterable[Global___PartitionProduceResult] | None = ...,
+        error_code: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

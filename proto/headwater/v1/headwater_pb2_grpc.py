@@ -41,8 +41,18 @@ class BrokerStub:
                 request_serializer=headwater_dot_v1_dot_headwater__pb2.ProduceRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_headwater__pb2.ProduceResponse.FromString,
                 _registered_method=True)
+        self.ProduceStream = channel.stream_stream(
+                '/headwater.v1.Broker/ProduceStream',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.ProduceResponse.FromString,
+                _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/headwater.v1.Broker/Fetch',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.FetchRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.FetchResponse.FromString,
+                _registered_method=True)
+        self.FetchStream = channel.unary_stream(
+                '/headwater.v1.Broker/FetchStream',
                 request_serializer=headwater_dot_v1_dot_headwater__pb2.FetchRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_headwater__pb2.FetchResponse.FromString,
                 _registered_method=True)
@@ -70,9 +80,30 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProduceStream(self, request_iterator, context):
+        """The same as Produce, many requests on one stream: the node handles them one at a time
+        in the order they arrive and answers each, in that order, with one ProduceResponse.
+        A failed request is answered with `error_code` set (the stream goes on), so clients
+        pay the per-call cost of gRPC once instead of per batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Fetch(self, request, context):
         """Reads whole batches from one partition starting at an offset: a long poll that waits
         up to max_wait_ms for min_bytes to be available.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchStream(self, request, context):
+        """Fetch, repeated by the node: it answers from `offset`, then from each response's
+        next_offset, sending every response as soon as new data is committed (a long poll per
+        message, without a request per message). max_wait_ms bounds each wait; a response with
+        no records is sent when it ends, as a heartbeat. The stream ends when the client
+        cancels it, or with an error status (e.g. OFFSET_OUT_OF_RANGE after retention).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -100,8 +131,18 @@ def add_BrokerServicer_to_server(servicer, server):
                     request_deserializer=headwater_dot_v1_dot_headwater__pb2.ProduceRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_headwater__pb2.ProduceResponse.SerializeToString,
             ),
+            'ProduceStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ProduceStream,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.ProduceRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.ProduceResponse.SerializeToString,
+            ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.FetchRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.FetchResponse.SerializeToString,
+            ),
+            'FetchStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchStream,
                     request_deserializer=headwater_dot_v1_dot_headwater__pb2.FetchRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_headwater__pb2.FetchResponse.SerializeToString,
             ),
@@ -156,6 +197,33 @@ class Broker:
             _registered_method=True)
 
     @staticmethod
+    def ProduceStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/headwater.v1.Broker/ProduceStream',
+            headwater_dot_v1_dot_headwater__pb2.ProduceRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.ProduceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Fetch(request,
             target,
             options=(),
@@ -170,6 +238,33 @@ class Broker:
             request,
             target,
             '/headwater.v1.Broker/Fetch',
+            headwater_dot_v1_dot_headwater__pb2.FetchRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/headwater.v1.Broker/FetchStream',
             headwater_dot_v1_dot_headwater__pb2.FetchRequest.SerializeToString,
             headwater_dot_v1_dot_headwater__pb2.FetchResponse.FromString,
             options,

@@ -50,9 +50,22 @@ class BrokerStub:
     def __new__(cls, channel: _aio.Channel) -> BrokerAsyncStub: ...
     Produce: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.ProduceRequest, _headwater_pb2.ProduceResponse]
     """Appends records to one partition, or lets the broker partition plain records by key."""
+    ProduceStream: _grpc.StreamStreamMultiCallable[_headwater_pb2.ProduceRequest, _headwater_pb2.ProduceResponse]
+    """The same as Produce, many requests on one stream: the node handles them one at a time
+    in the order they arrive and answers each, in that order, with one ProduceResponse.
+    A failed request is answered with `error_code` set (the stream goes on), so clients
+    pay the per-call cost of gRPC once instead of per batch.
+    """
     Fetch: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.FetchRequest, _headwater_pb2.FetchResponse]
     """Reads whole batches from one partition starting at an offset: a long poll that waits
     up to max_wait_ms for min_bytes to be available.
+    """
+    FetchStream: _grpc.UnaryStreamMultiCallable[_headwater_pb2.FetchRequest, _headwater_pb2.FetchResponse]
+    """Fetch, repeated by the node: it answers from `offset`, then from each response's
+    next_offset, sending every response as soon as new data is committed (a long poll per
+    message, without a request per message). max_wait_ms bounds each wait; a response with
+    no records is sent when it ends, as a heartbeat. The stream ends when the client
+    cancels it, or with an error status (e.g. OFFSET_OUT_OF_RANGE after retention).
     """
     ListOffsets: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.ListOffsetsRequest, _headwater_pb2.ListOffsetsResponse]
     """Earliest, latest or by-timestamp offsets of a topic's partitions."""
@@ -66,9 +79,22 @@ class BrokerAsyncStub(BrokerStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Produce: _aio.UnaryUnaryMultiCallable[_headwater_pb2.ProduceRequest, _headwater_pb2.ProduceResponse]  # type: ignore[assignment]
     """Appends records to one partition, or lets the broker partition plain records by key."""
+    ProduceStream: _aio.StreamStreamMultiCallable[_headwater_pb2.ProduceRequest, _headwater_pb2.ProduceResponse]  # type: ignore[assignment]
+    """The same as Produce, many requests on one stream: the node handles them one at a time
+    in the order they arrive and answers each, in that order, with one ProduceResponse.
+    A failed request is answered with `error_code` set (the stream goes on), so clients
+    pay the per-call cost of gRPC once instead of per batch.
+    """
     Fetch: _aio.UnaryUnaryMultiCallable[_headwater_pb2.FetchRequest, _headwater_pb2.FetchResponse]  # type: ignore[assignment]
     """Reads whole batches from one partition starting at an offset: a long poll that waits
     up to max_wait_ms for min_bytes to be available.
+    """
+    FetchStream: _aio.UnaryStreamMultiCallable[_headwater_pb2.FetchRequest, _headwater_pb2.FetchResponse]  # type: ignore[assignment]
+    """Fetch, repeated by the node: it answers from `offset`, then from each response's
+    next_offset, sending every response as soon as new data is committed (a long poll per
+    message, without a request per message). max_wait_ms bounds each wait; a response with
+    no records is sent when it ends, as a heartbeat. The stream ends when the client
+    cancels it, or with an error status (e.g. OFFSET_OUT_OF_RANGE after retention).
     """
     ListOffsets: _aio.UnaryUnaryMultiCallable[_headwater_pb2.ListOffsetsRequest, _headwater_pb2.ListOffsetsResponse]  # type: ignore[assignment]
     """Earliest, latest or by-timestamp offsets of a topic's partitions."""
@@ -87,6 +113,18 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         """Appends records to one partition, or lets the broker partition plain records by key."""
 
     @_abc_1.abstractmethod
+    def ProduceStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_headwater_pb2.ProduceRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_headwater_pb2.ProduceResponse], _abc.AsyncIterator[_headwater_pb2.ProduceResponse]]:
+        """The same as Produce, many requests on one stream: the node handles them one at a time
+        in the order they arrive and answers each, in that order, with one ProduceResponse.
+        A failed request is answered with `error_code` set (the stream goes on), so clients
+        pay the per-call cost of gRPC once instead of per batch.
+        """
+
+    @_abc_1.abstractmethod
     def Fetch(
         self,
         request: _headwater_pb2.FetchRequest,
@@ -94,6 +132,19 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_headwater_pb2.FetchResponse, _abc.Awaitable[_headwater_pb2.FetchResponse]]:
         """Reads whole batches from one partition starting at an offset: a long poll that waits
         up to max_wait_ms for min_bytes to be available.
+        """
+
+    @_abc_1.abstractmethod
+    def FetchStream(
+        self,
+        request: _headwater_pb2.FetchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_headwater_pb2.FetchResponse], _abc.AsyncIterator[_headwater_pb2.FetchResponse]]:
+        """Fetch, repeated by the node: it answers from `offset`, then from each response's
+        next_offset, sending every response as soon as new data is committed (a long poll per
+        message, without a request per message). max_wait_ms bounds each wait; a response with
+        no records is sent when it ends, as a heartbeat. The stream ends when the client
+        cancels it, or with an error status (e.g. OFFSET_OUT_OF_RANGE after retention).
         """
 
     @_abc_1.abstractmethod
