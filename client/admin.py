@@ -32,12 +32,12 @@ class Admin:
     def create_topic(
         self,
         name: str,
-        partitions: int = 0,
-        replication_factor: int = 0,
+        partitions: int | None = None,
+        replication_factor: int | None = None,
         configs: Mapping[str, str] | None = None,
         validate_only: bool = False,
     ) -> str:
-        """Create one topic; return its topic id. 0 means the node's default count."""
+        """Create one topic; return its topic id. None means the node's default."""
         request = pb.CreateTopicsRequest(
             topics=[
                 pb.NewTopic(

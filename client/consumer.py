@@ -31,7 +31,7 @@ import pyarrow as pa
 from headwater.client.connection import Cluster, call
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
-from headwater.log.batch import decode_batches
+from headwater.log.batch import decode_batches, timestamps_ms
 from headwater.v1 import headwater_pb2 as pb
 
 RESET_POLICIES: Final = ("earliest", "latest", "none")
@@ -77,7 +77,7 @@ class PollResult:
     def __iter__(self) -> Iterator[ConsumerRecord]:
         for fetched in self.batches:
             columns = fetched.records.to_pydict()
-            stamps = fetched.records.column("timestamp").cast(pa.int64()).to_pylist()
+            stamps = timestamps_ms(fetched.records)
             for offset, stamp, key, value, headers in zip(
                 columns["offset"],
                 stamps,

@@ -142,13 +142,16 @@ def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
 @topics.command("create")
 @click.argument("name")
 @click.option(
-    "--partitions", type=int, default=0, help="Number of partitions (default: the node's)."
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Number of partitions, at least 1 (default: the node's default_partitions).",
 )
 @click.option(
     "--replication-factor",
-    type=int,
-    default=0,
-    help="Replicas per partition (default: the node's).",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replicas per partition, at least 1 (default: the node's).",
 )
 @click.option(
     "--config",
@@ -160,16 +163,14 @@ def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
 @bootstrap_option
 def topics_create(
     name: str,
-    partitions: int,
-    replication_factor: int,
+    partitions: int | None,
+    replication_factor: int | None,
     configs: tuple[str, ...],
     bootstrap: str | None,
 ) -> None:
     """Create topic NAME."""
     from headwater.client import Admin
 
-    if partitions < 0:
-        fail(f"--partitions is {partitions}; it must be at least 1")
     with Admin(bootstrap) as admin:
         topic_id = admin.create_topic(name, partitions, replication_factor, _parse_configs(configs))
     _out.print(f"created topic {name} (id {topic_id})", markup=False)

@@ -58,10 +58,11 @@ def produce_lines(
             try:
                 pending.append(producer.send(topic, value, key=key, partition=partition))
             except HeadwaterError as error:
+                # send() itself failed: records cannot even be routed (unknown topic, no
+                # node reachable, buffer full), so stop reading instead of failing each line.
                 failed += 1
-                first_error = first_error or str(error)
-                if not error.retriable:
-                    break
+                first_error = first_error or f"{error} (stopped at line {number})"
+                break
             if len(pending) >= PENDING_FUTURES_MAX:
                 pending = settle(pending, wait=False)
         producer.flush()

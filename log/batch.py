@@ -603,6 +603,12 @@ def decode_body(
     )
 
 
+def timestamps_ms(records: pa.RecordBatch) -> list[int]:
+    """Record timestamps as integer ms. Going through datetime (``.timestamp() * 1000``)
+    is wrong: float seconds lose a millisecond for large timestamps."""
+    return list(records.column("timestamp").cast(pa.int64()).to_pylist())
+
+
 def decode_batch(
     buffer: bytes | memoryview, position: int = 0, verify_crc: bool = True
 ) -> DecodedBatch:

@@ -163,17 +163,24 @@ class LogManager:
         return partition
 
     def check_new_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+        self,
+        name: str,
+        partitions: int | None,
+        replication_factor: int | None,
+        configs: Mapping[str, str],
     ) -> tuple[int, int, dict[str, str]]:
-        """Validate a CreateTopics entry; return (partitions, replication factor, configs)."""
+        """Validate a CreateTopics entry (None: the node's default); return (partitions,
+        replication factor, configs)."""
         check_topic_name(name)
-        partitions = partitions or self.config.default_partitions
+        if partitions is None:
+            partitions = self.config.default_partitions
         if not 1 <= partitions <= self.config.partitions_max:
             raise HeadwaterError(
                 ErrorCode.INVALID_PARTITIONS,
                 f"partitions is {partitions}; valid range is [1, {self.config.partitions_max}]",
             )
-        replication_factor = replication_factor or self.config.default_replication_factor
+        if replication_factor is None:
+            replication_factor = self.config.default_replication_factor
         brokers = 1
         if not 1 <= replication_factor <= brokers:
             raise HeadwaterError(
@@ -192,7 +199,11 @@ class LogManager:
         return partitions, replication_factor, dict(configs)
 
     def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+        self,
+        name: str,
+        partitions: int | None,
+        replication_factor: int | None,
+        configs: Mapping[str, str],
     ) -> TopicRecord:
         with self._lock:
             partitions, replication_factor, overrides = self.check_new_topic(

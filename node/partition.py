@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.api import AppendInfo, PartitionLog, ReadResult, offset_out_of_range
@@ -41,14 +42,16 @@ class Partition:
         if not start <= offset <= end:
             raise offset_out_of_range(offset, start, end)
 
-    def wait_for_data(self, offset: int, max_wait_ms: int, still_wanted: object) -> None:
+    def wait_for_data(
+        self, offset: int, max_wait_ms: int, still_wanted: Callable[[], bool]
+    ) -> None:
         """Block until the high watermark passes ``offset``, ``max_wait_ms`` pass, the node
         closes, or ``still_wanted()`` turns false (the caller went away)."""
         deadline = time.monotonic() + max_wait_ms / 1000
         with self.data_arrived:
             while self.high_watermark <= offset and not self._closed:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not still_wanted():  # type: ignore[operator]
+                if remaining <= 0 or not still_wanted():
                     return
                 self.data_arrived.wait(min(remaining, 0.5))
 

@@ -334,16 +334,29 @@ class BrokerService(pb_grpc.BrokerServicer):
         )
 
 
+def _topic_result(name: str, action: Callable[[], str]) -> pb.TopicResult:
+    """Run ``action`` for topic ``name``: its returned topic id, or its error, in a result."""
+    result = pb.TopicResult(name=name)
+    try:
+        result.topic_id = action()
+    except HeadwaterError as error:
+        result.error_code = pb.ErrorCode.ValueType(error.code)
+        result.error_message = error.message
+    return result
+
+
 def _decoded_records(data: bytes, first_offset: int) -> list[pb.ConsumedRecord]:
     out = []
     for decoded in batch_format.decode_batches(data):
         records = decoded.records
         if decoded.header.base_offset < first_offset:
             records = records.filter(pc.greater_equal(records.column("offset"), first_offset))
-        for row in records.to_pylist():
+        for row, stamp in zip(
+            records.to_pylist(), batch_format.timestamps_ms(records), strict=True
+        ):
             record = pb.ConsumedRecord(
                 offset=row["offset"],
-                timestamp_ms=int(row["timestamp"].timestamp() * 1000),
+                timestamp_ms=stamp,
                 headers=[pb.Header(key=h["key"], value=h["value"]) for h in row["headers"] or []],
             )
             if row["key"] is not None:
@@ -363,45 +376,38 @@ class AdminService(pb_grpc.AdminServicer):
     def CreateTopics(
         self, request: pb.CreateTopicsRequest, context: grpc.ServicerContext
     ) -> pb.CreateTopicsResponse:
-        results = []
-        for topic in request.topics:
-            result = pb.TopicResult(name=topic.name)
-            try:
-                if topic.partitions < 0:
-                    raise HeadwaterError(
-                        ErrorCode.INVALID_PARTITIONS,
-                        f"partitions is {topic.partitions}; "
-                        f"valid range is [1, {self.config.partitions_max}]",
-                    )
-                if request.validate_only:
-                    self.logs.check_new_topic(
-                        topic.name, topic.partitions, topic.replication_factor, topic.configs
-                    )
-                else:
-                    record = self.logs.create_topic(
-                        topic.name, topic.partitions, topic.replication_factor, topic.configs
-                    )
-                    result.topic_id = record.topic_id
-            except HeadwaterError as error:
-                result.error_code = pb.ErrorCode.ValueType(error.code)
-                result.error_message = error.message
-            results.append(result)
-        return pb.CreateTopicsResponse(results=results)
+        return pb.CreateTopicsResponse(
+            results=[
+                _topic_result(
+                    topic.name, functools.partial(self._create, topic, request.validate_only)
+                )
+                for topic in request.topics
+            ]
+        )
+
+    def _create(self, topic: pb.NewTopic, validate_only: bool) -> str:
+        """Create (or only check) one topic; return its id ("" when only checked)."""
+        partitions = topic.partitions if topic.HasField("partitions") else None
+        replication = topic.replication_factor if topic.HasField("replication_factor") else None
+        args = (topic.name, partitions, replication, topic.configs)
+        if validate_only:
+            self.logs.check_new_topic(*args)
+            return ""
+        return self.logs.create_topic(*args).topic_id
 
     @rpc_handler
     def DeleteTopics(
         self, request: pb.DeleteTopicsRequest, context: grpc.ServicerContext
     ) -> pb.DeleteTopicsResponse:
-        results = []
-        for name in request.names:
-            result = pb.TopicResult(name=name)
-            try:
-                self.logs.delete_topic(name)
-            except HeadwaterError as error:
-                result.error_code = pb.ErrorCode.ValueType(error.code)
-                result.error_message = error.message
-            results.append(result)
-        return pb.DeleteTopicsResponse(results=results)
+        return pb.DeleteTopicsResponse(
+            results=[
+                _topic_result(name, functools.partial(self._delete, name)) for name in request.names
+            ]
+        )
+
+    def _delete(self, name: str) -> str:
+        self.logs.delete_topic(name)
+        return ""
 
     @rpc_handler
     def ListTopics(

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from headwater.log.batch import Compression, decode_batch, encode_batch
+from headwater.log.batch import Compression, decode_batch, encode_batch, timestamps_ms
 
 OUT = Path(__file__).resolve().parent.parent / "docs/testvectors/record-batches.json"
 
@@ -33,15 +33,16 @@ def vector(name: str, description: str, **inputs: Any) -> dict[str, Any]:
         leader_epoch=inputs.get("leader_epoch", -1),
     )
     decoded = decode_batch(data)
+    stamps = timestamps_ms(decoded.records)
     records = [
         {
             "offset": row["offset"],
-            "timestamp_ms": int(row["timestamp"].timestamp() * 1000),
+            "timestamp_ms": stamp,
             "key": hexify(row["key"]),
             "value": hexify(row["value"]),
             "headers": [[h["key"], hexify(h["value"])] for h in row["headers"] or []],
         }
-        for row in decoded.records.to_pylist()
+        for row, stamp in zip(decoded.records.to_pylist(), stamps, strict=True)
     ]
     return {
         "name": name,

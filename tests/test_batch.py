@@ -68,7 +68,7 @@ def test_round_trip(case: dict) -> None:
     )
     assert [r["value"] for r in rows] == case["values"]
     assert [r["key"] for r in rows] == (case["keys"] or [None] * count)
-    assert [int(r["timestamp"].timestamp() * 1000) for r in rows] == expected_stamps
+    assert bf.timestamps_ms(decoded.records) == expected_stamps
     expected_headers = [list(h or []) for h in (case["headers"] or [None] * count)]
     assert [
         [(h["key"], h["value"]) for h in (r["headers"] or [])] for r in rows
@@ -90,9 +90,11 @@ def test_published_vectors(vector: dict) -> None:
     assert decoded.header.crc == vector["crc"] == crc32c.crc32c(data[bf.CRC_START :])
     rows = decoded.records.to_pylist()
     assert len(rows) == len(vector["records"])
-    for row, expected in zip(rows, vector["records"], strict=True):
+    for row, stamp, expected in zip(
+        rows, bf.timestamps_ms(decoded.records), vector["records"], strict=True
+    ):
         assert row["offset"] == expected["offset"]
-        assert int(row["timestamp"].timestamp() * 1000) == expected["timestamp_ms"]
+        assert stamp == expected["timestamp_ms"]
         assert (row["key"].hex() if row["key"] is not None else None) == expected["key"]
         assert (row["value"].hex() if row["value"] is not None else None) == expected["value"]
         assert [
@@ -258,3 +260,11 @@ def test_encoder_rejects_impossible_inputs() -> None:
     assert bf.Compression.parse("ZSTD") is bf.Compression.ZSTD
     with pytest.raises(HeadwaterError, match="valid: none, lz4, zstd"):
         bf.Compression.parse("gzip")
+
+
+def test_large_timestamps_are_exact_to_the_millisecond() -> None:
+    """Regression: converting through datetime floats lost 1 ms at 549755813887."""
+    stamps = [549_755_813_887, 2**41 - 1, 1_700_000_000_005]
+    for stamp in stamps:
+        decoded = bf.decode_batch(bf.encode_batch([b"x"], timestamps_ms=[stamp]))
+        assert bf.timestamps_ms(decoded.records) == [stamp]

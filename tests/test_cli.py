@@ -91,10 +91,9 @@ def test_errors_are_one_clear_line_without_traceback(node: NodeProcess) -> None:
             "nosuchtopic",
         ),
         (["topics", "create", "bad/name", *b], "illegal character"),
-        (
-            ["topics", "create", "t", "--partitions", "0", "--config", "retention_ms=abc", *b],
-            "retention_ms",
-        ),
+        (["topics", "create", "t", "--config", "retention_ms=abc", *b], "retention_ms"),
+        (["topics", "create", "t", "--partitions", "0", *b], "--partitions"),
+        (["topics", "create", "t", "--partitions", "-2", *b], "--partitions"),
         (["topics", "create", "t", "--config", "novalue", *b], "key=value"),
         (["topics", "describe", "missing", *b], "missing"),
         (["produce", "missing", *b], "missing"),

@@ -224,8 +224,13 @@ def test_bad_topic_requests(shared_node: NodeProcess) -> None:
             error = error_of(lambda name=name: admin.create_topic(name, 1))
             assert error.code == ErrorCode.INVALID_TOPIC_EXCEPTION, name
             assert fragment in error.message
-        error = error_of(lambda: admin.create_topic("ok-name", -3))
-        assert error.code == ErrorCode.INVALID_PARTITIONS and "[1, 10000]" in error.message
+        for partitions in (0, -3):
+            error = error_of(
+                lambda partitions=partitions: admin.create_topic("ok-name", partitions)
+            )
+            assert error.code == ErrorCode.INVALID_PARTITIONS and "[1, 10000]" in error.message
+        error = error_of(lambda: admin.create_topic("ok-name", 1, replication_factor=0))
+        assert error.code == ErrorCode.INVALID_REPLICATION_FACTOR
         error = error_of(lambda: admin.create_topic("ok-name", 100_001))
         assert error.code == ErrorCode.INVALID_PARTITIONS
         error = error_of(lambda: admin.create_topic("ok-name", 1, replication_factor=3))

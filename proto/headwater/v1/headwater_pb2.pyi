@@ -805,9 +805,13 @@ class NewTopic(_message.Message):
     name: _builtins.str
     """1 to 249 characters of [a-zA-Z0-9._-], not "." or ".."."""
     partitions: _builtins.int
-    """Number of partitions, in [1, partitions_max]; 0 means the server default."""
+    """Number of partitions, in [1, partitions_max]; absent means the server default
+    (default_partitions). 0 or less is refused with INVALID_PARTITIONS.
+    """
     replication_factor: _builtins.int
-    """Replicas per partition, in [1, number of brokers]; 0 means the server default."""
+    """Replicas per partition, in [1, number of brokers]; absent means the server default
+    (default_replication_factor). 0 or less is refused with INVALID_REPLICATION_FACTOR.
+    """
     @_builtins.property
     def configs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Topic configs (see docs/configuration.md): retention_ms, retention_bytes,
@@ -819,15 +823,22 @@ class NewTopic(_message.Message):
         self,
         *,
         name: _builtins.str = ...,
-        partitions: _builtins.int = ...,
-        replication_factor: _builtins.int = ...,
+        partitions: _builtins.int | None = ...,
+        replication_factor: _builtins.int | None = ...,
         configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_partitions", b"_partitions", "_replication_factor", b"_replication_factor", "partitions", b"partitions", "replication_factor", b"replication_factor"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "name", b"name", "partitions", b"partitions", "replication_factor", b"replication_factor"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partitions", b"_partitions", "_replication_factor", b"_replication_factor", "configs", b"configs", "name", b"name", "partitions", b"partitions", "replication_factor", b"replication_factor"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__partitions: _TypeAlias = _typing.Literal["partitions"]  # noqa: Y015
+    _WhichOneofArgType__partitions: _TypeAlias = _typing.Literal["_partitions", b"_partitions"]  # noqa: Y015
+    _WhichOneofReturnType__replication_factor: _TypeAlias = _typing.Literal["replication_factor"]  # noqa: Y015
+    _WhichOneofArgType__replication_factor: _TypeAlias = _typing.Literal["_replication_factor", b"_replication_factor"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__partitions) -> _WhichOneofReturnType__partitions | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__replication_factor) -> _WhichOneofReturnType__replication_factor | None: ...
 
 Global___NewTopic: _TypeAlias = NewTopic  # noqa: Y015
 
