@@ -6,8 +6,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.node_process import NodeProcess
+
+# Property tests check behaviour, not speed: no per-example deadline, which would make them
+# flaky on a loaded 2-core machine. A failure prints the example (and its replay blob).
+settings.register_profile("headwater", deadline=None, print_blob=True)
+settings.load_profile("headwater")
 
 
 @pytest.fixture
