@@ -354,7 +354,7 @@ class Consumer:
         self._positions[partition] = max(position, response.next_offset)
         return fetched
 
-    def poll(self, timeout_ms: int = 1000) -> PollResult:
+    def poll(self, timeout_ms: float = 1000) -> PollResult:
         """Return whatever arrives within ``timeout_ms`` (possibly nothing)."""
         if not self._positions:
             raise HeadwaterError(

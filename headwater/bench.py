@@ -26,6 +26,7 @@ from headwater.errors import ErrorCode, HeadwaterError
 from headwater.runtime_tuning import tune_runtime
 
 _err = Console(stderr=True, highlight=False)
+E2E_DRAIN_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,46 +357,39 @@ def bench_e2e(
     for tp in consumer.assignment():
         consumer.position(tp)
     latencies: list[float] = []
-    done = threading.Event()
-    failure: list[BaseException] = []
-
-    def consume() -> None:
-        try:
-            received = 0
-            while received < records and not done.is_set():
-                for fetched in consumer.poll(timeout_ms=200).batches:
-                    now = time.time_ns()
-                    stamps = pc.binary_slice(fetched.records.column("value"), 0, 8).to_pylist()
-                    latencies.extend((now - int.from_bytes(s, "little")) / 1e6 for s in stamps)
-                    received += fetched.records.num_rows
-        except BaseException as exc:  # reported by the main thread
-            failure.append(exc)
-
-    reader = threading.Thread(target=consume, name="e2e-consumer", daemon=True)
-    reader.start()
     padding = os.urandom(record_size - 8)
     producer = Producer(bootstrap, acks=acks, linger_ms=linger_ms)
     start = time.perf_counter()
+    last_arrival = start
     try:
         with _progress("e2e", as_json) as progress:
             task = progress.add_task("e2e", total=records)
             sent = 0
-            while sent < records:
+            # One loop, as Kafka's EndToEndLatency tool: send what is due, then poll until
+            # the next record is due. A separate consumer thread would add one more
+            # thread competing for the GIL on every record's path.
+            while len(latencies) < records:
                 due = min(records, int((time.perf_counter() - start) * rate) + 1)
                 while sent < due:
                     producer.send(topic, time.time_ns().to_bytes(8, "little") + padding)
                     sent += 1
-                if sent % 1000 == 0:
-                    progress.update(task, completed=sent)
-                time.sleep(max(0.0, start + sent / rate - time.perf_counter()))
-            producer.flush()
-            reader.join(timeout=30)
+                next_due = start + sent / rate if sent < records else time.perf_counter() + 0.2
+                wait_ms = max(0.0, (next_due - time.perf_counter()) * 1000)
+                for fetched in consumer.poll(timeout_ms=wait_ms).batches:
+                    now = time.time_ns()
+                    stamps = pc.binary_slice(fetched.records.column("value"), 0, 8).to_pylist()
+                    latencies.extend((now - int.from_bytes(s, "little")) / 1e6 for s in stamps)
+                    last_arrival = time.perf_counter()
+                if sent == records and time.perf_counter() - last_arrival > E2E_DRAIN_S:
+                    raise HeadwaterError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"{records - len(latencies)} records not consumed {E2E_DRAIN_S} s after "
+                        "the last arrival",
+                    )
+                progress.update(task, completed=len(latencies))
     finally:
-        done.set()
         producer.close()
         consumer.close()
-    if failure:
-        raise failure[0]
     elapsed = time.perf_counter() - start
     settings = {"rate": rate, "acks": acks, "linger_ms": linger_ms, "partitions": partitions}
     report(
