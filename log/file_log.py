@@ -308,9 +308,7 @@ class FileLog:
             for segment in self._segments:
                 if segment.max_timestamp < timestamp_ms:
                     continue
-                offset = segment.base_offset + (
-                    segment.index.first_offset_at_or_after(timestamp_ms) or 0
-                )
+                offset = segment.base_offset + segment.index.first_offset_at_or_after(timestamp_ms)
                 while offset < segment.next_offset:
                     data, next_offset = segment.read_from(offset, 1, segment.next_offset)
                     header = batch_format.read_header(data)

@@ -47,13 +47,10 @@ class SegmentIndex:
         i = bisect.bisect_right(self.relative_offsets, relative_offset) - 1
         return self.positions[i] if i >= 0 else 0
 
-    def first_offset_at_or_after(self, timestamp: int) -> int | None:
-        """Relative offset from which to scan for the first record with ts >= timestamp.
-
-        Returns the offset of the last entry whose max timestamp is < ``timestamp`` (the
-        record sought comes at or after it), 0 when there is none, or None when no entry
-        reaches ``timestamp`` and the segment's tail must be scanned from the last entry.
-        """
+    def first_offset_at_or_after(self, timestamp: int) -> int:
+        """Relative offset from which to scan for the first record with ts >= timestamp:
+        that of the last entry whose max timestamp is < ``timestamp`` (the record sought
+        comes after it), or 0 when there is none. The scan may run past the last entry."""
         i = bisect.bisect_left(self.timestamps, timestamp)
         if i == 0:
             return 0
