@@ -183,3 +183,16 @@ def test_segment_index_lookups_against_an_oracle() -> None:
         assert index.floor_position(target) == expected
     index.truncate_to_position(700)
     assert list(index.positions) == [0, 300]
+
+
+def test_write_all_survives_short_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from headwater.log import segment as segment_module
+
+    real_writev = os.writev
+    monkeypatch.setattr(
+        segment_module.os, "writev", lambda fd, parts: real_writev(fd, [bytes(parts[0][:3])])
+    )
+    log = FileLog(tmp_path, CONFIG, now_ms=0)
+    values = fill(log, 3)
+    assert [v for _, v in read_all(log, 0)] == values
+    log.close()

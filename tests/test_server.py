@@ -408,3 +408,25 @@ def test_producer_recovers_through_a_restart_and_a_stopped_node(node: NodeProces
         assert future.result(timeout=60).offset >= 2
     values = [r.value for r in consume_all(node.address, "survive", 3)]
     assert values[:2] == [b"before", b"after-restart"] and b"after-stop" in values
+
+
+def test_fetch_min_bytes_waits_for_enough_data(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        topic = new_topic(admin)
+    stub = broker(shared_node)
+    small = batch_format.encode_batch([b"x"])
+    stub.Produce(pb.ProduceRequest(topic=topic, partition=0, batch=small))
+    request = pb.FetchRequest(
+        topic=topic, partition=0, offset=0, min_bytes=len(small) * 3, max_wait_ms=20_000
+    )
+    future = stub.Fetch.future(request)
+    for _ in range(2):
+        stub.Produce(pb.ProduceRequest(topic=topic, partition=0, batch=small))
+    response = future.result(timeout=30)
+    assert len(response.records) >= len(small) * 3
+    assert response.next_offset == 3
+    # min_bytes never turns a short wait into a long one.
+    quick = stub.Fetch(
+        pb.FetchRequest(topic=topic, partition=0, offset=0, min_bytes=10**6, max_wait_ms=50)
+    )
+    assert quick.next_offset == 3
