@@ -203,3 +203,22 @@ def test_readme_quickstart_runs_verbatim(node: NodeProcess, tmp_path: Path) -> N
         "acme\torder-3",
         "globex\torder-2",
     ]
+
+
+def test_readme_python_example_runs(node: NodeProcess) -> None:
+    """The README's Python client example, pointed at this test's node."""
+    import re
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Python client", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    script = code.group(1).replace("127.0.0.1:7700", node.address)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert b"RecordMetadata(topic='events'" in result.stdout
+    assert b"b'clicked'" in result.stdout
