@@ -396,7 +396,12 @@ def test_producer_recovers_through_a_restart_and_a_stopped_node(node: NodeProces
     with Admin(node.address) as admin:
         admin.create_topic("survive", 1)
     with Producer(
-        node.address, acks="all", request_timeout_ms=1000, retry_backoff_ms=50
+        node.address,
+        acks="all",
+        request_timeout_ms=1000,
+        retry_backoff_ms=50,
+        retries=10_000,  # bounded by delivery_timeout_ms: a restart under load may be slow
+        delivery_timeout_ms=90_000,
     ) as producer:
         assert producer.send("survive", b"before").result(timeout=30).offset == 0
         node.kill(signal.SIGKILL)
