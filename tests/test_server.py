@@ -435,3 +435,40 @@ def test_fetch_min_bytes_waits_for_enough_data(shared_node: NodeProcess) -> None
         pb.FetchRequest(topic=topic, partition=0, offset=0, min_bytes=10**6, max_wait_ms=50)
     )
     assert quick.next_offset == 3
+
+
+def test_undecodable_and_oversized_requests_get_clear_errors(tmp_path) -> None:
+    env = {"HEADWATER_REQUEST_BYTES_MAX": str(2 << 20), "HEADWATER_MAX_MESSAGE_BYTES": str(1 << 20)}
+    node = NodeProcess(tmp_path / "data", env=env)
+    node.start()
+    try:
+        channel = grpc.insecure_channel(
+            node.address, options=[("grpc.max_send_message_length", 64 << 20)]
+        )
+        raw_produce = channel.unary_unary("/headwater.v1.Broker/Produce")
+        with pytest.raises(grpc.RpcError) as info:
+            raw_produce(b"\xff\xff\xff not a protobuf message")
+        assert "deserializ" in info.value.details().lower()
+        with Admin(node.address) as admin:
+            topic = new_topic(admin)
+        oversized = pb.ProduceRequest(
+            topic=topic, partition=0, batch=batch_format.encode_batch([b"x" * (3 << 20)])
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            pb_grpc.BrokerStub(channel).Produce(oversized)
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "larger than max" in info.value.details()
+        # The node is unharmed and keeps serving.
+        assert (
+            broker(node)
+            .Produce(
+                pb.ProduceRequest(
+                    topic=topic, partition=0, batch=batch_format.encode_batch([b"ok"])
+                )
+            )
+            .results[0]
+            .base_offset
+            == 0
+        )
+    finally:
+        node.kill()
