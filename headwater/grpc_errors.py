@@ -46,8 +46,13 @@ def abort(context: grpc.ServicerContext, error: HeadwaterError) -> NoReturn:
 
 def from_rpc_error(exc: grpc.RpcError, target: str) -> HeadwaterError:
     """Translate a failed call into a HeadwaterError (transport failures included)."""
-    # Failed calls are both grpc.RpcError and grpc.Call at run time; the stubs cannot say so.
-    call: grpc.Call | None = exc if isinstance(exc, grpc.Call) else None  # type: ignore[unreachable]
+    # Failed sync calls are both grpc.RpcError and grpc.Call at run time (the stubs cannot
+    # say so); grpc.aio's AioRpcError is not a grpc.Call but has the same three methods.
+    call: grpc.Call | None = (
+        exc  # type: ignore[assignment]
+        if isinstance(exc, grpc.Call | grpc.aio.AioRpcError)
+        else None
+    )
     if call is not None:
         status = rpc_status.from_call(call)
         if status is not None:

@@ -1,0 +1,88 @@
+"""The asyncio producer and consumer against a real node."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from headwater.client import Admin
+from headwater.client.aio import AsyncConsumer, AsyncProducer
+from headwater.client.partitioner import partition_for_key
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.v1 import headwater_pb2 as pb
+from tests.node_process import NodeProcess
+
+
+def test_async_round_trip_in_order_with_keys(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        admin.create_topic("aio-keys", 3)
+
+    async def run() -> list:
+        async with AsyncConsumer(shared_node.address) as consumer:
+            await consumer.assign_at("aio-keys", pb.OFFSET_SPEC_EARLIEST)
+            async with AsyncProducer(shared_node.address, acks="all") as producer:
+                futures = [
+                    await producer.send("aio-keys", f"v{i}".encode(), key=f"k{i % 7}".encode())
+                    for i in range(500)
+                ]
+                metadata = await asyncio.gather(*futures)
+            for i, meta in enumerate(metadata):
+                assert meta.partition == partition_for_key(f"k{i % 7}".encode(), 3)
+            records = []
+            while len(records) < 500:
+                result = await consumer.poll(timeout_ms=10_000)
+                assert result.batches, "nothing arrived within 10 s"
+                records += list(result)
+            return records
+
+    records = asyncio.run(run())
+    assert sorted(r.value for r in records) == sorted(f"v{i}".encode() for i in range(500))
+    for partition in range(3):
+        mine = [r for r in records if r.partition == partition]
+        assert [r.offset for r in mine] == list(range(len(mine)))  # contiguous, in order
+        sent_order = [
+            f"v{i}".encode()
+            for i in range(500)
+            if partition_for_key(f"k{i % 7}".encode(), 3) == partition
+        ]
+        assert [r.value for r in mine] == sent_order
+
+
+def test_async_errors_fail_the_futures(shared_node: NodeProcess) -> None:
+    with Admin(shared_node.address) as admin:
+        admin.create_topic("aio-small", 1, configs={"max_message_bytes": "1024"})
+
+    async def run() -> None:
+        async with AsyncProducer(shared_node.address) as producer:
+            too_big = await producer.send("aio-small", b"x" * 5000)
+            with pytest.raises(HeadwaterError) as info:
+                await too_big
+            assert info.value.code == ErrorCode.MESSAGE_TOO_LARGE
+            fine = await producer.send("aio-small", b"ok")
+            assert (await fine).offset == 0  # the stream goes on after a failed request
+            with pytest.raises(HeadwaterError) as info:
+                await producer.send("aio-small", b"x", partition=4)
+            assert "[0, 1)" in info.value.message
+            with pytest.raises(HeadwaterError) as info:
+                await producer.send("nosuchtopic", b"x")
+            assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    asyncio.run(run())
+
+
+def test_async_producer_fails_pending_records_when_the_node_dies(node: NodeProcess) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("aio-dies", 1)
+
+    async def run() -> None:
+        producer = AsyncProducer(node.address, request_timeout_ms=5000)
+        assert (await (await producer.send("aio-dies", b"first"))).offset == 0
+        node.kill()
+        doomed = await producer.send("aio-dies", b"lost")
+        with pytest.raises(HeadwaterError) as info:
+            await asyncio.wait_for(doomed, 30)
+        assert info.value.retriable
+        await producer.close()
+
+    asyncio.run(run())
