@@ -8,7 +8,7 @@ the ErrorCode name, domain = "headwater.v1", metadata ``code`` (the number) and
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import any_pb2
@@ -39,9 +39,11 @@ def to_status(error: HeadwaterError) -> grpc.Status:
     return rpc_status.to_status(status)
 
 
-def abort(context: grpc.ServicerContext, error: HeadwaterError) -> NoReturn:
-    context.abort_with_status(to_status(error))
-    raise AssertionError("abort_with_status returned")  # pragma: no cover
+async def abort(context: grpc.aio.ServicerContext[Any, Any], error: HeadwaterError) -> NoReturn:
+    """End the call with ``error`` as its status (grpc.aio servicers)."""
+    status = to_status(error)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+    raise AssertionError("abort returned")  # pragma: no cover
 
 
 def from_rpc_error(exc: grpc.RpcError, target: str) -> HeadwaterError:

@@ -32,6 +32,7 @@ from typing import Final
 
 from headwater.config import NodeConfig, parse_topic_configs
 from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log.api import FlushPolicy
 from headwater.log.file_log import FileLog, write_atomically
 from headwater.node.partition import Partition
 from headwater.node.topics import TopicRecord, check_topic_name, unknown_topic
@@ -127,6 +128,7 @@ class LogManager:
                     p,
                     FileLog(folder, log_config, now_ms()),
                     log_config.max_message_bytes,
+                    fsync_on_append=log_config.flush_policy is FlushPolicy.ACK,
                 )
         for child in self.data_dir.iterdir():
             if child.is_dir() and child.name not in expected:
@@ -218,7 +220,15 @@ class LogManager:
                     if folder.exists():
                         shutil.rmtree(folder)
                     log = FileLog(folder, log_config, now_ms())
-                    created.append(Partition(name, p, log, log_config.max_message_bytes))
+                    created.append(
+                        Partition(
+                            name,
+                            p,
+                            log,
+                            log_config.max_message_bytes,
+                            fsync_on_append=log_config.flush_policy is FlushPolicy.ACK,
+                        )
+                    )
                 self._topics[name] = record
                 self._write_topics()
             except OSError as exc:

@@ -1,67 +1,99 @@
 """One partition served by this node: its log, high watermark, and fetch waiters.
 
 Single-node: the high watermark is the log end offset after each append (and, under
-flush_policy ``ack``, after the fsync). Fetches that reach the high watermark wait on
-``data_arrived`` until it moves, the wait ends, or the node closes.
+flush_policy ``ack``, after the fsync). Fetches that reach the high watermark wait for
+the next append, the end of their wait, or the node closing.
 
-Thread-safety: appends serialize on the log's lock; ``data_arrived`` guards waiters.
+Concurrency: the node's handlers run on one asyncio event loop. Appends run on it too,
+except under flush_policy ``ack``, whose fsync would stall every other call: those run in
+a worker thread (``asyncio.to_thread``). Waiters are loop futures, woken thread-safely
+(``call_soon_threadsafe``) by whichever thread appended; ``_lock`` guards their set.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
-import time
-from collections.abc import Callable
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.api import AppendInfo, PartitionLog, ReadResult, offset_out_of_range
 
 
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class Partition:
-    def __init__(self, topic: str, index: int, log: PartitionLog, max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        log: PartitionLog,
+        max_message_bytes: int,
+        fsync_on_append: bool = False,
+    ) -> None:
         self.topic = topic
         self.index = index
         self.log = log
         self.max_message_bytes = max_message_bytes
+        self.fsync_on_append = fsync_on_append
         self.leader_epoch = 0
-        self.data_arrived = threading.Condition()
+        self._lock = threading.Lock()
+        self._waiters: set[asyncio.Future[None]] = set()
         self._closed = False
 
     @property
     def high_watermark(self) -> int:
         return self.log.log_end_offset
 
-    def append(self, batch: bytes, now_ms: int) -> AppendInfo:
+    def append_now(self, batch: bytes, now_ms: int) -> AppendInfo:
+        """Append on the calling thread and wake the waiting fetches."""
         info = self.log.append(batch, self.leader_epoch, now_ms)
-        with self.data_arrived:
-            self.data_arrived.notify_all()
+        self._wake_all()
         return info
+
+    async def append(self, batch: bytes, now_ms: int) -> AppendInfo:
+        """Append; an fsync-before-ack append runs in a worker thread, off the loop."""
+        if self.fsync_on_append:
+            return await asyncio.to_thread(self.append_now, batch, now_ms)
+        return self.append_now(batch, now_ms)
+
+    def _wake_all(self) -> None:
+        with self._lock:
+            waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
     def check_fetch_offset(self, offset: int) -> None:
         start, end = self.log.log_start_offset, self.high_watermark
         if not start <= offset <= end:
             raise offset_out_of_range(offset, start, end)
 
-    def wait_for_data(
-        self, offset: int, max_wait_ms: int, still_wanted: Callable[[], bool]
-    ) -> None:
-        """Block until the high watermark passes ``offset``, ``max_wait_ms`` pass, the node
-        closes, or ``still_wanted()`` turns false (the caller went away)."""
-        deadline = time.monotonic() + max_wait_ms / 1000
-        with self.data_arrived:
-            while self.high_watermark <= offset and not self._closed:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not still_wanted():
-                    return
-                self.data_arrived.wait(min(remaining, 0.5))
+    async def wait_for_data(self, offset: int, wait_s: float) -> None:
+        """Return once the high watermark passes ``offset``, ``wait_s`` pass, or the
+        partition closes (whichever comes first)."""
+        if wait_s <= 0 or self.high_watermark > offset or self._closed:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with self._lock:
+            self._waiters.add(waiter)
+        try:
+            if self.high_watermark > offset or self._closed:  # appended while registering
+                return
+            await asyncio.wait_for(waiter, wait_s)
+        except TimeoutError:
+            return
+        finally:
+            with self._lock:
+                self._waiters.discard(waiter)
 
     def read(self, offset: int, max_bytes: int) -> ReadResult:
         return self.log.read(offset, max_bytes, upper_bound=self.high_watermark)
 
     def close(self) -> None:
-        with self.data_arrived:
-            self._closed = True
-            self.data_arrived.notify_all()
+        self._closed = True
+        self._wake_all()
 
     def check_open(self) -> None:
         if self._closed:

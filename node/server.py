@@ -6,10 +6,9 @@ in-flight calls finish (up to ``SHUTDOWN_GRACE_S``) and closes every log cleanly
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
-import threading
-from concurrent import futures
 from typing import Final
 
 import grpc
@@ -41,19 +40,20 @@ def grpc_options(config: NodeConfig) -> list[tuple[str, int]]:
 
 
 class Node:
-    """One running node. ``start`` binds and serves; ``stop`` shuts down cleanly."""
+    """One running node on an asyncio event loop. ``start`` binds and serves; ``stop``
+    shuts down cleanly. Both must run on the loop that serves."""
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.logs = LogManager(config)
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="grpc"),
+        self.server = grpc.aio.server(
             options=grpc_options(config),
             maximum_concurrent_rpcs=config.grpc_workers * 4,
         )
         pb_grpc.add_BrokerServicer_to_server(BrokerService(config, self.logs), self.server)
         pb_grpc.add_AdminServicer_to_server(AdminService(config, self.logs), self.server)
-        self.health = health.HealthServicer()
+        # grpc_health.v1.health.aio is public API; its stubs lack the attribute.
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (
@@ -66,7 +66,7 @@ class Node:
         )
         self.port = 0
 
-    def start(self) -> None:
+    async def start(self) -> None:
         cause: RuntimeError | None = None
         try:
             self.port = self.server.add_insecure_port(self.config.listen)
@@ -79,9 +79,9 @@ class Node:
                 f"cannot listen on {self.config.listen}: the port is in use or the address is "
                 "not on this machine; choose another with --listen HOST:PORT"
             ) from cause
-        self.server.start()
+        await self.server.start()
         for service in ("", "headwater.v1.Broker", "headwater.v1.Admin"):
-            self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         _log.info(
             "node %d serving on %s (data in %s)",
             self.config.node_id,
@@ -89,25 +89,30 @@ class Node:
             self.logs.data_dir,
         )
 
-    def stop(self) -> None:
-        self.health.enter_graceful_shutdown()
-        self.server.stop(SHUTDOWN_GRACE_S).wait()
+    async def stop(self) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(SHUTDOWN_GRACE_S)
         self.logs.close()
         _log.info("node %d stopped", self.config.node_id)
+
+
+async def _run(config: NodeConfig) -> None:
+    node = Node(config)
+    await node.start()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, _on_signal, signum, stopping)
+    await stopping.wait()
+    await node.stop()
+
+
+def _on_signal(signum: int, stopping: asyncio.Event) -> None:
+    _log.info("received %s, stopping", signal.Signals(signum).name)
+    stopping.set()
 
 
 def serve(config: NodeConfig) -> None:
     """Run a node until SIGTERM/SIGINT."""
     tune_runtime()
-    node = Node(config)
-    node.start()
-    stopping = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        _log.info("received %s, stopping", signal.Signals(signum).name)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    stopping.wait()
-    node.stop()
+    asyncio.run(_run(config))

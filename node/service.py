@@ -9,10 +9,11 @@ with its traceback and reaches the client as UNKNOWN_SERVER_ERROR without one.
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, TypeVar
 
 import grpc
@@ -35,23 +36,23 @@ ACKS_VALID: Final = (pb.ACKS_UNSPECIFIED, pb.ACKS_NONE, pb.ACKS_LEADER, pb.ACKS_
 
 
 def rpc_handler(method: Handler) -> Handler:
-    """Turn HeadwaterError into a gRPC status; log and mask anything unexpected."""
+    """Make a unary handler (plain or coroutine) an asyncio one that turns HeadwaterError
+    into a gRPC status, and logs and masks anything unexpected."""
 
     @functools.wraps(method)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
-            return method(self, request, context)
+            result = method(self, request, context)
+            return await result if inspect.isawaitable(result) else result
         except HeadwaterError as error:
-            abort(context, error)
+            failure = error
         except Exception as exc:
             _log.exception("%s failed", method.__name__)
-            abort(
-                context,
-                HeadwaterError(
-                    ErrorCode.UNKNOWN_SERVER_ERROR,
-                    f"internal error in {method.__name__}: {type(exc).__name__}: {exc}",
-                ),
+            failure = HeadwaterError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"internal error in {method.__name__}: {type(exc).__name__}: {exc}",
             )
+        return await abort(context, failure)
 
     return wrapper  # type: ignore[return-value]
 
@@ -69,20 +70,20 @@ class BrokerService(pb_grpc.BrokerServicer):
     # ------------------------------------------------------------------ Produce
 
     @rpc_handler
-    def Produce(
-        self, request: pb.ProduceRequest, context: grpc.ServicerContext
+    async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
-        return self._produce(request)
+        return await self._produce(request)
 
-    def ProduceStream(
-        self, requests: Iterator[pb.ProduceRequest], context: grpc.ServicerContext
-    ) -> Iterator[pb.ProduceResponse]:
-        """Answer each request in arrival order; a failure is answered, not fatal.
-
-        The stream holds one worker thread for its lifetime (bounded by grpc_workers)."""
-        for request in requests:
+    async def ProduceStream(
+        self,
+        requests: AsyncIterator[pb.ProduceRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.ProduceResponse]:
+        """Answer each request in arrival order; a failure is answered, not fatal."""
+        async for request in requests:
             try:
-                yield self._produce(request)
+                yield await self._produce(request)
             except HeadwaterError as error:
                 yield pb.ProduceResponse(
                     error_code=pb.ErrorCode.ValueType(error.code), error_message=error.message
@@ -94,7 +95,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     error_message=f"internal error: {type(exc).__name__}: {exc}",
                 )
 
-    def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+    async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         if request.acks not in ACKS_VALID:
             raise _invalid(
                 f"acks is {request.acks}; valid: 0 (default = all), 1 (none), 2 (leader), 3 (all)",
@@ -112,14 +113,14 @@ class BrokerService(pb_grpc.BrokerServicer):
                     "partition -1 (broker's choice) needs `records`, not an encoded batch"
                 )
             partition = self.logs.partition(request.topic, request.partition)
-            results = [self._append(partition, request.batch)]
+            results = [await self._append(partition, request.batch)]
         elif payload == "records":
-            results = self._produce_records(request, topic.partitions)
+            results = await self._produce_records(request, topic.partitions)
         else:
             raise _invalid("ProduceRequest has neither `batch` nor `records`")
         return pb.ProduceResponse(results=results)
 
-    def _append(self, partition: Partition, batch: bytes) -> pb.PartitionProduceResult:
+    async def _append(self, partition: Partition, batch: bytes) -> pb.PartitionProduceResult:
         max_message_bytes = partition.max_message_bytes
         if len(batch) > max_message_bytes:
             raise HeadwaterError(
@@ -129,7 +130,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             )
         batch_format.validate_batch(batch)
         partition.check_open()
-        info = partition.append(batch, now_ms())
+        info = await partition.append(batch, now_ms())
         return pb.PartitionProduceResult(
             partition=partition.index,
             base_offset=info.base_offset,
@@ -137,7 +138,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             log_start_offset=info.log_start_offset,
         )
 
-    def _produce_records(
+    async def _produce_records(
         self, request: pb.ProduceRequest, partitions: int
     ) -> list[pb.PartitionProduceResult]:
         records = request.records.records
@@ -179,30 +180,32 @@ class BrokerService(pb_grpc.BrokerServicer):
                 compression=batch_format.Compression(request.compression),
             )
         return [
-            self._append(self.logs.partition(request.topic, target), data)
+            await self._append(self.logs.partition(request.topic, target), data)
             for target, data in encoded.items()
         ]
 
     # ------------------------------------------------------------------ Fetch
 
     @rpc_handler
-    def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> pb.FetchResponse:
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FetchResponse:
         self._check_fetch(request)
-        return self._fetch(request, request.offset, context)
+        return await self._fetch(request, request.offset)
 
-    def FetchStream(
-        self, request: pb.FetchRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.FetchResponse]:
-        """Repeated long polls from advancing offsets; the stream holds one worker thread."""
+    async def FetchStream(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.FetchResponse]:
+        """Repeated long polls from advancing offsets, until the client cancels."""
         try:
             self._check_fetch(request)
             offset = request.offset
-            while context.is_active():
-                response = self._fetch(request, offset, context)
+            while True:
+                response = await self._fetch(request, offset)
                 offset = response.next_offset
                 yield response
         except HeadwaterError as error:
-            abort(context, error)
+            await abort(context, error)
 
     def _check_fetch(self, request: pb.FetchRequest) -> None:
         config = self.config
@@ -224,9 +227,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         if request.format not in (pb.RECORD_FORMAT_BATCHES, pb.RECORD_FORMAT_RECORDS):
             raise _invalid(f"format is {request.format}; valid: 0 (batches), 1 (records)")
 
-    def _fetch(
-        self, request: pb.FetchRequest, offset: int, context: grpc.ServicerContext
-    ) -> pb.FetchResponse:
+    async def _fetch(self, request: pb.FetchRequest, offset: int) -> pb.FetchResponse:
         """One long poll of ``request``'s partition from ``offset``."""
         partition = self.logs.partition(request.topic, request.partition)
         partition.check_fetch_offset(offset)
@@ -234,11 +235,8 @@ class BrokerService(pb_grpc.BrokerServicer):
         deadline = time.monotonic() + request.max_wait_ms / 1000
         result = partition.read(offset, max_bytes)
         while len(result.data) < max(request.min_bytes, 1) and time.monotonic() < deadline:
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
-            partition.wait_for_data(result.next_offset, remaining_ms, context.is_active)
+            await partition.wait_for_data(result.next_offset, deadline - time.monotonic())
             partition.check_open()
-            if not context.is_active():
-                break
             result = partition.read(offset, max_bytes)
             if len(result.data) and len(result.data) >= request.min_bytes:
                 break
@@ -257,7 +255,7 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     @rpc_handler
     def ListOffsets(
-        self, request: pb.ListOffsetsRequest, context: grpc.ServicerContext
+        self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListOffsetsResponse:
         topic = self.logs.topic(request.topic)
         if request.spec not in (
@@ -300,7 +298,7 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     @rpc_handler
     def Metadata(
-        self, request: pb.MetadataRequest, context: grpc.ServicerContext
+        self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.MetadataResponse:
         node_id = self.config.node_id
         records = (
@@ -374,7 +372,7 @@ class AdminService(pb_grpc.AdminServicer):
 
     @rpc_handler
     def CreateTopics(
-        self, request: pb.CreateTopicsRequest, context: grpc.ServicerContext
+        self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreateTopicsResponse:
         return pb.CreateTopicsResponse(
             results=[
@@ -397,7 +395,7 @@ class AdminService(pb_grpc.AdminServicer):
 
     @rpc_handler
     def DeleteTopics(
-        self, request: pb.DeleteTopicsRequest, context: grpc.ServicerContext
+        self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteTopicsResponse:
         return pb.DeleteTopicsResponse(
             results=[
@@ -411,7 +409,7 @@ class AdminService(pb_grpc.AdminServicer):
 
     @rpc_handler
     def ListTopics(
-        self, request: pb.ListTopicsRequest, context: grpc.ServicerContext
+        self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListTopicsResponse:
         return pb.ListTopicsResponse(
             topics=[
@@ -428,7 +426,7 @@ class AdminService(pb_grpc.AdminServicer):
 
     @rpc_handler
     def DescribeTopics(
-        self, request: pb.DescribeTopicsRequest, context: grpc.ServicerContext
+        self, request: pb.DescribeTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeTopicsResponse:
         records = (
             [self.logs.topic(n) for n in request.names] if request.names else self.logs.topics()
