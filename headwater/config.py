@@ -112,11 +112,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("data_dir", "./data", "Folder holding the node's topics and partition logs."),
     Setting("rack", "", "Rack (failure domain) of this node, for replica placement."),
     Setting(
-        "grpc_workers",
-        64,
-        "Threads serving gRPC calls; bounds concurrent calls, long-polling fetches included.",
-        low=4,
-        high=1024,
+        "concurrent_calls_max",
+        256,
+        "Most gRPC calls in progress at once (long polls and open streams included); "
+        "calls beyond it are refused with RESOURCE_EXHAUSTED.",
+        low=16,
+        high=100_000,
     ),
     Setting(
         "request_bytes_max",
@@ -273,7 +274,7 @@ class NodeConfig:
     advertised_address: str = ""
     data_dir: str = "./data"
     rack: str = ""
-    grpc_workers: int = 64
+    concurrent_calls_max: int = 256
     request_bytes_max: int = 256 * MiB
     fetch_bytes_max: int = 64 * MiB
     fetch_bytes_default: int = 4 * MiB

@@ -48,7 +48,7 @@ class Node:
         self.logs = LogManager(config)
         self.server = grpc.aio.server(
             options=grpc_options(config),
-            maximum_concurrent_rpcs=config.grpc_workers * 4,
+            maximum_concurrent_rpcs=config.concurrent_calls_max,
         )
         pb_grpc.add_BrokerServicer_to_server(BrokerService(config, self.logs), self.server)
         pb_grpc.add_AdminServicer_to_server(AdminService(config, self.logs), self.server)

@@ -4,6 +4,11 @@ Each handler checks its request (every bad field gets a HeadwaterError naming th
 and its valid range), calls the LogManager, and builds the response. Operating errors
 become gRPC statuses in ``headwater.grpc_errors``; anything unexpected is logged here
 with its traceback and reaches the client as UNKNOWN_SERVER_ERROR without one.
+
+Every handler runs on the node's asyncio event loop (grpc.aio), so a produced batch
+reaches a waiting fetch without crossing threads. Work done on the loop is short and
+bounded: batch validation, page-cache writes and preads of at most fetch_bytes_max.
+Appends that fsync before acknowledging run in a worker thread (Partition.append).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def test_precedence_file_then_env_then_flags(tmp_path: Path) -> None:
     ("source", "fragment"),
     [
         ({"HEADWATER_NODE_ID": "abc"}, "must be an integer"),
-        ({"HEADWATER_GRPC_WORKERS": "1"}, "valid range is [4, 1024]"),
+        ({"HEADWATER_CONCURRENT_CALLS_MAX": "1"}, "valid range is [16, 100000]"),
         ({"HEADWATER_FLUSH_POLICY": "sometimes"}, "valid: os, interval, ack"),
         ({"HEADWATER_LISTEN": "nowhere"}, "HOST:PORT"),
         ({"HEADWATER_RETENTION_BYTES": "-7"}, "or -1 (no limit)"),
