@@ -307,7 +307,11 @@ class AsyncConsumer:
         """Batches that arrive within ``timeout_ms`` (possibly none)."""
         batches: list[FetchedBatch] = []
         try:
-            first = await asyncio.wait_for(self._arrivals.get(), max(timeout_ms, 0) / 1000)
+            if self._arrivals.empty():
+                async with asyncio.timeout(max(timeout_ms, 0) / 1000):
+                    first = await self._arrivals.get()
+            else:
+                first = self._arrivals.get_nowait()
         except TimeoutError:
             return PollResult(batches)
         items = [first]

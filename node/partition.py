@@ -81,7 +81,8 @@ class Partition:
         try:
             if self.high_watermark > offset or self._closed:  # appended while registering
                 return
-            await asyncio.wait_for(waiter, wait_s)
+            async with asyncio.timeout(wait_s):  # no wrapper task, unlike asyncio.wait_for
+                await waiter
         except TimeoutError:
             return
         finally:
