@@ -29,12 +29,12 @@ from typing import Final
 import grpc
 
 from headwater.client.connection import MESSAGE_BYTES_MAX, resolve_bootstrap
-from headwater.client.consumer import FetchedBatch, PollResult, TopicPartition
+from headwater.client.consumer import FetchedBatch, PollResult, TopicPartition, fetched_from
 from headwater.client.partitioner import partition_for_key
 from headwater.client.producer import RecordMetadata, parse_acks
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
-from headwater.log.batch import Compression, decode_batches, encode_batch
+from headwater.log.batch import Compression, encode_batch
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
@@ -322,12 +322,7 @@ class AsyncConsumer:
                 raise error
             assert response is not None
             position = self._positions[tp]
-            for batch in decode_batches(response.records, verify_crc=self.check_crcs):
-                records = batch.records
-                if batch.header.base_offset < position:
-                    records = records.slice(position - batch.header.base_offset)
-                if records.num_rows:
-                    batches.append(FetchedBatch(tp.topic, tp.partition, records))
+            batches += fetched_from(tp, response.records, position, self.check_crcs)
             self._positions[tp] = max(position, response.next_offset)
         return PollResult(batches)
 

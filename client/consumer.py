@@ -65,6 +65,21 @@ class FetchedBatch:
     records: pa.RecordBatch
 
 
+def fetched_from(
+    partition: TopicPartition, data: bytes, position: int, check_crcs: bool
+) -> list[FetchedBatch]:
+    """Decode fetched batches into columnar views, dropping records below ``position``
+    (a fetch returns whole batches, so the first may start before it)."""
+    fetched = []
+    for batch in decode_batches(data, verify_crc=check_crcs):
+        records = batch.records
+        if batch.header.base_offset < position:
+            records = records.slice(position - batch.header.base_offset)
+        if records.num_rows:
+            fetched.append(FetchedBatch(partition.topic, partition.partition, records))
+    return fetched
+
+
 class PollResult:
     """What one ``poll`` returned: columnar ``batches``; iterate for ConsumerRecords."""
 
@@ -344,13 +359,7 @@ class Consumer:
             return []
         position = self._positions[partition]
         assert position is not None
-        fetched = []
-        for batch in decode_batches(response.records, verify_crc=self.check_crcs):
-            records = batch.records
-            if batch.header.base_offset < position:
-                records = records.slice(position - batch.header.base_offset)
-            if records.num_rows:
-                fetched.append(FetchedBatch(partition.topic, partition.partition, records))
+        fetched = fetched_from(partition, response.records, position, self.check_crcs)
         self._positions[partition] = max(position, response.next_offset)
         return fetched
 
