@@ -28,7 +28,7 @@ from typing import Final
 
 import grpc
 
-from headwater.client.connection import MESSAGE_BYTES_MAX, resolve_bootstrap
+from headwater.client.connection import MESSAGE_BYTES_MAX, check_partition, resolve_bootstrap
 from headwater.client.consumer import FetchedBatch, PollResult, TopicPartition, fetched_from
 from headwater.client.partitioner import partition_for_key
 from headwater.client.producer import RecordMetadata, parse_acks
@@ -125,11 +125,8 @@ class AsyncProducer:
                 if key is not None
                 else self._sticky.setdefault(topic, 0)
             )
-        elif not 0 <= partition < count:
-            raise HeadwaterError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                f"topic {topic!r} has no partition {partition}; valid partitions are [0, {count})",
-            )
+        else:
+            check_partition(topic, partition, count)
         slot = (topic, partition)
         queue = self._queues.setdefault(slot, _PartitionQueue())
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()

@@ -45,6 +45,16 @@ def resolve_bootstrap(bootstrap: str | Sequence[str] | None) -> list[str]:
     return addresses
 
 
+def check_partition(topic: str, partition: int, partitions: int) -> None:
+    """Raise UNKNOWN_TOPIC_OR_PARTITION, naming the valid range, unless the partition is in
+    [0, partitions)."""
+    if not 0 <= partition < partitions:
+        raise HeadwaterError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"topic {topic!r} has no partition {partition}; valid partitions are [0, {partitions})",
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class TopicLayout:
     """What a client needs to route: topic id and each partition's leader address ('' if none)."""
@@ -172,12 +182,7 @@ class Cluster:
     def leader(self, topic: str, partition: int) -> str:
         """Address of the partition's leader, or a bootstrap node (which forwards)."""
         layout = self.layout(topic)
-        if not 0 <= partition < layout.partitions:
-            raise HeadwaterError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                f"topic {topic!r} has no partition {partition}; valid partitions are "
-                f"[0, {layout.partitions})",
-            )
+        check_partition(topic, partition, layout.partitions)
         return layout.leaders[partition] or self.bootstrap[0]
 
     def invalidate(self, topic: str) -> None:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from headwater.client.connection import Cluster
+from headwater.client.connection import Cluster, check_partition
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
 from headwater.client.produce_stream import ProduceStream
 from headwater.client.retry import RetryPolicy
@@ -259,7 +259,6 @@ class Producer:
         # through the condition built on the same lock.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._partition_counts: dict[str, int] = {}
         self._streams_lock = threading.Lock()
         self._streams: dict[str, ProduceStream[tuple[tuple[str, int], _Pending]]] = {}
         self._open: dict[tuple[str, int], _OpenBatch] = {}
@@ -282,16 +281,10 @@ class Producer:
     # ------------------------------------------------------------------ sending
 
     def _partition_for(self, topic: str, key: bytes | None, partition: int | None) -> int:
-        if partition is not None:
-            layout = self.cluster.layout(topic)
-            if not 0 <= partition < layout.partitions:
-                raise HeadwaterError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"topic {topic!r} has no partition {partition}; valid partitions are "
-                    f"[0, {layout.partitions})",
-                )
-            return partition
         count = self.cluster.layout(topic).partitions
+        if partition is not None:
+            check_partition(topic, partition, count)
+            return partition
         if key is not None:
             return partition_for_key(key, count)
         return self._sticky.partition(topic, count)
@@ -325,11 +318,8 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> RecordFuture:
         """Queue one record; the future resolves once the batch holding it is acknowledged."""
-        if partition is None and key is None:
-            count = self._partition_counts.get(topic)
-            if count is None:
-                count = self._partition_counts[topic] = self.cluster.layout(topic).partitions
-            target = self._sticky.partition(topic, count)
+        if partition is None and key is None:  # the common case, kept to two lookups
+            target = self._sticky.partition(topic, self.cluster.layout(topic).partitions)
         else:
             target = self._partition_for(topic, key, partition)
         stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
