@@ -50,7 +50,8 @@ class Admin:
             validate_only=validate_only,
         )
         response: pb.CreateTopicsResponse = self.cluster.call_any(
-            lambda a: self.cluster.admin(a).CreateTopics(request, timeout=self._timeout)
+            lambda a: self.cluster.admin(a).CreateTopics(request, timeout=self._timeout),
+            retry_s=self._timeout,
         )
         result = response.results[0]
         if result.error_code != pb.NONE:
@@ -61,7 +62,8 @@ class Admin:
         response: pb.DeleteTopicsResponse = self.cluster.call_any(
             lambda a: self.cluster.admin(a).DeleteTopics(
                 pb.DeleteTopicsRequest(names=[name]), timeout=self._timeout
-            )
+            ),
+            retry_s=self._timeout,
         )
         result = response.results[0]
         if result.error_code != pb.NONE:

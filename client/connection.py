@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
@@ -26,6 +27,8 @@ from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 BOOTSTRAP_ENV: Final = "HEADWATER_BOOTSTRAP"
 MESSAGE_BYTES_MAX: Final = 256 << 20
+RETRY_BACKOFF_MIN_S: Final = 0.05
+RETRY_BACKOFF_MAX_S: Final = 1.0
 T = TypeVar("T")
 
 
@@ -116,30 +119,42 @@ class Cluster:
             stub = self._admin_stubs[address] = pb_grpc.AdminStub(self.channel(address))
         return stub
 
-    def call_any(self, call: Callable[[str], T]) -> T:
+    def call_any(self, call: Callable[[str], T], retry_s: float = 0.0) -> T:
         """Run ``call(address)`` against bootstrap nodes in turn until one is reachable.
 
-        Operating errors from a reachable node are raised as they are; only transport
-        failures (NETWORK_EXCEPTION, REQUEST_TIMED_OUT) move on to the next address.
+        Transport failures (NETWORK_EXCEPTION, REQUEST_TIMED_OUT) move on to the next
+        address. With ``retry_s`` > 0, retriable operating errors (no active controller
+        yet, a leader moving, a node down) are retried too, with backoff, for up to that
+        many seconds; other operating errors are raised as they are.
         """
-        addresses = list(self.bootstrap)
-        self._rng.shuffle(addresses)
-        last: HeadwaterError | None = None
-        for address in addresses:
-            try:
-                return call(address)
-            except grpc.RpcError as exc:
-                error = from_rpc_error(exc, address)
-            except HeadwaterError as exc:
-                error = exc
-            if error.code not in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
-                raise error
-            last = error
-        assert last is not None
-        raise HeadwaterError(
-            last.code,
-            f"no node reachable at {','.join(self.bootstrap)} (last error: {last.message})",
-        )
+        deadline = time.monotonic() + retry_s
+        backoff_s = RETRY_BACKOFF_MIN_S
+        while True:
+            addresses = list(self.bootstrap)
+            self._rng.shuffle(addresses)
+            last: HeadwaterError | None = None
+            for address in addresses:
+                try:
+                    return call(address)
+                except grpc.RpcError as exc:
+                    error = from_rpc_error(exc, address)
+                except HeadwaterError as exc:
+                    error = exc
+                transport = error.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT)
+                if not transport and not (retry_s > 0 and error.retriable):
+                    raise error
+                last = error
+            assert last is not None
+            if time.monotonic() + backoff_s > deadline:
+                if last.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
+                    raise HeadwaterError(
+                        last.code,
+                        f"no node reachable at {','.join(self.bootstrap)} "
+                        f"(last error: {last.message})",
+                    )
+                raise last
+            time.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, RETRY_BACKOFF_MAX_S)
 
     # ------------------------------------------------------------------ metadata
 

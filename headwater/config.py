@@ -40,6 +40,29 @@ def parse_address(text: str, what: str) -> tuple[str, int]:
     return host.strip("[]"), port
 
 
+def parse_quorum(text: str, node_id: int, listen: str) -> dict[int, str]:
+    """``ID@HOST:PORT,...`` as {id: "HOST:PORT"}; empty means {node_id: listen host, port + 1}.
+
+    Raises INVALID_CONFIG naming the bad entry.
+    """
+    if not text.strip():
+        host, port = parse_address(listen, "listen")
+        return {node_id: f"{host}:{port + 1 if port else 0}"}
+    voters: dict[int, str] = {}
+    for entry in (e.strip() for e in text.split(",") if e.strip()):
+        id_text, at, address = entry.partition("@")
+        voter = _parse_int(id_text)
+        if not at or voter is None or voter < 0:
+            raise _invalid(f"quorum entry {entry!r} must be ID@HOST:PORT, e.g. 1@10.0.0.1:7701")
+        host, port = parse_address(address, f"quorum entry {entry!r}")
+        if voter in voters or f"{host}:{port}" in voters.values():
+            raise _invalid(f"quorum entry {entry!r} repeats a node id or an address")
+        voters[voter] = f"{host}:{port}"
+    if not voters:
+        raise _invalid(f"quorum {text!r} lists no voter")
+    return voters
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     """One configuration key: its default, unit, valid range or choices, and meaning."""
@@ -169,6 +192,76 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         low=1,
         high=16,
     ),
+    # ---- cluster
+    Setting(
+        "quorum",
+        "",
+        "Raft voters of the metadata quorum, as ID@HOST:PORT,... (the Raft addresses of the "
+        "controller nodes, on the cluster network). Empty: a single-node quorum of this node "
+        "on the listen host and port + 1.",
+    ),
+    Setting(
+        "roles",
+        "controller,broker",
+        "What this node does: `controller` (a Raft voter that may become the active "
+        "controller), `broker` (hosts partitions), or both (combined mode).",
+        choices=("controller,broker", "broker,controller", "controller", "broker"),
+    ),
+    Setting(
+        "controller_addresses",
+        "",
+        "gRPC HOST:PORT,... of controller nodes; broker-only nodes follow the metadata "
+        "from them (needed when roles is `broker`).",
+    ),
+    Setting(
+        "raft_secret",
+        "",
+        "Shared secret that encrypts and authenticates the Raft transport. Set it on every "
+        "voter of a multi-node quorum; empty leaves the transport open.",
+    ),
+    Setting(
+        "raft_election_timeout_ms",
+        300,
+        "A voter that hears no leader for a random time in [this, 2.3 x this] starts an "
+        "election; a leader that hears no majority for 5 x this steps down.",
+        unit="ms",
+        low=50,
+        high=60_000,
+    ),
+    Setting(
+        "broker_heartbeat_interval_ms",
+        500,
+        "How often a broker heartbeats to the active controller.",
+        unit="ms",
+        low=10,
+        high=60_000,
+    ),
+    Setting(
+        "broker_session_timeout_ms",
+        3000,
+        "A broker not heard from for this long is fenced and its partitions' leadership "
+        "moves to other in-sync replicas.",
+        unit="ms",
+        low=100,
+        high=600_000,
+    ),
+    Setting(
+        "leader_rebalance_interval_ms",
+        5000,
+        "How often the controller moves leadership back to preferred replicas; -1 never.",
+        unit="ms",
+        low=100,
+        high=DAY_MS,
+        minus_one_disables=True,
+    ),
+    Setting(
+        "controlled_shutdown_timeout_ms",
+        10_000,
+        "On SIGTERM a broker waits up to this long for its leadership to move away.",
+        unit="ms",
+        low=0,
+        high=600_000,
+    ),
     Setting(
         "retention_check_interval_ms",
         60_000,
@@ -191,6 +284,14 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         unit="bytes",
         low=1024,
         high=INT32_MAX,
+        topic=True,
+    ),
+    Setting(
+        "unclean_leader_election",
+        "false",
+        "Elect a replica outside the ISR when no in-sync replica is alive (availability "
+        "over durability: acknowledged records may be lost).",
+        choices=("false", "true"),
         topic=True,
     ),
     Setting(
@@ -284,9 +385,19 @@ class NodeConfig:
     topics_max: int = 10_000
     default_partitions: int = 1
     default_replication_factor: int = 1
+    quorum: str = ""
+    roles: str = "controller,broker"
+    controller_addresses: str = ""
+    raft_secret: str = ""
+    raft_election_timeout_ms: int = 300
+    broker_heartbeat_interval_ms: int = 500
+    broker_session_timeout_ms: int = 3000
+    leader_rebalance_interval_ms: int = 5000
+    controlled_shutdown_timeout_ms: int = 10_000
     retention_check_interval_ms: int = 60_000
     log_level: str = "info"
     segment_bytes: int = 1 << 30
+    unclean_leader_election: str = "false"
     segment_ms: int = 7 * DAY_MS
     retention_ms: int = 7 * DAY_MS
     retention_bytes: int = -1
@@ -308,6 +419,32 @@ class NodeConfig:
                 f"max_message_bytes ({self.max_message_bytes}) must leave 1 MiB of room under "
                 f"request_bytes_max ({self.request_bytes_max})"
             )
+
+        voters = self.quorum_voters  # parses and checks the quorum
+        if self.is_controller and self.node_id not in voters:
+            raise _invalid(
+                f"node {self.node_id} has the controller role but is not in quorum "
+                f"{self.quorum!r}; add {self.node_id}@HOST:PORT or use roles=broker"
+            )
+        if not self.is_controller and not self.controller_addresses:
+            raise _invalid(
+                "a broker-only node needs controller_addresses (gRPC HOST:PORT of controllers)"
+            )
+        for address in filter(None, self.controller_addresses.split(",")):
+            parse_address(address, "controller_addresses entry")
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles.split(",")
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles.split(",")
+
+    @property
+    def quorum_voters(self) -> dict[int, str]:
+        """Raft address of each voter by node id (see the ``quorum`` setting)."""
+        return parse_quorum(self.quorum, self.node_id, self.listen)
 
     @property
     def client_address(self) -> str:

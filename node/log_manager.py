@@ -1,19 +1,26 @@
-"""The topics and partition logs of one node, persisted under ``data_dir``.
+"""The partition logs this node hosts, kept in line with the cluster metadata.
 
 Layout::
 
     data_dir/
-      .lock                     flock held while a node uses the folder
-      meta.json                 {"cluster_id": ..., "node_id": ..., "format": 1}
-      topics.json               {"topics": [TopicRecord JSON, ...]}, replaced atomically
-      <topic>-<partition>/      one FileLog per partition
-      <topic>-<partition>.<topic_id>-delete/   being removed after DeleteTopics
+      .lock                       flock held while a node uses the folder
+      meta.json                   {"node_id": ..., "format": 2}
+      raft/                       the metadata quorum's journal and snapshot (voters)
+      <topic>-<partition>/        one FileLog per hosted partition, plus
+        partition.metadata          {"topic_id": ...}: which incarnation of the topic
+      *-delete/                   being removed
 
-A topic exists once topics.json names it; partition folders are created before that
-write and removed after the deleting write, so a crash between the two leaves at worst a
-stray folder, which start-up removes.
+The node hosts exactly the partitions whose replicas include it in the metadata image.
+``reconcile(image)`` opens the logs of newly assigned partitions and sets each one's role
+(leader or follower, leader epoch). It removes logs only when told the image is current
+(``may_delete``): a partially replayed journal must never delete a topic's data because
+the record creating it has not been replayed yet. A log is removed when its topic is gone,
+when the topic was recreated (another topic id), or when the partition moved off this
+node.
 
-Thread-safety: ``_lock`` guards the topic map; each Partition guards itself.
+Thread-safety: ``reconcile`` runs in a worker thread, one at a time (``_reconcile_lock``);
+``_partitions`` is replaced, never mutated in place, so readers on the event loop see
+either the old or the new map.
 """
 
 from __future__ import annotations
@@ -25,22 +32,23 @@ import os
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from headwater.config import NodeConfig, parse_topic_configs
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.config import NodeConfig
+from headwater.errors import HeadwaterError
 from headwater.log.api import FlushPolicy
 from headwater.log.file_log import FileLog, write_atomically
 from headwater.node.partition import Partition
-from headwater.node.topics import TopicRecord, check_topic_name, unknown_topic
+from headwater.raft.image import MetadataImage
 
-TOPICS_FILE: Final = "topics.json"
 META_FILE: Final = "meta.json"
 LOCK_FILE: Final = ".lock"
+RAFT_DIR: Final = "raft"
+PARTITION_META_FILE: Final = "partition.metadata"
 DELETE_SUFFIX: Final = "-delete"
+META_FORMAT: Final = 2
 
 _log = logging.getLogger(__name__)
 
@@ -57,17 +65,19 @@ class LogManager:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.data_dir = Path(config.data_dir).resolve()
-        self._lock = threading.RLock()
-        self._topics: dict[str, TopicRecord] = {}
-        self._partitions: dict[tuple[str, int], Partition] = {}
         self._lock_fd = self._open_data_dir()
-        self.cluster_id = self._load_meta()
-        self._load_topics()
+        self._check_meta()
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._reconcile_lock = threading.Lock()
         self._stop = threading.Event()
         self._maintenance = threading.Thread(
             target=self._maintain, name="log-maintenance", daemon=True
         )
         self._maintenance.start()
+
+    @property
+    def raft_dir(self) -> Path:
+        return self.data_dir / RAFT_DIR
 
     # ------------------------------------------------------------------ start-up
 
@@ -92,7 +102,7 @@ class LogManager:
             ) from exc
         return fd
 
-    def _load_meta(self) -> str:
+    def _check_meta(self) -> None:
         path = self.data_dir / META_FILE
         if path.exists():
             meta = json.loads(path.read_text())
@@ -101,182 +111,130 @@ class LogManager:
                     f"data_dir {self.data_dir} belongs to node {meta['node_id']}, not "
                     f"node {self.config.node_id}"
                 )
-            return str(meta["cluster_id"])
-        cluster_id = uuid.uuid4().hex
-        write_atomically(
-            path,
-            json.dumps(
-                {"cluster_id": cluster_id, "node_id": self.config.node_id, "format": 1}
-            ).encode(),
-        )
-        return cluster_id
-
-    def _load_topics(self) -> None:
-        path = self.data_dir / TOPICS_FILE
-        records = []
-        if path.exists():
-            records = [TopicRecord.from_json(t) for t in json.loads(path.read_text())["topics"]]
-        expected = set()
-        for record in records:
-            self._topics[record.name] = record
-            log_config = self.config.log_config(record.configs)
-            for p in range(record.partitions):
-                folder = self._partition_dir(record.name, p)
-                expected.add(folder.name)
-                self._partitions[(record.name, p)] = Partition(
-                    record.name,
-                    p,
-                    FileLog(folder, log_config, now_ms()),
-                    log_config.max_message_bytes,
-                    fsync_on_append=log_config.flush_policy is FlushPolicy.ACK,
+            if int(meta.get("format", 1)) != META_FORMAT:
+                raise DataDirError(
+                    f"data_dir {self.data_dir} has layout format {meta.get('format', 1)}; "
+                    f"this version reads format {META_FORMAT} (start with an empty folder)"
                 )
-        for child in self.data_dir.iterdir():
-            if child.is_dir() and child.name not in expected:
-                _log.warning("removing %s: no topic owns it", child)
-                shutil.rmtree(child, ignore_errors=True)
+            return
+        write_atomically(
+            path, json.dumps({"node_id": self.config.node_id, "format": META_FORMAT}).encode()
+        )
+
+    # ------------------------------------------------------------------ partitions
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        """The hosted log of ``topic``/``index``, or None when this node has no replica."""
+        return self._partitions.get((topic, index))
+
+    def hosted(self) -> list[Partition]:
+        return list(self._partitions.values())
 
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
 
-    def _write_topics(self) -> None:
-        document = {
-            "topics": [t.to_json() for t in sorted(self._topics.values(), key=lambda t: t.name)]
-        }
-        write_atomically(self.data_dir / TOPICS_FILE, json.dumps(document, indent=1).encode())
-
-    # ------------------------------------------------------------------ topics
-
-    def topics(self) -> list[TopicRecord]:
-        with self._lock:
-            return sorted(self._topics.values(), key=lambda t: t.name)
-
-    def topic(self, name: str) -> TopicRecord:
-        record = self._topics.get(name)
-        if record is None:
-            raise unknown_topic(name)
-        return record
-
-    def partition(self, topic: str, index: int) -> Partition:
-        record = self.topic(topic)
-        record.check_partition(index)
-        partition = self._partitions.get((topic, index))
-        if partition is None:
-            raise unknown_topic(topic)
-        return partition
-
-    def check_new_topic(
-        self,
-        name: str,
-        partitions: int | None,
-        replication_factor: int | None,
-        configs: Mapping[str, str],
-    ) -> tuple[int, int, dict[str, str]]:
-        """Validate a CreateTopics entry (None: the node's default); return (partitions,
-        replication factor, configs)."""
-        check_topic_name(name)
-        if partitions is None:
-            partitions = self.config.default_partitions
-        if not 1 <= partitions <= self.config.partitions_max:
-            raise HeadwaterError(
-                ErrorCode.INVALID_PARTITIONS,
-                f"partitions is {partitions}; valid range is [1, {self.config.partitions_max}]",
-            )
-        if replication_factor is None:
-            replication_factor = self.config.default_replication_factor
-        brokers = 1
-        if not 1 <= replication_factor <= brokers:
-            raise HeadwaterError(
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"replication factor is {replication_factor}; valid range is [1, {brokers}] "
-                f"({brokers} broker(s) available)",
-            )
-        parse_topic_configs(configs, self.config)
-        if name in self._topics:
-            raise HeadwaterError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-        if len(self._topics) >= self.config.topics_max:
-            raise HeadwaterError(
-                ErrorCode.INVALID_REQUEST,
-                f"the node holds {len(self._topics)} topics, its limit (topics_max)",
-            )
-        return partitions, replication_factor, dict(configs)
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int | None,
-        replication_factor: int | None,
-        configs: Mapping[str, str],
-    ) -> TopicRecord:
-        with self._lock:
-            partitions, replication_factor, overrides = self.check_new_topic(
-                name, partitions, replication_factor, configs
-            )
-            record = TopicRecord(name, uuid.uuid4().hex, partitions, replication_factor, overrides)
-            log_config = self.config.log_config(overrides)
-            created: list[Partition] = []
-            try:
-                for p in range(partitions):
-                    folder = self._partition_dir(name, p)
-                    if folder.exists():
-                        shutil.rmtree(folder)
-                    log = FileLog(folder, log_config, now_ms())
-                    created.append(
-                        Partition(
-                            name,
-                            p,
-                            log,
-                            log_config.max_message_bytes,
-                            fsync_on_append=log_config.flush_policy is FlushPolicy.ACK,
-                        )
+    def reconcile(self, image: MetadataImage, may_delete: bool) -> None:
+        """Host exactly the partitions ``image`` assigns to this node (see the module doc)."""
+        node_id = self.config.node_id
+        with self._reconcile_lock:
+            wanted = {
+                (topic.name, p.partition): (topic, p)
+                for topic, p in image.partitions()
+                if node_id in p.replicas
+            }
+            current = dict(self._partitions)
+            changed = False
+            for key, partition in list(current.items()):
+                entry = wanted.get(key)
+                if entry is None or entry[0].topic_id != partition.topic_id:
+                    if not may_delete:
+                        continue
+                    del current[key]
+                    self._remove(partition)
+                    changed = True
+            for key, (topic, state) in wanted.items():
+                hosted = current.get(key)
+                if hosted is None:
+                    hosted = self._open(
+                        topic.name, topic.topic_id, state.partition, topic.configs, may_delete
                     )
-                self._topics[name] = record
-                self._write_topics()
-            except OSError as exc:
-                self._topics.pop(name, None)
-                for partition in created:
-                    partition.log.close()
-                    shutil.rmtree(self._partition_dir(name, partition.index), ignore_errors=True)
-                raise HeadwaterError(
-                    ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create topic {name!r}: {exc}"
-                ) from exc
-            for partition in created:
-                self._partitions[(name, partition.index)] = partition
-            _log.info("created topic %s with %d partition(s)", name, partitions)
-            return record
+                    if hosted is None:
+                        continue
+                    current[key] = hosted
+                    changed = True
+                hosted.become(state, node_id)
+            if changed:
+                self._partitions = current
+        if may_delete:
+            self._remove_strays(set(self._partitions))
 
-    def delete_topic(self, name: str) -> None:
-        with self._lock:
-            record = self.topic(name)
-            del self._topics[name]
-            self._write_topics()
-            doomed = []
-            for p in range(record.partitions):
-                partition = self._partitions.pop((name, p))
-                partition.close()
-                partition.log.close()
-                folder = self._partition_dir(name, p)
-                target = folder.with_name(f"{folder.name}.{record.topic_id}{DELETE_SUFFIX}")
-                folder.rename(target)
-                doomed.append(target)
+    def _open(
+        self,
+        topic: str,
+        topic_id: str,
+        index: int,
+        configs: Mapping[str, str],
+        may_delete: bool,
+    ) -> Partition | None:
+        folder = self._partition_dir(topic, index)
+        meta = folder / PARTITION_META_FILE
+        if folder.exists():
+            try:
+                found = json.loads(meta.read_text()).get("topic_id")
+            except (OSError, ValueError):
+                found = None
+            if found != topic_id:
+                if not may_delete:
+                    return None  # decide once the image is current
+                _log.warning("removing %s: it holds topic id %s, not %s", folder, found, topic_id)
+                self._discard(folder, str(found))
+        log_config = self.config.log_config(configs)
+        try:
+            log = FileLog(folder, log_config, now_ms())
+            if not meta.exists():
+                write_atomically(meta, json.dumps({"topic_id": topic_id}).encode())
+        except OSError as exc:
+            _log.error("cannot open the log of %s-%d: %s", topic, index, exc)
+            return None
+        return Partition(
+            topic,
+            index,
+            log,
+            log_config.max_message_bytes,
+            fsync_on_append=log_config.flush_policy is FlushPolicy.ACK,
+            topic_id=topic_id,
+        )
 
-        def remove() -> None:
-            for folder in doomed:
-                shutil.rmtree(folder, ignore_errors=True)
+    def _remove(self, partition: Partition) -> None:
+        partition.close()
+        partition.log.close()
+        self._discard(self._partition_dir(partition.topic, partition.index), partition.topic_id)
+        _log.info("removed the replica of %s-%d", partition.topic, partition.index)
 
+    def _discard(self, folder: Path, tag: str) -> None:
+        target = folder.with_name(f"{folder.name}.{tag}{DELETE_SUFFIX}")
+        try:
+            folder.rename(target)
+        except OSError:
+            target = folder
         threading.Thread(
-            target=remove,
-            name=f"delete-{name}",
-            daemon=True,
+            target=shutil.rmtree, args=(target, True), name="delete-log", daemon=True
         ).start()
-        _log.info("deleted topic %s", name)
+
+    def _remove_strays(self, hosted: set[tuple[str, int]]) -> None:
+        names = {f"{topic}-{index}" for topic, index in hosted}
+        for child in self.data_dir.iterdir():
+            if not child.is_dir() or child.name == RAFT_DIR or child.name in names:
+                continue
+            if child.name.endswith(DELETE_SUFFIX) or (child / PARTITION_META_FILE).exists():
+                _log.warning("removing %s: no partition of this node owns it", child)
+                shutil.rmtree(child, ignore_errors=True)
 
     # ------------------------------------------------------------------ maintenance
 
     def run_retention(self, now: int) -> int:
-        with self._lock:
-            partitions = list(self._partitions.values())
         deleted = 0
-        for partition in partitions:
+        for partition in self.hosted():
             try:
                 deleted += partition.log.delete_expired(now)
             except HeadwaterError:
@@ -287,9 +245,7 @@ class LogManager:
         """Background: retention every retention_check_interval_ms, interval flushes."""
         next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
         while not self._stop.wait(0.1):
-            with self._lock:
-                partitions = list(self._partitions.values())
-            for partition in partitions:
+            for partition in self.hosted():
                 log = partition.log
                 if isinstance(log, FileLog):
                     try:
@@ -304,9 +260,9 @@ class LogManager:
         """Flush and close every log cleanly (writes clean-shutdown markers)."""
         self._stop.set()
         self._maintenance.join(timeout=5)
-        with self._lock:
+        with self._reconcile_lock:
             for partition in self._partitions.values():
                 partition.close()
                 partition.log.close()
-            self._partitions.clear()
+            self._partitions = {}
         os.close(self._lock_fd)

@@ -1,8 +1,11 @@
-"""One partition served by this node: its log, high watermark, and fetch waiters.
+"""One partition replica hosted by this node: its log, role, high watermark, and fetch
+waiters.
 
-Single-node: the high watermark is the log end offset after each append (and, under
-flush_policy ``ack``, after the fsync). Fetches that reach the high watermark wait for
-the next append, the end of their wait, or the node closing.
+The role comes from the metadata (``become``): the leader takes produce and fetch
+requests; a follower refuses them with NOT_LEADER_OR_FOLLOWER. The high watermark is the
+log end offset after each append (and, under flush_policy ``ack``, after the fsync).
+Fetches that reach the high watermark wait for the next append, the end of their wait, or
+the partition closing.
 
 Concurrency: the node's handlers run on one asyncio event loop. Appends run on it too,
 except under flush_policy ``ack``, whose fsync would stall every other call: those run in
@@ -17,6 +20,7 @@ import threading
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.api import AppendInfo, PartitionLog, ReadResult, offset_out_of_range
+from headwater.raft.image import PartitionState
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -32,16 +36,39 @@ class Partition:
         log: PartitionLog,
         max_message_bytes: int,
         fsync_on_append: bool = False,
+        topic_id: str = "",
     ) -> None:
         self.topic = topic
+        self.topic_id = topic_id
         self.index = index
         self.log = log
         self.max_message_bytes = max_message_bytes
         self.fsync_on_append = fsync_on_append
         self.leader_epoch = 0
+        self.is_leader = False
+        self.state: PartitionState | None = None
         self._lock = threading.Lock()
         self._waiters: set[asyncio.Future[None]] = set()
         self._closed = False
+
+    def become(self, state: PartitionState, node_id: int) -> None:
+        """Take the role ``state`` gives ``node_id`` (leader or follower) and its epoch."""
+        was_leader, old_epoch = self.is_leader, self.leader_epoch
+        self.state = state
+        self.leader_epoch = state.leader_epoch
+        self.is_leader = state.leader == node_id
+        if was_leader and (not self.is_leader or old_epoch != self.leader_epoch):
+            self._wake_all()  # waiting fetches re-check the role and end
+
+    def check_leader(self) -> None:
+        """Raise NOT_LEADER_OR_FOLLOWER unless this replica leads the partition."""
+        if not self.is_leader:
+            leader = self.state.leader if self.state else -1
+            raise HeadwaterError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"this node does not lead partition {self.index} of {self.topic!r} "
+                f"(leader: {'none' if leader < 0 else f'node {leader}'}); refresh metadata",
+            )
 
     @property
     def high_watermark(self) -> int:

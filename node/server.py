@@ -1,7 +1,10 @@
-"""Start and stop one node: the gRPC server with Broker, Admin, health and reflection.
+"""Start and stop one node: the metadata quorum (controller role), the broker's
+lifecycle (broker role), and the gRPC server with Broker, Admin, Controller, health and
+reflection.
 
-``serve(config)`` blocks until SIGTERM or SIGINT, then stops accepting calls, lets
-in-flight calls finish (up to ``SHUTDOWN_GRACE_S``) and closes every log cleanly.
+``serve(config)`` blocks until SIGTERM or SIGINT, then shuts down in order: controlled
+shutdown (leadership moves to other replicas), stop accepting calls, let in-flight calls
+finish (up to ``SHUTDOWN_GRACE_S``), leave the quorum, close every log cleanly.
 """
 
 from __future__ import annotations
@@ -16,13 +19,22 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from headwater.config import NodeConfig
+from headwater.node.admin_service import AdminService
+from headwater.node.broker_lifecycle import BrokerLifecycle, MetadataFollower
+from headwater.node.cluster_state import ClusterState
+from headwater.node.controller import ControllerDriver
+from headwater.node.controller_service import ControllerService
 from headwater.node.log_manager import LogManager
-from headwater.node.service import AdminService, BrokerService
+from headwater.node.peers import Peers
+from headwater.node.service import BrokerService
+from headwater.raft.image import MetadataImage
+from headwater.raft.quorum import MetadataQuorum, QuorumBindError, QuorumTimings
 from headwater.runtime_tuning import tune_runtime
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 SHUTDOWN_GRACE_S: Final = 5.0
+HEALTH_SERVICES: Final = ("", "headwater.v1.Broker", "headwater.v1.Admin")
 _log = logging.getLogger(__name__)
 
 
@@ -41,32 +53,64 @@ def grpc_options(config: NodeConfig) -> list[tuple[str, int]]:
 
 class Node:
     """One running node on an asyncio event loop. ``start`` binds and serves; ``stop``
-    shuts down cleanly. Both must run on the loop that serves."""
+    shuts down cleanly (controlled shutdown first). Both must run on the loop that serves,
+    on the main thread (pysyncobj's rule for creating the quorum)."""
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self.logs = LogManager(config)
-        self.server = grpc.aio.server(
-            options=grpc_options(config),
-            maximum_concurrent_rpcs=config.concurrent_calls_max,
-        )
-        pb_grpc.add_BrokerServicer_to_server(BrokerService(config, self.logs), self.server)
-        pb_grpc.add_AdminServicer_to_server(AdminService(config, self.logs), self.server)
-        # grpc_health.v1.health.aio is public API; its stubs lack the attribute.
-        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            (
-                pb.DESCRIPTOR.services_by_name["Broker"].full_name,
-                pb.DESCRIPTOR.services_by_name["Admin"].full_name,
-                health.SERVICE_NAME,
-                reflection.SERVICE_NAME,
-            ),
-            self.server,
-        )
         self.port = 0
+        self.logs: LogManager | None = None
+        self.quorum: MetadataQuorum | None = None
+        self.controller: ControllerDriver | None = None
+        self.lifecycle: BrokerLifecycle | None = None
+        self.follower: MetadataFollower | None = None
+        self._reconciling: asyncio.Task[None] | None = None
+        self._reconcile_again = False
+        self._reconciled_ready = False
 
     async def start(self) -> None:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        self.state = ClusterState(loop)
+        self.peers = Peers(config)
+        self.logs = LogManager(config)
+        try:
+            self.server = self._build_server()
+            self._bind()
+            if config.is_controller:
+                self.quorum = self._start_quorum()
+                self.controller = ControllerDriver(config, self.quorum, self.state)
+        except BaseException:
+            self.logs.close()
+            raise
+        self._add_services()
+        self.state.add_listener(self._on_image)
+        await self.server.start()
+        if self.controller is not None:
+            self.controller.start()
+        if not config.is_controller:
+            self.follower = MetadataFollower(config, self.state, self.peers)
+            self.follower.start()
+        if config.is_broker:
+            self.lifecycle = BrokerLifecycle(config, self.state, self.peers)
+            self.lifecycle.start()
+        self._ready_watch = loop.create_task(self._watch_ready())
+        self._serving_watch = loop.create_task(self._serve_when_ready())
+        _log.info(
+            "node %d (%s) serving on %s (data in %s)",
+            config.node_id,
+            config.roles,
+            config.listen,
+            self.logs.data_dir,
+        )
+
+    def _build_server(self) -> grpc.aio.Server:
+        return grpc.aio.server(
+            options=grpc_options(self.config),
+            maximum_concurrent_rpcs=self.config.concurrent_calls_max,
+        )
+
+    def _bind(self) -> None:
         cause: RuntimeError | None = None
         try:
             self.port = self.server.add_insecure_port(self.config.listen)
@@ -74,25 +118,149 @@ class Node:
             self.port = 0
             cause = exc
         if not self.port:
-            self.logs.close()
             raise ListenError(
                 f"cannot listen on {self.config.listen}: the port is in use or the address is "
                 "not on this machine; choose another with --listen HOST:PORT"
             ) from cause
-        await self.server.start()
-        for service in ("", "headwater.v1.Broker", "headwater.v1.Admin"):
-            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        _log.info(
-            "node %d serving on %s (data in %s)",
-            self.config.node_id,
-            self.config.listen,
-            self.logs.data_dir,
+
+    def _start_quorum(self) -> MetadataQuorum:
+        config = self.config
+        assert self.logs is not None
+        voters = config.quorum_voters
+        own = voters[config.node_id]
+        election_s = config.raft_election_timeout_ms / 1000
+        try:
+            return MetadataQuorum(
+                own,
+                [
+                    address
+                    for node_id, address in sorted(voters.items())
+                    if node_id != config.node_id
+                ],
+                self.logs.raft_dir,
+                on_applied=lambda image, _refusal: self.state.publish(image),
+                secret=config.raft_secret,
+                timings=QuorumTimings(
+                    election_min_s=election_s,
+                    election_max_s=election_s * 2.3,
+                    heartbeat_s=election_s / 6,
+                    leader_fallback_s=election_s * 5,
+                ),
+            )
+        except QuorumBindError as exc:
+            raise ListenError(
+                f"cannot bind the Raft address {own} of node {config.node_id}: {exc}; "
+                "check --quorum"
+            ) from exc
+
+    def _add_services(self) -> None:
+        assert self.logs is not None
+        config, server = self.config, self.server
+        pb_grpc.add_BrokerServicer_to_server(
+            BrokerService(config, self.logs, self.state, self.peers, self._quorum_status), server
+        )
+        pb_grpc.add_AdminServicer_to_server(
+            AdminService(config, self.logs, self.state, self.peers, self.controller), server
+        )
+        pb_grpc.add_ControllerServicer_to_server(
+            ControllerService(self.state, self.controller), server
+        )
+        # grpc_health.v1.health.aio is public API; its stubs lack the attribute.
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (
+                pb.DESCRIPTOR.services_by_name["Broker"].full_name,
+                pb.DESCRIPTOR.services_by_name["Admin"].full_name,
+                pb.DESCRIPTOR.services_by_name["Controller"].full_name,
+                health.SERVICE_NAME,
+                reflection.SERVICE_NAME,
+            ),
+            server,
         )
 
-    async def stop(self) -> None:
+    def _quorum_status(self) -> tuple[int, int]:
+        if self.quorum is None:
+            return 0, 0
+        status = self.quorum.status()
+        return status.term, status.commit_index
+
+    # ------------------------------------------------------------------ partitions
+
+    def _image_current(self) -> bool:
+        """May partition logs be deleted on this image's say-so (see LogManager)?"""
+        if self.quorum is not None:
+            return self.quorum.ready()
+        return self.follower is not None and self.follower.caught_up
+
+    def _on_image(self, _image: MetadataImage) -> None:
+        if not self.config.is_broker:
+            return
+        self._reconcile_again = True
+        if self._reconciling is None or self._reconciling.done():
+            self._reconciling = asyncio.get_running_loop().create_task(self._reconcile())
+
+    async def _reconcile(self) -> None:
+        assert self.logs is not None
+        while self._reconcile_again:
+            self._reconcile_again = False
+            current = self._image_current()
+            image = self.state.image
+            await asyncio.to_thread(self.logs.reconcile, image, current)
+            self.state.mark_reconciled(image.offset)
+            self._reconciled_ready = self._reconciled_ready or current
+
+    async def _watch_ready(self) -> None:
+        """Reconcile once more when the image first becomes current, so that logs the
+        metadata no longer assigns here are removed even if nothing changes later."""
+        while not self._reconciled_ready:
+            await asyncio.sleep(0.2)
+            if self._image_current():
+                self._on_image(self.state.image)
+                return
+
+    async def _serve_when_ready(self) -> None:
+        """Health turns SERVING once the node can do its job: a controller is active and,
+        on brokers, this broker is registered and unfenced (NOT_SERVING until then)."""
+        for service in HEALTH_SERVICES:
+            await self.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+        while True:
+            image = self.state.image
+            broker = image.brokers.get(self.config.node_id)
+            if image.controller_id >= 0 and (
+                not self.config.is_broker
+                or (
+                    broker is not None
+                    and not broker.fenced
+                    and self.lifecycle is not None
+                    and broker.broker_epoch == self.lifecycle.broker_epoch
+                )
+            ):
+                break
+            await self.state.wait_for_offset(image.offset + 1, 0.5)
+        for service in HEALTH_SERVICES:
+            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        _log.info("node %d is ready", self.config.node_id)
+
+    # ------------------------------------------------------------------ stop
+
+    async def stop(self, controlled: bool = True) -> None:
+        if controlled and self.lifecycle is not None:
+            await self.lifecycle.controlled_shutdown()
         await self.health.enter_graceful_shutdown()
+        for part in (self.lifecycle, self.follower, self.controller):
+            if part is not None:
+                await part.stop()
+        self._ready_watch.cancel()
+        self._serving_watch.cancel()
         await self.server.stop(SHUTDOWN_GRACE_S)
-        self.logs.close()
+        if self._reconciling is not None:
+            await asyncio.gather(self._reconciling, return_exceptions=True)
+        if self.quorum is not None:
+            self.quorum.close()
+        await self.peers.close()
+        if self.logs is not None:
+            self.logs.close()
         _log.info("node %d stopped", self.config.node_id)
 
 

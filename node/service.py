@@ -1,7 +1,9 @@
-"""gRPC servicers of one node: ``headwater.v1.Broker`` and ``headwater.v1.Admin``.
+"""The ``headwater.v1.Broker`` servicer of one node.
 
 Each handler checks its request (every bad field gets a HeadwaterError naming the field
-and its valid range), calls the LogManager, and builds the response. Operating errors
+and its valid range), finds the partition in the metadata image, serves it from the local
+replica when this node leads it or forwards it to the leader, and builds the
+response. Operating errors
 become gRPC statuses in ``headwater.grpc_errors``; anything unexpected is logged here
 with its traceback and reaches the client as UNKNOWN_SERVER_ERROR without one.
 
@@ -29,14 +31,20 @@ from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import abort
 from headwater.log import batch as batch_format
+from headwater.node.cluster_state import ClusterState
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
+from headwater.node.peers import FORWARDED, Peers, is_forwarded, peer_error
+from headwater.node.topics import unknown_topic
+from headwater.raft.image import MetadataImage, PartitionState, TopicImage
+from headwater.raft.records import NO_LEADER
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 _log = logging.getLogger(__name__)
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 PRODUCE_TIMEOUT_MS_MAX: Final = 300_000
+TAKEOVER_WAIT_S: Final = 2.0
 ACKS_VALID: Final = (pb.ACKS_UNSPECIFIED, pb.ACKS_NONE, pb.ACKS_LEADER, pb.ACKS_ALL)
 
 
@@ -67,10 +75,69 @@ def _invalid(message: str, code: ErrorCode = ErrorCode.INVALID_REQUEST) -> Headw
 
 
 class BrokerService(pb_grpc.BrokerServicer):
-    def __init__(self, config: NodeConfig, logs: LogManager) -> None:
+    """Produce, fetch, offsets and metadata; requests for partitions led elsewhere are
+    forwarded to their leader (one hop, see ``headwater.node.peers``)."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        logs: LogManager,
+        state: ClusterState,
+        peers: Peers,
+        quorum_status: Callable[[], tuple[int, int]],
+    ) -> None:
         self.config = config
         self.logs = logs
+        self.state = state
+        self.peers = peers
+        self.quorum_status = quorum_status
         self._round_robin = itertools.count()
+
+    # ------------------------------------------------------------------ routing
+
+    async def _leader_replica(
+        self, image: MetadataImage, topic: TopicImage, index: int
+    ) -> Partition | None:
+        """This node's replica when it leads partition ``index``; None when another node
+        does. Raises LEADER_NOT_AVAILABLE while the partition has no leader. When the
+        metadata has just made this node the leader, waits (up to TAKEOVER_WAIT_S) for the
+        replica to take the role."""
+        state = topic.partitions[index]
+        if state.leader == NO_LEADER:
+            raise HeadwaterError(
+                ErrorCode.LEADER_NOT_AVAILABLE,
+                f"partition {index} of {topic.name!r} has no leader: no in-sync replica "
+                f"is alive (replicas {list(state.replicas)}, ISR {list(state.isr)})",
+            )
+        if state.leader != self.config.node_id:
+            return None
+        local = self.logs.partition(topic.name, index)
+        if local is None or local.leader_epoch < state.leader_epoch:
+            await self.state.wait_reconciled(image.offset, TAKEOVER_WAIT_S)
+            local = self.logs.partition(topic.name, index)
+        if local is None or not local.is_leader or local.leader_epoch != state.leader_epoch:
+            raise HeadwaterError(
+                ErrorCode.LEADER_NOT_AVAILABLE,
+                f"partition {index} of {topic.name!r} is becoming led by this node; retry",
+            )
+        return local
+
+    def _leader_address(
+        self, image: MetadataImage, topic: TopicImage, index: int, forwarded: bool
+    ) -> str:
+        leader = topic.partitions[index].leader
+        if forwarded:
+            raise HeadwaterError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"node {self.config.node_id} does not lead partition {index} of {topic.name!r} "
+                f"(the leader is node {leader}); refresh metadata",
+            )
+        address = image.broker_address(leader)
+        if not address:
+            raise HeadwaterError(
+                ErrorCode.LEADER_NOT_AVAILABLE, f"the leader of partition {index} is unknown"
+            )
+        return address
 
     # ------------------------------------------------------------------ Produce
 
@@ -78,7 +145,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
-        return await self._produce(request)
+        return await self._produce(request, is_forwarded(context))
 
     async def ProduceStream(
         self,
@@ -86,9 +153,10 @@ class BrokerService(pb_grpc.BrokerServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[pb.ProduceResponse]:
         """Answer each request in arrival order; a failure is answered, not fatal."""
+        forwarded = is_forwarded(context)
         async for request in requests:
             try:
-                yield await self._produce(request)
+                yield await self._produce(request, forwarded)
             except HeadwaterError as error:
                 yield pb.ProduceResponse(
                     error_code=pb.ErrorCode.ValueType(error.code), error_message=error.message
@@ -100,7 +168,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     error_message=f"internal error: {type(exc).__name__}: {exc}",
                 )
 
-    async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+    async def _produce(self, request: pb.ProduceRequest, forwarded: bool) -> pb.ProduceResponse:
         if request.acks not in ACKS_VALID:
             raise _invalid(
                 f"acks is {request.acks}; valid: 0 (default = all), 1 (none), 2 (leader), 3 (all)",
@@ -110,20 +178,54 @@ class BrokerService(pb_grpc.BrokerServicer):
             raise _invalid(
                 f"timeout_ms is {request.timeout_ms}; valid range is [0, {PRODUCE_TIMEOUT_MS_MAX}]"
             )
-        topic = self.logs.topic(request.topic)
+        image = self.state.image
+        topic = topic_of(image, request.topic)
         payload = request.WhichOneof("payload")
         if payload == "batch":
             if request.partition == -1:
                 raise _invalid(
                     "partition -1 (broker's choice) needs `records`, not an encoded batch"
                 )
-            partition = self.logs.partition(request.topic, request.partition)
-            results = [await self._append(partition, request.batch)]
+            check_partition(topic, request.partition)
+            batches = {request.partition: request.batch}
         elif payload == "records":
-            results = await self._produce_records(request, topic.partitions)
+            batches = self._encode_records(request, len(topic.partitions), topic)
         else:
             raise _invalid("ProduceRequest has neither `batch` nor `records`")
+        results = [
+            await self._produce_one(image, topic, index, data, request, forwarded)
+            for index, data in sorted(batches.items())
+        ]
         return pb.ProduceResponse(results=results)
+
+    async def _produce_one(
+        self,
+        image: MetadataImage,
+        topic: TopicImage,
+        index: int,
+        batch: bytes,
+        request: pb.ProduceRequest,
+        forwarded: bool,
+    ) -> pb.PartitionProduceResult:
+        local = await self._leader_replica(image, topic, index)
+        if local is not None:
+            check_acks(topic.partitions[index], request.acks)
+            return await self._append(local, batch)
+        address = self._leader_address(image, topic, index, forwarded)
+        forward = pb.ProduceRequest(
+            topic=topic.name,
+            partition=index,
+            batch=batch,
+            acks=request.acks,
+            timeout_ms=request.timeout_ms,
+        )
+        try:
+            response = await self.peers.broker(address).Produce(
+                forward, metadata=FORWARDED, timeout=self.peers.timeout_s
+            )
+        except grpc.RpcError as error:
+            raise peer_error(error, address) from None
+        return response.results[0]
 
     async def _append(self, partition: Partition, batch: bytes) -> pb.PartitionProduceResult:
         max_message_bytes = partition.max_message_bytes
@@ -143,9 +245,10 @@ class BrokerService(pb_grpc.BrokerServicer):
             log_start_offset=info.log_start_offset,
         )
 
-    async def _produce_records(
-        self, request: pb.ProduceRequest, partitions: int
-    ) -> list[pb.PartitionProduceResult]:
+    def _encode_records(
+        self, request: pb.ProduceRequest, partitions: int, topic: TopicImage
+    ) -> dict[int, bytes]:
+        """Plain records, grouped by target partition and encoded as one batch each."""
         records = request.records.records
         if not records:
             raise _invalid("`records` is empty; send at least one record")
@@ -156,7 +259,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 "valid: 0 (none), 3 (lz4), 4 (zstd)",
             )
         if request.partition != -1:
-            self.logs.topic(request.topic).check_partition(request.partition)
+            check_partition(topic, request.partition)
         groups: dict[int, list[pb.Record]] = {}
         keyless_target = (
             request.partition if request.partition != -1 else next(self._round_robin) % partitions
@@ -170,9 +273,8 @@ class BrokerService(pb_grpc.BrokerServicer):
                 target = keyless_target
             groups.setdefault(target, []).append(record)
         now = now_ms()
-        encoded = {}
-        for target, group in sorted(groups.items()):
-            encoded[target] = batch_format.encode_batch(
+        return {
+            target: batch_format.encode_batch(
                 [r.value if r.HasField("value") else None for r in group],
                 keys=[r.key if r.HasField("key") else None for r in group],
                 headers=[
@@ -184,10 +286,8 @@ class BrokerService(pb_grpc.BrokerServicer):
                 ],
                 compression=batch_format.Compression(request.compression),
             )
-        return [
-            await self._append(self.logs.partition(request.topic, target), data)
-            for target, data in encoded.items()
-        ]
+            for target, group in groups.items()
+        }
 
     # ------------------------------------------------------------------ Fetch
 
@@ -196,21 +296,60 @@ class BrokerService(pb_grpc.BrokerServicer):
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FetchResponse:
         self._check_fetch(request)
-        return await self._fetch(request, request.offset)
+        image = self.state.image
+        topic = topic_of(image, request.topic)
+        check_partition(topic, request.partition)
+        local = await self._leader_replica(image, topic, request.partition)
+        if local is not None:
+            return await self._fetch(local, request, request.offset)
+        address = self._leader_address(image, topic, request.partition, is_forwarded(context))
+        try:
+            response: pb.FetchResponse = await self.peers.broker(address).Fetch(
+                request,
+                metadata=FORWARDED,
+                timeout=self.peers.timeout_s + request.max_wait_ms / 1000,
+            )
+        except grpc.RpcError as error:
+            raise peer_error(error, address) from None
+        return response
 
     async def FetchStream(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.FetchResponse]:
-        """Repeated long polls from advancing offsets, until the client cancels."""
+        """Repeated long polls from advancing offsets, until the client cancels, this node
+        stops leading the partition (NOT_LEADER_OR_FOLLOWER), or the partition is deleted."""
         try:
             self._check_fetch(request)
+            image = self.state.image
+            topic = topic_of(image, request.topic)
+            check_partition(topic, request.partition)
+            local = await self._leader_replica(image, topic, request.partition)
+            if local is None:
+                address = self._leader_address(
+                    image, topic, request.partition, is_forwarded(context)
+                )
+                async for response in self._proxy_fetch_stream(address, request):
+                    yield response
+                return
             offset = request.offset
             while True:
-                response = await self._fetch(request, offset)
+                response = await self._fetch(local, request, offset)
                 offset = response.next_offset
                 yield response
         except HeadwaterError as error:
             await abort(context, error)
+
+    async def _proxy_fetch_stream(
+        self, address: str, request: pb.FetchRequest
+    ) -> AsyncIterator[pb.FetchResponse]:
+        call = self.peers.broker(address).FetchStream(request, metadata=FORWARDED)
+        try:
+            async for response in call:
+                yield response
+        except grpc.RpcError as error:
+            raise peer_error(error, address) from None
+        finally:
+            call.cancel()
 
     def _check_fetch(self, request: pb.FetchRequest) -> None:
         config = self.config
@@ -232,9 +371,12 @@ class BrokerService(pb_grpc.BrokerServicer):
         if request.format not in (pb.RECORD_FORMAT_BATCHES, pb.RECORD_FORMAT_RECORDS):
             raise _invalid(f"format is {request.format}; valid: 0 (batches), 1 (records)")
 
-    async def _fetch(self, request: pb.FetchRequest, offset: int) -> pb.FetchResponse:
-        """One long poll of ``request``'s partition from ``offset``."""
-        partition = self.logs.partition(request.topic, request.partition)
+    async def _fetch(
+        self, partition: Partition, request: pb.FetchRequest, offset: int
+    ) -> pb.FetchResponse:
+        """One long poll of ``partition`` from ``offset``."""
+        partition.check_open()
+        partition.check_leader()
         partition.check_fetch_offset(offset)
         max_bytes = request.max_bytes or self.config.fetch_bytes_default
         deadline = time.monotonic() + request.max_wait_ms / 1000
@@ -242,6 +384,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         while len(result.data) < max(request.min_bytes, 1) and time.monotonic() < deadline:
             await partition.wait_for_data(result.next_offset, deadline - time.monotonic())
             partition.check_open()
+            partition.check_leader()
             result = partition.read(offset, max_bytes)
             if len(result.data) and len(result.data) >= request.min_bytes:
                 break
@@ -259,10 +402,11 @@ class BrokerService(pb_grpc.BrokerServicer):
     # ------------------------------------------------------------------ ListOffsets
 
     @rpc_handler
-    def ListOffsets(
+    async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListOffsetsResponse:
-        topic = self.logs.topic(request.topic)
+        image = self.state.image
+        topic = topic_of(image, request.topic)
         if request.spec not in (
             pb.OFFSET_SPEC_EARLIEST,
             pb.OFFSET_SPEC_LATEST,
@@ -275,29 +419,32 @@ class BrokerService(pb_grpc.BrokerServicer):
             raise _invalid(
                 f"timestamp_ms is {request.timestamp_ms}; must be >= 0", ErrorCode.INVALID_TIMESTAMP
             )
-        indexes = list(request.partitions) or list(range(topic.partitions))
-        offsets = []
+        indexes = list(request.partitions) or list(range(len(topic.partitions)))
+        found: dict[int, pb.PartitionOffset] = {}
+        remote: dict[str, list[int]] = {}
         for index in indexes:
-            partition = self.logs.partition(request.topic, index)
-            timestamp = -1
-            if request.spec == pb.OFFSET_SPEC_EARLIEST:
-                offset = partition.log.log_start_offset
-            elif request.spec == pb.OFFSET_SPEC_LATEST:
-                offset = partition.high_watermark
+            check_partition(topic, index)
+            local = await self._leader_replica(image, topic, index)
+            if local is None:
+                address = self._leader_address(image, topic, index, is_forwarded(context))
+                remote.setdefault(address, []).append(index)
             else:
-                found = partition.log.offset_for_timestamp(request.timestamp_ms)
-                offset, timestamp = (
-                    found
-                    if found and found[0] < partition.high_watermark
-                    else (
-                        partition.high_watermark,
-                        -1,
-                    )
-                )
-            offsets.append(
-                pb.PartitionOffset(partition=index, offset=offset, timestamp_ms=timestamp)
+                found[index] = _offset_of(local, request)
+        for address, subset in remote.items():
+            forward = pb.ListOffsetsRequest(
+                topic=request.topic,
+                partitions=subset,
+                spec=request.spec,
+                timestamp_ms=request.timestamp_ms,
             )
-        return pb.ListOffsetsResponse(offsets=offsets)
+            try:
+                answer = await self.peers.broker(address).ListOffsets(
+                    forward, metadata=FORWARDED, timeout=self.peers.timeout_s
+                )
+            except grpc.RpcError as error:
+                raise peer_error(error, address) from None
+            found.update({o.partition: o for o in answer.offsets})
+        return pb.ListOffsetsResponse(offsets=[found[i] for i in indexes])
 
     # ------------------------------------------------------------------ Metadata
 
@@ -305,47 +452,88 @@ class BrokerService(pb_grpc.BrokerServicer):
     def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.MetadataResponse:
-        node_id = self.config.node_id
-        records = (
-            [self.logs.topic(n) for n in request.topics] if request.topics else self.logs.topics()
-        )
-        topics = [
-            pb.TopicMetadata(
-                name=record.name,
-                topic_id=record.topic_id,
-                partitions=[
-                    pb.PartitionMetadata(
-                        partition=p,
-                        leader=node_id,
-                        leader_epoch=self.logs.partition(record.name, p).leader_epoch,
-                        replicas=[node_id],
-                        isr=[node_id],
-                    )
-                    for p in range(record.partitions)
-                ],
-            )
-            for record in records
+        image = self.state.image
+        names = list(request.topics) or sorted(image.topics)
+        topics = [_topic_metadata(topic_of(image, name)) for name in names]
+        brokers = [
+            pb.BrokerInfo(node_id=b.node_id, address=b.address, rack=b.rack, state=b.state)
+            for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
         ]
-        broker = pb.BrokerInfo(
-            node_id=node_id,
-            address=self.config.client_address,
-            rack=self.config.rack,
-            state="running",
-        )
+        term, commit_index = self.quorum_status()
         return pb.MetadataResponse(
-            brokers=[broker], controller_id=node_id, cluster_id=self.logs.cluster_id, topics=topics
+            brokers=brokers,
+            controller_id=image.controller_id,
+            cluster_id=image.cluster_id,
+            topics=topics,
+            raft_term=term,
+            raft_commit_index=commit_index,
+            metadata_offset=image.offset,
+            node_id=self.config.node_id,
         )
 
 
-def _topic_result(name: str, action: Callable[[], str]) -> pb.TopicResult:
-    """Run ``action`` for topic ``name``: its returned topic id, or its error, in a result."""
-    result = pb.TopicResult(name=name)
-    try:
-        result.topic_id = action()
-    except HeadwaterError as error:
-        result.error_code = pb.ErrorCode.ValueType(error.code)
-        result.error_message = error.message
-    return result
+def topic_of(image: MetadataImage, name: str) -> TopicImage:
+    topic = image.topics.get(name)
+    if topic is None:
+        raise unknown_topic(name)
+    return topic
+
+
+def check_partition(topic: TopicImage, index: int) -> None:
+    if not 0 <= index < len(topic.partitions):
+        raise HeadwaterError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"topic {topic.name!r} has no partition {index}; valid partitions are "
+            f"[0, {len(topic.partitions)})",
+        )
+
+
+def check_acks(state: PartitionState, acks: int) -> None:
+    """acks=all needs every ISR member to have the batch. Until followers replicate the
+    log, only a single-member ISR can honour it, so a larger ISR is refused rather than
+    acknowledged falsely."""
+    if acks in (pb.ACKS_ALL, pb.ACKS_UNSPECIFIED) and len(state.isr) > 1:
+        raise HeadwaterError(
+            ErrorCode.NOT_ENOUGH_REPLICAS,
+            f"acks=all needs the {len(state.isr)} in-sync replicas {list(state.isr)} to "
+            "have the batch, and follower replication is not available in this version; "
+            "use acks=1 or a topic with replication_factor 1",
+        )
+
+
+def _offset_of(partition: Partition, request: pb.ListOffsetsRequest) -> pb.PartitionOffset:
+    timestamp = -1
+    if request.spec == pb.OFFSET_SPEC_EARLIEST:
+        offset = partition.log.log_start_offset
+    elif request.spec == pb.OFFSET_SPEC_LATEST:
+        offset = partition.high_watermark
+    else:
+        found = partition.log.offset_for_timestamp(request.timestamp_ms)
+        if found and found[0] < partition.high_watermark:
+            offset, timestamp = found
+        else:
+            offset = partition.high_watermark
+    return pb.PartitionOffset(partition=partition.index, offset=offset, timestamp_ms=timestamp)
+
+
+def _topic_metadata(topic: TopicImage) -> pb.TopicMetadata:
+    return pb.TopicMetadata(
+        name=topic.name,
+        topic_id=topic.topic_id,
+        partitions=[
+            pb.PartitionMetadata(
+                partition=p.partition,
+                leader=p.leader,
+                leader_epoch=p.leader_epoch,
+                replicas=p.replicas,
+                isr=p.isr,
+                partition_epoch=p.partition_epoch,
+                adding_replicas=p.adding_replicas,
+                removing_replicas=p.removing_replicas,
+            )
+            for p in topic.partitions
+        ],
+    )
 
 
 def _decoded_records(data: bytes, first_offset: int) -> list[pb.ConsumedRecord]:
@@ -368,102 +556,3 @@ def _decoded_records(data: bytes, first_offset: int) -> list[pb.ConsumedRecord]:
                 record.value = row["value"]
             out.append(record)
     return out
-
-
-class AdminService(pb_grpc.AdminServicer):
-    def __init__(self, config: NodeConfig, logs: LogManager) -> None:
-        self.config = config
-        self.logs = logs
-
-    @rpc_handler
-    def CreateTopics(
-        self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.CreateTopicsResponse:
-        return pb.CreateTopicsResponse(
-            results=[
-                _topic_result(
-                    topic.name, functools.partial(self._create, topic, request.validate_only)
-                )
-                for topic in request.topics
-            ]
-        )
-
-    def _create(self, topic: pb.NewTopic, validate_only: bool) -> str:
-        """Create (or only check) one topic; return its id ("" when only checked)."""
-        partitions = topic.partitions if topic.HasField("partitions") else None
-        replication = topic.replication_factor if topic.HasField("replication_factor") else None
-        args = (topic.name, partitions, replication, topic.configs)
-        if validate_only:
-            self.logs.check_new_topic(*args)
-            return ""
-        return self.logs.create_topic(*args).topic_id
-
-    @rpc_handler
-    def DeleteTopics(
-        self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.DeleteTopicsResponse:
-        return pb.DeleteTopicsResponse(
-            results=[
-                _topic_result(name, functools.partial(self._delete, name)) for name in request.names
-            ]
-        )
-
-    def _delete(self, name: str) -> str:
-        self.logs.delete_topic(name)
-        return ""
-
-    @rpc_handler
-    def ListTopics(
-        self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.ListTopicsResponse:
-        return pb.ListTopicsResponse(
-            topics=[
-                pb.TopicSummary(
-                    name=t.name,
-                    topic_id=t.topic_id,
-                    partitions=t.partitions,
-                    replication_factor=t.replication_factor,
-                )
-                for t in self.logs.topics()
-                if request.include_internal or not t.name.startswith("__")
-            ]
-        )
-
-    @rpc_handler
-    def DescribeTopics(
-        self, request: pb.DescribeTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.DescribeTopicsResponse:
-        records = (
-            [self.logs.topic(n) for n in request.names] if request.names else self.logs.topics()
-        )
-        node_id = self.config.node_id
-        described = []
-        for record in records:
-            partitions = []
-            for p in range(record.partitions):
-                partition = self.logs.partition(record.name, p)
-                log = partition.log
-                partitions.append(
-                    pb.PartitionDescription(
-                        partition=p,
-                        leader=node_id,
-                        leader_epoch=partition.leader_epoch,
-                        replicas=[node_id],
-                        isr=[node_id],
-                        log_start_offset=log.log_start_offset,
-                        log_end_offset=log.log_end_offset,
-                        high_watermark=partition.high_watermark,
-                        size_bytes=log.size_bytes,
-                        segment_count=log.segment_count,
-                    )
-                )
-            configs = self.config.topic_defaults() | record.configs
-            described.append(
-                pb.TopicDescription(
-                    name=record.name,
-                    topic_id=record.topic_id,
-                    configs=configs,
-                    partitions=partitions,
-                )
-            )
-        return pb.DescribeTopicsResponse(topics=described)

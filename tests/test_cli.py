@@ -170,7 +170,7 @@ def test_sigterm_stops_cleanly_and_marks_logs_clean(node: NodeProcess) -> None:
     run_cli("produce", "clean", *b, input_bytes=b"a\n")
     assert node.stop() == 0
     wait_until((node.data_dir / "clean-0" / "clean-shutdown").exists, 5, "clean-shutdown marker")
-    assert os.path.exists(node.data_dir / "topics.json")
+    assert (node.data_dir / "raft" / "journal").exists()
 
 
 def test_readme_quickstart_runs_verbatim(node: NodeProcess, tmp_path: Path) -> None:

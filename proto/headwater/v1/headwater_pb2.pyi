@@ -3,9 +3,12 @@
 isort:skip_file
 Headwater's public API, version 1.
 
-Two services: `Broker` (data: produce, fetch, offsets, metadata) and `Admin` (topics).
-Every node serves both, plus gRPC health checking (grpc.health.v1.Health) and server
-reflection.
+Two public services: `Broker` (data: produce, fetch, offsets, metadata) and `Admin`
+(topics). Every node serves both, plus gRPC health checking (grpc.health.v1.Health) and
+server reflection, and accepts any request: a node that does not lead the partition
+asked for forwards the call to the leader, and admin calls go to the active controller.
+A third service, `Controller`, is internal: brokers use it to register, heartbeat and
+follow the metadata.
 
 Errors: a failed call ends with a gRPC status whose details carry one
 google.rpc.ErrorInfo with domain "headwater.v1", reason = the ErrorCode name below, and
@@ -49,6 +52,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     LEADER_NOT_AVAILABLE: _ErrorCode.ValueType  # 5
     NOT_LEADER_OR_FOLLOWER: _ErrorCode.ValueType  # 6
     REQUEST_TIMED_OUT: _ErrorCode.ValueType  # 7
+    BROKER_NOT_AVAILABLE: _ErrorCode.ValueType  # 8
     MESSAGE_TOO_LARGE: _ErrorCode.ValueType  # 10
     NETWORK_EXCEPTION: _ErrorCode.ValueType  # 13
     INVALID_TOPIC_EXCEPTION: _ErrorCode.ValueType  # 17
@@ -60,13 +64,16 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     TOPIC_ALREADY_EXISTS: _ErrorCode.ValueType  # 36
     INVALID_PARTITIONS: _ErrorCode.ValueType  # 37
     INVALID_REPLICATION_FACTOR: _ErrorCode.ValueType  # 38
+    INVALID_REPLICA_ASSIGNMENT: _ErrorCode.ValueType  # 39
     INVALID_CONFIG: _ErrorCode.ValueType  # 40
     NOT_CONTROLLER: _ErrorCode.ValueType  # 41
     INVALID_REQUEST: _ErrorCode.ValueType  # 42
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
+    REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 60
     FENCED_LEADER_EPOCH: _ErrorCode.ValueType  # 74
     UNKNOWN_LEADER_EPOCH: _ErrorCode.ValueType  # 75
     UNSUPPORTED_COMPRESSION_TYPE: _ErrorCode.ValueType  # 76
+    STALE_BROKER_EPOCH: _ErrorCode.ValueType  # 77
     OFFSET_NOT_AVAILABLE: _ErrorCode.ValueType  # 78
     INVALID_RECORD: _ErrorCode.ValueType  # 87
 
@@ -82,6 +89,7 @@ INVALID_FETCH_SIZE: ErrorCode.ValueType  # 4
 LEADER_NOT_AVAILABLE: ErrorCode.ValueType  # 5
 NOT_LEADER_OR_FOLLOWER: ErrorCode.ValueType  # 6
 REQUEST_TIMED_OUT: ErrorCode.ValueType  # 7
+BROKER_NOT_AVAILABLE: ErrorCode.ValueType  # 8
 MESSAGE_TOO_LARGE: ErrorCode.ValueType  # 10
 NETWORK_EXCEPTION: ErrorCode.ValueType  # 13
 INVALID_TOPIC_EXCEPTION: ErrorCode.ValueType  # 17
@@ -93,13 +101,16 @@ INVALID_TIMESTAMP: ErrorCode.ValueType  # 32
 TOPIC_ALREADY_EXISTS: ErrorCode.ValueType  # 36
 INVALID_PARTITIONS: ErrorCode.ValueType  # 37
 INVALID_REPLICATION_FACTOR: ErrorCode.ValueType  # 38
+INVALID_REPLICA_ASSIGNMENT: ErrorCode.ValueType  # 39
 INVALID_CONFIG: ErrorCode.ValueType  # 40
 NOT_CONTROLLER: ErrorCode.ValueType  # 41
 INVALID_REQUEST: ErrorCode.ValueType  # 42
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
+REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 60
 FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 74
 UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
 UNSUPPORTED_COMPRESSION_TYPE: ErrorCode.ValueType  # 76
+STALE_BROKER_EPOCH: ErrorCode.ValueType  # 77
 OFFSET_NOT_AVAILABLE: ErrorCode.ValueType  # 78
 INVALID_RECORD: ErrorCode.ValueType  # 87
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
@@ -691,14 +702,30 @@ class PartitionMetadata(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
     ISR_FIELD_NUMBER: _builtins.int
+    PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
+    ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
+    REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     leader: _builtins.int
     """Node id of the leader, -1 when the partition has none (offline)."""
     leader_epoch: _builtins.int
+    """Bumped on every leader change; a replica checks requests against it."""
+    partition_epoch: _builtins.int
+    """Bumped on every change of this partition's metadata."""
     @_builtins.property
-    def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Replica node ids; the first is the preferred leader."""
+
     @_builtins.property
-    def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """In-sync replicas: the leader and the followers that have every committed record."""
+
+    @_builtins.property
+    def adding_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Replicas being added or removed by a reassignment in progress (both empty otherwise)."""
+
+    @_builtins.property
+    def removing_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -707,10 +734,13 @@ class PartitionMetadata(_message.Message):
         leader_epoch: _builtins.int = ...,
         replicas: _abc.Iterable[_builtins.int] | None = ...,
         isr: _abc.Iterable[_builtins.int] | None = ...,
+        partition_epoch: _builtins.int = ...,
+        adding_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        removing_replicas: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition", b"partition", "replicas", b"replicas"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -751,11 +781,26 @@ class MetadataResponse(_message.Message):
     CONTROLLER_ID_FIELD_NUMBER: _builtins.int
     CLUSTER_ID_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    RAFT_TERM_FIELD_NUMBER: _builtins.int
+    RAFT_COMMIT_INDEX_FIELD_NUMBER: _builtins.int
+    METADATA_OFFSET_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.int
     """Node id of the active controller, -1 when there is none."""
     cluster_id: _builtins.str
+    raft_term: _builtins.int
+    """The answering node's view of the metadata quorum: the Raft term (the controller
+    epoch) and commit index (0 on broker-only nodes, which are not voters), and how many
+    metadata batches its image has applied.
+    """
+    raft_commit_index: _builtins.int
+    metadata_offset: _builtins.int
+    node_id: _builtins.int
+    """The node that answered."""
     @_builtins.property
-    def brokers(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerInfo]: ...
+    def brokers(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerInfo]:
+        """Every registered broker, by node id."""
+
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicMetadata]: ...
     def __init__(
@@ -765,14 +810,99 @@ class MetadataResponse(_message.Message):
         controller_id: _builtins.int = ...,
         cluster_id: _builtins.str = ...,
         topics: _abc.Iterable[Global___TopicMetadata] | None = ...,
+        raft_term: _builtins.int = ...,
+        raft_commit_index: _builtins.int = ...,
+        metadata_offset: _builtins.int = ...,
+        node_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_id", b"controller_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_id", b"controller_id", "metadata_offset", b"metadata_offset", "node_id", b"node_id", "raft_commit_index", b"raft_commit_index", "raft_term", b"raft_term", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MetadataResponse: _TypeAlias = MetadataResponse  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partitions: _builtins.int
+    """The new total, in (current count, partitions_max]."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partitions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsRequest: _TypeAlias = CreatePartitionsRequest  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsResponse: _TypeAlias = CreatePartitionsResponse  # noqa: Y015
+
+@_typing.final
+class ReassignPartitionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Target replicas: registered broker ids, each once, at least one."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        replicas: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "replicas", b"replicas", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReassignPartitionRequest: _TypeAlias = ReassignPartitionRequest  # noqa: Y015
+
+@_typing.final
+class ReassignPartitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReassignPartitionResponse: _TypeAlias = ReassignPartitionResponse  # noqa: Y015
 
 @_typing.final
 class NewTopic(_message.Message):
@@ -1064,6 +1194,9 @@ class PartitionDescription(_message.Message):
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     SEGMENT_COUNT_FIELD_NUMBER: _builtins.int
+    PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
+    ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
+    REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     leader: _builtins.int
     leader_epoch: _builtins.int
@@ -1076,10 +1209,15 @@ class PartitionDescription(_message.Message):
     size_bytes: _builtins.int
     """Bytes of segment files (log and indexes) on the leader's disk."""
     segment_count: _builtins.int
+    partition_epoch: _builtins.int
     @_builtins.property
     def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def adding_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def removing_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -1093,10 +1231,13 @@ class PartitionDescription(_message.Message):
         high_watermark: _builtins.int = ...,
         size_bytes: _builtins.int = ...,
         segment_count: _builtins.int = ...,
+        partition_epoch: _builtins.int = ...,
+        adding_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        removing_replicas: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["high_watermark", b"high_watermark", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "replicas", b"replicas", "segment_count", b"segment_count", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "high_watermark", b"high_watermark", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "segment_count", b"segment_count", "size_bytes", b"size_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1175,3 +1316,144 @@ class DescribeTopicsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeTopicsResponse: _TypeAlias = DescribeTopicsResponse  # noqa: Y015
+
+@_typing.final
+class RegisterBrokerRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    INCARNATION_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    RACK_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    incarnation_id: _builtins.str
+    """Unique per process start: a new incarnation replaces the old registration."""
+    address: _builtins.str
+    """gRPC HOST:PORT clients use to reach the broker."""
+    rack: _builtins.str
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.int = ...,
+        incarnation_id: _builtins.str = ...,
+        address: _builtins.str = ...,
+        rack: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "incarnation_id", b"incarnation_id", "node_id", b"node_id", "rack", b"rack"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterBrokerRequest: _TypeAlias = RegisterBrokerRequest  # noqa: Y015
+
+@_typing.final
+class RegisterBrokerResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    broker_epoch: _builtins.int
+    def __init__(
+        self,
+        *,
+        broker_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterBrokerResponse: _TypeAlias = RegisterBrokerResponse  # noqa: Y015
+
+@_typing.final
+class BrokerHeartbeatRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    WANT_SHUTDOWN_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    broker_epoch: _builtins.int
+    want_shutdown: _builtins.bool
+    """Controlled shutdown: move this broker's leadership away."""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
+        want_shutdown: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "node_id", b"node_id", "want_shutdown", b"want_shutdown"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BrokerHeartbeatRequest: _TypeAlias = BrokerHeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class BrokerHeartbeatResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FENCED_FIELD_NUMBER: _builtins.int
+    SHUTDOWN_READY_FIELD_NUMBER: _builtins.int
+    fenced: _builtins.bool
+    shutdown_ready: _builtins.bool
+    """With want_shutdown: the broker leads nothing that another replica could lead."""
+    def __init__(
+        self,
+        *,
+        fenced: _builtins.bool = ...,
+        shutdown_ready: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fenced", b"fenced", "shutdown_ready", b"shutdown_ready"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BrokerHeartbeatResponse: _TypeAlias = BrokerHeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class FetchMetadataRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSET_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    """Metadata offset the caller has; the first response comes once the image is past it."""
+    def __init__(
+        self,
+        *,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchMetadataRequest: _TypeAlias = FetchMetadataRequest  # noqa: Y015
+
+@_typing.final
+class FetchMetadataResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSET_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    records: _builtins.bytes
+    """A JSON array of metadata records (docs/metadata.md) that rebuild the image."""
+    def __init__(
+        self,
+        *,
+        offset: _builtins.int = ...,
+        records: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchMetadataResponse: _TypeAlias = FetchMetadataResponse  # noqa: Y015

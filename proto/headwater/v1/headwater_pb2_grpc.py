@@ -363,6 +363,16 @@ class AdminStub:
                 request_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeTopicsRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeTopicsResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/headwater.v1.Admin/CreatePartitions',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
+        self.ReassignPartition = channel.unary_unary(
+                '/headwater.v1.Admin/ReassignPartition',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.ReassignPartitionRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.ReassignPartitionResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -395,6 +405,23 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePartitions(self, request, context):
+        """Adds partitions to a topic (partitions never shrink). New partitions are placed like
+        those of a new topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReassignPartition(self, request, context):
+        """Moves one partition to a new list of replicas: new replicas copy the log from the
+        leader, and once they are in sync the old ones are dropped (leadership moves if the
+        leader is dropped). The first listed replica becomes the preferred leader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -417,6 +444,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DescribeTopics,
                     request_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeTopicsRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeTopicsResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'ReassignPartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReassignPartition,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.ReassignPartitionRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.ReassignPartitionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -529,6 +566,240 @@ class Admin:
             '/headwater.v1.Admin/DescribeTopics',
             headwater_dot_v1_dot_headwater__pb2.DescribeTopicsRequest.SerializeToString,
             headwater_dot_v1_dot_headwater__pb2.DescribeTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Admin/CreatePartitions',
+            headwater_dot_v1_dot_headwater__pb2.CreatePartitionsRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReassignPartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Admin/ReassignPartition',
+            headwater_dot_v1_dot_headwater__pb2.ReassignPartitionRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.ReassignPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ControllerStub:
+    """--------------------------------------------------------------------------- Controller
+
+    Internal: calls from brokers to the active controller. A node that is not the active
+    controller answers NOT_CONTROLLER (its message names the active controller's address
+    when known).
+
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.RegisterBroker = channel.unary_unary(
+                '/headwater.v1.Controller/RegisterBroker',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.RegisterBrokerRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.RegisterBrokerResponse.FromString,
+                _registered_method=True)
+        self.BrokerHeartbeat = channel.unary_unary(
+                '/headwater.v1.Controller/BrokerHeartbeat',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.BrokerHeartbeatRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.BrokerHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.FetchMetadata = channel.unary_stream(
+                '/headwater.v1.Controller/FetchMetadata',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.FetchMetadataRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.FetchMetadataResponse.FromString,
+                _registered_method=True)
+
+
+class ControllerServicer:
+    """--------------------------------------------------------------------------- Controller
+
+    Internal: calls from brokers to the active controller. A node that is not the active
+    controller answers NOT_CONTROLLER (its message names the active controller's address
+    when known).
+
+    """
+
+    def RegisterBroker(self, request, context):
+        """A broker process announces itself; the answer is its broker epoch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BrokerHeartbeat(self, request, context):
+        """Keeps a broker's session alive (unfences it), or asks for controlled shutdown.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchMetadata(self, request, context):
+        """Any controller node: the metadata image whenever it changes after `offset`, as
+        records that rebuild it (how broker-only nodes follow the metadata).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ControllerServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'RegisterBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterBroker,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.RegisterBrokerRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.RegisterBrokerResponse.SerializeToString,
+            ),
+            'BrokerHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.BrokerHeartbeat,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.BrokerHeartbeatRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.BrokerHeartbeatResponse.SerializeToString,
+            ),
+            'FetchMetadata': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchMetadata,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.FetchMetadataRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.FetchMetadataResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'headwater.v1.Controller', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('headwater.v1.Controller', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Controller:
+    """--------------------------------------------------------------------------- Controller
+
+    Internal: calls from brokers to the active controller. A node that is not the active
+    controller answers NOT_CONTROLLER (its message names the active controller's address
+    when known).
+
+    """
+
+    @staticmethod
+    def RegisterBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/RegisterBroker',
+            headwater_dot_v1_dot_headwater__pb2.RegisterBrokerRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.RegisterBrokerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BrokerHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/BrokerHeartbeat',
+            headwater_dot_v1_dot_headwater__pb2.BrokerHeartbeatRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.BrokerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/headwater.v1.Controller/FetchMetadata',
+            headwater_dot_v1_dot_headwater__pb2.FetchMetadataRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.FetchMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,9 +3,12 @@
 isort:skip_file
 Headwater's public API, version 1.
 
-Two services: `Broker` (data: produce, fetch, offsets, metadata) and `Admin` (topics).
-Every node serves both, plus gRPC health checking (grpc.health.v1.Health) and server
-reflection.
+Two public services: `Broker` (data: produce, fetch, offsets, metadata) and `Admin`
+(topics). Every node serves both, plus gRPC health checking (grpc.health.v1.Health) and
+server reflection, and accepts any request: a node that does not lead the partition
+asked for forwards the call to the leader, and admin calls go to the active controller.
+A third service, `Controller`, is internal: brokers use it to register, heartbeat and
+follow the metadata.
 
 Errors: a failed call ends with a gRPC status whose details carry one
 google.rpc.ErrorInfo with domain "headwater.v1", reason = the ErrorCode name below, and
@@ -177,6 +180,15 @@ class AdminStub:
     ListTopics: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.ListTopicsRequest, _headwater_pb2.ListTopicsResponse]
     DescribeTopics: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.DescribeTopicsRequest, _headwater_pb2.DescribeTopicsResponse]
     """Partitions with log start and end offsets, high watermark, size on disk, and configs."""
+    CreatePartitions: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.CreatePartitionsRequest, _headwater_pb2.CreatePartitionsResponse]
+    """Adds partitions to a topic (partitions never shrink). New partitions are placed like
+    those of a new topic.
+    """
+    ReassignPartition: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.ReassignPartitionRequest, _headwater_pb2.ReassignPartitionResponse]
+    """Moves one partition to a new list of replicas: new replicas copy the log from the
+    leader, and once they are in sync the old ones are dropped (leadership moves if the
+    leader is dropped). The first listed replica becomes the preferred leader.
+    """
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -188,6 +200,15 @@ class AdminAsyncStub(AdminStub):
     ListTopics: _aio.UnaryUnaryMultiCallable[_headwater_pb2.ListTopicsRequest, _headwater_pb2.ListTopicsResponse]  # type: ignore[assignment]
     DescribeTopics: _aio.UnaryUnaryMultiCallable[_headwater_pb2.DescribeTopicsRequest, _headwater_pb2.DescribeTopicsResponse]  # type: ignore[assignment]
     """Partitions with log start and end offsets, high watermark, size on disk, and configs."""
+    CreatePartitions: _aio.UnaryUnaryMultiCallable[_headwater_pb2.CreatePartitionsRequest, _headwater_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
+    """Adds partitions to a topic (partitions never shrink). New partitions are placed like
+    those of a new topic.
+    """
+    ReassignPartition: _aio.UnaryUnaryMultiCallable[_headwater_pb2.ReassignPartitionRequest, _headwater_pb2.ReassignPartitionResponse]  # type: ignore[assignment]
+    """Moves one partition to a new list of replicas: new replicas copy the log from the
+    leader, and once they are in sync the old ones are dropped (leadership moves if the
+    leader is dropped). The first listed replica becomes the preferred leader.
+    """
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     """--------------------------------------------------------------------------- Admin"""
@@ -221,4 +242,101 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_headwater_pb2.DescribeTopicsResponse, _abc.Awaitable[_headwater_pb2.DescribeTopicsResponse]]:
         """Partitions with log start and end offsets, high watermark, size on disk, and configs."""
 
+    @_abc_1.abstractmethod
+    def CreatePartitions(
+        self,
+        request: _headwater_pb2.CreatePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.CreatePartitionsResponse, _abc.Awaitable[_headwater_pb2.CreatePartitionsResponse]]:
+        """Adds partitions to a topic (partitions never shrink). New partitions are placed like
+        those of a new topic.
+        """
+
+    @_abc_1.abstractmethod
+    def ReassignPartition(
+        self,
+        request: _headwater_pb2.ReassignPartitionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.ReassignPartitionResponse, _abc.Awaitable[_headwater_pb2.ReassignPartitionResponse]]:
+        """Moves one partition to a new list of replicas: new replicas copy the log from the
+        leader, and once they are in sync the old ones are dropped (leadership moves if the
+        leader is dropped). The first listed replica becomes the preferred leader.
+        """
+
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ControllerStub:
+    """--------------------------------------------------------------------------- Controller
+
+    Internal: calls from brokers to the active controller. A node that is not the active
+    controller answers NOT_CONTROLLER (its message names the active controller's address
+    when known).
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ControllerAsyncStub: ...
+    RegisterBroker: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.RegisterBrokerRequest, _headwater_pb2.RegisterBrokerResponse]
+    """A broker process announces itself; the answer is its broker epoch."""
+    BrokerHeartbeat: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.BrokerHeartbeatRequest, _headwater_pb2.BrokerHeartbeatResponse]
+    """Keeps a broker's session alive (unfences it), or asks for controlled shutdown."""
+    FetchMetadata: _grpc.UnaryStreamMultiCallable[_headwater_pb2.FetchMetadataRequest, _headwater_pb2.FetchMetadataResponse]
+    """Any controller node: the metadata image whenever it changes after `offset`, as
+    records that rebuild it (how broker-only nodes follow the metadata).
+    """
+
+@_typing.type_check_only
+class ControllerAsyncStub(ControllerStub):
+    """--------------------------------------------------------------------------- Controller
+
+    Internal: calls from brokers to the active controller. A node that is not the active
+    controller answers NOT_CONTROLLER (its message names the active controller's address
+    when known).
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    RegisterBroker: _aio.UnaryUnaryMultiCallable[_headwater_pb2.RegisterBrokerRequest, _headwater_pb2.RegisterBrokerResponse]  # type: ignore[assignment]
+    """A broker process announces itself; the answer is its broker epoch."""
+    BrokerHeartbeat: _aio.UnaryUnaryMultiCallable[_headwater_pb2.BrokerHeartbeatRequest, _headwater_pb2.BrokerHeartbeatResponse]  # type: ignore[assignment]
+    """Keeps a broker's session alive (unfences it), or asks for controlled shutdown."""
+    FetchMetadata: _aio.UnaryStreamMultiCallable[_headwater_pb2.FetchMetadataRequest, _headwater_pb2.FetchMetadataResponse]  # type: ignore[assignment]
+    """Any controller node: the metadata image whenever it changes after `offset`, as
+    records that rebuild it (how broker-only nodes follow the metadata).
+    """
+
+class ControllerServicer(metaclass=_abc_1.ABCMeta):
+    """--------------------------------------------------------------------------- Controller
+
+    Internal: calls from brokers to the active controller. A node that is not the active
+    controller answers NOT_CONTROLLER (its message names the active controller's address
+    when known).
+    """
+
+    @_abc_1.abstractmethod
+    def RegisterBroker(
+        self,
+        request: _headwater_pb2.RegisterBrokerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.RegisterBrokerResponse, _abc.Awaitable[_headwater_pb2.RegisterBrokerResponse]]:
+        """A broker process announces itself; the answer is its broker epoch."""
+
+    @_abc_1.abstractmethod
+    def BrokerHeartbeat(
+        self,
+        request: _headwater_pb2.BrokerHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.BrokerHeartbeatResponse, _abc.Awaitable[_headwater_pb2.BrokerHeartbeatResponse]]:
+        """Keeps a broker's session alive (unfences it), or asks for controlled shutdown."""
+
+    @_abc_1.abstractmethod
+    def FetchMetadata(
+        self,
+        request: _headwater_pb2.FetchMetadataRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_headwater_pb2.FetchMetadataResponse], _abc.AsyncIterator[_headwater_pb2.FetchMetadataResponse]]:
+        """Any controller node: the metadata image whenever it changes after `offset`, as
+        records that rebuild it (how broker-only nodes follow the metadata).
+        """
+
+def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,315 @@
+"""The ``headwater.v1.Admin`` servicer: topic administration on any node.
+
+Changes (create, delete, add partitions, reassign) are decisions of the active
+controller: this node makes them itself when it is the active controller, and otherwise
+forwards the call to it (one hop). After a forwarded change succeeds, the node waits (up
+to ``METADATA_WAIT_S``) until its own image shows it, so a client that next asks this
+node sees its change.
+
+Reads (list, describe) answer from this node's image; DescribeTopics asks each partition's
+leader for the log figures (start and end offsets, high watermark, size), which only the
+leader knows.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+import grpc
+
+from headwater.config import NodeConfig
+from headwater.node.cluster_state import ClusterState
+from headwater.node.controller import ControllerDriver, not_controller
+from headwater.node.log_manager import LogManager
+from headwater.node.peers import (
+    FORWARDED,
+    LOCAL_ONLY_KEY,
+    Peers,
+    is_forwarded,
+    is_local_only,
+    peer_error,
+)
+from headwater.node.service import rpc_handler, topic_of
+from headwater.raft import controller as decisions
+from headwater.raft.image import MetadataImage, TopicImage
+from headwater.v1 import headwater_pb2 as pb
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+METADATA_WAIT_S: Final = 5.0
+DESCRIBE_PEER_TIMEOUT_S: Final = 2.0
+
+
+class AdminService(pb_grpc.AdminServicer):
+    def __init__(
+        self,
+        config: NodeConfig,
+        logs: LogManager,
+        state: ClusterState,
+        peers: Peers,
+        controller: ControllerDriver | None,
+    ) -> None:
+        self.config = config
+        self.logs = logs
+        self.state = state
+        self.peers = peers
+        self.controller = controller
+
+    async def _decide(
+        self,
+        context: grpc.aio.ServicerContext[Any, Any],
+        method: str,
+        request: Any,
+        decide: Callable[[ControllerDriver, MetadataImage, int], decisions.ControllerResult[T]],
+    ) -> T | Any:
+        """Run ``decide`` on the active controller: here (returns its response) or there
+        (returns the forwarded call's gRPC response)."""
+        if self.controller is not None and self.controller.is_active():
+            response, _ = await self.controller.run(functools.partial(decide, self.controller))
+            return response
+        image = self.state.image
+        if is_forwarded(context) or not image.controller_address:
+            raise not_controller(image)
+        address = image.controller_address
+        try:
+            return await getattr(self.peers.admin(address), method)(
+                request, metadata=FORWARDED, timeout=self.peers.timeout_s
+            )
+        except grpc.RpcError as error:
+            raise peer_error(error, address) from None
+
+    async def _wait_for_brokers(self, wanted: list[decisions.NewTopic]) -> None:
+        """A cluster that is starting has fewer live brokers than it will have in a moment:
+        wait up to one broker session for enough of them to place the replicas asked for
+        (the decision then reports any that are still missing)."""
+        needed = max(
+            (
+                t.replication_factor
+                if t.replication_factor is not None
+                else self.config.default_replication_factor
+                for t in wanted
+            ),
+            default=1,
+        )
+        await self.state.wait_until(
+            lambda image: len(image.live_broker_ids()) >= needed,
+            self.config.broker_session_timeout_ms / 1000,
+        )
+
+    async def _wait_for_local_logs(self) -> None:
+        """Let this node's logs catch up with its image, so that the caller's next request
+        here finds the partitions it just made."""
+        if self.config.is_broker:
+            await self.state.wait_reconciled(self.state.image.offset, METADATA_WAIT_S)
+
+    # ------------------------------------------------------------------ changes
+
+    @rpc_handler
+    async def CreateTopics(
+        self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CreateTopicsResponse:
+        wanted = [
+            decisions.NewTopic(
+                name=t.name,
+                partitions=t.partitions if t.HasField("partitions") else None,
+                replication_factor=t.replication_factor
+                if t.HasField("replication_factor")
+                else None,
+                configs=dict(t.configs),
+            )
+            for t in request.topics
+        ]
+        await self._wait_for_brokers(wanted)
+        answer = await self._decide(
+            context,
+            "CreateTopics",
+            request,
+            lambda controller, image, epoch: decisions.create_topics(
+                image, epoch, wanted, controller.limits, controller.rng, request.validate_only
+            ),
+        )
+        if isinstance(answer, pb.CreateTopicsResponse):
+            ids = {r.topic_id for r in answer.results if r.topic_id}
+            await self.state.wait_until(
+                lambda image: ids <= set(image.topic_names), METADATA_WAIT_S
+            )
+        else:
+            answer = pb.CreateTopicsResponse(results=[_result(o) for o in answer])
+        await self._wait_for_local_logs()
+        return answer
+
+    @rpc_handler
+    async def DeleteTopics(
+        self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteTopicsResponse:
+        names = list(request.names)
+        before = {n: t.topic_id for n, t in self.state.image.topics.items() if n in names}
+        answer = await self._decide(
+            context,
+            "DeleteTopics",
+            request,
+            lambda controller, image, epoch: decisions.delete_topics(image, epoch, names),
+        )
+        if isinstance(answer, pb.DeleteTopicsResponse):
+            await self.state.wait_until(
+                lambda image: not set(before.values()) & set(image.topic_names), METADATA_WAIT_S
+            )
+            return answer
+        return pb.DeleteTopicsResponse(results=[_result(o, with_id=False) for o in answer])
+
+    @rpc_handler
+    async def CreatePartitions(
+        self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CreatePartitionsResponse:
+        await self._decide(
+            context,
+            "CreatePartitions",
+            request,
+            lambda controller, image, epoch: decisions.create_partitions(
+                image, epoch, request.topic, request.partitions, controller.limits, controller.rng
+            ),
+        )
+        await self.state.wait_until(
+            lambda image: (
+                len(getattr(image.topics.get(request.topic), "partitions", ()))
+                >= request.partitions
+            ),
+            METADATA_WAIT_S,
+        )
+        await self._wait_for_local_logs()
+        return pb.CreatePartitionsResponse()
+
+    @rpc_handler
+    async def ReassignPartition(
+        self, request: pb.ReassignPartitionRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ReassignPartitionResponse:
+        replicas = tuple(request.replicas)
+        await self._decide(
+            context,
+            "ReassignPartition",
+            request,
+            lambda controller, image, epoch: decisions.reassign_partition(
+                image, epoch, request.topic, request.partition, replicas
+            ),
+        )
+        return pb.ReassignPartitionResponse()
+
+    # ------------------------------------------------------------------ reads
+
+    @rpc_handler
+    def ListTopics(
+        self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListTopicsResponse:
+        image = self.state.image
+        return pb.ListTopicsResponse(
+            topics=[
+                pb.TopicSummary(
+                    name=t.name,
+                    topic_id=t.topic_id,
+                    partitions=len(t.partitions),
+                    replication_factor=t.replication_factor,
+                )
+                for t in sorted(image.topics.values(), key=lambda t: t.name)
+                if request.include_internal or not t.name.startswith("__")
+            ]
+        )
+
+    @rpc_handler
+    async def DescribeTopics(
+        self, request: pb.DescribeTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeTopicsResponse:
+        image = self.state.image
+        names = list(request.names) or sorted(image.topics)
+        topics = [topic_of(image, name) for name in names]
+        described = [self._describe_local(topic) for topic in topics]
+        if not is_local_only(context):
+            await self._fill_from_leaders(image, topics, described)
+        return pb.DescribeTopicsResponse(topics=described)
+
+    def _describe_local(self, topic: TopicImage) -> pb.TopicDescription:
+        """The topic from the image, with log figures for the partitions led here (-1 for
+        the others)."""
+        partitions = []
+        for p in topic.partitions:
+            description = pb.PartitionDescription(
+                partition=p.partition,
+                leader=p.leader,
+                leader_epoch=p.leader_epoch,
+                replicas=p.replicas,
+                isr=p.isr,
+                partition_epoch=p.partition_epoch,
+                adding_replicas=p.adding_replicas,
+                removing_replicas=p.removing_replicas,
+                log_start_offset=-1,
+                log_end_offset=-1,
+                high_watermark=-1,
+                size_bytes=-1,
+                segment_count=-1,
+            )
+            local = self.logs.partition(topic.name, p.partition)
+            if p.leader == self.config.node_id and local is not None:
+                _fill_log_figures(description, local.log, local.high_watermark)
+            partitions.append(description)
+        return pb.TopicDescription(
+            name=topic.name,
+            topic_id=topic.topic_id,
+            configs=self.config.topic_defaults() | dict(topic.configs),
+            partitions=partitions,
+        )
+
+    async def _fill_from_leaders(
+        self,
+        image: MetadataImage,
+        topics: list[TopicImage],
+        described: list[pb.TopicDescription],
+    ) -> None:
+        """Ask every other leader for the log figures of the partitions it leads."""
+        wanted: dict[int, set[str]] = {}
+        for topic in topics:
+            for p in topic.partitions:
+                if p.leader >= 0 and p.leader != self.config.node_id:
+                    wanted.setdefault(p.leader, set()).add(topic.name)
+        by_name = {d.name: d for d in described}
+        for leader, names in sorted(wanted.items()):
+            address = image.broker_address(leader)
+            if not address:
+                continue
+            try:
+                answer = await self.peers.admin(address).DescribeTopics(
+                    pb.DescribeTopicsRequest(names=sorted(names)),
+                    metadata=((LOCAL_ONLY_KEY, "1"),),
+                    timeout=DESCRIBE_PEER_TIMEOUT_S,
+                )
+            except grpc.RpcError:
+                continue  # the figures of an unreachable leader stay -1
+            for theirs in answer.topics:
+                ours = by_name.get(theirs.name)
+                if ours is None or ours.topic_id != theirs.topic_id:
+                    continue
+                for mine, remote in zip(ours.partitions, theirs.partitions, strict=False):
+                    if mine.leader == leader and remote.high_watermark >= 0:
+                        mine.log_start_offset = remote.log_start_offset
+                        mine.log_end_offset = remote.log_end_offset
+                        mine.high_watermark = remote.high_watermark
+                        mine.size_bytes = remote.size_bytes
+                        mine.segment_count = remote.segment_count
+
+
+def _fill_log_figures(description: pb.PartitionDescription, log: Any, high_watermark: int) -> None:
+    description.log_start_offset = log.log_start_offset
+    description.log_end_offset = log.log_end_offset
+    description.high_watermark = high_watermark
+    description.size_bytes = log.size_bytes
+    description.segment_count = log.segment_count
+
+
+def _result(outcome: decisions.TopicOutcome, with_id: bool = True) -> pb.TopicResult:
+    result = pb.TopicResult(name=outcome.name)
+    if outcome.error is not None:
+        result.error_code = pb.ErrorCode.ValueType(outcome.error.code)
+        result.error_message = outcome.error.message
+    elif with_id:
+        result.topic_id = outcome.topic_id
+    return result

@@ -1,0 +1,243 @@
+"""The controller driver: runs the pure decisions of ``headwater.raft.controller`` on the
+node's event loop and commits their records through the quorum.
+
+A voter is the *active* controller while (1) its Raft state is leader, and (2) its image
+holds its own ``ControllerActivated`` record for the current term. It writes that record
+as soon as it wins an election; because the record is applied after every earlier entry,
+the new controller decides from a complete image. Decisions are serialized (one at a time,
+each on the image that includes the previous one's records), so none is computed from a
+stale image.
+
+Broker sessions (the time of each broker's last heartbeat) are soft state of the active
+controller, as in KRaft: a new controller gives every broker a full session timeout from
+its activation, and a controller whose own loop stalled for half a session (a SIGSTOP,
+a long pause) restarts every session rather than fence brokers for its own silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Final, TypeVar
+
+from headwater.config import NodeConfig, parse_topic_configs
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.cluster_state import ClusterState
+from headwater.raft import controller as decisions
+from headwater.raft.image import MetadataImage
+from headwater.raft.quorum import MetadataQuorum, ProposalFailedError
+from headwater.raft.records import Record, encode_batch
+
+T = TypeVar("T")
+TICK_S: Final = 0.05
+REASSIGNMENT_CHECK_MS: Final = 500
+_log = logging.getLogger(__name__)
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def not_controller(image: MetadataImage) -> HeadwaterError:
+    where = (
+        f"the active controller is node {image.controller_id} at {image.controller_address}"
+        if image.controller_id >= 0
+        else "no controller is active yet"
+    )
+    return HeadwaterError(
+        ErrorCode.NOT_CONTROLLER, f"this node is not the active controller; {where}"
+    )
+
+
+class ControllerDriver:
+    def __init__(self, config: NodeConfig, quorum: MetadataQuorum, state: ClusterState) -> None:
+        self.config = config
+        self.quorum = quorum
+        self.state = state
+        self.limits = decisions.TopicLimits(
+            partitions_max=config.partitions_max,
+            topics_max=config.topics_max,
+            default_partitions=config.default_partitions,
+            default_replication_factor=config.default_replication_factor,
+            check_configs=self._check_topic_configs,
+        )
+        self.rng = random.Random()
+        self._lock = asyncio.Lock()
+        self._last_heartbeat_ms: dict[int, int] = {}
+        self._active_epoch = 0
+        self._activating = False
+        self._last_tick_ms = monotonic_ms()
+        self._next_reassignment_check_ms = 0
+        self._next_rebalance_ms = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def _check_topic_configs(self, configs: Mapping[str, str]) -> None:
+        parse_topic_configs(configs, self.config)
+
+    # ------------------------------------------------------------------ role
+
+    def is_active(self) -> bool:
+        image = self.state.image
+        status = self.quorum.status()
+        return (
+            status.is_leader
+            and image.controller_id == self.config.node_id
+            and image.controller_epoch == status.term
+        )
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._tick_forever())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _tick_forever(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except HeadwaterError as error:
+                _log.debug("controller tick: %s", error)
+            except Exception:
+                _log.exception("controller tick failed")
+            await asyncio.sleep(TICK_S)
+
+    async def tick(self) -> None:
+        now = monotonic_ms()
+        stalled = now - self._last_tick_ms > self.config.broker_session_timeout_ms // 2
+        self._last_tick_ms = now
+        status = self.quorum.status()
+        image = self.state.image
+        if not status.is_leader:
+            self._active_epoch = 0
+            return
+        if image.controller_id != self.config.node_id or image.controller_epoch != status.term:
+            await self._maybe_activate(status.term)
+            return
+        if self._active_epoch != status.term or stalled:
+            if self._active_epoch != status.term:
+                _log.info(
+                    "node %d is the active controller (epoch %d)", self.config.node_id, status.term
+                )
+            self._active_epoch = status.term
+            self._last_heartbeat_ms = dict.fromkeys(image.brokers, now)
+        await self.run(
+            lambda img, epoch: decisions.fence_expired(
+                img,
+                epoch,
+                self._last_heartbeat_ms,
+                monotonic_ms(),
+                self.config.broker_session_timeout_ms,
+            )
+        )
+        if now >= self._next_reassignment_check_ms:
+            self._next_reassignment_check_ms = now + REASSIGNMENT_CHECK_MS
+            await self.run(decisions.maybe_complete_reassignments)
+        interval = self.config.leader_rebalance_interval_ms
+        if interval > 0 and now >= self._next_rebalance_ms:
+            self._next_rebalance_ms = now + interval
+            moved, _ = await self.run(decisions.elect_preferred_leaders)
+            if moved:
+                _log.info("moved leadership of %d partition(s) to preferred replicas", moved)
+
+    async def _maybe_activate(self, term: int) -> None:
+        if self._activating:
+            return
+        self._activating = True
+        try:
+            async with self._lock:
+                record = decisions.activate(
+                    self.state.image,
+                    term,
+                    self.config.node_id,
+                    self.config.client_address,
+                    self.rng,
+                )
+                await self._propose(record.records)
+        except HeadwaterError as error:
+            _log.info("activation for epoch %d failed: %s", term, error)
+        finally:
+            self._activating = False
+
+    # ------------------------------------------------------------------ decisions
+
+    async def run(
+        self, decide: Callable[[MetadataImage, int], decisions.ControllerResult[T]]
+    ) -> tuple[T, int]:
+        """Decide on the current image and commit the records; return (response, the
+        metadata offset that holds them). Raises NOT_CONTROLLER unless active."""
+        async with self._lock:
+            if not self.is_active():
+                raise not_controller(self.state.image)
+            image = self.state.image
+            result = decide(image, self._active_epoch or self.quorum.status().term)
+            if not result.records:
+                return result.response, image.offset
+            offset = await self._propose(result.records)
+            return result.response, offset
+
+    async def _propose(self, records: tuple[Record, ...]) -> int:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[str | None, int, ProposalFailedError | None]] = (
+            loop.create_future()
+        )
+
+        def done(refusal: str | None, offset: int, failure: ProposalFailedError | None) -> None:
+            loop.call_soon_threadsafe(_resolve, future, (refusal, offset, failure))
+
+        self.quorum.propose(encode_batch(records), done)
+        timeout_s = self.config.request_timeout_ms / 1000
+        try:
+            async with asyncio.timeout(timeout_s):
+                refusal, offset, failure = await future
+        except TimeoutError:
+            raise HeadwaterError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"the metadata change was not committed within {timeout_s:g} s (no quorum?)",
+            ) from None
+        if failure is not None:
+            raise HeadwaterError(
+                ErrorCode.NOT_CONTROLLER, f"the metadata change was not committed: {failure}"
+            )
+        if refusal is not None:
+            raise HeadwaterError(
+                ErrorCode.NOT_CONTROLLER, f"the metadata change was refused: {refusal}"
+            )
+        await self.state.wait_for_offset(offset, timeout_s)
+        return offset
+
+    # ------------------------------------------------------------------ brokers
+
+    async def register(self, node_id: int, incarnation_id: str, address: str, rack: str) -> int:
+        self._last_heartbeat_ms[node_id] = monotonic_ms()
+        broker_epoch, _ = await self.run(
+            lambda image, epoch: decisions.register_broker(
+                image, epoch, node_id, incarnation_id, address, rack
+            )
+        )
+        self._last_heartbeat_ms[node_id] = monotonic_ms()
+        return broker_epoch
+
+    async def heartbeat(
+        self, node_id: int, broker_epoch: int, want_shutdown: bool
+    ) -> decisions.HeartbeatOutcome:
+        if not self.is_active():
+            raise not_controller(self.state.image)
+        self._last_heartbeat_ms[node_id] = monotonic_ms()
+        outcome, _ = await self.run(
+            lambda image, epoch: decisions.heartbeat(
+                image, epoch, node_id, broker_epoch, want_shutdown
+            )
+        )
+        return outcome
+
+
+def _resolve(future: asyncio.Future[T], value: T) -> None:
+    if not future.done():
+        future.set_result(value)

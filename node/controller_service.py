@@ -1,0 +1,78 @@
+"""The internal ``headwater.v1.Controller`` servicer: broker registration and heartbeats
+(answered by the active controller only) and metadata for broker-only nodes (answered by
+any controller node)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import grpc
+
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.grpc_errors import abort
+from headwater.node.cluster_state import ClusterState
+from headwater.node.controller import ControllerDriver, not_controller
+from headwater.node.service import rpc_handler
+from headwater.raft.image import snapshot_records
+from headwater.raft.records import encode_batch
+from headwater.v1 import headwater_pb2 as pb
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+
+METADATA_POLL_S: Final = 10.0
+
+
+class ControllerService(pb_grpc.ControllerServicer):
+    def __init__(self, state: ClusterState, controller: ControllerDriver | None) -> None:
+        self.state = state
+        self.controller = controller
+
+    def _active(self) -> ControllerDriver:
+        if self.controller is None:
+            raise not_controller(self.state.image)
+        return self.controller
+
+    @rpc_handler
+    async def RegisterBroker(
+        self, request: pb.RegisterBrokerRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.RegisterBrokerResponse:
+        if not request.incarnation_id or not request.address:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST, "RegisterBroker needs incarnation_id and address"
+            )
+        epoch = await self._active().register(
+            request.node_id, request.incarnation_id, request.address, request.rack
+        )
+        return pb.RegisterBrokerResponse(broker_epoch=epoch)
+
+    @rpc_handler
+    async def BrokerHeartbeat(
+        self, request: pb.BrokerHeartbeatRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.BrokerHeartbeatResponse:
+        outcome = await self._active().heartbeat(
+            request.node_id, request.broker_epoch, request.want_shutdown
+        )
+        return pb.BrokerHeartbeatResponse(
+            fenced=outcome.fenced, shutdown_ready=outcome.shutdown_ready
+        )
+
+    async def FetchMetadata(
+        self, request: pb.FetchMetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.FetchMetadataResponse]:
+        """The whole image each time it moves past the caller's offset."""
+        if self.controller is None:
+            await abort(
+                context,
+                HeadwaterError(
+                    ErrorCode.NOT_CONTROLLER, "only controller nodes serve FetchMetadata"
+                ),
+            )
+        offset = request.offset
+        while True:
+            if not await self.state.wait_for_offset(offset + 1, METADATA_POLL_S):
+                continue
+            image = self.state.image
+            offset = image.offset
+            yield pb.FetchMetadataResponse(
+                offset=offset, records=encode_batch(snapshot_records(image))
+            )

@@ -1,0 +1,75 @@
+"""Calls from this node to other nodes: forwarded requests and internal RPCs.
+
+Any node accepts any request (DESIGN.md): a produce or fetch for a partition led
+elsewhere is forwarded to its leader, an admin call to the active controller. A forwarded
+call carries the ``headwater-forwarded`` metadata key; a node that receives a forwarded
+call it cannot serve answers NOT_LEADER_OR_FOLLOWER / NOT_CONTROLLER instead of forwarding
+again, so a request makes at most one hop and stale metadata cannot make it loop.
+
+Channels (``grpc.aio``, one per peer address) are opened lazily and kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import grpc
+
+from headwater.config import NodeConfig
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.grpc_errors import from_rpc_error
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+
+FORWARDED_KEY: Final = "headwater-forwarded"
+LOCAL_ONLY_KEY: Final = "headwater-local-only"
+FORWARDED: Final = ((FORWARDED_KEY, "1"),)
+
+
+def is_forwarded(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
+    return any(key == FORWARDED_KEY for key, _ in (context.invocation_metadata() or ()))
+
+
+def is_local_only(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
+    return any(key == LOCAL_ONLY_KEY for key, _ in (context.invocation_metadata() or ()))
+
+
+class Peers:
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.timeout_s = config.request_timeout_ms / 1000
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(
+                address,
+                options=[
+                    ("grpc.max_send_message_length", self.config.request_bytes_max),
+                    ("grpc.max_receive_message_length", self.config.request_bytes_max),
+                ],
+            )
+            self._channels[address] = channel
+        return channel
+
+    def broker(self, address: str) -> pb_grpc.BrokerAsyncStub:
+        return pb_grpc.BrokerStub(self.channel(address))
+
+    def admin(self, address: str) -> pb_grpc.AdminAsyncStub:
+        return pb_grpc.AdminStub(self.channel(address))
+
+    def controller(self, address: str) -> pb_grpc.ControllerAsyncStub:
+        return pb_grpc.ControllerStub(self.channel(address))
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.close(None)
+
+
+def peer_error(error: grpc.RpcError, address: str) -> HeadwaterError:
+    """The HeadwaterError a peer answered with, or BROKER_NOT_AVAILABLE when unreachable."""
+    converted = from_rpc_error(error, f"node at {address}")
+    if converted.code is ErrorCode.NETWORK_EXCEPTION:
+        return HeadwaterError(ErrorCode.BROKER_NOT_AVAILABLE, converted.message)
+    return converted

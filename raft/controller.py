@@ -1,0 +1,538 @@
+"""The controller's decisions (pure): each takes the current image and a request and returns
+``ControllerResult(records, response)``.
+
+Nothing here changes state. The driver (``headwater.node.controller``) proposes the records
+to the quorum and answers with the response once they are committed; every node then
+applies them (``headwater.raft.image.apply``). Time and randomness come in as arguments
+(``now_ms``, a seeded ``random.Random``), so tests replay any decision exactly.
+
+Placement (``assign_replicas``): live brokers are ordered so that consecutive brokers sit
+on different racks where possible (Kafka's rack-alternating list); partition ``p`` of a
+new topic takes ``rf`` consecutive brokers of that list starting at ``start + p``, with a
+random ``start``, so leaders (the first replica) and replicas are spread evenly.
+
+Leader election (``elect``): the first replica, in replica order, that is in the ISR and
+live (registered, unfenced, not shutting down). With none, the partition goes offline
+(leader -1) until an ISR member returns, unless the topic sets
+``unclean_leader_election=true``: then a live replica outside the ISR is chosen and the ISR
+becomes that replica alone (acknowledged data may be lost, as in Kafka). Every leader
+change bumps the leader epoch; every change bumps the partition epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
+
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.topics import check_topic_name, unknown_topic
+from headwater.raft import records as r
+from headwater.raft.image import BrokerState, MetadataImage, PartitionState, TopicImage
+
+if TYPE_CHECKING:
+    import random
+
+T = TypeVar("T")
+UNCLEAN_ELECTION_KEY: Final = "unclean_leader_election"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerResult(Generic[T]):
+    records: tuple[r.Record, ...]
+    response: T
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLimits:
+    """Server-side rules for CreateTopics; ``check_configs`` raises INVALID_CONFIG."""
+
+    partitions_max: int
+    topics_max: int
+    default_partitions: int
+    default_replication_factor: int
+    check_configs: Callable[[Mapping[str, str]], None] = field(default=lambda _: None)
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    partitions: int | None = None
+    replication_factor: int | None = None
+    configs: Mapping[str, str] = field(default_factory=dict)
+    # Internal topics (names starting with "__") are created by the cluster itself.
+    internal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOutcome:
+    name: str
+    error: HeadwaterError | None = None
+    topic_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatOutcome:
+    fenced: bool
+    # Controlled shutdown: true once the broker leads no partition another can take.
+    shutdown_ready: bool = False
+
+
+# --------------------------------------------------------------------- controller
+
+
+def activate(
+    image: MetadataImage, epoch: int, node_id: int, address: str, rng: random.Random
+) -> ControllerResult[None]:
+    """The Raft leader of term ``epoch`` claims the controller role (its first record); the
+    first activation of a cluster also names it with a random id."""
+    cluster_id = image.cluster_id or uuid.UUID(int=rng.getrandbits(128), version=4).hex
+    return ControllerResult((r.ControllerActivated(epoch, node_id, address, cluster_id),), None)
+
+
+# --------------------------------------------------------------------- brokers
+
+
+def register_broker(
+    image: MetadataImage,
+    epoch: int,
+    node_id: int,
+    incarnation_id: str,
+    address: str,
+    rack: str,
+) -> ControllerResult[int]:
+    """Register a broker process; the response is its broker epoch.
+
+    The same incarnation registering again (a retry) gets its epoch back and no records. A
+    new incarnation (the process restarted) replaces the old one, fenced, and leadership of
+    the old one's partitions moves to other live ISR members.
+    """
+    existing = image.brokers.get(node_id)
+    if existing is not None and existing.incarnation_id == incarnation_id:
+        return ControllerResult((), existing.broker_epoch)
+    broker_epoch = image.broker_epoch_last + 1
+    registered = BrokerState(node_id, incarnation_id, broker_epoch, address, rack)
+    after = _with_broker(image, registered)
+    records: list[r.Record] = [
+        r.RegisterBroker(epoch, node_id, incarnation_id, broker_epoch, address, rack)
+    ]
+    records += _elect_all(after, epoch, lambda p: p.leader == node_id)
+    return ControllerResult(tuple(records), broker_epoch)
+
+
+def heartbeat(
+    image: MetadataImage,
+    epoch: int,
+    node_id: int,
+    broker_epoch: int,
+    want_shutdown: bool = False,
+) -> ControllerResult[HeartbeatOutcome]:
+    """A broker's heartbeat: unfences it (and elects it where partitions are offline), or,
+    with ``want_shutdown``, marks it shutting down and moves its leadership away.
+
+    Raises STALE_BROKER_EPOCH when the broker must register again.
+    """
+    broker = _current_broker(image, node_id, broker_epoch)
+    if want_shutdown or broker.shutting_down:
+        records: list[r.Record] = []
+        after = image
+        if not broker.shutting_down:
+            records.append(r.BrokerShuttingDown(epoch, node_id, broker_epoch))
+            after = _with_broker(image, dataclasses.replace(broker, shutting_down=True))
+        # A partition with no other live ISR member keeps this leader until the node stops.
+        moves = [
+            m
+            for m in _elect_all(after, epoch, lambda p: p.leader == node_id)
+            if isinstance(m, r.PartitionChanged) and m.leader != r.NO_LEADER
+        ]
+        records += moves
+        still_leading = _leads_any_movable(after, node_id, moves)
+        return ControllerResult(tuple(records), HeartbeatOutcome(True, not still_leading))
+    if not broker.fenced:
+        return ControllerResult((), HeartbeatOutcome(False))
+    unfenced = dataclasses.replace(broker, fenced=False)
+    after = _with_broker(image, unfenced)
+    records = [r.UnfenceBroker(epoch, node_id, broker_epoch)]
+    records += _elect_all(after, epoch, lambda p: p.leader == r.NO_LEADER)
+    return ControllerResult(tuple(records), HeartbeatOutcome(False))
+
+
+def fence_expired(
+    image: MetadataImage,
+    epoch: int,
+    last_heartbeat_ms: Mapping[int, int],
+    now_ms: int,
+    session_timeout_ms: int,
+) -> ControllerResult[list[int]]:
+    """Fence every unfenced broker not heard from for ``session_timeout_ms`` (a broker
+    missing from ``last_heartbeat_ms`` counts as never heard from) and move leadership off
+    it. The response lists the fenced node ids."""
+    expired = [
+        b
+        for b in image.brokers.values()
+        if not b.fenced
+        and now_ms - last_heartbeat_ms.get(b.node_id, -(1 << 62)) > session_timeout_ms
+    ]
+    if not expired:
+        return ControllerResult((), [])
+    after = image
+    records: list[r.Record] = []
+    for broker in sorted(expired, key=lambda b: b.node_id):
+        records.append(r.FenceBroker(epoch, broker.node_id, broker.broker_epoch))
+        after = _with_broker(after, dataclasses.replace(broker, fenced=True))
+    gone = {b.node_id for b in expired}
+    records += _elect_all(after, epoch, lambda p: p.leader in gone)
+    return ControllerResult(tuple(records), sorted(gone))
+
+
+def elect_preferred_leaders(image: MetadataImage, epoch: int) -> ControllerResult[int]:
+    """Move leadership back to each partition's preferred (first) replica where that
+    replica is live and in the ISR; the response counts the moves."""
+    records: list[r.Record] = []
+    for topic, p in image.partitions():
+        preferred = p.preferred_leader
+        if p.leader == preferred or preferred not in p.isr or not _live(image, preferred):
+            continue
+        records.append(_change(topic, p, epoch, leader=preferred))
+    return ControllerResult(tuple(records), len(records))
+
+
+# --------------------------------------------------------------------- topics
+
+
+def create_topics(
+    image: MetadataImage,
+    epoch: int,
+    requests: Sequence[NewTopic],
+    limits: TopicLimits,
+    rng: random.Random,
+    validate_only: bool = False,
+) -> ControllerResult[list[TopicOutcome]]:
+    """Create each valid topic (a bad one fails alone, with the rule it broke)."""
+    records: list[r.Record] = []
+    outcomes: list[TopicOutcome] = []
+    taken = set(image.topics)
+    for request in requests:
+        try:
+            topic_records = _create_topic(image, epoch, request, limits, rng, taken)
+        except HeadwaterError as error:
+            outcomes.append(TopicOutcome(request.name, error))
+            continue
+        taken.add(request.name)
+        created = topic_records[0]
+        assert isinstance(created, r.TopicCreated)
+        outcomes.append(TopicOutcome(request.name, None, "" if validate_only else created.topic_id))
+        if not validate_only:
+            records += topic_records
+    return ControllerResult(tuple(records), outcomes)
+
+
+def _create_topic(
+    image: MetadataImage,
+    epoch: int,
+    request: NewTopic,
+    limits: TopicLimits,
+    rng: random.Random,
+    taken: set[str],
+) -> list[r.Record]:
+    check_topic_name(request.name, allow_internal=request.internal)
+    partitions = limits.default_partitions if request.partitions is None else request.partitions
+    if not 1 <= partitions <= limits.partitions_max:
+        raise HeadwaterError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"partitions is {partitions}; valid range is [1, {limits.partitions_max}]",
+        )
+    rf = (
+        limits.default_replication_factor
+        if request.replication_factor is None
+        else request.replication_factor
+    )
+    live = [image.brokers[b] for b in image.live_broker_ids()]
+    if not 1 <= rf <= max(len(live), 1) or not live:
+        raise HeadwaterError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor is {rf}; valid range is [1, {len(live)}] "
+            f"({len(live)} live broker(s))",
+        )
+    limits.check_configs(request.configs)
+    if request.name in taken:
+        raise HeadwaterError(
+            ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {request.name!r} already exists"
+        )
+    if len(taken) >= limits.topics_max:
+        raise HeadwaterError(
+            ErrorCode.INVALID_REQUEST,
+            f"the cluster holds {len(taken)} topics, its limit (topics_max)",
+        )
+    topic_id = uuid.UUID(int=rng.getrandbits(128), version=4).hex
+    records: list[r.Record] = [
+        r.TopicCreated(epoch, request.name, topic_id, tuple(sorted(request.configs.items())))
+    ]
+    assignment = assign_replicas(live, partitions, rf, rng.randrange(len(live)))
+    for index, replicas in enumerate(assignment):
+        records.append(
+            r.PartitionCreated(epoch, topic_id, index, replicas, replicas, replicas[0], 0, 0)
+        )
+    return records
+
+
+def assign_replicas(
+    brokers: Sequence[BrokerState],
+    partitions: int,
+    replication_factor: int,
+    start: int,
+    first: int = 0,
+) -> list[tuple[int, ...]]:
+    """Replica lists for partitions ``[first, first + partitions)``: see the module doc."""
+    ordered = rack_alternating(brokers)
+    n = len(ordered)
+    assert 1 <= replication_factor <= n
+    return [
+        tuple(ordered[(start + p + j) % n] for j in range(replication_factor))
+        for p in range(first, first + partitions)
+    ]
+
+
+def rack_alternating(brokers: Sequence[BrokerState]) -> list[int]:
+    """Broker ids ordered rack by rack in turn (rack A's first, rack B's first, ..., rack
+    A's second, ...), each rack's brokers by id: consecutive ids sit on different racks
+    whenever racks allow."""
+    by_rack: dict[str, list[int]] = {}
+    for broker in sorted(brokers, key=lambda b: b.node_id):
+        by_rack.setdefault(broker.rack, []).append(broker.node_id)
+    queues = [by_rack[rack] for rack in sorted(by_rack)]
+    ordered: list[int] = []
+    for i in range(max((len(q) for q in queues), default=0)):
+        ordered += [q[i] for q in queues if i < len(q)]
+    return ordered
+
+
+def create_partitions(
+    image: MetadataImage, epoch: int, name: str, total: int, limits: TopicLimits, rng: random.Random
+) -> ControllerResult[None]:
+    """Grow topic ``name`` to ``total`` partitions (partitions never shrink, as in Kafka)."""
+    topic = _topic(image, name)
+    current = len(topic.partitions)
+    if not current < total <= limits.partitions_max:
+        raise HeadwaterError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"topic {name!r} has {current} partitions; the new count must be in "
+            f"[{current + 1}, {limits.partitions_max}]",
+        )
+    live = [image.brokers[b] for b in image.live_broker_ids()]
+    rf = topic.replication_factor
+    if rf > len(live):
+        raise HeadwaterError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"topic {name!r} has replication factor {rf} but only {len(live)} live broker(s)",
+        )
+    assignment = assign_replicas(live, total - current, rf, rng.randrange(len(live)), current)
+    records: list[r.Record] = [
+        r.PartitionCreated(
+            epoch, topic.topic_id, current + i, replicas, replicas, replicas[0], 0, 0
+        )
+        for i, replicas in enumerate(assignment)
+    ]
+    return ControllerResult(tuple(records), None)
+
+
+def delete_topics(
+    image: MetadataImage, epoch: int, names: Sequence[str]
+) -> ControllerResult[list[TopicOutcome]]:
+    records: list[r.Record] = []
+    outcomes = []
+    deleted: set[str] = set()
+    for name in names:
+        topic = image.topics.get(name)
+        if topic is None or name in deleted:
+            outcomes.append(TopicOutcome(name, unknown_topic(name)))
+            continue
+        deleted.add(name)
+        records.append(r.TopicDeleted(epoch, topic.topic_id))
+        outcomes.append(TopicOutcome(name, None, topic.topic_id))
+    return ControllerResult(tuple(records), outcomes)
+
+
+def reassign_partition(
+    image: MetadataImage, epoch: int, name: str, partition: int, target: Sequence[int]
+) -> ControllerResult[None]:
+    """Start moving a partition to the ``target`` replicas (Kafka's reassignment).
+
+    The partition first holds the union of old and target replicas (``adding_replicas``
+    fetch from the leader); ``maybe_complete_reassignments`` finishes once every adding
+    replica is in the ISR: replicas become ``target``, the ISR keeps its members in
+    ``target``, and leadership moves if the leader is leaving. A target that equals the
+    current replicas (or only reorders them) takes effect at once.
+    """
+    topic = _topic(image, name)
+    if not 0 <= partition < len(topic.partitions):
+        raise HeadwaterError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"topic {name!r} has no partition {partition}; valid partitions are "
+            f"[0, {len(topic.partitions)})",
+        )
+    state = topic.partitions[partition]
+    target = tuple(target)
+    if not target or len(set(target)) != len(target):
+        raise HeadwaterError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"replicas {list(target)} must list at least one broker, each once",
+        )
+    unknown = [b for b in target if b not in image.brokers]
+    if unknown:
+        raise HeadwaterError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"broker(s) {unknown} are not registered; registered: {sorted(image.brokers)}",
+        )
+    if state.adding_replicas or state.removing_replicas:
+        raise HeadwaterError(
+            ErrorCode.REASSIGNMENT_IN_PROGRESS,
+            f"partition {partition} of {name!r} is being reassigned already",
+        )
+    if set(target) == set(state.replicas):
+        if target == state.replicas:
+            return ControllerResult((), None)
+        return ControllerResult((_change(topic, state, epoch, replicas=target),), None)
+    adding = tuple(b for b in target if b not in state.replicas)
+    removing = tuple(b for b in state.replicas if b not in target)
+    replicas = target + removing
+    change = _change(
+        topic, state, epoch, replicas=replicas, adding_replicas=adding, removing_replicas=removing
+    )
+    return ControllerResult((change,), None)
+
+
+def maybe_complete_reassignments(image: MetadataImage, epoch: int) -> ControllerResult[int]:
+    """Finish every reassignment whose adding replicas are all in the ISR."""
+    records: list[r.Record] = []
+    for topic, p in image.partitions():
+        if not (p.adding_replicas or p.removing_replicas):
+            continue
+        if not set(p.adding_replicas) <= set(p.isr):
+            continue
+        target = tuple(b for b in p.replicas if b not in p.removing_replicas)
+        isr = tuple(b for b in p.isr if b in target)
+        leader = p.leader
+        if leader not in target:
+            live = [b for b in target if b in isr and _live(image, b)]
+            leader = live[0] if live else r.NO_LEADER
+        records.append(
+            _change(
+                topic,
+                p,
+                epoch,
+                replicas=target,
+                isr=isr or target[:1],
+                leader=leader,
+                adding_replicas=(),
+                removing_replicas=(),
+            )
+        )
+    return ControllerResult(tuple(records), len(records))
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _with_broker(image: MetadataImage, broker: BrokerState) -> MetadataImage:
+    brokers = dict(image.brokers)
+    brokers[broker.node_id] = broker
+    return dataclasses.replace(
+        image,
+        broker_epoch_last=max(image.broker_epoch_last, broker.broker_epoch),
+        brokers=brokers,
+    )
+
+
+def _live(image: MetadataImage, node_id: int) -> bool:
+    broker = image.brokers.get(node_id)
+    return broker is not None and broker.live
+
+
+def _current_broker(image: MetadataImage, node_id: int, broker_epoch: int) -> BrokerState:
+    broker = image.brokers.get(node_id)
+    if broker is None or broker.broker_epoch != broker_epoch:
+        current = broker.broker_epoch if broker else "none"
+        raise HeadwaterError(
+            ErrorCode.STALE_BROKER_EPOCH,
+            f"broker {node_id} epoch {broker_epoch} is not current ({current}); register again",
+        )
+    return broker
+
+
+def _topic(image: MetadataImage, name: str) -> TopicImage:
+    topic = image.topics.get(name)
+    if topic is None:
+        raise unknown_topic(name)
+    return topic
+
+
+def elect(
+    image: MetadataImage, topic: TopicImage, p: PartitionState
+) -> tuple[int, tuple[int, ...]]:
+    """(leader, isr) for ``p`` under the module's election rule; the leader is kept when it
+    is still live and in the ISR."""
+    if p.leader != r.NO_LEADER and p.leader in p.isr and _live(image, p.leader):
+        return p.leader, p.isr
+    for candidate in p.replicas:
+        if candidate in p.isr and _live(image, candidate):
+            return candidate, p.isr
+    if topic.configs.get(UNCLEAN_ELECTION_KEY, "false") == "true":
+        for candidate in p.replicas:
+            if _live(image, candidate):
+                return candidate, (candidate,)
+    return r.NO_LEADER, p.isr
+
+
+def _elect_all(
+    image: MetadataImage, epoch: int, which: Callable[[PartitionState], bool]
+) -> list[r.Record]:
+    records: list[r.Record] = []
+    for topic, p in image.partitions():
+        if not which(p):
+            continue
+        leader, isr = elect(image, topic, p)
+        if leader != p.leader or isr != p.isr:
+            records.append(_change(topic, p, epoch, leader=leader, isr=isr))
+    return records
+
+
+def _leads_any_movable(image: MetadataImage, node_id: int, moves: Sequence[r.Record]) -> bool:
+    """After ``moves``, does ``node_id`` still lead a partition some other replica could
+    lead? (A partition whose only live ISR member is this node cannot move; waiting for it
+    would hold the shutdown forever.)"""
+    moved = {(m.topic_id, m.partition) for m in moves if isinstance(m, r.PartitionChanged)}
+    for topic, p in image.partitions():
+        if p.leader == node_id and (topic.topic_id, p.partition) not in moved:
+            others = [b for b in p.isr if b != node_id and _live(image, b)]
+            if others:
+                return True
+    return False
+
+
+def _change(
+    topic: TopicImage,
+    p: PartitionState,
+    epoch: int,
+    *,
+    leader: int | None = None,
+    isr: tuple[int, ...] | None = None,
+    replicas: tuple[int, ...] | None = None,
+    adding_replicas: tuple[int, ...] | None = None,
+    removing_replicas: tuple[int, ...] | None = None,
+) -> r.PartitionChanged:
+    new_leader = p.leader if leader is None else leader
+    return r.PartitionChanged(
+        controller_epoch=epoch,
+        topic_id=topic.topic_id,
+        partition=p.partition,
+        replicas=p.replicas if replicas is None else replicas,
+        isr=p.isr if isr is None else isr,
+        leader=new_leader,
+        leader_epoch=p.leader_epoch + (1 if new_leader != p.leader else 0),
+        partition_epoch=p.partition_epoch + 1,
+        adding_replicas=p.adding_replicas if adding_replicas is None else adding_replicas,
+        removing_replicas=p.removing_replicas if removing_replicas is None else removing_replicas,
+    )

@@ -1,0 +1,364 @@
+"""The metadata image: the cluster's metadata at one point of the record log (pure).
+
+``MetadataImage`` is immutable; ``apply(image, records)`` returns the next one. Every node
+(active controller, standby controllers, broker-only nodes, and any node restarting from
+its journal) builds the same image by applying the same committed batches in the same
+order, so ``apply`` must be deterministic: it looks at nothing but its arguments.
+
+A batch is atomic. ``apply`` refuses the whole batch (the image stays as it was, apart from
+``offset``) when any record in it is stale or inconsistent:
+
+- a ``controller_epoch`` lower than the image's (a deposed controller's write);
+- a broker record whose ``broker_epoch`` is not the broker's current one;
+- a partition change whose ``partition_epoch`` is not the current one plus 1, whose
+  ``leader_epoch`` goes back, or whose leader / ISR is not among its replicas;
+- a topic that exists already (create) or not at all (change, delete).
+
+``offset`` counts the batches applied, refused ones included, so two nodes at the same
+offset hold the same image.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from headwater.raft import records as r
+
+BROKER_RUNNING: Final = "running"
+BROKER_FENCED: Final = "fenced"
+BROKER_SHUTTING_DOWN: Final = "shutting_down"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerState:
+    node_id: int
+    incarnation_id: str
+    broker_epoch: int
+    address: str
+    rack: str
+    fenced: bool = True
+    shutting_down: bool = False
+
+    @property
+    def live(self) -> bool:
+        """May lead partitions: registered, heartbeating, not shutting down."""
+        return not self.fenced and not self.shutting_down
+
+    @property
+    def state(self) -> str:
+        if self.shutting_down:
+            return BROKER_SHUTTING_DOWN
+        return BROKER_FENCED if self.fenced else BROKER_RUNNING
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: str
+    configs: Mapping[str, str]
+    partitions: tuple[PartitionState, ...]
+
+    @property
+    def replication_factor(self) -> int:
+        """Target replicas per partition (a reassignment in progress may hold more)."""
+        first = self.partitions[0] if self.partitions else None
+        if first is None:
+            return 0
+        return len(first.replicas) - len(first.removing_replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    offset: int = 0
+    cluster_id: str = ""
+    controller_epoch: int = 0
+    controller_id: int = r.NO_LEADER
+    controller_address: str = ""
+    broker_epoch_last: int = 0
+    brokers: Mapping[int, BrokerState] = field(default_factory=dict)
+    topics: Mapping[str, TopicImage] = field(default_factory=dict)
+    topic_names: Mapping[str, str] = field(default_factory=dict)  # topic_id -> name
+
+    def topic_by_id(self, topic_id: str) -> TopicImage | None:
+        name = self.topic_names.get(topic_id)
+        return None if name is None else self.topics[name]
+
+    def live_broker_ids(self) -> list[int]:
+        return sorted(b.node_id for b in self.brokers.values() if b.live)
+
+    def broker_address(self, node_id: int) -> str:
+        broker = self.brokers.get(node_id)
+        return broker.address if broker else ""
+
+    def partitions(self) -> Iterator[tuple[TopicImage, PartitionState]]:
+        for topic in self.topics.values():
+            for partition in topic.partitions:
+                yield topic, partition
+
+    def partition_count(self) -> int:
+        return sum(len(t.partitions) for t in self.topics.values())
+
+
+class RefusedBatchError(Exception):
+    """A record of the batch is stale or inconsistent with the image (the message says which)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    image: MetadataImage
+    refusal: str | None = None
+
+
+def apply(image: MetadataImage, batch: Sequence[r.Record]) -> ApplyResult:
+    """The image after ``batch``, or the same image (offset + 1) and why it was refused."""
+    builder = _Builder(image)
+    try:
+        for record in batch:
+            builder.apply(record)
+    except RefusedBatchError as refusal:
+        return ApplyResult(dataclasses.replace(image, offset=image.offset + 1), str(refusal))
+    return ApplyResult(builder.build())
+
+
+def snapshot_records(image: MetadataImage) -> list[r.Record]:
+    """Records that rebuild ``image`` (but not its offset) when applied to an empty image:
+    how a broker-only node receives the metadata."""
+    epoch = image.controller_epoch
+    out: list[r.Record] = []
+    if image.controller_id != r.NO_LEADER:
+        out.append(
+            r.ControllerActivated(
+                epoch, image.controller_id, image.controller_address, image.cluster_id
+            )
+        )
+    for b in sorted(image.brokers.values(), key=lambda b: b.broker_epoch):
+        out.append(
+            r.RegisterBroker(epoch, b.node_id, b.incarnation_id, b.broker_epoch, b.address, b.rack)
+        )
+        if not b.fenced:
+            out.append(r.UnfenceBroker(epoch, b.node_id, b.broker_epoch))
+        if b.shutting_down:
+            out.append(r.BrokerShuttingDown(epoch, b.node_id, b.broker_epoch))
+    for topic in image.topics.values():
+        configs = tuple(sorted(topic.configs.items()))
+        out.append(r.TopicCreated(epoch, topic.name, topic.topic_id, configs))
+        out.extend(
+            r.PartitionCreated(
+                epoch,
+                topic.topic_id,
+                p.partition,
+                p.replicas,
+                p.isr,
+                p.leader,
+                p.leader_epoch,
+                p.partition_epoch,
+                p.adding_replicas,
+                p.removing_replicas,
+            )
+            for p in topic.partitions
+        )
+    return out
+
+
+class _Builder:
+    """Copies of the image's maps, changed record by record, frozen by ``build``."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.base = image
+        self.cluster_id = image.cluster_id
+        self.controller_epoch = image.controller_epoch
+        self.controller_id = image.controller_id
+        self.controller_address = image.controller_address
+        self.broker_epoch_last = image.broker_epoch_last
+        self.brokers = dict(image.brokers)
+        self.topics = dict(image.topics)
+        self.topic_names = dict(image.topic_names)
+        self.partitions: dict[str, list[PartitionState]] = {}  # topic_id -> being changed
+
+    def build(self) -> MetadataImage:
+        for topic_id, partitions in self.partitions.items():
+            name = self.topic_names.get(topic_id)
+            if name is not None:
+                self.topics[name] = dataclasses.replace(
+                    self.topics[name], partitions=tuple(partitions)
+                )
+        return MetadataImage(
+            offset=self.base.offset + 1,
+            cluster_id=self.cluster_id,
+            controller_epoch=self.controller_epoch,
+            controller_id=self.controller_id,
+            controller_address=self.controller_address,
+            broker_epoch_last=self.broker_epoch_last,
+            brokers=self.brokers,
+            topics=self.topics,
+            topic_names=self.topic_names,
+        )
+
+    def apply(self, record: r.Record) -> None:
+        if record.controller_epoch < self.controller_epoch:
+            raise RefusedBatchError(
+                f"{type(record).__name__} from controller epoch {record.controller_epoch}; "
+                f"the current epoch is {self.controller_epoch}"
+            )
+        self.controller_epoch = record.controller_epoch
+        match record:
+            case r.ControllerActivated():
+                if record.controller_epoch == self.base.controller_epoch and (
+                    self.controller_id not in (r.NO_LEADER, record.node_id)
+                ):
+                    raise RefusedBatchError(
+                        f"node {record.node_id} activation in epoch {record.controller_epoch}, "
+                        f"already held by node {self.controller_id}"
+                    )
+                self.controller_id = record.node_id
+                self.controller_address = record.address
+                self.cluster_id = self.cluster_id or record.cluster_id
+            case r.RegisterBroker():
+                if record.broker_epoch <= self.broker_epoch_last:
+                    raise RefusedBatchError(
+                        f"broker epoch {record.broker_epoch} <= last {self.broker_epoch_last}"
+                    )
+                self.broker_epoch_last = record.broker_epoch
+                self.brokers[record.node_id] = BrokerState(
+                    record.node_id,
+                    record.incarnation_id,
+                    record.broker_epoch,
+                    record.address,
+                    record.rack,
+                )
+            case r.FenceBroker() | r.UnfenceBroker() | r.BrokerShuttingDown():
+                broker = self._broker(record.node_id, record.broker_epoch)
+                if isinstance(record, r.FenceBroker):
+                    broker = dataclasses.replace(broker, fenced=True)
+                elif isinstance(record, r.UnfenceBroker):
+                    broker = dataclasses.replace(broker, fenced=False)
+                else:
+                    broker = dataclasses.replace(broker, shutting_down=True)
+                self.brokers[record.node_id] = broker
+            case r.TopicCreated():
+                if record.name in self.topics or record.topic_id in self.topic_names:
+                    raise RefusedBatchError(f"topic {record.name!r} exists already")
+                self.topics[record.name] = TopicImage(
+                    record.name, record.topic_id, dict(record.configs), ()
+                )
+                self.topic_names[record.topic_id] = record.name
+            case r.PartitionCreated():
+                partitions = self._partitions(record.topic_id)
+                if record.partition != len(partitions):
+                    raise RefusedBatchError(
+                        f"partition {record.partition} created out of order; next is "
+                        f"{len(partitions)}"
+                    )
+                state = PartitionState(
+                    record.partition,
+                    record.replicas,
+                    record.isr,
+                    record.leader,
+                    record.leader_epoch,
+                    record.partition_epoch,
+                    record.adding_replicas,
+                    record.removing_replicas,
+                )
+                _check_partition(state)
+                partitions.append(state)
+            case r.PartitionChanged():
+                self._change_partition(record)
+            case r.TopicConfigChanged():
+                topic = self._topic(record.topic_id)
+                configs = dict(topic.configs)
+                if record.value is None:
+                    configs.pop(record.key, None)
+                else:
+                    configs[record.key] = record.value
+                self.topics[topic.name] = dataclasses.replace(topic, configs=configs)
+            case r.TopicDeleted():
+                topic = self._topic(record.topic_id)
+                del self.topics[topic.name]
+                del self.topic_names[record.topic_id]
+                self.partitions.pop(record.topic_id, None)
+
+    def _broker(self, node_id: int, broker_epoch: int) -> BrokerState:
+        broker = self.brokers.get(node_id)
+        if broker is None or broker.broker_epoch != broker_epoch:
+            current = broker.broker_epoch if broker else None
+            raise RefusedBatchError(
+                f"broker {node_id} epoch {broker_epoch} is not current (current: {current})"
+            )
+        return broker
+
+    def _topic(self, topic_id: str) -> TopicImage:
+        name = self.topic_names.get(topic_id)
+        if name is None:
+            raise RefusedBatchError(f"no topic with id {topic_id}")
+        return self.topics[name]
+
+    def _partitions(self, topic_id: str) -> list[PartitionState]:
+        partitions = self.partitions.get(topic_id)
+        if partitions is None:
+            partitions = self.partitions[topic_id] = list(self._topic(topic_id).partitions)
+        return partitions
+
+    def _change_partition(self, record: r.PartitionChanged) -> None:
+        partitions = self._partitions(record.topic_id)
+        if not 0 <= record.partition < len(partitions):
+            raise RefusedBatchError(
+                f"partition {record.partition} of {record.topic_id} does not exist"
+            )
+        current = partitions[record.partition]
+        if record.partition_epoch != current.partition_epoch + 1:
+            raise RefusedBatchError(
+                f"partition {record.partition} change to partition epoch "
+                f"{record.partition_epoch}; current is {current.partition_epoch}"
+            )
+        if record.leader_epoch < current.leader_epoch:
+            raise RefusedBatchError(
+                f"partition {record.partition} leader epoch {record.leader_epoch} < current "
+                f"{current.leader_epoch}"
+            )
+        state = PartitionState(
+            record.partition,
+            record.replicas,
+            record.isr,
+            record.leader,
+            record.leader_epoch,
+            record.partition_epoch,
+            record.adding_replicas,
+            record.removing_replicas,
+        )
+        _check_partition(state)
+        partitions[record.partition] = state
+
+
+def _check_partition(state: PartitionState) -> None:
+    replicas = set(state.replicas)
+    if not state.replicas or len(replicas) != len(state.replicas):
+        raise RefusedBatchError(
+            f"partition {state.partition} replicas {state.replicas} are invalid"
+        )
+    if not set(state.isr) <= replicas:
+        raise RefusedBatchError(
+            f"partition {state.partition} ISR {state.isr} is not within replicas"
+        )
+    if state.leader != r.NO_LEADER and state.leader not in state.isr:
+        raise RefusedBatchError(
+            f"partition {state.partition} leader {state.leader} is not in the ISR"
+        )
