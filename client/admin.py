@@ -70,6 +70,28 @@ class Admin:
             raise HeadwaterError(ErrorCode(result.error_code), result.error_message)
         self.cluster.invalidate(name)
 
+    def create_partitions(self, name: str, partitions: int) -> None:
+        """Grow topic ``name`` to ``partitions`` partitions."""
+        self.cluster.call_any(
+            lambda a: self.cluster.admin(a).CreatePartitions(
+                pb.CreatePartitionsRequest(topic=name, partitions=partitions),
+                timeout=self._timeout,
+            ),
+            retry_s=self._timeout,
+        )
+        self.cluster.invalidate(name)
+
+    def reassign_partition(self, name: str, partition: int, replicas: Sequence[int]) -> None:
+        """Start moving a partition to ``replicas`` (see the Admin.ReassignPartition RPC)."""
+        self.cluster.call_any(
+            lambda a: self.cluster.admin(a).ReassignPartition(
+                pb.ReassignPartitionRequest(topic=name, partition=partition, replicas=replicas),
+                timeout=self._timeout,
+            ),
+            retry_s=self._timeout,
+        )
+        self.cluster.invalidate(name)
+
     def list_topics(self, include_internal: bool = False) -> list[pb.TopicSummary]:
         response: pb.ListTopicsResponse = self.cluster.call_any(
             lambda a: self.cluster.admin(a).ListTopics(

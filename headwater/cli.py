@@ -85,18 +85,39 @@ def main() -> None:
     "--listen", metavar="HOST:PORT", help="Address to serve gRPC on (default 127.0.0.1:7700)."
 )
 @click.option("--advertised-address", metavar="HOST:PORT", help="Address clients are told to use.")
-@click.option("--rack", help="Rack of this node.")
+@click.option(
+    "--quorum",
+    metavar="ID@HOST:PORT,...",
+    help="Raft addresses of the controller voters by node id (default: this node alone, "
+    "on the listen port + 1).",
+)
+@click.option(
+    "--roles",
+    type=click.Choice(["controller,broker", "broker,controller", "controller", "broker"]),
+    help="controller, broker, or both (default: both).",
+)
+@click.option(
+    "--controller-addresses",
+    metavar="HOST:PORT,...",
+    help="gRPC addresses of controller nodes (broker-only nodes follow the metadata there).",
+)
+@click.option("--rack", help="Rack of this node (replicas are spread across racks).")
 def serve(
     config_file: Path | None,
     node_id: int | None,
     data_dir: str | None,
     listen: str | None,
     advertised_address: str | None,
+    quorum: str | None,
+    roles: str | None,
+    controller_addresses: str | None,
     rack: str | None,
 ) -> None:
-    """Run a node (Ctrl-C or SIGTERM stops it cleanly).
+    """Run a node (Ctrl-C or SIGTERM stops it cleanly, moving its leadership away first).
 
-    With no flags: a single local node on 127.0.0.1:7700 with data in ./data.
+    With no flags: a single local node on 127.0.0.1:7700 with data in ./data. In a cluster,
+    give every node its --node-id, --listen, --data-dir and the same --quorum; set the
+    Raft secret with HEADWATER_RAFT_SECRET (or raft_secret in the config file).
     """
     from headwater.node.log_manager import DataDirError
     from headwater.node.server import ListenError
@@ -107,6 +128,9 @@ def serve(
         "data_dir": data_dir,
         "listen": listen,
         "advertised_address": advertised_address,
+        "quorum": quorum,
+        "roles": roles,
+        "controller_addresses": controller_addresses,
         "rack": rack,
     }
     config = load_config(config_file, os.environ, flags)
@@ -218,6 +242,9 @@ def describe_json(description: Any) -> dict[str, Any]:
                 "replicas": list(p.replicas),
                 "isr": list(p.isr),
                 "leader_epoch": p.leader_epoch,
+                "partition_epoch": p.partition_epoch,
+                "adding_replicas": list(p.adding_replicas),
+                "removing_replicas": list(p.removing_replicas),
                 "log_start_offset": p.log_start_offset,
                 "log_end_offset": p.log_end_offset,
                 "high_watermark": p.high_watermark,
@@ -290,6 +317,103 @@ def topics_delete(name: str, bootstrap: str | None) -> None:
     with Admin(bootstrap) as admin:
         admin.delete_topic(name)
     _out.print(f"deleted topic {name}", markup=False)
+
+
+@topics.command("alter")
+@click.argument("name")
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    required=True,
+    help="New partition count (more than now; partitions never shrink).",
+)
+@bootstrap_option
+def topics_alter(name: str, partitions: int, bootstrap: str | None) -> None:
+    """Add partitions to topic NAME."""
+    from headwater.client import Admin
+
+    with Admin(bootstrap) as admin:
+        admin.create_partitions(name, partitions)
+    _out.print(f"topic {name} now has {partitions} partitions", markup=False)
+
+
+def _parse_ids(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a comma-separated list of node ids", param_hint="--replicas"
+        ) from None
+
+
+@topics.command("reassign")
+@click.argument("name")
+@click.option("--partition", type=click.IntRange(min=0), required=True, help="Partition to move.")
+@click.option(
+    "--replicas",
+    required=True,
+    metavar="ID,ID,...",
+    help="Target replicas; the first becomes the preferred leader.",
+)
+@bootstrap_option
+def topics_reassign(name: str, partition: int, replicas: str, bootstrap: str | None) -> None:
+    """Move a partition of NAME to other brokers (new replicas copy the log, then old ones
+    are dropped)."""
+    from headwater.client import Admin
+
+    target = _parse_ids(replicas)
+    with Admin(bootstrap) as admin:
+        admin.reassign_partition(name, partition, target)
+    _out.print(
+        f"reassigning partition {partition} of {name} to {','.join(map(str, target))}",
+        markup=False,
+    )
+
+
+# ---------------------------------------------------------------------- cluster
+
+
+@main.group()
+def cluster() -> None:
+    """Cluster state."""
+
+
+@cluster.command("status")
+@json_option
+@bootstrap_option
+def cluster_status(as_json: bool, bootstrap: str | None) -> None:
+    """The active controller, the Raft term, and every broker's state."""
+    from headwater.cli_cluster import print_json, print_status, status_json
+    from headwater.client import Admin
+
+    with Admin(bootstrap) as admin:
+        data = status_json(admin.metadata())
+    if as_json:
+        print_json(data)
+    else:
+        print_status(data)
+
+
+@main.command("dev-cluster")
+@click.option("--nodes", type=click.IntRange(1, 9), default=3, show_default=True)
+@click.option(
+    "--base-port",
+    type=click.IntRange(1024, 65000),
+    default=7700,
+    show_default=True,
+    help="Node i serves gRPC on BASE + 2(i-1) and Raft on the port after.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=Path("./data/dev-cluster"),
+    show_default=True,
+)
+def dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
+    """Run NODES combined nodes on loopback until Ctrl-C."""
+    from headwater.cli_cluster import run_dev_cluster
+
+    run_dev_cluster(nodes, base_port, data_dir)
 
 
 # ---------------------------------------------------------------------- produce / consume
