@@ -267,6 +267,8 @@ def _create_topic(
             f"the cluster holds {len(taken)} topics, its limit (topics_max)",
         )
     topic_id = uuid.UUID(int=rng.getrandbits(128), version=4).hex
+    while topic_id in image.topic_names:  # never reuse an id, even of a deleted topic's
+        topic_id = uuid.UUID(int=rng.getrandbits(128), version=4).hex
     records: list[r.Record] = [
         r.TopicCreated(epoch, request.name, topic_id, tuple(sorted(request.configs.items())))
     ]

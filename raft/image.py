@@ -255,8 +255,10 @@ class _Builder:
                     broker = dataclasses.replace(broker, shutting_down=True)
                 self.brokers[record.node_id] = broker
             case r.TopicCreated():
-                if record.name in self.topics or record.topic_id in self.topic_names:
+                if record.name in self.topics:
                     raise RefusedBatchError(f"topic {record.name!r} exists already")
+                if record.topic_id in self.topic_names:
+                    raise RefusedBatchError(f"topic id {record.topic_id} is in use")
                 self.topics[record.name] = TopicImage(
                     record.name, record.topic_id, dict(record.configs), ()
                 )

@@ -52,10 +52,15 @@ class NodeProcess:
         port: int | None = None,
         extra_args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        node_id: int = 1,
+        quorum: str | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.node_id = node_id
+        # An explicit Raft port: the default (listen port + 1) may be taken on a busy host.
+        self.quorum = quorum or f"{node_id}@127.0.0.1:{free_port()}"
         self.extra_args = extra_args
         self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
@@ -72,6 +77,10 @@ class NodeProcess:
                 str(self.data_dir),
                 "--listen",
                 self.address,
+                "--node-id",
+                str(self.node_id),
+                "--quorum",
+                self.quorum,
                 *self.extra_args,
             ],
             stdout=log,

@@ -26,6 +26,9 @@ PURE_MODULES = [
     "client/retry.py",
     "headwater/errors.py",
     "node/topics.py",
+    "raft/records.py",
+    "raft/image.py",
+    "raft/controller.py",
 ]
 FORBIDDEN = {
     "grpc",
