@@ -507,7 +507,9 @@ def consume(
 # ---------------------------------------------------------------------- bench
 
 from headwater.bench import bench  # noqa: E402  (registers the bench group's commands)
+from headwater.bench_cluster import bench_cluster  # noqa: E402
 
+bench.add_command(bench_cluster)
 main.add_command(bench)
 
 

@@ -119,7 +119,7 @@ def run_dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         for node in cluster:
-            node.process = _spawn(node, quorum, env)
+            node.process = spawn(node, quorum, env)
         _wait_ready(cluster, lambda: stopping)
         bootstrap = ",".join(n.address for n in cluster)
         for node in cluster:
@@ -144,7 +144,7 @@ def run_dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
         _stop_all(cluster)
 
 
-def _spawn(node: DevNode, quorum: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def spawn(node: DevNode, quorum: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     node.data_dir.mkdir(parents=True, exist_ok=True)
     log: IO[bytes] = open(node.log_path, "ab")  # noqa: SIM115 (the child keeps it)
     try:

@@ -7,12 +7,15 @@
   workers, long polls, log maintenance), and a thread waiting for the GIL behind a busy
   one otherwise waits up to 5 ms. Measured here on a 10-record produce: p99 5.8 ms -> 1.4
   ms, p50 1.29 -> 1.06 ms.
+- The soft limit on open files rises to the hard limit: a node keeps three files open per
+  partition replica (segment, offset index, time index), so 3,000 partitions need ~9,000.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import resource
 import sys
 from typing import Final
 
@@ -27,6 +30,18 @@ def tune_runtime() -> None:
     """Apply every tuning of this module."""
     tune_malloc()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    raise_open_files_limit()
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; return the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            return soft
+    return hard
 
 
 def tune_malloc() -> bool:

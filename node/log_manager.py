@@ -247,7 +247,7 @@ class LogManager:
         while not self._stop.wait(0.1):
             for partition in self.hosted():
                 log = partition.log
-                if isinstance(log, FileLog):
+                if isinstance(log, FileLog) and log.config.flush_policy is FlushPolicy.INTERVAL:
                     try:
                         log.maybe_flush(now_ms())
                     except (HeadwaterError, OSError) as exc:

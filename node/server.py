@@ -129,6 +129,13 @@ class Node:
         voters = config.quorum_voters
         own = voters[config.node_id]
         election_s = config.raft_election_timeout_ms / 1000
+        if len(voters) > 1 and not config.raft_secret:
+            _log.warning(
+                "raft_secret is not set: the Raft transport of this %d-voter quorum is open "
+                "to anyone who can reach %s; set HEADWATER_RAFT_SECRET on every voter",
+                len(voters),
+                own,
+            )
         try:
             return MetadataQuorum(
                 own,
@@ -221,7 +228,8 @@ class Node:
 
     async def _serve_when_ready(self) -> None:
         """Health turns SERVING once the node can do its job: a controller is active and,
-        on brokers, this broker is registered and unfenced (NOT_SERVING until then)."""
+        on brokers, this broker is registered and unfenced and its logs follow the image
+        (NOT_SERVING until then)."""
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
         while True:
@@ -234,10 +242,11 @@ class Node:
                     and not broker.fenced
                     and self.lifecycle is not None
                     and broker.broker_epoch == self.lifecycle.broker_epoch
+                    and self.state.reconciled_offset >= image.offset
                 )
             ):
                 break
-            await self.state.wait_for_offset(image.offset + 1, 0.5)
+            await self.state.wait_for_offset(image.offset + 1, 0.2)
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         _log.info("node %d is ready", self.config.node_id)

@@ -49,10 +49,11 @@ def serving(address: str) -> bool:
         return False
 
 
-def start_node(data_dir: Path, address: str) -> tuple[subprocess.Popen[bytes], float]:
+def start_node(data_dir: Path, address: str, quorum: str) -> tuple[subprocess.Popen[bytes], float]:
     began = time.monotonic()
     process = subprocess.Popen(
-        [*CLI, "serve", "--data-dir", str(data_dir), "--listen", address], stderr=subprocess.DEVNULL
+        [*CLI, "serve", "--data-dir", str(data_dir), "--listen", address, "--quorum", quorum],
+        stderr=subprocess.DEVNULL,
     )
     while not serving(address):
         if process.poll() is not None or time.monotonic() - began > 120:
@@ -98,7 +99,8 @@ def main() -> None:
     scale = 10 if options.quick else 1
     root = Path(tempfile.mkdtemp(prefix="hwbench-"))
     address = f"127.0.0.1:{free_port()}"
-    node, _ = start_node(root / "data", address)
+    quorum = f"1@127.0.0.1:{free_port()}"
+    node, _ = start_node(root / "data", address, quorum)
     rows: list[tuple[str, dict[str, Any], str]] = []
     try:
         n = 5_000_000 // scale
@@ -213,7 +215,7 @@ def main() -> None:
         log_bytes = sum(p["size_bytes"] for p in describe(address, "gib")["partitions"])
         node.send_signal(signal.SIGKILL)
         node.wait()
-        node, restart_s = start_node(root / "data", address)
+        node, restart_s = start_node(root / "data", address, quorum)
     finally:
         node.kill()
         node.wait()
@@ -240,6 +242,46 @@ def main() -> None:
     print(
         f"| restart after SIGKILL with a {log_bytes / 2**30:.2f} GiB log, to serving | {restart_s:.2f} s | | | | `scripts/bench_all.py` |"
     )
+    cluster_bench(options.quick)
+
+
+def cluster_bench(quick: bool) -> None:
+    """The control plane's figures (headwater bench cluster starts its own 3 nodes)."""
+    args = ["--trials", "3", "--topics", "20", "--partitions", "300"] if quick else []
+    output = subprocess.run(
+        [*CLI, "bench", "cluster", "--json", *args], capture_output=True, check=True, text=True
+    ).stdout
+    result = json.loads(output)
+    command = "headwater bench cluster " + " ".join(args)
+    print(
+        f"\n3 combined nodes on loopback, broker_session_timeout_ms {result['broker_session_timeout_ms']}.\n"
+    )
+    print("| figure | p50 | p99 | max | command |")
+    print("|---|---|---|---|---|")
+    for key, name in (
+        ("controller_failover", "controller failover: SIGKILL to a new active controller"),
+        ("leader_failover", "partition leader failover: SIGKILL to the first produce"),
+    ):
+        r = result[key]
+        print(
+            f"| {name} ({r['trials']} trials) | {r['p50_ms']} ms | {r['p99_ms']} ms | {r['max_ms']} ms | `{command}` |"
+        )
+    rates = result["topic_creations"]
+    big = result["big_topic"]
+    print(
+        f"| topic creations/s, one per request / many per request | {rates['one_per_request_per_s']} / {rates['many_per_request_per_s']} | | | `{command}` |"
+    )
+    print(
+        f"| create a {big['partitions']}-partition RF 3 topic | {big['create_s']} s | | | `{command}` |"
+    )
+    print(
+        f"| restart all 3 nodes with {big['partitions_in_cluster']} partitions, to ready | {big['restart_to_ready_s']} s | | | `{command}` |"
+    )
+    for key, when in (("metadata_rpc", "before"), ("metadata_rpc_after_restart", "after")):
+        m = big[key]
+        print(
+            f"| Metadata RPC, {big['partitions_in_cluster']} partitions ({when} the restart) | {m['p50_ms']} ms | {m['p99_ms']} ms | | `{command}` |"
+        )
 
 
 if __name__ == "__main__":
