@@ -95,6 +95,27 @@ class PartitionLog(Protocol):
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= timestamp_ms, or None."""
 
+    def append_replicated(self, batch: bytes, now_ms: int) -> AppendInfo:
+        """Append a batch as its leader stored it (base offset and leader epoch kept); its
+        base offset must equal log_end_offset, else OFFSET_OUT_OF_RANGE."""
+
+    def truncate_to(self, offset: int, now_ms: int) -> int:
+        """Remove every batch holding an offset >= ``offset``; return the new log end
+        offset (<= ``offset``). At or before the log start: empty, starting at ``offset``."""
+
+    def reset_to(self, offset: int, now_ms: int) -> None:
+        """Remove everything; the log restarts empty at ``offset``."""
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest leader epoch in the leader-epoch cache (-1 when empty)."""
+
+    def assign_epoch(self, epoch: int) -> None:
+        """Record that leader epoch ``epoch`` begins at the current log end offset."""
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= ``epoch``, the offset where it ends), or (-1, -1)."""
+
     def delete_expired(self, now_ms: int) -> int:
         """Apply retention; return the number of segments deleted."""
 

@@ -7,6 +7,7 @@ Directory layout (one directory per partition)::
     00000000000000000000.timeindex
     recovery-point                  decimal offset below which everything was fsynced
     clean-shutdown                  present only between a clean close and the next open
+    leader-epoch-checkpoint         the leader-epoch cache (see leader_epochs.py)
 
 Opening: without the clean-shutdown marker, every segment that may hold data past the
 recovery point is scanned with CRC checks; the first torn or corrupt batch and everything
@@ -17,6 +18,13 @@ missing or inconsistent) and only the tail after the last index entry is walked.
 
 The recovery point advances on every flush: before each ack (flush_policy ``ack``), every
 flush_interval_ms (``interval``), when a segment rolls, and on close.
+
+Replication: a leader appends with ``append`` (offsets and its leader epoch are stamped
+here); a follower appends the leader's batches unchanged with ``append_replicated``, and
+cuts a divergent tail with ``truncate_to`` (or starts over at the leader's log start with
+``reset_to``). The leader-epoch cache follows every append and truncation; its
+checkpoint is rewritten (atomically) whenever it changes, which is once per leader
+change, and rebuilt from the batch headers when missing or unreadable.
 
 Thread-safety: all public methods take the log's lock; appends and reads serialize per
 partition (reads are one pread each, so the lock is held briefly).
@@ -43,11 +51,13 @@ from headwater.log.api import (
     ReadResult,
     offset_out_of_range,
 )
+from headwater.log.leader_epochs import EpochCheckpointError, LeaderEpochCache
 from headwater.log.retention import SegmentSummary, segments_to_delete
 from headwater.log.segment import LOG_SUFFIX, Segment
 
 RECOVERY_POINT_FILE: Final = "recovery-point"
 CLEAN_SHUTDOWN_FILE: Final = "clean-shutdown"
+EPOCH_CHECKPOINT_FILE: Final = "leader-epoch-checkpoint"
 
 _log = logging.getLogger(__name__)
 
@@ -83,7 +93,9 @@ class FileLog:
         self._segments: list[Segment] = []
         self._recovery_point = 0
         self._last_flush_ms = now_ms
+        self._epochs = LeaderEpochCache()
         self._load(now_ms)
+        self._load_epochs()
 
     # ------------------------------------------------------------------ opening
 
@@ -148,6 +160,40 @@ class FileLog:
             recovery_point if recovery_point is not None else self.log_end_offset,
         )
 
+    def _load_epochs(self) -> None:
+        path = self.directory / EPOCH_CHECKPOINT_FILE
+        try:
+            self._epochs = LeaderEpochCache.from_text(path.read_text())
+        except (OSError, EpochCheckpointError) as exc:
+            if self.log_end_offset > self.log_start_offset:
+                _log.warning("log %s: rebuilding the leader-epoch cache: %s", self.directory, exc)
+            self._epochs = self._scan_epochs()
+            self._write_epochs()
+            return
+        changed = self._epochs.truncate_from_end(self.log_end_offset)
+        changed |= self._epochs.truncate_from_start(self.log_start_offset)
+        if changed:
+            self._write_epochs()
+
+    def _scan_epochs(self) -> LeaderEpochCache:
+        """The cache rebuilt from every batch header (one pread per batch; the segments
+        passed recovery, so their headers are sound)."""
+        cache = LeaderEpochCache()
+        for segment in self._segments:
+            position = 0
+            while position < segment.size:
+                header = batch_format.BatchHeader(
+                    *batch_format.HEADER_STRUCT.unpack(
+                        os.pread(segment.fd, batch_format.HEADER_BYTES, position)
+                    )
+                )
+                cache.assign(header.leader_epoch, header.base_offset)
+                position += header.total_size
+        return cache
+
+    def _write_epochs(self) -> None:
+        write_atomically(self.directory / EPOCH_CHECKPOINT_FILE, self._epochs.to_text().encode())
+
     def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
         segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
         segment.created_ms = now_ms
@@ -191,22 +237,108 @@ class FileLog:
             base_offset = self.log_end_offset
             prefix = batch_format.stamp_prefix(batch, base_offset, leader_epoch)
             self._maybe_roll(len(batch), now_ms)
-            active = self._segments[-1]
             stamped = dataclasses.replace(
                 header, base_offset=base_offset, leader_epoch=leader_epoch
             )
-            try:
-                active.append(prefix, batch, stamped)
-            except OSError as exc:
-                raise HeadwaterError(
-                    ErrorCode.KAFKA_STORAGE_ERROR,
-                    f"cannot write to {active.log_path}: {exc.strerror}",
-                ) from exc
-            if self.config.flush_policy is FlushPolicy.ACK:
-                self._flush_locked()
-            return AppendInfo(
-                base_offset, stamped.last_offset, stamped.record_count, self.log_start_offset
+            return self._append_locked(prefix, batch, stamped)
+
+    def append_replicated(self, batch: bytes, now_ms: int) -> AppendInfo:
+        """Append one batch exactly as the leader stored it (offsets and leader epoch
+        included); its base offset must be log_end_offset."""
+        header = batch_format.read_header(batch)
+        if header.total_size != len(batch):
+            raise batch_format.CorruptBatchError(
+                f"payload is {len(batch)} bytes but the batch header says {header.total_size}"
             )
+        with self._lock:
+            self._check_open()
+            if header.base_offset != self.log_end_offset:
+                raise HeadwaterError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"replicated batch starts at offset {header.base_offset} but the log ends "
+                    f"at {self.log_end_offset}",
+                )
+            self._maybe_roll(len(batch), now_ms)
+            return self._append_locked(batch[:16], batch, header)
+
+    def _append_locked(
+        self, prefix: bytes, batch: bytes, header: batch_format.BatchHeader
+    ) -> AppendInfo:
+        active = self._segments[-1]
+        try:
+            active.append(prefix, batch, header)
+        except OSError as exc:
+            raise HeadwaterError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"cannot write to {active.log_path}: {exc.strerror}",
+            ) from exc
+        if self._epochs.assign(header.leader_epoch, header.base_offset):
+            self._write_epochs()
+        if self.config.flush_policy is FlushPolicy.ACK:
+            self._flush_locked()
+        return AppendInfo(
+            header.base_offset, header.last_offset, header.record_count, self.log_start_offset
+        )
+
+    # ------------------------------------------------------------------ replication
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs.latest_epoch
+
+    def assign_epoch(self, epoch: int) -> None:
+        """A new leader's epoch begins at the current log end offset."""
+        with self._lock:
+            if self._epochs.assign(epoch, self.log_end_offset):
+                self._write_epochs()
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= ``epoch``, where it ends): see LeaderEpochCache.end_offset_for."""
+        with self._lock:
+            return self._epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def truncate_to(self, offset: int, now_ms: int) -> int:
+        """Remove every batch that holds an offset >= ``offset``; return the new log end
+        offset (``offset``, or less when ``offset`` falls inside a batch). An ``offset`` at
+        or before the log start empties the log, which then starts at ``offset``."""
+        with self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                # Nothing to cut, but an epoch this replica began without writing is gone.
+                if self._epochs.truncate_from_end(self.log_end_offset):
+                    self._write_epochs()
+                return self.log_end_offset
+            if offset <= self.log_start_offset:
+                self._reset_locked(offset, now_ms)
+                return offset
+            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                self._segments.pop().delete()
+            self._segments[-1].truncate_at_offset(offset)
+            fsync_directory(self.directory)
+            _log.warning("log %s: truncated to offset %d", self.directory, self.log_end_offset)
+            self._after_truncation()
+            return self.log_end_offset
+
+    def reset_to(self, offset: int, now_ms: int) -> None:
+        """Delete every segment and start empty at ``offset`` (a follower behind its
+        leader's log start offset)."""
+        with self._lock:
+            self._check_open()
+            self._reset_locked(offset, now_ms)
+
+    def _reset_locked(self, offset: int, now_ms: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [self._new_segment(offset, now_ms)]
+        _log.warning("log %s: emptied, starting at offset %d", self.directory, offset)
+        self._epochs = LeaderEpochCache()
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        if self._epochs.truncate_from_end(self.log_end_offset) or not self._epochs.entries:
+            self._write_epochs()
+        self._recovery_point = min(self._recovery_point, self.log_end_offset)
+        self._write_recovery_point()
 
     def _maybe_roll(self, incoming_bytes: int, now_ms: int) -> None:
         active = self._segments[-1]
@@ -280,6 +412,8 @@ class FileLog:
                 segment.delete()
             del self._segments[:count]
             fsync_directory(self.directory)
+            if self._epochs.truncate_from_start(self.log_start_offset):
+                self._write_epochs()
             return count
 
     # ------------------------------------------------------------------ reading

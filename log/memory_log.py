@@ -12,8 +12,10 @@ import threading
 
 import pyarrow.compute as pc
 
+from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import AppendInfo, LogConfig, ReadResult, offset_out_of_range
+from headwater.log.leader_epochs import LeaderEpochCache
 from headwater.log.retention import SegmentSummary, segments_to_delete
 
 
@@ -26,6 +28,7 @@ class MemoryLog:
         self._headers: list[batch_format.BatchHeader] = []
         self._start = log_start_offset
         self._end = log_start_offset
+        self._epochs = LeaderEpochCache()
 
     @property
     def log_start_offset(self) -> int:
@@ -50,15 +53,69 @@ class MemoryLog:
                 f"payload is {len(batch)} bytes but the batch header says {header.total_size}"
             )
         with self._lock:
-            data = batch_format.set_base_offset(batch, self._end, leader_epoch)
-            stamped = batch_format.read_header(data)
-            self._bases.append(self._end)
-            self._batches.append(data)
-            self._headers.append(stamped)
-            self._end = stamped.next_offset
-            return AppendInfo(
-                stamped.base_offset, stamped.last_offset, stamped.record_count, self._start
+            return self._append_locked(batch_format.set_base_offset(batch, self._end, leader_epoch))
+
+    def append_replicated(self, batch: bytes, now_ms: int) -> AppendInfo:  # noqa: ARG002
+        header = batch_format.read_header(batch)
+        if header.total_size != len(batch):
+            raise batch_format.CorruptBatchError(
+                f"payload is {len(batch)} bytes but the batch header says {header.total_size}"
             )
+        with self._lock:
+            if header.base_offset != self._end:
+                raise HeadwaterError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"replicated batch starts at offset {header.base_offset} but the log ends "
+                    f"at {self._end}",
+                )
+            return self._append_locked(bytes(batch))
+
+    def _append_locked(self, data: bytes) -> AppendInfo:
+        stamped = batch_format.read_header(data)
+        self._bases.append(self._end)
+        self._batches.append(data)
+        self._headers.append(stamped)
+        self._end = stamped.next_offset
+        self._epochs.assign(stamped.leader_epoch, stamped.base_offset)
+        return AppendInfo(
+            stamped.base_offset, stamped.last_offset, stamped.record_count, self._start
+        )
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs.latest_epoch
+
+    def assign_epoch(self, epoch: int) -> None:
+        with self._lock:
+            self._epochs.assign(epoch, self._end)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        with self._lock:
+            return self._epochs.end_offset_for(epoch, self._end)
+
+    def truncate_to(self, offset: int, now_ms: int) -> int:  # noqa: ARG002
+        with self._lock:
+            if offset >= self._end:
+                self._epochs.truncate_from_end(self._end)
+                return self._end
+            if offset <= self._start:
+                self._reset_locked(offset)
+                return offset
+            # The batch holding `offset` (start < offset < end) goes, and all after it.
+            cut = bisect.bisect_right(self._bases, offset) - 1
+            del self._bases[cut:], self._batches[cut:], self._headers[cut:]
+            self._end = self._headers[-1].next_offset if self._headers else self._start
+            self._epochs.truncate_from_end(self._end)
+            return self._end
+
+    def reset_to(self, offset: int, now_ms: int) -> None:  # noqa: ARG002
+        with self._lock:
+            self._reset_locked(offset)
+
+    def _reset_locked(self, offset: int) -> None:
+        self._bases, self._batches, self._headers = [], [], []
+        self._start = self._end = offset
+        self._epochs = LeaderEpochCache()
 
     def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> ReadResult:
         assert max_bytes > 0
@@ -104,6 +161,7 @@ class MemoryLog:
             )
             del self._bases[:count], self._batches[:count], self._headers[:count]
             self._start = self._bases[0] if self._bases else self._end
+            self._epochs.truncate_from_start(self._start)
             return count
 
     def flush(self) -> None:

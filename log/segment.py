@@ -226,6 +226,23 @@ class Segment:
         self._last_indexed_position = self.index.positions[-1] if self.index.positions else -1
         self.rewrite_index_files()
 
+    def truncate_at_offset(self, offset: int) -> None:
+        """Cut the segment before the first batch that holds an offset >= ``offset``."""
+        position = self.index.floor_position(max(offset - self.base_offset, 0))
+        chunk, chunk_start = b"", position
+        walked_max_timestamp = -1
+        while position < self.size:
+            chunk, chunk_start = self._batch_at(position, chunk, chunk_start)
+            header = batch_format.read_header(chunk, position - chunk_start)
+            if header.next_offset > offset:
+                self.truncate(position)
+                self.next_offset = header.base_offset
+                indexed = self.index.timestamps[-1] if self.index.timestamps else -1
+                self.max_timestamp = max(indexed, walked_max_timestamp)
+                return
+            walked_max_timestamp = max(walked_max_timestamp, header.max_timestamp)
+            position += header.total_size
+
     def flush(self) -> None:
         os.fdatasync(self.fd)
         for file in (self._index_file, self._time_file):

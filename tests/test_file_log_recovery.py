@@ -196,3 +196,22 @@ def test_write_all_survives_short_writes(tmp_path: Path, monkeypatch: pytest.Mon
     values = fill(log, 3)
     assert [v for _, v in read_all(log, 0)] == values
     log.close()
+
+
+def test_leader_epoch_checkpoint_survives_restart_and_is_rebuilt_when_lost(tmp_path: Path) -> None:
+    from headwater.log.file_log import EPOCH_CHECKPOINT_FILE
+
+    log = FileLog(tmp_path / "p", LogConfig(segment_bytes=1024), now_ms=0)
+    for epoch in (0, 0, 3, 3, 4):
+        log.assign_epoch(epoch)
+        log.append(bf.encode_batch([b"v" * 100] * 3), leader_epoch=epoch, now_ms=0)
+    expected = [log.end_offset_for_epoch(e) for e in range(6)]
+    log.close()
+    reopened = FileLog(tmp_path / "p", LogConfig(segment_bytes=1024), now_ms=0)
+    assert [reopened.end_offset_for_epoch(e) for e in range(6)] == expected
+    reopened.abandon()
+    (tmp_path / "p" / EPOCH_CHECKPOINT_FILE).write_text("garbage")
+    rebuilt = FileLog(tmp_path / "p", LogConfig(segment_bytes=1024), now_ms=0)
+    assert [rebuilt.end_offset_for_epoch(e) for e in range(6)] == expected
+    assert rebuilt.latest_epoch == 4
+    rebuilt.close()

@@ -6,7 +6,7 @@ Each test runs against both and compares them with a dumb oracle (a list of reco
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,11 +24,23 @@ SMALL = LogConfig(segment_bytes=2048, index_interval_bytes=256)
 
 
 @pytest.fixture(params=["memory", "file"])
-def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
+def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
+    """Logs made by a test are closed when it ends (closing twice is harmless)."""
     counter = iter(range(1_000_000))
-    if request.param == "memory":
-        return MemoryLog
-    return lambda config: FileLog(tmp_path / f"log-{next(counter)}", config, now_ms=0)
+    made: list[PartitionLog] = []
+
+    def make(config: LogConfig) -> PartitionLog:
+        log: PartitionLog = (
+            MemoryLog(config)
+            if request.param == "memory"
+            else FileLog(tmp_path / f"log-{next(counter)}", config, now_ms=0)
+        )
+        made.append(log)
+        return log
+
+    yield make
+    for log in made:
+        log.close()
 
 
 def read_all(
@@ -157,3 +169,80 @@ def test_random_appends_and_reads_match_an_oracle(
         got = read_all(log, start, max_bytes=rng.choice([1, 200, 5000, 1 << 20]))
         assert got == list(enumerate(oracle))[start:]
     log.close()
+
+
+# --------------------------------------------------------------------------- replication
+
+
+def leader_log_with_epochs(make_log: Factory) -> PartitionLog:
+    """Epoch 0: offsets [0, 6); epoch 2: [6, 10); epoch 3: [10, 13)."""
+    log = make_log(SMALL)
+    for epoch, sizes in ((0, (2, 4)), (2, (1, 3)), (3, (3,))):
+        log.assign_epoch(epoch)
+        for n in sizes:
+            log.append(bf.encode_batch([b"e%d" % epoch] * n), leader_epoch=epoch, now_ms=0)
+    return log
+
+
+def test_leader_epochs_answer_where_each_epoch_ends(make_log: Factory) -> None:
+    log = leader_log_with_epochs(make_log)
+    assert log.latest_epoch == 3
+    assert log.end_offset_for_epoch(0) == (0, 6)
+    assert log.end_offset_for_epoch(1) == (0, 6)  # epoch 1 never wrote: 0 is the latest <= 1
+    assert log.end_offset_for_epoch(2) == (2, 10)
+    assert log.end_offset_for_epoch(3) == (3, 13)
+    assert log.end_offset_for_epoch(9) == (3, 13)
+    assert log.end_offset_for_epoch(-5) == (-1, -1)
+
+
+def test_follower_copies_batches_unchanged_and_refuses_gaps(make_log: Factory) -> None:
+    leader = leader_log_with_epochs(make_log)
+    follower = make_log(SMALL)
+    data = leader.read(0, 1 << 20).data
+    for decoded in bf.decode_batches(data):
+        piece = leader.read(decoded.header.base_offset, 1).data
+        follower.append_replicated(piece, now_ms=0)
+    assert follower.read(0, 1 << 20).data == data
+    assert follower.log_end_offset == 13 and follower.latest_epoch == 3
+    assert follower.end_offset_for_epoch(2) == (2, 10)
+    gap = leader.read(10, 1).data
+    with pytest.raises(HeadwaterError) as info:
+        follower.append_replicated(gap, now_ms=0)
+    assert info.value.code is ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+@pytest.mark.parametrize(
+    ("cut", "end", "epoch"), [(10, 10, 2), (8, 7, 2), (7, 7, 2), (6, 6, 0), (4, 2, 0), (13, 13, 3), (50, 13, 3)]
+)
+def test_truncate_to_cuts_whole_batches_and_epochs(
+    make_log: Factory, cut: int, end: int, epoch: int
+) -> None:
+    log = leader_log_with_epochs(make_log)
+    before = read_all(log, 0)
+    assert log.truncate_to(cut, now_ms=0) == end
+    assert log.log_end_offset == end and log.latest_epoch == epoch
+    assert read_all(log, 0) == before[:end]
+    # The log keeps working after the cut.
+    info = log.append(bf.encode_batch([b"after"]), leader_epoch=7, now_ms=0)
+    assert info.base_offset == end
+    assert log.end_offset_for_epoch(epoch) == (epoch, end)
+
+
+def test_truncate_to_the_start_or_reset_empties_the_log(make_log: Factory) -> None:
+    log = leader_log_with_epochs(make_log)
+    assert log.truncate_to(0, now_ms=0) == 0
+    assert (log.log_start_offset, log.log_end_offset, log.latest_epoch) == (0, 0, -1)
+    log = leader_log_with_epochs(make_log)
+    log.reset_to(100, now_ms=0)
+    assert (log.log_start_offset, log.log_end_offset, log.latest_epoch) == (100, 100, -1)
+    assert log.append(bf.encode_batch([b"x"]), leader_epoch=4, now_ms=0).base_offset == 100
+
+
+def test_an_epoch_begun_without_writes_is_dropped_by_a_follower_truncation(
+    make_log: Factory,
+) -> None:
+    log = leader_log_with_epochs(make_log)
+    log.assign_epoch(5)  # led briefly at epoch 5, wrote nothing
+    assert log.latest_epoch == 5
+    assert log.truncate_to(log.log_end_offset, now_ms=0) == 13
+    assert log.latest_epoch == 3
