@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
+import click
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rich.console import Console
@@ -123,14 +124,13 @@ def run_dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
         _wait_ready(cluster, lambda: stopping)
         bootstrap = ",".join(n.address for n in cluster)
         for node in cluster:
-            _out.print(
+            click.echo(
                 f"node {node.node_id}: {node.address} (raft {node.raft_address}, data "
-                f"{node.data_dir}, log {node.log_path})",
-                markup=False,
+                f"{node.data_dir}, log {node.log_path})"
             )
-        _out.print(f"bootstrap: {bootstrap}", markup=False)
-        _out.print(f"export HEADWATER_BOOTSTRAP={bootstrap}", markup=False)
-        _out.print("Ctrl-C stops the cluster.", markup=False)
+        click.echo(f"bootstrap: {bootstrap}")
+        click.echo(f"export HEADWATER_BOOTSTRAP={bootstrap}")
+        click.echo("Ctrl-C stops the cluster.")
         sys.stdout.flush()
         reported: set[int] = set()
         while not stopping:
@@ -138,7 +138,7 @@ def run_dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
                 code = node.process.poll() if node.process else None
                 if code is not None and node.node_id not in reported:
                     reported.add(node.node_id)
-                    _out.print(f"node {node.node_id} exited with status {code}", markup=False)
+                    click.echo(f"node {node.node_id} exited with status {code}")
             time.sleep(0.2)
     finally:
         _stop_all(cluster)

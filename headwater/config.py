@@ -229,6 +229,31 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         high=60_000,
     ),
     Setting(
+        "replica_lag_ms_max",
+        10_000,
+        "A follower that has not caught up with its leader for this long leaves the ISR "
+        "(it rejoins once it has caught up).",
+        unit="ms",
+        low=100,
+        high=600_000,
+    ),
+    Setting(
+        "replica_fetch_wait_ms_max",
+        500,
+        "Longest a leader holds a follower's fetch when there is nothing new.",
+        unit="ms",
+        low=10,
+        high=30_000,
+    ),
+    Setting(
+        "replica_fetch_bytes_max",
+        8 * MiB,
+        "Most bytes of records in one answer to a follower (at least one batch).",
+        unit="bytes",
+        low=1024,
+        high=256 * MiB,
+    ),
+    Setting(
         "broker_heartbeat_interval_ms",
         500,
         "How often a broker heartbeats to the active controller.",
@@ -284,6 +309,15 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         unit="bytes",
         low=1024,
         high=INT32_MAX,
+        topic=True,
+    ),
+    Setting(
+        "min_insync_replicas",
+        1,
+        "With acks=all, a produce needs at least this many in-sync replicas (else "
+        "NOT_ENOUGH_REPLICAS) and is answered once all of them have the batch.",
+        low=1,
+        high=16,
         topic=True,
     ),
     Setting(
@@ -390,6 +424,9 @@ class NodeConfig:
     controller_addresses: str = ""
     raft_secret: str = ""
     raft_election_timeout_ms: int = 300
+    replica_lag_ms_max: int = 10_000
+    replica_fetch_wait_ms_max: int = 500
+    replica_fetch_bytes_max: int = 8 * MiB
     broker_heartbeat_interval_ms: int = 500
     broker_session_timeout_ms: int = 3000
     leader_rebalance_interval_ms: int = 5000
@@ -397,6 +434,7 @@ class NodeConfig:
     retention_check_interval_ms: int = 60_000
     log_level: str = "info"
     segment_bytes: int = 1 << 30
+    min_insync_replicas: int = 1
     unclean_leader_election: str = "false"
     segment_ms: int = 7 * DAY_MS
     retention_ms: int = 7 * DAY_MS

@@ -21,18 +21,34 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
-from typing import Final, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final, Protocol, TypeVar
 
 from headwater.config import NodeConfig, parse_topic_configs
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.cluster_state import ClusterState
 from headwater.raft import controller as decisions
-from headwater.raft.image import MetadataImage
+from headwater.raft.image import MetadataImage, PartitionState
 from headwater.raft.quorum import MetadataQuorum, ProposalFailedError
 from headwater.raft.records import Record, encode_batch
 
 T = TypeVar("T")
+
+
+class AlterPartitionRequestView(Protocol):
+    """The fields of headwater.v1.AlterPartitionRequest the controller reads."""
+
+    broker_id: int
+    broker_epoch: int
+    topic_id: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+
+    @property
+    def new_isr(self) -> Sequence[int]: ...
+
+
 TICK_S: Final = 0.05
 REASSIGNMENT_CHECK_MS: Final = 500
 _log = logging.getLogger(__name__)
@@ -236,6 +252,22 @@ class ControllerDriver:
             )
         )
         return outcome
+
+    async def alter_partition(self, request: AlterPartitionRequestView) -> PartitionState:
+        state, _ = await self.run(
+            lambda image, epoch: decisions.alter_partition_isr(
+                image,
+                epoch,
+                request.broker_id,
+                request.broker_epoch,
+                request.topic_id,
+                request.partition,
+                request.leader_epoch,
+                request.partition_epoch,
+                tuple(request.new_isr),
+            )
+        )
+        return state
 
 
 def _resolve(future: asyncio.Future[T], value: T) -> None:

@@ -56,6 +56,15 @@ class ControllerService(pb_grpc.ControllerServicer):
             fenced=outcome.fenced, shutdown_ready=outcome.shutdown_ready
         )
 
+    @rpc_handler
+    async def AlterPartition(
+        self, request: pb.AlterPartitionRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AlterPartitionResponse:
+        state = await self._active().alter_partition(request)
+        return pb.AlterPartitionResponse(
+            isr=state.isr, leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch
+        )
+
     async def FetchMetadata(
         self, request: pb.FetchMetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.FetchMetadataResponse]:

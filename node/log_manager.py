@@ -41,7 +41,7 @@ from headwater.errors import HeadwaterError
 from headwater.log.api import FlushPolicy
 from headwater.log.file_log import FileLog, write_atomically
 from headwater.node.partition import Partition
-from headwater.raft.image import MetadataImage
+from headwater.raft.image import MetadataImage, PartitionState
 
 META_FILE: Final = "meta.json"
 LOCK_FILE: Final = ".lock"
@@ -49,6 +49,7 @@ RAFT_DIR: Final = "raft"
 PARTITION_META_FILE: Final = "partition.metadata"
 DELETE_SUFFIX: Final = "-delete"
 META_FORMAT: Final = 2
+HIGH_WATERMARK_CHECKPOINT_S: Final = 1.0
 
 _log = logging.getLogger(__name__)
 
@@ -133,8 +134,12 @@ class LogManager:
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
 
-    def reconcile(self, image: MetadataImage, may_delete: bool) -> None:
-        """Host exactly the partitions ``image`` assigns to this node (see the module doc)."""
+    def reconcile(
+        self, image: MetadataImage, may_delete: bool
+    ) -> list[tuple[Partition, PartitionState]]:
+        """Host exactly the partitions ``image`` assigns to this node (see the module doc);
+        return each hosted replica with its state, for the caller to apply on the loop
+        (``Partition.become``). A new leadership's epoch is recorded in the log here."""
         node_id = self.config.node_id
         with self._reconcile_lock:
             wanted = {
@@ -144,6 +149,7 @@ class LogManager:
             }
             current = dict(self._partitions)
             changed = False
+            roles: list[tuple[Partition, PartitionState]] = []
             for key, partition in list(current.items()):
                 entry = wanted.get(key)
                 if entry is None or entry[0].topic_id != partition.topic_id:
@@ -162,11 +168,14 @@ class LogManager:
                         continue
                     current[key] = hosted
                     changed = True
-                hosted.become(state, node_id)
+                if state.leader == node_id and state.leader_epoch > hosted.log.latest_epoch:
+                    hosted.log.assign_epoch(state.leader_epoch)
+                roles.append((hosted, state))
             if changed:
                 self._partitions = current
         if may_delete:
             self._remove_strays(set(self._partitions))
+        return roles
 
     def _open(
         self,
@@ -203,6 +212,10 @@ class LogManager:
             log_config.max_message_bytes,
             fsync_on_append=log_config.flush_policy is FlushPolicy.ACK,
             topic_id=topic_id,
+            min_insync_replicas=int(
+                configs.get("min_insync_replicas", self.config.min_insync_replicas)
+            ),
+            directory=folder,
         )
 
     def _remove(self, partition: Partition) -> None:
@@ -244,7 +257,12 @@ class LogManager:
     def _maintain(self) -> None:
         """Background: retention every retention_check_interval_ms, interval flushes."""
         next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
+        next_checkpoint = time.monotonic() + HIGH_WATERMARK_CHECKPOINT_S
         while not self._stop.wait(0.1):
+            if time.monotonic() >= next_checkpoint:
+                next_checkpoint = time.monotonic() + HIGH_WATERMARK_CHECKPOINT_S
+                for partition in self.hosted():
+                    partition.maybe_checkpoint_high_watermark()
             for partition in self.hosted():
                 log = partition.log
                 if isinstance(log, FileLog) and log.config.flush_policy is FlushPolicy.INTERVAL:

@@ -1,26 +1,44 @@
-"""One partition replica hosted by this node: its log, role, high watermark, and fetch
-waiters.
+"""One partition replica hosted by this node: its log, role, high watermark, followers'
+progress, and the requests waiting on it.
 
-The role comes from the metadata (``become``): the leader takes produce and fetch
-requests; a follower refuses them with NOT_LEADER_OR_FOLLOWER. The high watermark is the
-log end offset after each append (and, under flush_policy ``ack``, after the fsync).
-Fetches that reach the high watermark wait for the next append, the end of their wait, or
-the partition closing.
+Roles come from the metadata (``become``). As **leader** it takes produce requests,
+stamps its leader epoch on every batch, tracks each follower's log end offset (from
+their fetches, ``on_follower_fetch``), and advances the high watermark to the minimum log
+end offset over the ISR (``headwater.node.replication``). As **follower** it appends the
+leader's batches unchanged (``append_replicated``) and takes the leader's high watermark,
+capped by its own log end offset.
 
-Concurrency: the node's handlers run on one asyncio event loop. Appends run on it too,
-except under flush_policy ``ack``, whose fsync would stall every other call: those run in
-a worker thread (``asyncio.to_thread``). Waiters are loop futures, woken thread-safely
-(``call_soon_threadsafe``) by whichever thread appended; ``_lock`` guards their set.
+Consumers read only below the high watermark; a produce with acks=all is answered once
+the high watermark passes its batch. The high watermark never goes back while the
+process runs; it is checkpointed to ``high-watermark`` in the partition folder (every
+second when it moved, and on close) and restored, capped by the log end offset, at start.
+
+Concurrency: everything here runs on the node's asyncio event loop (``become`` too),
+except the log write of fsync-before-ack appends (flush_policy ``ack``), which runs in a
+worker thread (``asyncio.to_thread``) so that the fsync does not stall the loop, and
+``maybe_checkpoint_high_watermark`` (the maintenance thread). Waiters are loop futures,
+woken with ``call_soon_threadsafe``; ``_lock`` guards their sets. ``replica_listeners``
+are called on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
 
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.log.api import AppendInfo, PartitionLog, ReadResult, offset_out_of_range
+from headwater.log import batch as batch_format
+from headwater.log.api import AppendInfo, PartitionLog, ReadResult
+from headwater.log.file_log import write_atomically
+from headwater.node import replication
 from headwater.raft.image import PartitionState
+
+HIGH_WATERMARK_FILE: Final = "high-watermark"
+_log = logging.getLogger(__name__)
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -37,6 +55,8 @@ class Partition:
         max_message_bytes: int,
         fsync_on_append: bool = False,
         topic_id: str = "",
+        min_insync_replicas: int = 1,
+        directory: Path | None = None,
     ) -> None:
         self.topic = topic
         self.topic_id = topic_id
@@ -44,21 +64,62 @@ class Partition:
         self.log = log
         self.max_message_bytes = max_message_bytes
         self.fsync_on_append = fsync_on_append
-        self.leader_epoch = 0
+        self.min_insync_replicas = min_insync_replicas
+        self.directory = directory
+        self.leader_epoch = -1
         self.is_leader = False
         self.state: PartitionState | None = None
+        self.node_id = -1
+        self.followers: dict[int, replication.FollowerProgress] = {}
+        self.epoch_start_offset = 0
+        self._high_watermark = min(self._read_high_watermark(), log.log_end_offset)
+        self._checkpointed_high_watermark = self._high_watermark
         self._lock = threading.Lock()
-        self._waiters: set[asyncio.Future[None]] = set()
+        self._waiters: set[asyncio.Future[None]] = set()  # consumers: high watermark moved
+        self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []  # acks=all
+        # Replica fetch sessions, told of every append and role change.
+        self.replica_listeners: set[Callable[[], None]] = set()
         self._closed = False
 
-    def become(self, state: PartitionState, node_id: int) -> None:
+    # ------------------------------------------------------------------ role
+
+    def become(self, state: PartitionState, node_id: int, now_ms: int) -> None:
         """Take the role ``state`` gives ``node_id`` (leader or follower) and its epoch."""
+        if state == self.state and node_id == self.node_id:
+            return
         was_leader, old_epoch = self.is_leader, self.leader_epoch
         self.state = state
-        self.leader_epoch = state.leader_epoch
+        self.node_id = node_id
         self.is_leader = state.leader == node_id
-        if was_leader and (not self.is_leader or old_epoch != self.leader_epoch):
+        self.leader_epoch = state.leader_epoch
+        if self.is_leader and (not was_leader or old_epoch != state.leader_epoch):
+            # A new leadership: followers' offsets are unknown until they fetch again, and
+            # each has replica_lag_ms_max from now to do so before it leaves the ISR.
+            self.followers = {
+                r: replication.FollowerProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
+                for r in state.replicas
+                if r != node_id
+            }
+            self.epoch_start_offset = self.log.log_end_offset
+            _log.info(
+                "leading %s-%d at epoch %d from offset %d",
+                self.topic,
+                self.index,
+                state.leader_epoch,
+                self.epoch_start_offset,
+            )
+        if was_leader and (not self.is_leader or old_epoch != state.leader_epoch):
+            self._fail_hw_waiters(
+                HeadwaterError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"leadership of {self.topic}-{self.index} moved before the batch was "
+                    "replicated; it may or may not be committed",
+                )
+            )
             self._wake_all()  # waiting fetches re-check the role and end
+        if self.is_leader:
+            self._maybe_advance_high_watermark()
+        self._notify_replicas()
 
     def check_leader(self) -> None:
         """Raise NOT_LEADER_OR_FOLLOWER unless this replica leads the partition."""
@@ -71,20 +132,153 @@ class Partition:
             )
 
     @property
+    def isr(self) -> tuple[int, ...]:
+        return self.state.isr if self.state else ()
+
+    # ------------------------------------------------------------------ high watermark
+
+    @property
     def high_watermark(self) -> int:
-        return self.log.log_end_offset
+        return self._high_watermark
+
+    def _set_high_watermark(self, value: int) -> None:
+        if value <= self._high_watermark:
+            return
+        self._high_watermark = value
+        self._wake_all()
+        with self._lock:
+            ready = [w for w in self._hw_waiters if w[0] <= value]
+            self._hw_waiters = [w for w in self._hw_waiters if w[0] > value]
+        for _, waiter in ready:
+            waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+
+    def _maybe_advance_high_watermark(self) -> None:
+        if not self.is_leader or self.state is None:
+            return
+        self._set_high_watermark(
+            replication.high_watermark(
+                self._high_watermark,
+                self.node_id,
+                self.log.log_end_offset,
+                self.state.isr,
+                self.followers,
+            )
+        )
+
+    def follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """A follower learns the leader's high watermark (capped by its own log)."""
+        self._set_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
+
+    def _read_high_watermark(self) -> int:
+        if self.directory is None:
+            return 0
+        try:
+            return int((self.directory / HIGH_WATERMARK_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return 0
+
+    def maybe_checkpoint_high_watermark(self) -> None:
+        """Write the high watermark when it moved since the last write (any thread)."""
+        value = self._high_watermark
+        if self.directory is None or value == self._checkpointed_high_watermark:
+            return
+        try:
+            write_atomically(self.directory / HIGH_WATERMARK_FILE, str(value).encode())
+        except OSError as exc:
+            _log.warning("cannot checkpoint the high watermark of %s: %s", self.directory, exc)
+            return
+        self._checkpointed_high_watermark = value
+
+    # ------------------------------------------------------------------ leader
+
+    def check_min_insync(self) -> None:
+        isr = self.isr
+        if len(isr) < self.min_insync_replicas:
+            raise HeadwaterError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"acks=all needs at least min_insync_replicas={self.min_insync_replicas} "
+                f"in-sync replicas; partition {self.index} of {self.topic!r} has "
+                f"{len(isr)} {list(isr)}",
+            )
 
     def append_now(self, batch: bytes, now_ms: int) -> AppendInfo:
-        """Append on the calling thread and wake the waiting fetches."""
+        """Append (the leader's epoch is stamped on the batch). On the loop."""
         info = self.log.append(batch, self.leader_epoch, now_ms)
-        self._wake_all()
+        self._after_append()
         return info
 
     async def append(self, batch: bytes, now_ms: int) -> AppendInfo:
         """Append; an fsync-before-ack append runs in a worker thread, off the loop."""
         if self.fsync_on_append:
-            return await asyncio.to_thread(self.append_now, batch, now_ms)
+            info = await asyncio.to_thread(self.log.append, batch, self.leader_epoch, now_ms)
+            self._after_append()
+            return info
         return self.append_now(batch, now_ms)
+
+    def _after_append(self) -> None:
+        self._maybe_advance_high_watermark()
+        self._notify_replicas()
+
+    async def wait_for_replication(self, end_offset: int, timeout_s: float) -> None:
+        """Return once the high watermark reaches ``end_offset`` (acks=all). Raises
+        REQUEST_TIMED_OUT after ``timeout_s``, NOT_LEADER_OR_FOLLOWER if leadership moves,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR fell below min_insync_replicas."""
+        if self._high_watermark < end_offset:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            with self._lock:
+                self._hw_waiters.append((end_offset, waiter))
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await waiter
+            except TimeoutError:
+                raise HeadwaterError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"the in-sync replicas {list(self.isr)} did not all reach offset "
+                    f"{end_offset} within {timeout_s:g} s (high watermark "
+                    f"{self._high_watermark}); the batch may still be committed",
+                ) from None
+            finally:
+                with self._lock:
+                    self._hw_waiters = [w for w in self._hw_waiters if w[1] is not waiter]
+        if len(self.isr) < self.min_insync_replicas:
+            raise HeadwaterError(
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                f"the batch is committed but the ISR {list(self.isr)} shrank below "
+                f"min_insync_replicas={self.min_insync_replicas}",
+            )
+
+    def _fail_hw_waiters(self, error: HeadwaterError) -> None:
+        with self._lock:
+            waiters, self._hw_waiters = self._hw_waiters, []
+        for _, waiter in waiters:
+            waiter.get_loop().call_soon_threadsafe(_fail, waiter, error)
+
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower fetched from ``fetch_offset`` (so it has everything below it)."""
+        previous = self.followers.get(replica_id, replication.FollowerProgress())
+        self.followers[replica_id] = replication.on_fetch(
+            previous, fetch_offset, self.log.log_end_offset, now_ms
+        )
+        self._maybe_advance_high_watermark()
+
+    def _notify_replicas(self) -> None:
+        for listener in list(self.replica_listeners):
+            listener()
+
+    # ------------------------------------------------------------------ follower
+
+    def append_replicated(self, data: bytes, now_ms: int) -> int:
+        """Append the leader's batches (``data``: whole batches, concatenated) unchanged;
+        return the new log end offset."""
+        position = 0
+        view = memoryview(data)
+        while position < len(data):
+            header = batch_format.read_header(view, position)
+            self.log.append_replicated(bytes(view[position : position + header.total_size]), now_ms)
+            position += header.total_size
+        return self.log.log_end_offset
+
+    # ------------------------------------------------------------------ consumers
 
     def _wake_all(self) -> None:
         with self._lock:
@@ -93,20 +287,26 @@ class Partition:
             waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
     def check_fetch_offset(self, offset: int) -> None:
-        start, end = self.log.log_start_offset, self.high_watermark
-        if not start <= offset <= end:
-            raise offset_out_of_range(offset, start, end)
+        """Consumers may ask for [log start, log end]; they read below the high watermark
+        (an offset between the two waits, as after a leader change)."""
+        start, end = self.log.log_start_offset, self.log.log_end_offset
+        if not start <= offset <= max(end, self._high_watermark):
+            raise HeadwaterError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is outside the log; valid range is [{start}, "
+                f"{self._high_watermark}] (log start offset to high watermark)",
+            )
 
     async def wait_for_data(self, offset: int, wait_s: float) -> None:
         """Return once the high watermark passes ``offset``, ``wait_s`` pass, or the
-        partition closes (whichever comes first)."""
-        if wait_s <= 0 or self.high_watermark > offset or self._closed:
+        partition closes or changes role (whichever comes first)."""
+        if wait_s <= 0 or self._high_watermark > offset or self._closed:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with self._lock:
             self._waiters.add(waiter)
         try:
-            if self.high_watermark > offset or self._closed:  # appended while registering
+            if self._high_watermark > offset or self._closed:  # moved while registering
                 return
             async with asyncio.timeout(wait_s):  # no wrapper task, unlike asyncio.wait_for
                 await waiter
@@ -117,11 +317,24 @@ class Partition:
                 self._waiters.discard(waiter)
 
     def read(self, offset: int, max_bytes: int) -> ReadResult:
-        return self.log.read(offset, max_bytes, upper_bound=self.high_watermark)
+        """Consumer read: whole batches from ``offset``, none at or past the high watermark."""
+        return self.log.read(offset, max_bytes, upper_bound=self._high_watermark)
+
+    def read_for_replica(self, offset: int, max_bytes: int) -> ReadResult:
+        """Follower read: whole batches from ``offset`` up to the log end."""
+        return self.log.read(offset, max_bytes)
 
     def close(self) -> None:
         self._closed = True
         self._wake_all()
+        self._fail_hw_waiters(
+            HeadwaterError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"partition {self.index} of {self.topic!r} was closed on this node",
+            )
+        )
+        self._notify_replicas()
+        self.maybe_checkpoint_high_watermark()
 
     def check_open(self) -> None:
         if self._closed:
@@ -130,3 +343,8 @@ class Partition:
                 f"partition {self.index} of topic {self.topic!r} was deleted or the node "
                 "is stopping",
             )
+
+
+def _fail(waiter: asyncio.Future[None], error: HeadwaterError) -> None:
+    if not waiter.done():
+        waiter.set_exception(error)

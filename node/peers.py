@@ -58,6 +58,9 @@ class Peers:
     def admin(self, address: str) -> pb_grpc.AdminAsyncStub:
         return pb_grpc.AdminStub(self.channel(address))
 
+    def replica(self, address: str) -> pb_grpc.ReplicaAsyncStub:
+        return pb_grpc.ReplicaStub(self.channel(address))
+
     def controller(self, address: str) -> pb_grpc.ControllerAsyncStub:
         return pb_grpc.ControllerStub(self.channel(address))
 

@@ -24,8 +24,9 @@ from headwater.node.broker_lifecycle import BrokerLifecycle, MetadataFollower
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import ControllerDriver
 from headwater.node.controller_service import ControllerService
-from headwater.node.log_manager import LogManager
+from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.peers import Peers
+from headwater.node.replica_manager import ReplicaManager, ReplicaService
 from headwater.node.service import BrokerService
 from headwater.raft.image import MetadataImage
 from headwater.raft.quorum import MetadataQuorum, QuorumBindError, QuorumTimings
@@ -64,6 +65,7 @@ class Node:
         self.controller: ControllerDriver | None = None
         self.lifecycle: BrokerLifecycle | None = None
         self.follower: MetadataFollower | None = None
+        self.replicas: ReplicaManager | None = None
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
         self._reconciled_ready = False
@@ -91,9 +93,9 @@ class Node:
         if not config.is_controller:
             self.follower = MetadataFollower(config, self.state, self.peers)
             self.follower.start()
-        if config.is_broker:
-            self.lifecycle = BrokerLifecycle(config, self.state, self.peers)
+        if self.lifecycle is not None and self.replicas is not None:
             self.lifecycle.start()
+            self.replicas.start()
         self._ready_watch = loop.create_task(self._watch_ready())
         self._serving_watch = loop.create_task(self._serve_when_ready())
         _log.info(
@@ -163,8 +165,22 @@ class Node:
     def _add_services(self) -> None:
         assert self.logs is not None
         config, server = self.config, self.server
+        if config.is_broker:
+            lifecycle = self.lifecycle = BrokerLifecycle(config, self.state, self.peers)
+            self.replicas = ReplicaManager(
+                config,
+                self.logs,
+                self.state,
+                self.peers,
+                lambda: lifecycle.broker_epoch,
+                self.may_lead,
+            )
+        pb_grpc.add_ReplicaServicer_to_server(ReplicaService(config, self.logs), server)
         pb_grpc.add_BrokerServicer_to_server(
-            BrokerService(config, self.logs, self.state, self.peers, self._quorum_status), server
+            BrokerService(
+                config, self.logs, self.state, self.peers, self._quorum_status, self.may_lead
+            ),
+            server,
         )
         pb_grpc.add_AdminServicer_to_server(
             AdminService(config, self.logs, self.state, self.peers, self.controller), server
@@ -180,10 +196,24 @@ class Node:
                 pb.DESCRIPTOR.services_by_name["Broker"].full_name,
                 pb.DESCRIPTOR.services_by_name["Admin"].full_name,
                 pb.DESCRIPTOR.services_by_name["Controller"].full_name,
+                pb.DESCRIPTOR.services_by_name["Replica"].full_name,
                 health.SERVICE_NAME,
                 reflection.SERVICE_NAME,
             ),
             server,
+        )
+
+    def may_lead(self) -> bool:
+        """May this node act as a partition leader? Only once its metadata is current (not
+        a journal replay) and the image shows this process's registration unfenced: a
+        restarted node must not take writes for leaderships it lost while down."""
+        if self.lifecycle is None or not self._image_current():
+            return False
+        broker = self.state.image.brokers.get(self.config.node_id)
+        return (
+            broker is not None
+            and not broker.fenced
+            and broker.broker_epoch == self.lifecycle.broker_epoch
         )
 
     def _quorum_status(self) -> tuple[int, int]:
@@ -213,7 +243,12 @@ class Node:
             self._reconcile_again = False
             current = self._image_current()
             image = self.state.image
-            await asyncio.to_thread(self.logs.reconcile, image, current)
+            roles = await asyncio.to_thread(self.logs.reconcile, image, current)
+            now = now_ms()
+            for partition, state in roles:
+                partition.become(state, self.config.node_id, now)
+            if self.replicas is not None:
+                await self.replicas.reconcile(image, roles)
             self.state.mark_reconciled(image.offset)
             self._reconciled_ready = self._reconciled_ready or current
 
@@ -257,7 +292,7 @@ class Node:
         if controlled and self.lifecycle is not None:
             await self.lifecycle.controlled_shutdown()
         await self.health.enter_graceful_shutdown()
-        for part in (self.lifecycle, self.follower, self.controller):
+        for part in (self.replicas, self.lifecycle, self.follower, self.controller):
             if part is not None:
                 await part.stop()
         self._ready_watch.cancel()

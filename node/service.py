@@ -36,7 +36,7 @@ from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
 from headwater.node.peers import FORWARDED, Peers, is_forwarded, peer_error
 from headwater.node.topics import unknown_topic
-from headwater.raft.image import MetadataImage, PartitionState, TopicImage
+from headwater.raft.image import MetadataImage, TopicImage
 from headwater.raft.records import NO_LEADER
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -85,12 +85,14 @@ class BrokerService(pb_grpc.BrokerServicer):
         state: ClusterState,
         peers: Peers,
         quorum_status: Callable[[], tuple[int, int]],
+        may_lead: Callable[[], bool] = lambda: True,
     ) -> None:
         self.config = config
         self.logs = logs
         self.state = state
         self.peers = peers
         self.quorum_status = quorum_status
+        self.may_lead = may_lead
         self._round_robin = itertools.count()
         # TopicMetadata messages built from the image at offset _metadata_offset.
         self._metadata_offset = -1
@@ -124,6 +126,12 @@ class BrokerService(pb_grpc.BrokerServicer):
             )
         if state.leader != self.config.node_id:
             return None
+        if not self.may_lead():
+            raise HeadwaterError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"node {self.config.node_id} is starting or fenced and cannot lead "
+                f"{topic.name}-{index} yet; retry",
+            )
         local = self.logs.partition(topic.name, index)
         if local is None or local.leader_epoch < state.leader_epoch:
             await self.state.wait_reconciled(image.offset, TAKEOVER_WAIT_S)
@@ -222,8 +230,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     ) -> pb.PartitionProduceResult:
         local = await self._leader_replica(image, topic, index)
         if local is not None:
-            check_acks(topic.partitions[index], request.acks)
-            return await self._append(local, batch)
+            return await self._append(local, batch, request)
         address = self._leader_address(image, topic, index, forwarded)
         forward = pb.ProduceRequest(
             topic=topic.name,
@@ -240,7 +247,9 @@ class BrokerService(pb_grpc.BrokerServicer):
             raise peer_error(error, address) from None
         return response.results[0]
 
-    async def _append(self, partition: Partition, batch: bytes) -> pb.PartitionProduceResult:
+    async def _append(
+        self, partition: Partition, batch: bytes, request: pb.ProduceRequest
+    ) -> pb.PartitionProduceResult:
         max_message_bytes = partition.max_message_bytes
         if len(batch) > max_message_bytes:
             raise HeadwaterError(
@@ -250,7 +259,13 @@ class BrokerService(pb_grpc.BrokerServicer):
             )
         batch_format.validate_batch(batch)
         partition.check_open()
+        acks_all = request.acks in (pb.ACKS_ALL, pb.ACKS_UNSPECIFIED)
+        if acks_all:
+            partition.check_min_insync()
         info = await partition.append(batch, now_ms())
+        if acks_all:
+            timeout_ms = request.timeout_ms or self.config.request_timeout_ms
+            await partition.wait_for_replication(info.last_offset + 1, timeout_ms / 1000)
         return pb.PartitionProduceResult(
             partition=partition.index,
             base_offset=info.base_offset,
@@ -498,19 +513,6 @@ def check_partition(topic: TopicImage, index: int) -> None:
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             f"topic {topic.name!r} has no partition {index}; valid partitions are "
             f"[0, {len(topic.partitions)})",
-        )
-
-
-def check_acks(state: PartitionState, acks: int) -> None:
-    """acks=all needs every ISR member to have the batch. Until followers replicate the
-    log, only a single-member ISR can honour it, so a larger ISR is refused rather than
-    acknowledged falsely."""
-    if acks in (pb.ACKS_ALL, pb.ACKS_UNSPECIFIED) and len(state.isr) > 1:
-        raise HeadwaterError(
-            ErrorCode.NOT_ENOUGH_REPLICAS,
-            f"acks=all needs the {len(state.isr)} in-sync replicas {list(state.isr)} to "
-            "have the batch, and follower replication is not available in this version; "
-            "use acks=1 or a topic with replication_factor 1",
         )
 
 

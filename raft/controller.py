@@ -118,7 +118,8 @@ def register_broker(
     records: list[r.Record] = [
         r.RegisterBroker(epoch, node_id, incarnation_id, broker_epoch, address, rack)
     ]
-    records += _elect_all(after, epoch, lambda p: p.leader == node_id)
+    if existing is not None:
+        records += _remove_and_elect(after, epoch, {node_id})
     return ControllerResult(tuple(records), broker_epoch)
 
 
@@ -142,11 +143,7 @@ def heartbeat(
             records.append(r.BrokerShuttingDown(epoch, node_id, broker_epoch))
             after = _with_broker(image, dataclasses.replace(broker, shutting_down=True))
         # A partition with no other live ISR member keeps this leader until the node stops.
-        moves = [
-            m
-            for m in _elect_all(after, epoch, lambda p: p.leader == node_id)
-            if isinstance(m, r.PartitionChanged) and m.leader != r.NO_LEADER
-        ]
+        moves = _remove_and_elect(after, epoch, {node_id}, keep_sole_leader=True)
         records += moves
         still_leading = _leads_any_movable(after, node_id, moves)
         return ControllerResult(tuple(records), HeartbeatOutcome(True, not still_leading))
@@ -183,7 +180,7 @@ def fence_expired(
         records.append(r.FenceBroker(epoch, broker.node_id, broker.broker_epoch))
         after = _with_broker(after, dataclasses.replace(broker, fenced=True))
     gone = {b.node_id for b in expired}
-    records += _elect_all(after, epoch, lambda p: p.leader in gone)
+    records += _remove_and_elect(after, epoch, gone)
     return ControllerResult(tuple(records), sorted(gone))
 
 
@@ -499,6 +496,78 @@ def _elect_all(
         if leader != p.leader or isr != p.isr:
             records.append(_change(topic, p, epoch, leader=leader, isr=isr))
     return records
+
+
+def _remove_and_elect(
+    image: MetadataImage, epoch: int, gone: set[int], keep_sole_leader: bool = False
+) -> list[r.Record]:
+    """Take the brokers ``gone`` out of every ISR (never emptying one: its last member
+    stays, so that the partition can come back with it) and elect new leaders where a
+    gone broker led. With ``keep_sole_leader`` a leader with no live successor keeps
+    leading (controlled shutdown: until the node stops)."""
+    records: list[r.Record] = []
+    for topic, p in image.partitions():
+        if not (gone & set(p.isr)) and p.leader not in gone:
+            continue
+        isr = tuple(b for b in p.isr if b not in gone) or p.isr
+        leader, new_isr = elect(image, topic, dataclasses.replace(p, isr=isr))
+        if leader == r.NO_LEADER and keep_sole_leader and p.leader in gone:
+            leader, new_isr = p.leader, p.isr
+        if (leader, new_isr) != (p.leader, p.isr):
+            records.append(_change(topic, p, epoch, leader=leader, isr=new_isr))
+    return records
+
+
+def alter_partition_isr(
+    image: MetadataImage,
+    epoch: int,
+    broker_id: int,
+    broker_epoch: int,
+    topic_id: str,
+    partition: int,
+    leader_epoch: int,
+    partition_epoch: int,
+    new_isr: Sequence[int],
+) -> ControllerResult[PartitionState]:
+    """A leader's ISR change (Kafka's AlterPartition). Refused unless the requester is the
+    current leader, with the current broker, leader and partition epochs, and the new ISR
+    holds the leader, lies within the replicas, and adds only live brokers. The response
+    is the partition's state after the change."""
+    _current_broker(image, broker_id, broker_epoch)
+    topic = image.topic_by_id(topic_id)
+    if topic is None or not 0 <= partition < len(topic.partitions):
+        raise HeadwaterError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition} of topic id {topic_id}"
+        )
+    p = topic.partitions[partition]
+    if (
+        p.leader != broker_id
+        or p.leader_epoch != leader_epoch
+        or p.partition_epoch != partition_epoch
+    ):
+        raise HeadwaterError(
+            ErrorCode.FENCED_LEADER_EPOCH,
+            f"partition {partition} of {topic.name!r} is at leader {p.leader}, leader epoch "
+            f"{p.leader_epoch}, partition epoch {p.partition_epoch}; the request assumed "
+            f"{broker_id}, {leader_epoch}, {partition_epoch}",
+        )
+    isr = tuple(dict.fromkeys(new_isr))
+    if broker_id not in isr or not set(isr) <= set(p.replicas):
+        raise HeadwaterError(
+            ErrorCode.INVALID_REQUEST,
+            f"ISR {list(isr)} must hold the leader {broker_id} and lie within the replicas "
+            f"{list(p.replicas)}",
+        )
+    joining = [b for b in isr if b not in p.isr and not _live(image, b)]
+    if joining:
+        raise HeadwaterError(
+            ErrorCode.INVALID_REQUEST, f"broker(s) {joining} cannot join the ISR: not live"
+        )
+    if isr == p.isr:
+        return ControllerResult((), p)
+    change = _change(topic, p, epoch, isr=isr)
+    after = dataclasses.replace(p, isr=isr, partition_epoch=change.partition_epoch)
+    return ControllerResult((change,), after)
 
 
 def _leads_any_movable(image: MetadataImage, node_id: int, moves: Sequence[r.Record]) -> bool:

@@ -62,6 +62,26 @@ def fence(image: MetadataImage, *nodes: int, now_ms: int = 10_000) -> MetadataIm
     return commit(image, result)
 
 
+def rejoin(image: MetadataImage, topic: str, node: int) -> MetadataImage:
+    """Each leader asks for ``node`` back in its ISR (it caught up), as AlterPartition."""
+    for p in image.topics[topic].partitions:
+        if node in p.replicas and node not in p.isr and p.leader >= 0:
+            leader = image.brokers[p.leader]
+            result = c.alter_partition_isr(
+                image,
+                EPOCH,
+                p.leader,
+                leader.broker_epoch,
+                image.topics[topic].topic_id,
+                p.partition,
+                p.leader_epoch,
+                p.partition_epoch,
+                (*p.isr, node),
+            )
+            image = commit(image, result)
+    return image
+
+
 def check_invariants(image: MetadataImage) -> None:
     for topic, p in image.partitions():
         assert len(set(p.replicas)) == len(p.replicas) > 0
@@ -281,12 +301,14 @@ def test_fencing_the_leader_moves_leadership_to_an_isr_member_with_a_new_epoch()
     image = fence(image, 2)
     assert image.brokers[2].fenced
     for old, new in zip(before, image.topics["t"].partitions, strict=True):
+        # The fenced broker leaves every ISR (it rejoins once it catches up again).
+        assert new.isr == tuple(b for b in old.isr if b != 2)
+        assert new.partition_epoch == old.partition_epoch + 1
         if old.leader == 2:
             assert new.leader in old.isr and new.leader != 2
             assert new.leader_epoch == old.leader_epoch + 1
-            assert new.partition_epoch == old.partition_epoch + 1
         else:
-            assert new == old
+            assert (new.leader, new.leader_epoch) == (old.leader, old.leader_epoch)
     check_invariants(image)
 
 
@@ -330,6 +352,9 @@ def test_preferred_leader_election_moves_leadership_back() -> None:
     assert moved and all(p.leader != 1 for p in moved)
     broker = image.brokers[1]
     image = commit(image, c.heartbeat(image, EPOCH, 1, broker.broker_epoch))
+    # Not in the ISR yet: nothing moves until the leaders add it back (it caught up).
+    assert c.elect_preferred_leaders(image, EPOCH).records == ()
+    image = rejoin(image, "t", 1)
     result = c.elect_preferred_leaders(image, EPOCH)
     assert result.response == len(moved)
     image = commit(image, result)
@@ -359,7 +384,7 @@ def test_controlled_shutdown_moves_leadership_and_reports_ready() -> None:
     assert result.response.shutdown_ready
     image = commit(image, result)
     assert image.brokers[2].shutting_down
-    assert all(p.leader != 2 for p in image.topics["t"].partitions)
+    assert all(p.leader != 2 and 2 not in p.isr for p in image.topics["t"].partitions)
     # A partition with no other replica keeps its leader until the node stops.
     solo = [p for p in image.topics["solo"].partitions if p.replicas == (2,)]
     assert all(p.leader == 2 for p in solo)
@@ -472,3 +497,48 @@ def test_random_histories_keep_the_invariants(seed: int) -> None:
                 ),
             )
         check_invariants(image)
+
+
+# --------------------------------------------------------------------------- AlterPartition
+
+
+def test_alter_partition_checks_epochs_membership_and_liveness() -> None:
+    image = create(cluster(3), "t", 1, 3)
+    topic = image.topics["t"]
+    (p,) = topic.partitions
+    follower = next(b for b in p.replicas if b != p.leader)
+    leader = image.brokers[p.leader]
+    args = (EPOCH, p.leader, leader.broker_epoch, topic.topic_id, 0)
+    shrunk = tuple(b for b in p.isr if b != follower)
+    result = c.alter_partition_isr(image, *args, p.leader_epoch, p.partition_epoch, shrunk)
+    assert result.response.isr == shrunk
+    image = commit(image, result)
+    # The same request again is stale: its partition epoch is old.
+    with pytest.raises(HeadwaterError) as info:
+        c.alter_partition_isr(image, *args, p.leader_epoch, p.partition_epoch, shrunk)
+    assert info.value.code is ErrorCode.FENCED_LEADER_EPOCH
+    (now,) = image.topics["t"].partitions
+    for isr, fragment in [((follower,), "hold the leader"), ((p.leader, 9), "within the replicas")]:
+        with pytest.raises(HeadwaterError) as info:
+            c.alter_partition_isr(image, *args, now.leader_epoch, now.partition_epoch, isr)
+        assert fragment in info.value.message
+    image = fence(image, follower)
+    (now,) = image.topics["t"].partitions
+    with pytest.raises(HeadwaterError) as info:
+        c.alter_partition_isr(
+            image, *args, now.leader_epoch, now.partition_epoch, (*now.isr, follower)
+        )
+    assert "not live" in info.value.message
+    with pytest.raises(HeadwaterError) as info:
+        c.alter_partition_isr(
+            image,
+            EPOCH,
+            follower,
+            image.brokers[follower].broker_epoch,
+            topic.topic_id,
+            0,
+            now.leader_epoch,
+            now.partition_epoch,
+            now.isr,
+        )
+    assert info.value.code is ErrorCode.FENCED_LEADER_EPOCH

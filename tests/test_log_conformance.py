@@ -212,7 +212,8 @@ def test_follower_copies_batches_unchanged_and_refuses_gaps(make_log: Factory) -
 
 
 @pytest.mark.parametrize(
-    ("cut", "end", "epoch"), [(10, 10, 2), (8, 7, 2), (7, 7, 2), (6, 6, 0), (4, 2, 0), (13, 13, 3), (50, 13, 3)]
+    ("cut", "end", "epoch"),
+    [(10, 10, 2), (8, 7, 2), (7, 7, 2), (6, 6, 0), (4, 2, 0), (13, 13, 3), (50, 13, 3)],
 )
 def test_truncate_to_cuts_whole_batches_and_epochs(
     make_log: Factory, cut: int, end: int, epoch: int

@@ -457,7 +457,7 @@ class FetchRequest(_message.Message):
     """Answer as soon as this many bytes are available (0 or 1: as soon as any data is)."""
     format: Global___RecordFormat.ValueType
     replica_id: _builtins.int
-    """-1 for consumers. Reserved for replica fetchers (their node id)."""
+    """Ignored: followers copy logs through the Replica service, not Fetch."""
     def __init__(
         self,
         *,
@@ -1197,6 +1197,7 @@ class PartitionDescription(_message.Message):
     PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
     ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
     REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
+    FOLLOWERS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     leader: _builtins.int
     leader_epoch: _builtins.int
@@ -1218,6 +1219,10 @@ class PartitionDescription(_message.Message):
     def adding_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def removing_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def followers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaProgress]:
+        """The leader's view of each follower (empty for partitions led elsewhere)."""
+
     def __init__(
         self,
         *,
@@ -1234,14 +1239,48 @@ class PartitionDescription(_message.Message):
         partition_epoch: _builtins.int = ...,
         adding_replicas: _abc.Iterable[_builtins.int] | None = ...,
         removing_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        followers: _abc.Iterable[Global___ReplicaProgress] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "high_watermark", b"high_watermark", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "segment_count", b"segment_count", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "followers", b"followers", "high_watermark", b"high_watermark", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "segment_count", b"segment_count", "size_bytes", b"size_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartitionDescription: _TypeAlias = PartitionDescription  # noqa: Y015
+
+@_typing.final
+class ReplicaProgress(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    LAG_RECORDS_FIELD_NUMBER: _builtins.int
+    CAUGHT_UP_MS_AGO_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    log_end_offset: _builtins.int
+    """The follower's log end offset as of its last fetch (-1: not fetched since this
+    leader took over).
+    """
+    lag_records: _builtins.int
+    """Records the follower lacks: the leader's log end offset minus the follower's."""
+    caught_up_ms_ago: _builtins.int
+    """Time since the follower last had everything the leader had, in ms."""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.int = ...,
+        log_end_offset: _builtins.int = ...,
+        lag_records: _builtins.int = ...,
+        caught_up_ms_ago: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caught_up_ms_ago", b"caught_up_ms_ago", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaProgress: _TypeAlias = ReplicaProgress  # noqa: Y015
 
 @_typing.final
 class TopicDescription(_message.Message):
@@ -1318,6 +1357,223 @@ class DescribeTopicsResponse(_message.Message):
 Global___DescribeTopicsResponse: _TypeAlias = DescribeTopicsResponse  # noqa: Y015
 
 @_typing.final
+class ReplicaPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaPartition: _TypeAlias = ReplicaPartition  # noqa: Y015
+
+@_typing.final
+class ReplicaFetchPosition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    FETCH_OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    leader_epoch: _builtins.int
+    """The leader epoch the follower knows; the leader answers FENCED_LEADER_EPOCH (older)
+    or UNKNOWN_LEADER_EPOCH (newer) unless it is its own.
+    """
+    fetch_offset: _builtins.int
+    """The follower's log end offset: everything below it is in the follower's log."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        fetch_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_offset", b"fetch_offset", "leader_epoch", b"leader_epoch", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaFetchPosition: _TypeAlias = ReplicaFetchPosition  # noqa: Y015
+
+@_typing.final
+class ReplicaFetchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    POSITIONS_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
+    MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    replica_id: _builtins.int
+    """The follower's node id."""
+    max_wait_ms: _builtins.int
+    """Longest wait for new records, in ms; at most replica_fetch_wait_ms_max."""
+    max_bytes: _builtins.int
+    """Bytes of records per response, at most (at least one batch is sent)."""
+    @_builtins.property
+    def positions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaFetchPosition]:
+        """Partitions added to the session or whose offset changed."""
+
+    @_builtins.property
+    def removed(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaPartition]: ...
+    def __init__(
+        self,
+        *,
+        replica_id: _builtins.int = ...,
+        positions: _abc.Iterable[Global___ReplicaFetchPosition] | None = ...,
+        removed: _abc.Iterable[Global___ReplicaPartition] | None = ...,
+        max_wait_ms: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "positions", b"positions", "removed", b"removed", "replica_id", b"replica_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaFetchRequest: _TypeAlias = ReplicaFetchRequest  # noqa: Y015
+
+@_typing.final
+class ReplicaFetchData(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    """NONE, or why the partition left the session (e.g. NOT_LEADER_OR_FOLLOWER)."""
+    error_message: _builtins.str
+    records: _builtins.bytes
+    """Whole batches from fetch_offset, as stored by the leader (possibly empty)."""
+    high_watermark: _builtins.int
+    log_start_offset: _builtins.int
+    log_end_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        error_code: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        records: _builtins.bytes = ...,
+        high_watermark: _builtins.int = ...,
+        log_start_offset: _builtins.int = ...,
+        log_end_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "high_watermark", b"high_watermark", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaFetchData: _TypeAlias = ReplicaFetchData  # noqa: Y015
+
+@_typing.final
+class ReplicaFetchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaFetchData]:
+        """Partitions with records, a new high watermark, or an error."""
+
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[Global___ReplicaFetchData] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaFetchResponse: _TypeAlias = ReplicaFetchResponse  # noqa: Y015
+
+@_typing.final
+class OffsetForLeaderEpochRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    replica_id: _builtins.int
+    current_leader_epoch: _builtins.int
+    """The leader epoch the follower knows the leader by (checked as in ReplicaFetch)."""
+    leader_epoch: _builtins.int
+    """The epoch asked about: the follower's latest."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        replica_id: _builtins.int = ...,
+        current_leader_epoch: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "leader_epoch", b"leader_epoch", "partition", b"partition", "replica_id", b"replica_id", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetForLeaderEpochRequest: _TypeAlias = OffsetForLeaderEpochRequest  # noqa: Y015
+
+@_typing.final
+class OffsetForLeaderEpochResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    leader_epoch: _builtins.int
+    """The largest epoch <= the one asked about in the leader's log, and the offset where
+    it ends there (-1, -1: the leader knows no epoch that old).
+    """
+    end_offset: _builtins.int
+    log_start_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        leader_epoch: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+        log_start_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "leader_epoch", b"leader_epoch", "log_start_offset", b"log_start_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetForLeaderEpochResponse: _TypeAlias = OffsetForLeaderEpochResponse  # noqa: Y015
+
+@_typing.final
 class RegisterBrokerRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1391,6 +1647,74 @@ class BrokerHeartbeatRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BrokerHeartbeatRequest: _TypeAlias = BrokerHeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class AlterPartitionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
+    NEW_ISR_FIELD_NUMBER: _builtins.int
+    broker_id: _builtins.int
+    """The partition's leader, and its registration's broker epoch."""
+    broker_epoch: _builtins.int
+    topic_id: _builtins.str
+    partition: _builtins.int
+    leader_epoch: _builtins.int
+    """The leader's view of the partition; a stale view is refused (FENCED_LEADER_EPOCH)."""
+    partition_epoch: _builtins.int
+    @_builtins.property
+    def new_isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The ISR the leader asks for: within the replicas, with the leader in it."""
+
+    def __init__(
+        self,
+        *,
+        broker_id: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
+        topic_id: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        partition_epoch: _builtins.int = ...,
+        new_isr: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "leader_epoch", b"leader_epoch", "new_isr", b"new_isr", "partition", b"partition", "partition_epoch", b"partition_epoch", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterPartitionRequest: _TypeAlias = AlterPartitionRequest  # noqa: Y015
+
+@_typing.final
+class AlterPartitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ISR_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
+    leader_epoch: _builtins.int
+    partition_epoch: _builtins.int
+    @_builtins.property
+    def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        isr: _abc.Iterable[_builtins.int] | None = ...,
+        leader_epoch: _builtins.int = ...,
+        partition_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isr", b"isr", "leader_epoch", b"leader_epoch", "partition_epoch", b"partition_epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterPartitionResponse: _TypeAlias = AlterPartitionResponse  # noqa: Y015
 
 @_typing.final
 class BrokerHeartbeatResponse(_message.Message):

@@ -661,6 +661,11 @@ class ControllerStub:
                 request_serializer=headwater_dot_v1_dot_headwater__pb2.FetchMetadataRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_headwater__pb2.FetchMetadataResponse.FromString,
                 _registered_method=True)
+        self.AlterPartition = channel.unary_unary(
+                '/headwater.v1.Controller/AlterPartition',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.AlterPartitionRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.AlterPartitionResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -694,6 +699,14 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterPartition(self, request, context):
+        """A partition leader shrinks or expands its ISR (followers that fell behind or caught
+        up). The controller checks the leader and partition epochs and commits the change.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -711,6 +724,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.FetchMetadata,
                     request_deserializer=headwater_dot_v1_dot_headwater__pb2.FetchMetadataRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_headwater__pb2.FetchMetadataResponse.SerializeToString,
+            ),
+            'AlterPartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartition,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.AlterPartitionRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.AlterPartitionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -800,6 +818,167 @@ class Controller:
             '/headwater.v1.Controller/FetchMetadata',
             headwater_dot_v1_dot_headwater__pb2.FetchMetadataRequest.SerializeToString,
             headwater_dot_v1_dot_headwater__pb2.FetchMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/AlterPartition',
+            headwater_dot_v1_dot_headwater__pb2.AlterPartitionRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.AlterPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ReplicaStub:
+    """--------------------------------------------------------------------------- Replica
+
+    Internal: followers copy their leaders' logs.
+
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Fetch = channel.stream_stream(
+                '/headwater.v1.Replica/Fetch',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.ReplicaFetchRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.ReplicaFetchResponse.FromString,
+                _registered_method=True)
+        self.OffsetForLeaderEpoch = channel.unary_unary(
+                '/headwater.v1.Replica/OffsetForLeaderEpoch',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.OffsetForLeaderEpochRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.OffsetForLeaderEpochResponse.FromString,
+                _registered_method=True)
+
+
+class ReplicaServicer:
+    """--------------------------------------------------------------------------- Replica
+
+    Internal: followers copy their leaders' logs.
+
+    """
+
+    def Fetch(self, request_iterator, context):
+        """One fetch session per follower and leader: each request adds or updates partitions
+        (with the follower's log end offset, after it appended the previous response) or
+        removes them; the leader answers each request once, as soon as any partition of the
+        session has records past the follower's offset (or max_wait_ms passes), with the
+        stored batches, byte for byte, and the partitions' high watermarks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetForLeaderEpoch(self, request, context):
+        """Where a leader epoch ends in the leader's log (Kafka's OffsetsForLeaderEpoch): a
+        follower truncates its log there before fetching, so the logs never diverge.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ReplicaServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Fetch': grpc.stream_stream_rpc_method_handler(
+                    servicer.Fetch,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.ReplicaFetchRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.ReplicaFetchResponse.SerializeToString,
+            ),
+            'OffsetForLeaderEpoch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetForLeaderEpoch,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.OffsetForLeaderEpochRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.OffsetForLeaderEpochResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'headwater.v1.Replica', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('headwater.v1.Replica', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Replica:
+    """--------------------------------------------------------------------------- Replica
+
+    Internal: followers copy their leaders' logs.
+
+    """
+
+    @staticmethod
+    def Fetch(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/headwater.v1.Replica/Fetch',
+            headwater_dot_v1_dot_headwater__pb2.ReplicaFetchRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.ReplicaFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetForLeaderEpoch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Replica/OffsetForLeaderEpoch',
+            headwater_dot_v1_dot_headwater__pb2.OffsetForLeaderEpochRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.OffsetForLeaderEpochResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -285,6 +285,10 @@ class ControllerStub:
     """Any controller node: the metadata image whenever it changes after `offset`, as
     records that rebuild it (how broker-only nodes follow the metadata).
     """
+    AlterPartition: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.AlterPartitionRequest, _headwater_pb2.AlterPartitionResponse]
+    """A partition leader shrinks or expands its ISR (followers that fell behind or caught
+    up). The controller checks the leader and partition epochs and commits the change.
+    """
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -303,6 +307,10 @@ class ControllerAsyncStub(ControllerStub):
     FetchMetadata: _aio.UnaryStreamMultiCallable[_headwater_pb2.FetchMetadataRequest, _headwater_pb2.FetchMetadataResponse]  # type: ignore[assignment]
     """Any controller node: the metadata image whenever it changes after `offset`, as
     records that rebuild it (how broker-only nodes follow the metadata).
+    """
+    AlterPartition: _aio.UnaryUnaryMultiCallable[_headwater_pb2.AlterPartitionRequest, _headwater_pb2.AlterPartitionResponse]  # type: ignore[assignment]
+    """A partition leader shrinks or expands its ISR (followers that fell behind or caught
+    up). The controller checks the leader and partition epochs and commits the change.
     """
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
@@ -339,4 +347,87 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         records that rebuild it (how broker-only nodes follow the metadata).
         """
 
+    @_abc_1.abstractmethod
+    def AlterPartition(
+        self,
+        request: _headwater_pb2.AlterPartitionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.AlterPartitionResponse, _abc.Awaitable[_headwater_pb2.AlterPartitionResponse]]:
+        """A partition leader shrinks or expands its ISR (followers that fell behind or caught
+        up). The controller checks the leader and partition epochs and commits the change.
+        """
+
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ReplicaStub:
+    """--------------------------------------------------------------------------- Replica
+
+    Internal: followers copy their leaders' logs.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ReplicaAsyncStub: ...
+    Fetch: _grpc.StreamStreamMultiCallable[_headwater_pb2.ReplicaFetchRequest, _headwater_pb2.ReplicaFetchResponse]
+    """One fetch session per follower and leader: each request adds or updates partitions
+    (with the follower's log end offset, after it appended the previous response) or
+    removes them; the leader answers each request once, as soon as any partition of the
+    session has records past the follower's offset (or max_wait_ms passes), with the
+    stored batches, byte for byte, and the partitions' high watermarks.
+    """
+    OffsetForLeaderEpoch: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.OffsetForLeaderEpochRequest, _headwater_pb2.OffsetForLeaderEpochResponse]
+    """Where a leader epoch ends in the leader's log (Kafka's OffsetsForLeaderEpoch): a
+    follower truncates its log there before fetching, so the logs never diverge.
+    """
+
+@_typing.type_check_only
+class ReplicaAsyncStub(ReplicaStub):
+    """--------------------------------------------------------------------------- Replica
+
+    Internal: followers copy their leaders' logs.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Fetch: _aio.StreamStreamMultiCallable[_headwater_pb2.ReplicaFetchRequest, _headwater_pb2.ReplicaFetchResponse]  # type: ignore[assignment]
+    """One fetch session per follower and leader: each request adds or updates partitions
+    (with the follower's log end offset, after it appended the previous response) or
+    removes them; the leader answers each request once, as soon as any partition of the
+    session has records past the follower's offset (or max_wait_ms passes), with the
+    stored batches, byte for byte, and the partitions' high watermarks.
+    """
+    OffsetForLeaderEpoch: _aio.UnaryUnaryMultiCallable[_headwater_pb2.OffsetForLeaderEpochRequest, _headwater_pb2.OffsetForLeaderEpochResponse]  # type: ignore[assignment]
+    """Where a leader epoch ends in the leader's log (Kafka's OffsetsForLeaderEpoch): a
+    follower truncates its log there before fetching, so the logs never diverge.
+    """
+
+class ReplicaServicer(metaclass=_abc_1.ABCMeta):
+    """--------------------------------------------------------------------------- Replica
+
+    Internal: followers copy their leaders' logs.
+    """
+
+    @_abc_1.abstractmethod
+    def Fetch(
+        self,
+        request_iterator: _MaybeAsyncIterator[_headwater_pb2.ReplicaFetchRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_headwater_pb2.ReplicaFetchResponse], _abc.AsyncIterator[_headwater_pb2.ReplicaFetchResponse]]:
+        """One fetch session per follower and leader: each request adds or updates partitions
+        (with the follower's log end offset, after it appended the previous response) or
+        removes them; the leader answers each request once, as soon as any partition of the
+        session has records past the follower's offset (or max_wait_ms passes), with the
+        stored batches, byte for byte, and the partitions' high watermarks.
+        """
+
+    @_abc_1.abstractmethod
+    def OffsetForLeaderEpoch(
+        self,
+        request: _headwater_pb2.OffsetForLeaderEpochRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.OffsetForLeaderEpochResponse, _abc.Awaitable[_headwater_pb2.OffsetForLeaderEpochResponse]]:
+        """Where a leader epoch ends in the leader's log (Kafka's OffsetsForLeaderEpoch): a
+        follower truncates its log there before fetching, so the logs never diverge.
+        """
+
+def add_ReplicaServicer_to_server(servicer: ReplicaServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,633 @@
+"""Replication of partition logs between nodes: the leader's side of fetch sessions, the
+followers' fetchers, and ISR maintenance.
+
+**Leader side** (``ReplicaService``, the internal ``headwater.v1.Replica`` service). Each
+follower keeps one bidirectional ``Fetch`` stream (a *session*) per leader. A request
+adds or updates partitions with the follower's log end offset, which the leader records
+(``Partition.on_follower_fetch``: follower progress, then the high watermark). The leader
+answers each request once: as soon as a session partition has records past the
+follower's offset, or after ``max_wait_ms``, with the stored batches, byte for byte, and
+each partition's high watermark. The follower appends, then sends its new offsets: the
+leader learns that a follower *has* a batch only from the next request, never from having
+sent it. ``OffsetForLeaderEpoch`` tells a follower where its latest epoch ends in the
+leader's log.
+
+**Follower side** (``LeaderFetcher``, one per leader node). When a replica becomes a
+follower, or its leader epoch changes, it asks the leader where its own latest epoch ends
+and truncates its log there (a leader's unreplicated tail never survives a leader change),
+moves to the leader's log start if it is behind it, and then joins the session.
+
+**ISR maintenance** (``ReplicaManager.tick``, every ``ISR_CHECK_S``). A leader asks the
+active controller (``Controller.AlterPartition``) to drop followers that have lagged for
+``replica_lag_ms_max`` and to add back followers that have caught up
+(``headwater.node.replication``). The change takes effect when the leader sees it in the
+metadata. One request per partition is in flight at a time.
+
+Everything here runs on the node's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import grpc
+
+from headwater.config import NodeConfig
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.grpc_errors import from_rpc_error
+from headwater.node import replication
+from headwater.node.cluster_state import ClusterState
+from headwater.node.log_manager import LogManager, now_ms
+from headwater.node.partition import Partition
+from headwater.node.peers import Peers, peer_error
+from headwater.node.service import rpc_handler
+from headwater.raft.image import MetadataImage, PartitionState
+from headwater.v1 import headwater_pb2 as pb
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+
+ISR_CHECK_S: Final = 0.25
+RETRY_S: Final = 0.2
+ALTER_RETRY_S: Final = 2.0
+STREAM_END: Final[object] = grpc.aio.EOF  # type: ignore[attr-defined]
+_log = logging.getLogger(__name__)
+Key = tuple[str, int]
+
+
+# --------------------------------------------------------------------------- leader side
+
+
+def _leader_partition(
+    logs: LogManager, topic: str, index: int, leader_epoch: int, replica_id: int
+) -> Partition:
+    """The local leader replica that ``replica_id`` may fetch at ``leader_epoch``."""
+    partition = logs.partition(topic, index)
+    if partition is None or not partition.is_leader or partition.state is None:
+        raise HeadwaterError(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER, f"this node does not lead {topic}-{index}"
+        )
+    if leader_epoch < partition.leader_epoch:
+        raise HeadwaterError(
+            ErrorCode.FENCED_LEADER_EPOCH,
+            f"{topic}-{index}: leader epoch {leader_epoch} is older than {partition.leader_epoch}",
+        )
+    if leader_epoch > partition.leader_epoch:
+        raise HeadwaterError(
+            ErrorCode.UNKNOWN_LEADER_EPOCH,
+            f"{topic}-{index}: leader epoch {leader_epoch} is newer than {partition.leader_epoch}",
+        )
+    if replica_id not in partition.state.replicas:
+        raise HeadwaterError(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            f"node {replica_id} is not a replica of {topic}-{index}",
+        )
+    return partition
+
+
+@dataclass(slots=True)
+class _SessionPartition:
+    partition: Partition
+    leader_epoch: int
+    fetch_offset: int
+    sent_high_watermark: int = -1
+
+
+class ReplicaService(pb_grpc.ReplicaServicer):
+    def __init__(self, config: NodeConfig, logs: LogManager) -> None:
+        self.config = config
+        self.logs = logs
+
+    @rpc_handler
+    async def OffsetForLeaderEpoch(
+        self, request: pb.OffsetForLeaderEpochRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.OffsetForLeaderEpochResponse:
+        partition = _leader_partition(
+            self.logs,
+            request.topic,
+            request.partition,
+            request.current_leader_epoch,
+            request.replica_id,
+        )
+        epoch, end_offset = partition.log.end_offset_for_epoch(request.leader_epoch)
+        return pb.OffsetForLeaderEpochResponse(
+            leader_epoch=epoch,
+            end_offset=end_offset,
+            log_start_offset=partition.log.log_start_offset,
+        )
+
+    async def Fetch(
+        self,
+        requests: AsyncIterator[pb.ReplicaFetchRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.ReplicaFetchResponse]:
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        session: dict[Key, _SessionPartition] = {}
+        try:
+            async for request in requests:
+                errors = self._update_session(session, request, wake.set)
+                if errors:
+                    yield pb.ReplicaFetchResponse(partitions=errors)
+                    continue
+                wait_ms = min(max(request.max_wait_ms, 0), self.config.replica_fetch_wait_ms_max)
+                budget = min(max(request.max_bytes, 1), self.config.replica_fetch_bytes_max)
+                deadline = loop.time() + wait_ms / 1000
+                while True:
+                    wake.clear()
+                    parts = self._collect(session, budget, wake.set)
+                    remaining = deadline - loop.time()
+                    if parts or remaining <= 0:
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(remaining):
+                            await wake.wait()
+                yield pb.ReplicaFetchResponse(partitions=parts)
+        finally:
+            for entry in session.values():
+                entry.partition.replica_listeners.discard(wake.set)
+
+    def _update_session(
+        self,
+        session: dict[Key, _SessionPartition],
+        request: pb.ReplicaFetchRequest,
+        listener: Callable[[], None],
+    ) -> list[pb.ReplicaFetchData]:
+        errors = []
+        now = now_ms()
+        for ref in request.removed:
+            gone = session.pop((ref.topic, ref.partition), None)
+            if gone is not None:
+                gone.partition.replica_listeners.discard(listener)
+        for position in request.positions:
+            key = (position.topic, position.partition)
+            try:
+                partition = _leader_partition(
+                    self.logs,
+                    position.topic,
+                    position.partition,
+                    position.leader_epoch,
+                    request.replica_id,
+                )
+            except HeadwaterError as error:
+                old = session.pop(key, None)
+                if old is not None:
+                    old.partition.replica_listeners.discard(listener)
+                errors.append(_error_data(position.topic, position.partition, error))
+                continue
+            partition.on_follower_fetch(request.replica_id, position.fetch_offset, now)
+            old = session.get(key)
+            if old is not None and old.partition is not partition:
+                old.partition.replica_listeners.discard(listener)
+            partition.replica_listeners.add(listener)
+            session[key] = _SessionPartition(
+                partition,
+                position.leader_epoch,
+                position.fetch_offset,
+                old.sent_high_watermark if old is not None else -1,
+            )
+        return errors
+
+    def _collect(
+        self, session: dict[Key, _SessionPartition], budget: int, listener: Callable[[], None]
+    ) -> list[pb.ReplicaFetchData]:
+        """Data (up to ``budget`` bytes, at least one batch) and high watermark news for
+        the session; partitions that can no longer be served leave it with an error."""
+        parts: list[pb.ReplicaFetchData] = []
+        for key, entry in list(session.items()):
+            partition = entry.partition
+            try:
+                partition.check_open()
+                if not partition.is_leader or partition.leader_epoch != entry.leader_epoch:
+                    raise HeadwaterError(
+                        ErrorCode.FENCED_LEADER_EPOCH,
+                        f"{key[0]}-{key[1]}: leadership moved on (epoch {partition.leader_epoch})",
+                    )
+                log = partition.log
+                if entry.fetch_offset < log.log_end_offset and budget > 0:
+                    result = partition.read_for_replica(entry.fetch_offset, budget)
+                    budget -= len(result.data)
+                elif entry.sent_high_watermark != partition.high_watermark:
+                    result = None
+                else:
+                    continue
+            except HeadwaterError as error:
+                del session[key]
+                partition.replica_listeners.discard(listener)
+                parts.append(_error_data(key[0], key[1], error))
+                continue
+            entry.sent_high_watermark = partition.high_watermark
+            parts.append(
+                pb.ReplicaFetchData(
+                    topic=key[0],
+                    partition=key[1],
+                    records=result.data if result is not None else b"",
+                    high_watermark=partition.high_watermark,
+                    log_start_offset=log.log_start_offset,
+                    log_end_offset=log.log_end_offset,
+                )
+            )
+        return parts
+
+
+def _error_data(topic: str, partition: int, error: HeadwaterError) -> pb.ReplicaFetchData:
+    return pb.ReplicaFetchData(
+        topic=topic,
+        partition=partition,
+        error_code=pb.ErrorCode.ValueType(error.code),
+        error_message=error.message,
+    )
+
+
+# --------------------------------------------------------------------------- follower side
+
+
+@dataclass(slots=True)
+class _Following:
+    partition: Partition
+    leader_epoch: int
+    ready: bool = False  # truncated and in the session
+    retry_at: float = 0.0
+
+
+@dataclass(slots=True)
+class LeaderFetcher:
+    """Copies the partitions that ``leader_id`` leads into this node's replicas."""
+
+    manager: ReplicaManager
+    leader_id: int
+    address: str
+    following: dict[Key, _Following] = field(default_factory=dict)
+    removed: set[Key] = field(default_factory=set)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    def follow(self, partition: Partition, leader_epoch: int) -> None:
+        key = (partition.topic, partition.index)
+        current = self.following.get(key)
+        if (
+            current is not None
+            and current.partition is partition
+            and current.leader_epoch == leader_epoch
+        ):
+            return
+        self.following[key] = _Following(partition, leader_epoch)
+        self.removed.discard(key)
+        self.changed.set()
+
+    def unfollow(self, key: Key) -> None:
+        if self.following.pop(key, None) is not None:
+            self.removed.add(key)
+            self.changed.set()
+
+    async def _run(self) -> None:
+        while True:
+            if not self.following:
+                self.changed.clear()
+                await self.changed.wait()
+                continue
+            try:
+                await self._session()
+            except grpc.RpcError as error:
+                _log.debug(
+                    "replica fetch from node %d: %s",
+                    self.leader_id,
+                    peer_error(error, self.address),
+                )
+            except HeadwaterError as error:
+                _log.debug("replica fetch from node %d: %s", self.leader_id, error)
+            for entry in self.following.values():
+                entry.ready = False
+            await asyncio.sleep(RETRY_S)
+
+    async def _session(self) -> None:
+        stub = self.manager.peers.replica(self.address)
+        # grpc-stubs lacks the no-iterator form (write/read) of a stream-stream call.
+        call = stub.Fetch()  # type: ignore[call-arg]
+        try:
+            positions = await self._prepare_new()
+            await call.write(self._request(positions, clear_removed=True))
+            while True:
+                response = await call.read()
+                if response is STREAM_END:
+                    return
+                assert isinstance(response, pb.ReplicaFetchResponse)
+                positions = await self._apply(response)
+                positions += await self._prepare_new()
+                await call.write(self._request(positions, clear_removed=True))
+        finally:
+            call.cancel()
+
+    def _request(
+        self, positions: list[pb.ReplicaFetchPosition], clear_removed: bool
+    ) -> pb.ReplicaFetchRequest:
+        removed = [pb.ReplicaPartition(topic=t, partition=p) for t, p in sorted(self.removed)]
+        if clear_removed:
+            self.removed.clear()
+        config = self.manager.config
+        return pb.ReplicaFetchRequest(
+            replica_id=config.node_id,
+            positions=positions,
+            removed=removed,
+            max_wait_ms=config.replica_fetch_wait_ms_max,
+            max_bytes=config.replica_fetch_bytes_max,
+        )
+
+    async def _prepare_new(self) -> list[pb.ReplicaFetchPosition]:
+        """Truncate every partition not yet in the session, and return its position."""
+        positions = []
+        loop = asyncio.get_running_loop()
+        for key, entry in list(self.following.items()):
+            if entry.ready or loop.time() < entry.retry_at:
+                continue
+            try:
+                await self._truncate(entry)
+            except (grpc.RpcError, HeadwaterError) as exc:
+                error = peer_error(exc, self.address) if isinstance(exc, grpc.RpcError) else exc
+                _log.debug("cannot start following %s-%d: %s", key[0], key[1], error)
+                entry.retry_at = loop.time() + RETRY_S
+                continue
+            if self.following.get(key) is not entry:
+                continue  # unfollowed or re-followed meanwhile
+            entry.ready = True
+            positions.append(self._position(entry))
+        return positions
+
+    def _position(self, entry: _Following) -> pb.ReplicaFetchPosition:
+        return pb.ReplicaFetchPosition(
+            topic=entry.partition.topic,
+            partition=entry.partition.index,
+            leader_epoch=entry.leader_epoch,
+            fetch_offset=entry.partition.log.log_end_offset,
+        )
+
+    async def _truncate(self, entry: _Following) -> None:
+        partition = entry.partition
+        log = partition.log
+        response = await self.manager.peers.replica(self.address).OffsetForLeaderEpoch(
+            pb.OffsetForLeaderEpochRequest(
+                topic=partition.topic,
+                partition=partition.index,
+                replica_id=self.manager.config.node_id,
+                current_leader_epoch=entry.leader_epoch,
+                leader_epoch=log.latest_epoch,
+            ),
+            timeout=self.manager.peers.timeout_s,
+        )
+        now = now_ms()
+        if log.latest_epoch >= 0 or log.log_end_offset > log.log_start_offset:
+            if response.end_offset < 0:
+                target = partition.high_watermark
+            else:
+                target = min(response.end_offset, log.log_end_offset)
+            before = log.log_end_offset
+            after = log.truncate_to(target, now)
+            if after < before:
+                self.manager.counters.truncations += 1
+                _log.info(
+                    "%s-%d: truncated from %d to %d (leader epoch %d ends at %d on node %d)",
+                    partition.topic,
+                    partition.index,
+                    before,
+                    after,
+                    response.leader_epoch,
+                    response.end_offset,
+                    self.leader_id,
+                )
+            if after < partition.high_watermark:
+                _log.error(
+                    "%s-%d: truncated below the high watermark %d to %d",
+                    partition.topic,
+                    partition.index,
+                    partition.high_watermark,
+                    after,
+                )
+        if log.log_end_offset < response.log_start_offset:
+            log.reset_to(response.log_start_offset, now)
+
+    async def _apply(self, response: pb.ReplicaFetchResponse) -> list[pb.ReplicaFetchPosition]:
+        """Append what arrived; return the positions that moved."""
+        moved = []
+        loop = asyncio.get_running_loop()
+        for data in response.partitions:
+            key = (data.topic, data.partition)
+            entry = self.following.get(key)
+            if entry is None:
+                continue
+            partition = entry.partition
+            if data.error_code != pb.NONE:
+                _log.debug(
+                    "%s-%d from node %d: %s", key[0], key[1], self.leader_id, data.error_message
+                )
+                entry.ready = False
+                entry.retry_at = loop.time() + RETRY_S
+                continue
+            if data.records:
+                try:
+                    if partition.fsync_on_append:
+                        await asyncio.to_thread(partition.append_replicated, data.records, now_ms())
+                    else:
+                        partition.append_replicated(data.records, now_ms())
+                except HeadwaterError as error:
+                    _log.warning(
+                        "%s-%d: cannot append from node %d: %s",
+                        key[0],
+                        key[1],
+                        self.leader_id,
+                        error,
+                    )
+                    entry.ready = False
+                    entry.retry_at = loop.time() + RETRY_S
+                    self.removed.add(key)
+                    continue
+                moved.append(self._position(entry))
+            partition.follower_high_watermark(data.high_watermark)
+        return moved
+
+
+# --------------------------------------------------------------------------- manager
+
+
+@dataclass(slots=True)
+class ReplicationCounters:
+    """Counters for metrics: ISR changes this node asked for and got, truncations."""
+
+    isr_shrinks: int = 0
+    isr_expands: int = 0
+    truncations: int = 0
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        config: NodeConfig,
+        logs: LogManager,
+        state: ClusterState,
+        peers: Peers,
+        broker_epoch: Callable[[], int],
+        may_lead: Callable[[], bool],
+    ) -> None:
+        self.config = config
+        self.logs = logs
+        self.state = state
+        self.peers = peers
+        self.broker_epoch = broker_epoch
+        self.may_lead = may_lead
+        self.counters = ReplicationCounters()
+        self._fetchers: dict[int, LeaderFetcher] = {}
+        self._followed: dict[Key, int] = {}  # partition -> leader id
+        self._altering: dict[Key, float] = {}  # partition -> when the request may repeat
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._tick_forever())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for fetcher in self._fetchers.values():
+            await fetcher.stop()
+
+    async def reconcile(
+        self, image: MetadataImage, roles: list[tuple[Partition, PartitionState]]
+    ) -> None:
+        """Follow the leader of every hosted partition this node does not lead."""
+        me = self.config.node_id
+        wanted: dict[Key, tuple[Partition, PartitionState]] = {
+            (p.topic, p.index): (p, s) for p, s in roles if s.leader not in (me, -1)
+        }
+        for key, leader in list(self._followed.items()):
+            entry = wanted.get(key)
+            if entry is None or entry[1].leader != leader:
+                self._fetchers[leader].unfollow(key)
+                del self._followed[key]
+        for key, (partition, state) in wanted.items():
+            fetcher = self._fetchers.get(state.leader)
+            address = image.broker_address(state.leader)
+            if fetcher is not None and fetcher.address != address:
+                await fetcher.stop()
+                for followed in list(fetcher.following):
+                    self._followed.pop(followed, None)
+                del self._fetchers[state.leader]
+                fetcher = None
+            if fetcher is None:
+                if not address:
+                    continue
+                fetcher = self._fetchers[state.leader] = LeaderFetcher(self, state.leader, address)
+                fetcher.start()
+            fetcher.follow(partition, state.leader_epoch)
+            self._followed[key] = state.leader
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(ISR_CHECK_S)
+            try:
+                self.tick()
+            except Exception:
+                _log.exception("ISR check failed")
+
+    def tick(self) -> None:
+        """Ask the controller for the ISR changes every led partition needs."""
+        if not self.may_lead():
+            return
+        now = now_ms()
+        clock = time.monotonic()
+        image = self.state.image
+        for partition in self.logs.hosted():
+            state = partition.state
+            if not partition.is_leader or state is None:
+                continue
+            key = (partition.topic, partition.index)
+            if clock < self._altering.get(key, 0.0):
+                continue
+            end = partition.log.log_end_offset
+            wanted = replication.isr_after_shrink(
+                self.config.node_id,
+                state.isr,
+                partition.followers,
+                end,
+                now,
+                self.config.replica_lag_ms_max,
+            )
+            if wanted == state.isr:
+                wanted = replication.isr_after_expand(
+                    self.config.node_id,
+                    state.replicas,
+                    state.isr,
+                    partition.followers,
+                    partition.high_watermark,
+                    partition.epoch_start_offset,
+                    now,
+                    self.config.replica_lag_ms_max,
+                )
+                wanted = tuple(
+                    b
+                    for b in wanted
+                    if b in state.isr or (b in image.brokers and image.brokers[b].live)
+                )
+            if wanted == state.isr:
+                continue
+            self._altering[key] = clock + ALTER_RETRY_S
+            asyncio.get_running_loop().create_task(self._alter(partition, state, wanted))
+
+    async def _alter(
+        self, partition: Partition, state: PartitionState, isr: tuple[int, ...]
+    ) -> None:
+        key = (partition.topic, partition.index)
+        address = self.state.image.controller_address
+        shrink = len(isr) < len(state.isr)
+        try:
+            if not address:
+                raise HeadwaterError(ErrorCode.NOT_CONTROLLER, "no active controller known")
+            await self.peers.controller(address).AlterPartition(
+                pb.AlterPartitionRequest(
+                    broker_id=self.config.node_id,
+                    broker_epoch=self.broker_epoch(),
+                    topic_id=partition.topic_id,
+                    partition=partition.index,
+                    leader_epoch=state.leader_epoch,
+                    partition_epoch=state.partition_epoch,
+                    new_isr=isr,
+                ),
+                timeout=self.peers.timeout_s,
+            )
+        except grpc.RpcError as error:
+            _log.info(
+                "%s-%d: ISR change to %s failed: %s",
+                key[0],
+                key[1],
+                list(isr),
+                from_rpc_error(error, address),
+            )
+            return
+        except HeadwaterError as error:
+            _log.info("%s-%d: ISR change to %s failed: %s", key[0], key[1], list(isr), error)
+            return
+        if shrink:
+            self.counters.isr_shrinks += 1
+        else:
+            self.counters.isr_expands += 1
+        _log.info("%s-%d: ISR %s -> %s", key[0], key[1], list(state.isr), list(isr))
+        self._altering[key] = time.monotonic() + ISR_CHECK_S  # the image change comes next
+
+    def under_replicated(self) -> int:
+        return sum(
+            1
+            for p in self.logs.hosted()
+            if p.is_leader and p.state is not None and len(p.state.isr) < len(p.state.replicas)
+        )
