@@ -28,7 +28,12 @@ from typing import Final
 
 import grpc
 
-from headwater.client.connection import MESSAGE_BYTES_MAX, check_partition, resolve_bootstrap
+from headwater.client.connection import (
+    MESSAGE_BYTES_MAX,
+    RECONNECT_OPTIONS,
+    check_partition,
+    resolve_bootstrap,
+)
 from headwater.client.consumer import FetchedBatch, PollResult, TopicPartition, fetched_from
 from headwater.client.partitioner import partition_for_key
 from headwater.client.producer import RecordMetadata, parse_acks
@@ -42,6 +47,7 @@ ARRIVALS_MAX: Final = 64
 _OPTIONS: Final = [
     ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
     ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+    *RECONNECT_OPTIONS,
 ]
 
 

@@ -27,6 +27,14 @@ from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 BOOTSTRAP_ENV: Final = "HEADWATER_BOOTSTRAP"
 MESSAGE_BYTES_MAX: Final = 256 << 20
+# gRPC's default reconnect backoff grows to 120 s: a node that restarts would stay
+# unreachable for minutes. Retry a lost connection within a second instead (Kafka's
+# reconnect.backoff.max.ms is 1 s too).
+RECONNECT_OPTIONS: Final = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 RETRY_BACKOFF_MIN_S: Final = 0.05
 RETRY_BACKOFF_MAX_S: Final = 1.0
 T = TypeVar("T")
@@ -84,6 +92,7 @@ class Cluster:
         self._options = [
             ("grpc.max_send_message_length", message_bytes_max),
             ("grpc.max_receive_message_length", message_bytes_max),
+            *RECONNECT_OPTIONS,
         ]
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}

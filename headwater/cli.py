@@ -250,6 +250,15 @@ def describe_json(description: Any) -> dict[str, Any]:
                 "high_watermark": p.high_watermark,
                 "size_bytes": p.size_bytes,
                 "segment_count": p.segment_count,
+                "followers": [
+                    {
+                        "node_id": f.node_id,
+                        "log_end_offset": f.log_end_offset,
+                        "lag_records": f.lag_records,
+                        "caught_up_ms_ago": f.caught_up_ms_ago,
+                    }
+                    for f in p.followers
+                ],
             }
             for p in description.partitions
         ],

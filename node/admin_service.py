@@ -22,7 +22,8 @@ import grpc
 from headwater.config import NodeConfig
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import ControllerDriver, not_controller
-from headwater.node.log_manager import LogManager
+from headwater.node.log_manager import LogManager, now_ms
+from headwater.node.partition import Partition
 from headwater.node.peers import (
     FORWARDED,
     LOCAL_ONLY_KEY,
@@ -223,14 +224,16 @@ class AdminService(pb_grpc.AdminServicer):
         image = self.state.image
         names = list(request.names) or sorted(image.topics)
         topics = [topic_of(image, name) for name in names]
-        described = [self._describe_local(topic) for topic in topics]
-        if not is_local_only(context):
+        local_only = is_local_only(context)
+        described = [self._describe_local(topic, any_replica=local_only) for topic in topics]
+        if not local_only:
             await self._fill_from_leaders(image, topics, described)
         return pb.DescribeTopicsResponse(topics=described)
 
-    def _describe_local(self, topic: TopicImage) -> pb.TopicDescription:
-        """The topic from the image, with log figures for the partitions led here (-1 for
-        the others)."""
+    def _describe_local(self, topic: TopicImage, any_replica: bool) -> pb.TopicDescription:
+        """The topic from the image, with log figures for the partitions led here (with
+        ``any_replica``: for every replica hosted here, leader or not) and -1 for the
+        others. A leader adds its view of each follower."""
         partitions = []
         for p in topic.partitions:
             description = pb.PartitionDescription(
@@ -249,8 +252,10 @@ class AdminService(pb_grpc.AdminServicer):
                 segment_count=-1,
             )
             local = self.logs.partition(topic.name, p.partition)
-            if p.leader == self.config.node_id and local is not None:
+            if local is not None and (any_replica or p.leader == self.config.node_id):
                 _fill_log_figures(description, local.log, local.high_watermark)
+            if local is not None and local.is_leader:
+                description.followers.extend(_followers(local))
             partitions.append(description)
         return pb.TopicDescription(
             name=topic.name,
@@ -295,6 +300,7 @@ class AdminService(pb_grpc.AdminServicer):
                         mine.high_watermark = remote.high_watermark
                         mine.size_bytes = remote.size_bytes
                         mine.segment_count = remote.segment_count
+                        mine.followers.extend(remote.followers)
 
 
 def _fill_log_figures(description: pb.PartitionDescription, log: Any, high_watermark: int) -> None:
@@ -303,6 +309,20 @@ def _fill_log_figures(description: pb.PartitionDescription, log: Any, high_water
     description.high_watermark = high_watermark
     description.size_bytes = log.size_bytes
     description.segment_count = log.segment_count
+
+
+def _followers(partition: Partition) -> list[pb.ReplicaProgress]:
+    end = partition.log.log_end_offset
+    now = now_ms()
+    return [
+        pb.ReplicaProgress(
+            node_id=node_id,
+            log_end_offset=progress.log_end_offset,
+            lag_records=end - progress.log_end_offset if progress.log_end_offset >= 0 else -1,
+            caught_up_ms_ago=now - progress.last_caught_up_ms,
+        )
+        for node_id, progress in sorted(partition.followers.items())
+    ]
 
 
 def _result(outcome: decisions.TopicOutcome, with_id: bool = True) -> pb.TopicResult:

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import grpc
 
+from headwater.client.connection import RECONNECT_OPTIONS
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
@@ -47,6 +48,7 @@ class Peers:
                 options=[
                     ("grpc.max_send_message_length", self.config.request_bytes_max),
                     ("grpc.max_receive_message_length", self.config.request_bytes_max),
+                    *RECONNECT_OPTIONS,
                 ],
             )
             self._channels[address] = channel

@@ -32,9 +32,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import grpc
 
@@ -51,8 +51,14 @@ from headwater.raft.image import MetadataImage, PartitionState
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
+T = TypeVar("T")
 ISR_CHECK_S: Final = 0.25
 RETRY_S: Final = 0.2
+# A follower gives up on a silent leader after this much more than the fetch wait, and on
+# an OffsetForLeaderEpoch after CALL_TIMEOUT_S: a leader that died mid-call must not hold
+# its partitions' replication for the 30 s of a general request timeout.
+SILENCE_EXTRA_S: Final = 3.0
+CALL_TIMEOUT_S: Final = 2.0
 ALTER_RETRY_S: Final = 2.0
 STREAM_END: Final[object] = grpc.aio.EOF  # type: ignore[attr-defined]
 _log = logging.getLogger(__name__)
@@ -268,6 +274,13 @@ class LeaderFetcher:
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run())
+        self.task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("replica fetcher for node %d stopped: %r", self.leader_id, task.exception())
+        elif task.cancelled():
+            _log.debug("replica fetcher for node %d was cancelled", self.leader_id)
 
     async def stop(self) -> None:
         if self.task is not None:
@@ -309,6 +322,17 @@ class LeaderFetcher:
                 )
             except HeadwaterError as error:
                 _log.debug("replica fetch from node %d: %s", self.leader_id, error)
+            except asyncio.InvalidStateError as error:  # the call ended while writing to it
+                _log.debug("replica fetch from node %d: %s", self.leader_id, error)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this fetcher is being stopped
+                # grpc.aio raises CancelledError for a call that was cancelled under it.
+                _log.debug("replica fetch from node %d: the call was cancelled", self.leader_id)
+            except Exception:
+                # A fetcher must outlive any one failure, or its partitions stop replicating.
+                _log.exception("replica fetch from node %d failed", self.leader_id)
             for entry in self.following.values():
                 entry.ready = False
             await asyncio.sleep(RETRY_S)
@@ -317,19 +341,46 @@ class LeaderFetcher:
         stub = self.manager.peers.replica(self.address)
         # grpc-stubs lacks the no-iterator form (write/read) of a stream-stream call.
         call = stub.Fetch()  # type: ignore[call-arg]
+        silence_s = self.manager.config.replica_fetch_wait_ms_max / 1000 + SILENCE_EXTRA_S
         try:
             positions = await self._prepare_new()
-            await call.write(self._request(positions, clear_removed=True))
+            await self._within(call, silence_s, call.write(self._request(positions, True)))
             while True:
-                response = await call.read()
+                response = await self._within(call, silence_s, call.read())
                 if response is STREAM_END:
                     return
                 assert isinstance(response, pb.ReplicaFetchResponse)
                 positions = await self._apply(response)
                 positions += await self._prepare_new()
-                await call.write(self._request(positions, clear_removed=True))
+                await self._within(call, silence_s, call.write(self._request(positions, True)))
         finally:
             call.cancel()
+
+    async def _within(self, call: Any, seconds: float, step: Awaitable[T]) -> T:
+        """Await one read or write of ``call``, cancelling the call if the leader stays
+        silent for ``seconds``. (Cancelling the awaiting task is not enough: a grpc.aio
+        read can outlive it.)"""
+        fired = False
+
+        def expire() -> None:
+            nonlocal fired
+            fired = True
+            call.cancel()
+
+        watchdog = asyncio.get_running_loop().call_later(seconds, expire)
+        try:
+            return await step
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this fetcher is being stopped
+            # grpc.aio raises CancelledError for a call that was cancelled under it.
+            reason = "went silent" if fired else "cancelled the fetch"
+            raise HeadwaterError(
+                ErrorCode.REQUEST_TIMED_OUT, f"node {self.leader_id} {reason}"
+            ) from None
+        finally:
+            watchdog.cancel()
 
     def _request(
         self, positions: list[pb.ReplicaFetchPosition], clear_removed: bool
@@ -385,7 +436,7 @@ class LeaderFetcher:
                 current_leader_epoch=entry.leader_epoch,
                 leader_epoch=log.latest_epoch,
             ),
-            timeout=self.manager.peers.timeout_s,
+            timeout=CALL_TIMEOUT_S,
         )
         now = now_ms()
         if log.latest_epoch >= 0 or log.log_end_offset > log.log_start_offset:

@@ -243,12 +243,19 @@ class Node:
             self._reconcile_again = False
             current = self._image_current()
             image = self.state.image
-            roles = await asyncio.to_thread(self.logs.reconcile, image, current)
-            now = now_ms()
-            for partition, state in roles:
-                partition.become(state, self.config.node_id, now)
-            if self.replicas is not None:
-                await self.replicas.reconcile(image, roles)
+            try:
+                roles = await asyncio.to_thread(self.logs.reconcile, image, current)
+                now = now_ms()
+                for partition, state in roles:
+                    partition.become(state, self.config.node_id, now)
+                if self.replicas is not None:
+                    await self.replicas.reconcile(image, roles)
+            except Exception:
+                # Logged, and retried with the next image; the node must keep following.
+                _log.exception(
+                    "applying metadata offset %d to the hosted logs failed", image.offset
+                )
+                continue
             self.state.mark_reconciled(image.offset)
             self._reconciled_ready = self._reconciled_ready or current
 

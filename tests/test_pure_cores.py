@@ -29,6 +29,8 @@ PURE_MODULES = [
     "raft/records.py",
     "raft/image.py",
     "raft/controller.py",
+    "node/replication.py",
+    "log/leader_epochs.py",
 ]
 FORBIDDEN = {
     "grpc",
