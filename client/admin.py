@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from headwater.client.connection import Cluster, call
+from headwater.client.connection import Cluster
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
@@ -116,15 +116,16 @@ class Admin:
         partitions: Sequence[int] = (),
     ) -> dict[int, int]:
         """{partition: offset} for earliest, latest (high watermark) or a timestamp."""
-        address = self.cluster.leader(topic, partitions[0] if partitions else 0)
-        response: pb.ListOffsetsResponse = call(
-            lambda: self.cluster.broker(address).ListOffsets(
-                pb.ListOffsetsRequest(
-                    topic=topic, partitions=list(partitions), spec=spec, timestamp_ms=timestamp_ms
-                ),
-                timeout=self._timeout,
+        request = pb.ListOffsetsRequest(
+            topic=topic, partitions=list(partitions), spec=spec, timestamp_ms=timestamp_ms
+        )
+        response: pb.ListOffsetsResponse = self.cluster.call_leader(
+            topic,
+            partitions[0] if partitions else 0,
+            lambda address: self.cluster.broker(address).ListOffsets(
+                request, timeout=self._timeout
             ),
-            address,
+            retry_s=self._timeout,
         )
         return {o.partition: o.offset for o in response.offsets}
 

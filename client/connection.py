@@ -165,6 +165,28 @@ class Cluster:
             time.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, RETRY_BACKOFF_MAX_S)
 
+    def call_leader(
+        self, topic: str, partition: int, call: Callable[[str], T], retry_s: float
+    ) -> T:
+        """Run ``call(leader address)``; on a retriable error (leadership moving, a node
+        starting or down) refresh the metadata and retry, with backoff, for up to
+        ``retry_s`` seconds."""
+        deadline = time.monotonic() + retry_s
+        backoff_s = RETRY_BACKOFF_MIN_S
+        while True:
+            address = self.leader(topic, partition)
+            try:
+                return call(address)
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc, address)
+            except HeadwaterError as exc:
+                error = exc
+            if not error.retriable or time.monotonic() + backoff_s > deadline:
+                raise error
+            self.invalidate(topic)
+            time.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, RETRY_BACKOFF_MAX_S)
+
     # ------------------------------------------------------------------ metadata
 
     def refresh(self, topics: Sequence[str] = ()) -> pb.MetadataResponse:

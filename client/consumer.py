@@ -28,7 +28,7 @@ from typing import Final
 import grpc
 import pyarrow as pa
 
-from headwater.client.connection import Cluster, call
+from headwater.client.connection import Cluster
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import decode_batches, timestamps_ms
@@ -249,15 +249,16 @@ class Consumer:
         spec: pb.OffsetSpec.ValueType,
         timestamp_ms: int = 0,
     ) -> dict[int, int]:
-        address = self.cluster.leader(topic, partitions[0])
-        response: pb.ListOffsetsResponse = call(
-            lambda: self.cluster.broker(address).ListOffsets(
-                pb.ListOffsetsRequest(
-                    topic=topic, partitions=partitions, spec=spec, timestamp_ms=timestamp_ms
-                ),
-                timeout=self.cluster.request_timeout_s,
+        request = pb.ListOffsetsRequest(
+            topic=topic, partitions=partitions, spec=spec, timestamp_ms=timestamp_ms
+        )
+        response: pb.ListOffsetsResponse = self.cluster.call_leader(
+            topic,
+            partitions[0],
+            lambda address: self.cluster.broker(address).ListOffsets(
+                request, timeout=self.cluster.request_timeout_s
             ),
-            address,
+            retry_s=self.cluster.request_timeout_s,
         )
         return {o.partition: o.offset for o in response.offsets}
 

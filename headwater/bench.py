@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -43,6 +44,10 @@ class BenchResult:
     latency_ms_p999: float | None
     latency_ms_max: float | None
     settings: dict[str, Any]
+    # e2e only: send to acknowledgement (the produce latency at the chosen acks).
+    ack_latency_ms_p50: float | None = None
+    ack_latency_ms_p99: float | None = None
+    ack_latency_ms_max: float | None = None
 
 
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:
@@ -93,6 +98,11 @@ def report(result: BenchResult, as_json: bool) -> None:
         line += (
             f"; latency ms p50 {result.latency_ms_p50} p99 {result.latency_ms_p99} "
             f"p99.9 {result.latency_ms_p999} max {result.latency_ms_max}"
+        )
+    if result.ack_latency_ms_p50 is not None:
+        line += (
+            f"; acknowledged after ms p50 {result.ack_latency_ms_p50} "
+            f"p99 {result.ack_latency_ms_p99} max {result.ack_latency_ms_max}"
         )
     print(line)
 
@@ -333,11 +343,21 @@ async def _e2e(
     record_size: int,
     rate: int,
     acks: str,
-) -> tuple[list[float], float]:
-    """(latencies in ms, seconds): one task paces the producer, another polls the consumer."""
+) -> tuple[list[float], list[float], float]:
+    """(end-to-end latencies in ms, acknowledgement latencies in ms, seconds): one task
+    paces the producer, another polls the consumer."""
     from headwater.client.aio import AsyncConsumer, AsyncProducer
 
     latencies: list[float] = []
+    ack_latencies: list[float] = []
+
+    def acked(sent_ns: int) -> Callable[[asyncio.Future[Any]], None]:
+        def done(future: asyncio.Future[Any]) -> None:
+            if not future.cancelled() and future.exception() is None:
+                ack_latencies.append((time.perf_counter_ns() - sent_ns) / 1e6)
+
+        return done
+
     async with (
         AsyncConsumer(bootstrap) as consumer,
         AsyncProducer(bootstrap, acks=acks) as producer,
@@ -364,12 +384,14 @@ async def _e2e(
         while sent < records:
             due = min(records, int((time.perf_counter() - start) * rate) + 1)
             while sent < due:
-                await producer.send(topic, time.time_ns().to_bytes(8, "little") + padding)
+                sent_ns = time.perf_counter_ns()
+                future = await producer.send(topic, time.time_ns().to_bytes(8, "little") + padding)
+                future.add_done_callback(acked(sent_ns))
                 sent += 1
             await asyncio.sleep(max(0.0, start + sent / rate - time.perf_counter()))
         await producer.flush()
         await reader
-        return latencies, time.perf_counter() - start
+        return latencies, ack_latencies, time.perf_counter() - start
 
 
 @bench.command("e2e")
@@ -400,11 +422,19 @@ def bench_e2e(
     ensure_topic(bootstrap, topic, partitions)
     # No live progress bar here: its refresh thread competes with the path being measured
     # (p99 5-6 ms without it, 10-17 ms with it).
-    latencies, elapsed = asyncio.run(_e2e(bootstrap, topic, records, record_size, rate, acks))
-    settings = {"rate": rate, "acks": acks, "partitions": partitions, "client": "asyncio"}
-    report(
-        summarize(
-            "e2e", len(latencies), len(latencies) * record_size, elapsed, latencies, settings
-        ),
-        as_json,
+    latencies, acks_ms, elapsed = asyncio.run(
+        _e2e(bootstrap, topic, records, record_size, rate, acks)
     )
+    settings = {"rate": rate, "acks": acks, "partitions": partitions, "client": "asyncio"}
+    result = summarize(
+        "e2e", len(latencies), len(latencies) * record_size, elapsed, latencies, settings
+    )
+    ordered = sorted(acks_ms)
+    if ordered:
+        result = dataclasses.replace(
+            result,
+            ack_latency_ms_p50=round(percentile(ordered, 0.5), 3),
+            ack_latency_ms_p99=round(percentile(ordered, 0.99), 3),
+            ack_latency_ms_max=round(ordered[-1], 3),
+        )
+    report(result, as_json)

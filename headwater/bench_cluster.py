@@ -21,7 +21,10 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -307,6 +310,145 @@ def bench_cluster(trials: int, topics: int, partitions: int, as_json: bool) -> N
     """Failover times, topic creation rate and a large cluster's metadata latency on a
     local 3-node cluster."""
     results = run(trials, topics, partitions)
+    if as_json:
+        print(json.dumps(results))
+        return
+    for key, value in results.items():
+        click.echo(f"{key}: {value}")
+
+
+# --------------------------------------------------------------------------- replication
+
+
+def _bench(bootstrap: str, *args: str) -> dict[str, Any]:
+    """One ``headwater bench`` run in its own process (as a user would run it)."""
+    output = subprocess.run(
+        [sys.executable, "-m", "headwater.cli", "bench", *args, "--json", "--bootstrap", bootstrap],
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    result: dict[str, Any] = json.loads(output)
+    result["command"] = "headwater bench " + " ".join(args)
+    return result
+
+
+class LagSampler:
+    """Samples, every 100 ms, the records each follower of ``topic`` lacks (as its
+    leaders report them in DescribeTopics)."""
+
+    def __init__(self, cluster: BenchCluster, via: int, topic: str) -> None:
+        self.cluster = cluster
+        self.via = via
+        self.topic = topic
+        self.lags: list[int] = []
+        self.caught_up_ms: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LagSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        admin = self.cluster.admin(self.via)
+        while not self._stop.wait(0.1):
+            try:
+                described = admin.DescribeTopics(
+                    pb.DescribeTopicsRequest(names=[self.topic]), timeout=2
+                )
+            except grpc.RpcError:
+                continue
+            for partition in described.topics[0].partitions:
+                for follower in partition.followers:
+                    if follower.lag_records >= 0:
+                        self.lags.append(follower.lag_records)
+                        self.caught_up_ms.append(follower.caught_up_ms_ago)
+
+
+def run_replication(records: int, partitions: int, rate: int, e2e_records: int) -> dict[str, Any]:
+    results: dict[str, Any] = {"nodes": 3, "partitions": partitions, "record_bytes": 100}
+    with tempfile.TemporaryDirectory(prefix="headwater-bench-") as root:
+        cluster = BenchCluster(3, Path(root))
+        try:
+            cluster.start()
+            controller = cluster.wait_all_running()
+            bootstrap = ",".join(n.address for n in cluster.nodes.values())
+            topics = [
+                pb.NewTopic(name="rf1", partitions=partitions, replication_factor=1),
+                pb.NewTopic(
+                    name="rf3",
+                    partitions=partitions,
+                    replication_factor=3,
+                    configs={"min_insync_replicas": "2"},
+                ),
+                pb.NewTopic(
+                    name="rf3-latency",
+                    partitions=1,
+                    replication_factor=3,
+                    configs={"min_insync_replicas": "2"},
+                ),
+            ]
+            cluster.admin(controller).CreateTopics(
+                pb.CreateTopicsRequest(topics=topics), timeout=60
+            )
+            common = ["--records", str(records), "--partitions", str(partitions)]
+            rf1 = _bench(bootstrap, "produce", "--topic", "rf1", "--acks", "1", *common)
+            with LagSampler(cluster, controller, "rf3") as under_load:
+                rf3 = _bench(bootstrap, "produce", "--topic", "rf3", "--acks", "all", *common)
+            with LagSampler(cluster, controller, "rf3-latency") as steady:
+                e2e = _bench(
+                    bootstrap,
+                    "e2e",
+                    "--topic",
+                    "rf3-latency",
+                    "--acks",
+                    "all",
+                    "--rate",
+                    str(rate),
+                    "--records",
+                    str(e2e_records),
+                )
+        finally:
+            cluster.close()
+    results["rf1_acks_1"] = rf1
+    results["rf3_acks_all"] = rf3
+    results["ratio_rf3_all_to_rf1_1"] = round(rf3["records_per_s"] / rf1["records_per_s"], 3)
+    results["e2e_rf3_acks_all"] = e2e
+    results["follower_lag_records_under_full_load"] = _spread(under_load.lags)
+    results["follower_lag_records_at_steady_rate"] = _spread(steady.lags)
+    results["follower_caught_up_ms_ago_at_steady_rate"] = _spread(steady.caught_up_ms)
+    return results
+
+
+def _spread(samples: list[int]) -> dict[str, float]:
+    if not samples:
+        return {"samples": 0}
+    ordered = sorted(samples)
+    return {
+        "samples": len(ordered),
+        "p50": percentile(ordered, 0.5),
+        "p99": percentile(ordered, 0.99),
+        "max": ordered[-1],
+    }
+
+
+@click.command("replication")
+@click.option("--records", type=click.IntRange(1), default=2_000_000, show_default=True)
+@click.option("--partitions", type=click.IntRange(1, 64), default=4, show_default=True)
+@click.option("--rate", type=click.IntRange(1), default=10_000, show_default=True)
+@click.option("--e2e-records", type=click.IntRange(1), default=100_000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def bench_replication(
+    records: int, partitions: int, rate: int, e2e_records: int, as_json: bool
+) -> None:
+    """RF 3 acks=all against RF 1 acks=1 in one run, acks=all latency at a fixed rate, and
+    follower lag, on a local 3-node cluster."""
+    results = run_replication(records, partitions, rate, e2e_records)
     if as_json:
         print(json.dumps(results))
         return

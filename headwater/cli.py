@@ -516,9 +516,10 @@ def consume(
 # ---------------------------------------------------------------------- bench
 
 from headwater.bench import bench  # noqa: E402  (registers the bench group's commands)
-from headwater.bench_cluster import bench_cluster  # noqa: E402
+from headwater.bench_cluster import bench_cluster, bench_replication  # noqa: E402
 
 bench.add_command(bench_cluster)
+bench.add_command(bench_replication)
 main.add_command(bench)
 
 

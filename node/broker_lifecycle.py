@@ -70,8 +70,8 @@ class BrokerLifecycle:
             try:
                 if self.broker_epoch < 0:
                     await self._register(address)
-                else:
-                    await self._heartbeat(address, want_shutdown=False)
+                    continue  # heartbeat at once: the first one unfences the broker
+                await self._heartbeat(address, want_shutdown=False)
             except grpc.RpcError as error:
                 problem = peer_error(error, address)
                 if problem.code is ErrorCode.STALE_BROKER_EPOCH:
