@@ -8,12 +8,12 @@ is ``summarize``; the rest drives a real client against real nodes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Any
 
