@@ -95,7 +95,7 @@ class PartitionLog(Protocol):
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= timestamp_ms, or None."""
 
-    def append_replicated(self, batch: bytes, now_ms: int) -> AppendInfo:
+    def append_replicated(self, batch: bytes | memoryview, now_ms: int) -> AppendInfo:
         """Append a batch as its leader stored it (base offset and leader epoch kept); its
         base offset must equal log_end_offset, else OFFSET_OUT_OF_RANGE."""
 

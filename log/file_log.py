@@ -242,7 +242,7 @@ class FileLog:
             )
             return self._append_locked(prefix, batch, stamped)
 
-    def append_replicated(self, batch: bytes, now_ms: int) -> AppendInfo:
+    def append_replicated(self, batch: bytes | memoryview, now_ms: int) -> AppendInfo:
         """Append one batch exactly as the leader stored it (offsets and leader epoch
         included); its base offset must be log_end_offset."""
         header = batch_format.read_header(batch)
@@ -259,10 +259,10 @@ class FileLog:
                     f"at {self.log_end_offset}",
                 )
             self._maybe_roll(len(batch), now_ms)
-            return self._append_locked(batch[:16], batch, header)
+            return self._append_locked(bytes(batch[:16]), batch, header)
 
     def _append_locked(
-        self, prefix: bytes, batch: bytes, header: batch_format.BatchHeader
+        self, prefix: bytes, batch: bytes | memoryview, header: batch_format.BatchHeader
     ) -> AppendInfo:
         active = self._segments[-1]
         try:
@@ -353,6 +353,7 @@ class FileLog:
         """Start a new active segment at log_end_offset; fsync the old one (Kafka flushes a
         rolled segment too, which is what lets the recovery point advance)."""
         self._segments.append(self._new_segment(self.log_end_offset, now_ms))
+        self._segments[-2].release_reserve()
         self._segments[-2].flush()
         self._recovery_point = self._segments[-1].base_offset
         self._write_recovery_point()

@@ -55,7 +55,7 @@ class MemoryLog:
         with self._lock:
             return self._append_locked(batch_format.set_base_offset(batch, self._end, leader_epoch))
 
-    def append_replicated(self, batch: bytes, now_ms: int) -> AppendInfo:  # noqa: ARG002
+    def append_replicated(self, batch: bytes | memoryview, now_ms: int) -> AppendInfo:  # noqa: ARG002
         header = batch_format.read_header(batch)
         if header.total_size != len(batch):
             raise batch_format.CorruptBatchError(

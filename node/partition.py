@@ -274,7 +274,7 @@ class Partition:
         view = memoryview(data)
         while position < len(data):
             header = batch_format.read_header(view, position)
-            self.log.append_replicated(bytes(view[position : position + header.total_size]), now_ms)
+            self.log.append_replicated(view[position : position + header.total_size], now_ms)
             position += header.total_size
         return self.log.log_end_offset
 

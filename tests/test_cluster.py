@@ -411,6 +411,44 @@ def test_broker_only_node_follows_the_metadata(cluster3: LocalCluster, tmp_path:
         led_by_4 = [p.partition for p in cluster3.partitions(broker, "four") if p.leader == 4]
         assert led_by_4
         produce_values(broker.address, "four", [b"on-4"], partition=led_by_4[0])
+        # The new broker takes over a replica of an existing partition by reassignment:
+        # it copies the log, joins the ISR, and the old replica is dropped.
+        with Admin(cluster3.bootstrap()) as admin:
+            admin.create_topic("moved", partitions=1, replication_factor=3)
+        values = [b"m%d" % i for i in range(200)]
+        produce_values(cluster3.bootstrap(), "moved", values)
+        (before,) = cluster3.partitions(cluster3.nodes[1], "moved")
+        leaving = before.replicas[-1]
+        spare = next(b for b in (1, 2, 3, 4) if b not in before.replicas)
+        target = [*before.replicas[:-1], spare]
+        result = run_cli(
+            "topics",
+            "reassign",
+            "moved",
+            "--partition",
+            "0",
+            "--replicas",
+            ",".join(map(str, target)),
+            "--bootstrap",
+            cluster3.bootstrap(),
+        )
+        assert result.returncode == 0, result.stderr
+        wait_until(
+            lambda: (
+                list(cluster3.partitions(cluster3.nodes[1], "moved")[0].replicas) == target
+                and sorted(cluster3.partitions(cluster3.nodes[1], "moved")[0].isr) == sorted(target)
+            ),
+            FAILOVER_DEADLINE_S,
+            "the reassignment to complete",
+        )
+        wait_until(
+            lambda: not (cluster3.nodes[leaving].data_dir / "moved-0").exists(),
+            FAILOVER_DEADLINE_S,
+            f"node {leaving} to drop its replica",
+        )
+        nodes = {**cluster3.nodes, 4: broker}
+        assert (nodes[spare].data_dir / "moved-0").exists()
+        assert sorted(consume_all(broker.address, "moved", 200)) == sorted(values)
     finally:
         broker.kill()
 
