@@ -143,7 +143,7 @@ class ControllerDriver:
                 )
             self._active_epoch = status.term
             self._last_heartbeat_ms = dict.fromkeys(image.brokers, now)
-        await self.run(
+        fenced, _ = await self.run(
             lambda img, epoch: decisions.fence_expired(
                 img,
                 epoch,
@@ -152,6 +152,9 @@ class ControllerDriver:
                 self.config.broker_session_timeout_ms,
             )
         )
+        for node_id in fenced:
+            silent_ms = monotonic_ms() - self._last_heartbeat_ms.get(node_id, now)
+            _log.info("fenced broker %d: no heartbeat for %d ms", node_id, silent_ms)
         if now >= self._next_reassignment_check_ms:
             self._next_reassignment_check_ms = now + REASSIGNMENT_CHECK_MS
             await self.run(decisions.maybe_complete_reassignments)
