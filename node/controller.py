@@ -10,7 +10,8 @@ stale image.
 
 Broker sessions (the time of each broker's last heartbeat) are soft state of the active
 controller, as in KRaft: a new controller gives every broker a full session timeout from
-its activation, and a controller whose own loop stalled for half a session (a SIGSTOP,
+its activation (less one election timeout for the broker of the controller it replaced,
+which has been silent at least that long), and a controller whose own loop stalled for half a session (a SIGSTOP,
 a long pause) restarts every session rather than fence brokers for its own silence.
 """
 
@@ -86,6 +87,7 @@ class ControllerDriver:
         self._last_heartbeat_ms: dict[int, int] = {}
         self._active_epoch = 0
         self._activating = False
+        self._replaced_controller = -1
         self._last_tick_ms = monotonic_ms()
         self._next_reassignment_check_ms = 0
         self._next_rebalance_ms = 0
@@ -141,8 +143,14 @@ class ControllerDriver:
                 _log.info(
                     "node %d is the active controller (epoch %d)", self.config.node_id, status.term
                 )
+            first = self._active_epoch != status.term
             self._active_epoch = status.term
             self._last_heartbeat_ms = dict.fromkeys(image.brokers, now)
+            replaced = self._replaced_controller
+            if first and replaced in image.brokers and replaced != self.config.node_id:
+                # The controller this one replaced stopped answering Raft at least one
+                # election timeout ago; in combined mode that is its broker's silence too.
+                self._last_heartbeat_ms[replaced] = now - self.config.raft_election_timeout_ms
         fenced, _ = await self.run(
             lambda img, epoch: decisions.fence_expired(
                 img,
@@ -171,6 +179,7 @@ class ControllerDriver:
         self._activating = True
         try:
             async with self._lock:
+                self._replaced_controller = self.state.image.controller_id
                 record = decisions.activate(
                     self.state.image,
                     term,

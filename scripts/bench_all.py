@@ -95,8 +95,22 @@ def machine() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--only",
+        choices=("single", "cluster", "replication"),
+        help="run one group of figures (default: all)",
+    )
     options = parser.parse_args()
-    scale = 10 if options.quick else 1
+    if options.only in (None, "single"):
+        single_node_bench(options.quick)
+    if options.only in (None, "cluster"):
+        cluster_bench(options.quick)
+    if options.only in (None, "replication"):
+        replication_bench(options.quick)
+
+
+def single_node_bench(quick: bool) -> None:
+    scale = 10 if quick else 1
     root = Path(tempfile.mkdtemp(prefix="hwbench-"))
     address = f"127.0.0.1:{free_port()}"
     quorum = f"1@127.0.0.1:{free_port()}"
@@ -242,7 +256,48 @@ def main() -> None:
     print(
         f"| restart after SIGKILL with a {log_bytes / 2**30:.2f} GiB log, to serving | {restart_s:.2f} s | | | | `scripts/bench_all.py` |"
     )
-    cluster_bench(options.quick)
+
+
+def replication_bench(quick: bool) -> None:
+    """RF 3 against RF 1 (headwater bench replication starts its own 3 nodes)."""
+    args = ["--records", "200000", "--e2e-records", "10000"] if quick else []
+    output = subprocess.run(
+        [*CLI, "bench", "replication", "--json", *args], capture_output=True, check=True, text=True
+    ).stdout
+    r = json.loads(output)
+    command = "headwater bench replication " + " ".join(args)
+    rf1, rf3, e2e = r["rf1_acks_1"], r["rf3_acks_all"], r["e2e_rf3_acks_all"]
+    print(f"\n3 combined nodes on loopback, {r['partitions']} partitions, 100 B records.\n")
+    print("| figure | result | command |")
+    print("|---|---|---|")
+    print(f"| produce RF 1, acks=1 | {rf1['records_per_s']:,.0f} records/s | `{rf1['command']}` |")
+    print(
+        f"| produce RF 3, acks=all, min_insync_replicas 2 | {rf3['records_per_s']:,.0f} records/s | `{rf3['command']}` |"
+    )
+    print(
+        f"| ratio RF 3 acks=all / RF 1 acks=1 (same run) | {r['ratio_rf3_all_to_rf1_1']} | `{command}` |"
+    )
+    print(
+        f"| acks=all at {e2e['settings']['rate']:,} records/s: produce (acknowledgement) latency p50 / p99 / max | {e2e['ack_latency_ms_p50']} / {e2e['ack_latency_ms_p99']} / {e2e['ack_latency_ms_max']} ms | `{e2e['command']}` |"
+    )
+    print(
+        f"| same run, end to end (produce to consume) p50 / p99 | {e2e['latency_ms_p50']} / {e2e['latency_ms_p99']} ms | `{e2e['command']}` |"
+    )
+    for key, name in (
+        ("follower_lag_records_at_steady_rate", "follower lag at 10,000 records/s, records"),
+        (
+            "follower_lag_records_under_full_load",
+            "follower lag during the RF 3 produce run, records",
+        ),
+        (
+            "follower_caught_up_ms_ago_at_steady_rate",
+            "time since a follower was caught up, at 10,000 records/s, ms",
+        ),
+    ):
+        lag = r[key]
+        print(
+            f"| {name}: p50 / p99 / max ({lag.get('samples', 0)} samples) | {lag.get('p50')} / {lag.get('p99')} / {lag.get('max')} | `{command}` |"
+        )
 
 
 def cluster_bench(quick: bool) -> None:
