@@ -11,8 +11,9 @@ stale image.
 Broker sessions (the time of each broker's last heartbeat) are soft state of the active
 controller, as in KRaft: a new controller gives every broker a full session timeout from
 its activation (less one election timeout for the broker of the controller it replaced,
-which has been silent at least that long), and a controller whose own loop stalled for half a session (a SIGSTOP,
-a long pause) restarts every session rather than fence brokers for its own silence.
+which has been silent at least that long), and a controller whose own loop stalled for
+half a session (a SIGSTOP, a long pause) restarts every session rather than fence
+brokers for its own silence.
 """
 
 from __future__ import annotations
@@ -204,7 +205,9 @@ class ControllerDriver:
             if not self.is_active():
                 raise not_controller(self.state.image)
             image = self.state.image
-            result = decide(image, self._active_epoch or self.quorum.status().term)
+            # is_active() holds, so the image's controller epoch is the current Raft term
+            # (a re-election may have raised it since this node's last tick).
+            result = decide(image, image.controller_epoch)
             if not result.records:
                 return result.response, image.offset
             offset = await self._propose(result.records)
