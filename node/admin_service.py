@@ -319,7 +319,10 @@ def _followers(partition: Partition) -> list[pb.ReplicaProgress]:
             node_id=node_id,
             log_end_offset=progress.log_end_offset,
             lag_records=end - progress.log_end_offset if progress.log_end_offset >= 0 else -1,
-            caught_up_ms_ago=now - progress.last_caught_up_ms,
+            # A follower at the leader's end is caught up now, fetching or not.
+            caught_up_ms_ago=(
+                0 if progress.log_end_offset >= end else now - progress.last_caught_up_ms
+            ),
         )
         for node_id, progress in sorted(partition.followers.items())
     ]

@@ -16,7 +16,6 @@ only then does the node stop serving.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import uuid
@@ -28,6 +27,7 @@ from headwater.config import NodeConfig
 from headwater.errors import ErrorCode
 from headwater.node.cluster_state import ClusterState
 from headwater.node.peers import Peers, peer_error
+from headwater.node.tasks import cancel_and_wait
 from headwater.raft.image import MetadataImage, apply
 from headwater.raft.records import RecordFormatError, decode_batch
 from headwater.v1 import headwater_pb2 as pb
@@ -51,11 +51,8 @@ class BrokerLifecycle:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     def _controller_address(self) -> str:
         return self.state.image.controller_address
@@ -153,10 +150,7 @@ class MetadataFollower:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _run(self) -> None:
         attempt = 0

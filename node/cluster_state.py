@@ -48,18 +48,19 @@ class ClusterState:
                 listener(image)
             except Exception:
                 _log.exception("metadata listener failed")
-        ready = [w for w in self._waiters if w[0] <= image.offset]
-        self._waiters = [w for w in self._waiters if w[0] > image.offset]
-        for _, future in ready:
-            if not future.done():
-                future.set_result(None)
+        self._waiters = _wake_reached(self._waiters, image.offset)
 
     async def wait_for_offset(self, offset: int, timeout_s: float) -> bool:
         """True once the image has applied ``offset`` batches; False after ``timeout_s``."""
         if self.image.offset >= offset:
             return True
+        return await self._wait(self._waiters, offset, timeout_s)
+
+    async def _wait(
+        self, waiters: list[tuple[int, asyncio.Future[None]]], offset: int, timeout_s: float
+    ) -> bool:
         future: asyncio.Future[None] = self._loop.create_future()
-        self._waiters.append((offset, future))
+        waiters.append((offset, future))
         try:
             async with asyncio.timeout(timeout_s):
                 await future
@@ -70,24 +71,13 @@ class ClusterState:
     def mark_reconciled(self, offset: int) -> None:
         """On the loop: the hosted logs now follow the image at ``offset``."""
         self.reconciled_offset = max(self.reconciled_offset, offset)
-        ready = [w for w in self._reconcile_waiters if w[0] <= offset]
-        self._reconcile_waiters = [w for w in self._reconcile_waiters if w[0] > offset]
-        for _, future in ready:
-            if not future.done():
-                future.set_result(None)
+        self._reconcile_waiters = _wake_reached(self._reconcile_waiters, offset)
 
     async def wait_reconciled(self, offset: int, timeout_s: float) -> bool:
         """True once the hosted logs follow the image at ``offset`` (False on timeout)."""
         if self.reconciled_offset >= offset:
             return True
-        future: asyncio.Future[None] = self._loop.create_future()
-        self._reconcile_waiters.append((offset, future))
-        try:
-            async with asyncio.timeout(timeout_s):
-                await future
-            return True
-        except TimeoutError:
-            return False
+        return await self._wait(self._reconcile_waiters, offset, timeout_s)
 
     async def wait_until(
         self, predicate: Callable[[MetadataImage], bool], timeout_s: float
@@ -101,3 +91,13 @@ class ClusterState:
             if not await self.wait_for_offset(self.image.offset + 1, remaining):
                 return predicate(self.image)
         return True
+
+
+def _wake_reached(
+    waiters: list[tuple[int, asyncio.Future[None]]], offset: int
+) -> list[tuple[int, asyncio.Future[None]]]:
+    """Resolve the waiters for offsets up to ``offset``; return the others."""
+    for wanted, future in waiters:
+        if wanted <= offset and not future.done():
+            future.set_result(None)
+    return [w for w in waiters if w[0] > offset]

@@ -19,7 +19,6 @@ brokers for its own silence.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -29,6 +28,7 @@ from typing import Final, Protocol, TypeVar
 from headwater.config import NodeConfig, parse_topic_configs
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.cluster_state import ClusterState
+from headwater.node.tasks import cancel_and_wait
 from headwater.raft import controller as decisions
 from headwater.raft.image import MetadataImage, PartitionState
 from headwater.raft.quorum import MetadataQuorum, ProposalFailedError
@@ -112,10 +112,7 @@ class ControllerDriver:
         self._task = asyncio.get_running_loop().create_task(self._tick_forever())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _tick_forever(self) -> None:
         while True:

@@ -47,6 +47,7 @@ from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
 from headwater.node.peers import Peers, peer_error
 from headwater.node.service import rpc_handler
+from headwater.node.tasks import cancel_and_wait
 from headwater.raft.image import MetadataImage, PartitionState
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -283,10 +284,7 @@ class LeaderFetcher:
             _log.debug("replica fetcher for node %d was cancelled", self.leader_id)
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        await cancel_and_wait(self.task)
 
     def follow(self, partition: Partition, leader_epoch: int) -> None:
         key = (partition.topic, partition.index)
@@ -547,10 +545,7 @@ class ReplicaManager:
         self._task = asyncio.get_running_loop().create_task(self._tick_forever())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         for fetcher in self._fetchers.values():
             await fetcher.stop()
 
