@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -45,9 +46,18 @@ READY_DEADLINE_S: Final = 120.0
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port below the ephemeral range (32768 and up), where the nodes'
+    own outgoing connections cannot take it between this check and the node's bind."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(20_000, 32_000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise click.ClickException("no free loopback port in [20000, 32000)")
 
 
 def _until(condition: Callable[[], T | None], deadline_s: float, what: str) -> T:

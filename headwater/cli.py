@@ -89,7 +89,7 @@ def main() -> None:
     "--quorum",
     metavar="ID@HOST:PORT,...",
     help="Raft addresses of the controller voters by node id (default: this node alone, "
-    "on the listen port + 1).",
+    "on a port the system picks).",
 )
 @click.option(
     "--roles",

@@ -41,13 +41,14 @@ def parse_address(text: str, what: str) -> tuple[str, int]:
 
 
 def parse_quorum(text: str, node_id: int, listen: str) -> dict[int, str]:
-    """``ID@HOST:PORT,...`` as {id: "HOST:PORT"}; empty means {node_id: listen host, port + 1}.
+    """``ID@HOST:PORT,...`` as {id: "HOST:PORT"}; empty means {node_id: "LISTEN_HOST:0"}, a
+    quorum of this node alone on a port the system picks (no other node needs to reach it).
 
     Raises INVALID_CONFIG naming the bad entry.
     """
     if not text.strip():
         host, port = parse_address(listen, "listen")
-        return {node_id: f"{host}:{port + 1 if port else 0}"}
+        return {node_id: f"{host}:0"}
     voters: dict[int, str] = {}
     for entry in (e.strip() for e in text.split(",") if e.strip()):
         id_text, at, address = entry.partition("@")
@@ -197,8 +198,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "quorum",
         "",
         "Raft voters of the metadata quorum, as ID@HOST:PORT,... (the Raft addresses of the "
-        "controller nodes, on the cluster network). Empty: a single-node quorum of this node "
-        "on the listen host and port + 1.",
+        "controller nodes, on the cluster network). Empty: a quorum of this node alone, on the "
+        "listen host and a port the system picks.",
     ),
     Setting(
         "roles",

@@ -40,10 +40,15 @@ class LocalCluster:
         }
 
     def start(self) -> None:
-        for node in self.nodes.values():
-            node.start(wait=False)
-        for node in self.nodes.values():
-            node.wait_serving()
+        """Start every node and wait until all serve (all are killed if one fails)."""
+        try:
+            for node in self.nodes.values():
+                node.start(wait=False)
+            for node in self.nodes.values():
+                node.wait_serving()
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         for node in self.nodes.values():

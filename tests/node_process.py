@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,10 +20,24 @@ HEADWATER = [sys.executable, "-m", "headwater.cli"]
 START_DEADLINE_S = 30.0
 
 
+# Listening ports come from below the kernel's ephemeral range (32768-60999 by default),
+# where outgoing connections take their local ports: a port picked there and released
+# could be taken by one of the nodes' own connections before the node binds it.
+_PORT_LOW, _PORT_HIGH = 20_000, 32_000
+_ports = random.Random(os.getpid())
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port that was free a moment ago, outside the ephemeral range."""
+    for _ in range(1000):
+        port = _ports.randrange(_PORT_LOW, _PORT_HIGH)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in [{_PORT_LOW}, {_PORT_HIGH})")
 
 
 def wait_until(
@@ -59,7 +74,7 @@ class NodeProcess:
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.node_id = node_id
-        # An explicit Raft port: the default (listen port + 1) may be taken on a busy host.
+        # An explicit quorum, as a cluster's nodes have; single nodes could also omit it.
         self.quorum = quorum or f"{node_id}@127.0.0.1:{free_port()}"
         self.extra_args = extra_args
         self.env = env or {}

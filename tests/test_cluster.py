@@ -177,8 +177,8 @@ def test_killed_broker_loses_leadership_to_isr_members(cluster3: LocalCluster) -
 
 def test_five_nodes_keep_serving_with_two_down(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path, 5)
-    cluster.start()
     try:
+        cluster.start()
         with Admin(cluster.bootstrap()) as admin:
             admin.create_topic("five", partitions=10, replication_factor=3)
         controller = cluster.wait_controller()
