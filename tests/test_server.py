@@ -406,7 +406,8 @@ def test_producer_recovers_through_a_restart_and_a_stopped_node(node: NodeProces
         assert producer.send("survive", b"before").result(timeout=30).offset == 0
         node.kill(signal.SIGKILL)
         node.start(wait=False)  # same port and data: the producer's new stream finds it
-        assert producer.send("survive", b"after-restart").result(timeout=60).offset == 1
+        restarted = producer.send("survive", b"after-restart").result(timeout=60)
+        assert restarted.offset == 1, node.log()
         node.process.send_signal(signal.SIGSTOP)  # answers nothing: the stream must expire
         future = producer.send("survive", b"after-stop")
         threading.Timer(2.5, lambda: node.process.send_signal(signal.SIGCONT)).start()
