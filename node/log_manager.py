@@ -174,7 +174,8 @@ class LogManager:
             if changed:
                 self._partitions = current
         if may_delete:
-            self._remove_strays(set(self._partitions))
+            # Keep every folder the image assigns here, even one that failed to open.
+            self._remove_strays(set(self._partitions) | set(wanted))
         return roles
 
     def _open(

@@ -225,9 +225,12 @@ class Node:
     # ------------------------------------------------------------------ partitions
 
     def _image_current(self) -> bool:
-        """May partition logs be deleted on this image's say-so (see LogManager)?"""
+        """Is this node's image (the loop's) current: may partition logs be deleted on its
+        say-so (see LogManager)? A voter's must also have caught up with what its quorum
+        has applied: images reach the loop after pysyncobj's thread applied them, and a
+        reconcile on the empty start-up image would delete every log."""
         if self.quorum is not None:
-            return self.quorum.ready()
+            return self.quorum.ready() and self.state.image.offset >= self.quorum.image.offset
         return self.follower is not None and self.follower.caught_up
 
     def _on_image(self, _image: MetadataImage) -> None:

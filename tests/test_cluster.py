@@ -441,12 +441,12 @@ def test_broker_only_node_follows_the_metadata(cluster3: LocalCluster, tmp_path:
             FAILOVER_DEADLINE_S,
             "the reassignment to complete",
         )
+        nodes = {**cluster3.nodes, 4: broker}
         wait_until(
-            lambda: not (cluster3.nodes[leaving].data_dir / "moved-0").exists(),
+            lambda: not (nodes[leaving].data_dir / "moved-0").exists(),
             FAILOVER_DEADLINE_S,
             f"node {leaving} to drop its replica",
         )
-        nodes = {**cluster3.nodes, 4: broker}
         assert (nodes[spare].data_dir / "moved-0").exists()
         assert sorted(consume_all(broker.address, "moved", 200)) == sorted(values)
     finally:
