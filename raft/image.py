@@ -270,16 +270,7 @@ class _Builder:
                         f"partition {record.partition} created out of order; next is "
                         f"{len(partitions)}"
                     )
-                state = PartitionState(
-                    record.partition,
-                    record.replicas,
-                    record.isr,
-                    record.leader,
-                    record.leader_epoch,
-                    record.partition_epoch,
-                    record.adding_replicas,
-                    record.removing_replicas,
-                )
+                state = _state_of(record)
                 _check_partition(state)
                 partitions.append(state)
             case r.PartitionChanged():
@@ -336,18 +327,22 @@ class _Builder:
                 f"partition {record.partition} leader epoch {record.leader_epoch} < current "
                 f"{current.leader_epoch}"
             )
-        state = PartitionState(
-            record.partition,
-            record.replicas,
-            record.isr,
-            record.leader,
-            record.leader_epoch,
-            record.partition_epoch,
-            record.adding_replicas,
-            record.removing_replicas,
-        )
+        state = _state_of(record)
         _check_partition(state)
         partitions[record.partition] = state
+
+
+def _state_of(record: r.PartitionCreated | r.PartitionChanged) -> PartitionState:
+    return PartitionState(
+        record.partition,
+        record.replicas,
+        record.isr,
+        record.leader,
+        record.leader_epoch,
+        record.partition_epoch,
+        record.adding_replicas,
+        record.removing_replicas,
+    )
 
 
 def _check_partition(state: PartitionState) -> None:
