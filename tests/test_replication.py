@@ -138,11 +138,15 @@ def cluster3(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LocalCl
 
 
 def in_sync(cluster: LocalCluster, topic: str, size: int = 3) -> bool:
-    """Every replica in the ISR, with the leader's log end offset and high watermark."""
+    """Every replica in the ISR, as every replica's own metadata says, with the leader's
+    log end offset and high watermark."""
     state = partition_state(cluster, topic)
-    if len(state.isr) != size or state.leader < 0:
+    if state.leader < 0:
         return False
-    views = [local_view(cluster.nodes[r], topic) for r in state.replicas]
+    replicas = [cluster.nodes[r] for r in state.replicas]
+    if any(len(partition_state(cluster, topic, node).isr) != size for node in replicas):
+        return False
+    views = [local_view(node, topic) for node in replicas]
     return len({(v.log_end_offset, v.high_watermark) for v in views}) == 1
 
 
