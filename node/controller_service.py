@@ -4,7 +4,7 @@ any controller node)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import grpc
@@ -23,9 +23,15 @@ METADATA_POLL_S: Final = 10.0
 
 
 class ControllerService(pb_grpc.ControllerServicer):
-    def __init__(self, state: ClusterState, controller: ControllerDriver | None) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        controller: ControllerDriver | None,
+        image_current: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.state = state
         self.controller = controller
+        self.image_current = image_current
 
     def _active(self) -> ControllerDriver:
         if self.controller is None:
@@ -68,7 +74,8 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def FetchMetadata(
         self, request: pb.FetchMetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.FetchMetadataResponse]:
-        """The whole image each time it moves past the caller's offset."""
+        """The whole image each time it moves past the caller's offset, once this node's
+        image is current (a broker-only node treats every image it gets as complete)."""
         if self.controller is None:
             await abort(
                 context,
@@ -79,6 +86,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         offset = request.offset
         while True:
             if not await self.state.wait_for_offset(offset + 1, METADATA_POLL_S):
+                continue
+            if not self.image_current():
+                await self.state.wait_until(lambda _image: self.image_current(), 1.0)
                 continue
             image = self.state.image
             offset = image.offset

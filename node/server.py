@@ -186,7 +186,7 @@ class Node:
             AdminService(config, self.logs, self.state, self.peers, self.controller), server
         )
         pb_grpc.add_ControllerServicer_to_server(
-            ControllerService(self.state, self.controller), server
+            ControllerService(self.state, self.controller, self._image_current), server
         )
         # grpc_health.v1.health.aio is public API; its stubs lack the attribute.
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
@@ -226,11 +226,19 @@ class Node:
 
     def _image_current(self) -> bool:
         """Is this node's image (the loop's) current: may partition logs be deleted on its
-        say-so (see LogManager)? A voter's must also have caught up with what its quorum
-        has applied: images reach the loop after pysyncobj's thread applied them, and a
-        reconcile on the empty start-up image would delete every log."""
+        say-so (see LogManager), may it lead? A voter's image is current once it holds the
+        activation record of the controller of the current Raft term: that record is
+        committed after everything committed before it, so the image then holds all the
+        metadata there is. (pysyncobj's own "ready" is not enough: after a restart of
+        every node, a new leader's commit index starts behind, and a reconcile on a
+        partial image would delete the logs of topics it has not replayed yet.)"""
         if self.quorum is not None:
-            return self.quorum.ready() and self.state.image.offset >= self.quorum.image.offset
+            image = self.state.image
+            return (
+                self.quorum.ready()
+                and image.controller_id >= 0
+                and image.controller_epoch == self.quorum.status().term
+            )
         return self.follower is not None and self.follower.caught_up
 
     def _on_image(self, _image: MetadataImage) -> None:
