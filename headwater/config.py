@@ -223,7 +223,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "raft_election_timeout_ms",
         300,
-        "A voter that hears no leader for a random time in [this, 2.3 x this] starts an "
+        "A voter that hears no leader for a random time in [this, 3 x this] starts an "
         "election; a leader that hears no majority for 5 x this steps down.",
         unit="ms",
         low=50,

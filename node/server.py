@@ -151,7 +151,7 @@ class Node:
                 secret=config.raft_secret,
                 timings=QuorumTimings(
                     election_min_s=election_s,
-                    election_max_s=election_s * 2.3,
+                    election_max_s=election_s * 3,
                     heartbeat_s=election_s / 6,
                     leader_fallback_s=election_s * 5,
                 ),
