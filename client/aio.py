@@ -31,7 +31,6 @@ import grpc
 from headwater.client.connection import (
     MESSAGE_BYTES_MAX,
     RECONNECT_OPTIONS,
-    check_partition,
     resolve_bootstrap,
 )
 from headwater.client.consumer import FetchedBatch, PollResult, TopicPartition, fetched_from
@@ -40,6 +39,7 @@ from headwater.client.producer import RecordMetadata, parse_acks
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import Compression, encode_batch
+from headwater.node.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 

@@ -22,6 +22,7 @@ import grpc
 from headwater.config import DEFAULT_LISTEN, parse_address
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
+from headwater.node.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
@@ -54,16 +55,6 @@ def resolve_bootstrap(bootstrap: str | Sequence[str] | None) -> list[str]:
     for address in addresses:
         parse_address(address, "bootstrap address")
     return addresses
-
-
-def check_partition(topic: str, partition: int, partitions: int) -> None:
-    """Raise UNKNOWN_TOPIC_OR_PARTITION, naming the valid range, unless the partition is in
-    [0, partitions)."""
-    if not 0 <= partition < partitions:
-        raise HeadwaterError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            f"topic {topic!r} has no partition {partition}; valid partitions are [0, {partitions})",
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,12 +34,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from headwater.client.connection import Cluster, check_partition
+from headwater.client.connection import Cluster
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
 from headwater.client.produce_stream import ProduceStream
 from headwater.client.retry import RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import Compression, HeaderPairs, encode_batch
+from headwater.node.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 
 RECORD_OVERHEAD_BYTES: Final = 12

@@ -32,7 +32,7 @@ from headwater.node.peers import (
     is_local_only,
     peer_error,
 )
-from headwater.node.service import rpc_handler, topic_of
+from headwater.node.service import rpc_handler
 from headwater.raft import controller as decisions
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.v1 import headwater_pb2 as pb
@@ -223,7 +223,7 @@ class AdminService(pb_grpc.AdminServicer):
     ) -> pb.DescribeTopicsResponse:
         image = self.state.image
         names = list(request.names) or sorted(image.topics)
-        topics = [topic_of(image, name) for name in names]
+        topics = [image.topic_named(name) for name in names]
         local_only = is_local_only(context)
         described = [self._describe_local(topic, any_replica=local_only) for topic in topics]
         if not local_only:

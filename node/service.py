@@ -35,7 +35,6 @@ from headwater.node.cluster_state import ClusterState
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
 from headwater.node.peers import FORWARDED, Peers, is_forwarded, peer_error
-from headwater.node.topics import unknown_topic
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.raft.records import NO_LEADER
 from headwater.v1 import headwater_pb2 as pb
@@ -200,14 +199,14 @@ class BrokerService(pb_grpc.BrokerServicer):
                 f"timeout_ms is {request.timeout_ms}; valid range is [0, {PRODUCE_TIMEOUT_MS_MAX}]"
             )
         image = self.state.image
-        topic = topic_of(image, request.topic)
+        topic = image.topic_named(request.topic)
         payload = request.WhichOneof("payload")
         if payload == "batch":
             if request.partition == -1:
                 raise _invalid(
                     "partition -1 (broker's choice) needs `records`, not an encoded batch"
                 )
-            check_partition(topic, request.partition)
+            topic.check_partition(request.partition)
             batches = {request.partition: request.batch}
         elif payload == "records":
             batches = self._encode_records(request, len(topic.partitions), topic)
@@ -287,7 +286,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 "valid: 0 (none), 3 (lz4), 4 (zstd)",
             )
         if request.partition != -1:
-            check_partition(topic, request.partition)
+            topic.check_partition(request.partition)
         groups: dict[int, list[pb.Record]] = {}
         keyless_target = (
             request.partition if request.partition != -1 else next(self._round_robin) % partitions
@@ -325,8 +324,8 @@ class BrokerService(pb_grpc.BrokerServicer):
     ) -> pb.FetchResponse:
         self._check_fetch(request)
         image = self.state.image
-        topic = topic_of(image, request.topic)
-        check_partition(topic, request.partition)
+        topic = image.topic_named(request.topic)
+        topic.check_partition(request.partition)
         local = await self._leader_replica(image, topic, request.partition)
         if local is not None:
             return await self._fetch(local, request, request.offset)
@@ -349,8 +348,8 @@ class BrokerService(pb_grpc.BrokerServicer):
         try:
             self._check_fetch(request)
             image = self.state.image
-            topic = topic_of(image, request.topic)
-            check_partition(topic, request.partition)
+            topic = image.topic_named(request.topic)
+            topic.check_partition(request.partition)
             local = await self._leader_replica(image, topic, request.partition)
             if local is None:
                 address = self._leader_address(
@@ -434,7 +433,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListOffsetsResponse:
         image = self.state.image
-        topic = topic_of(image, request.topic)
+        topic = image.topic_named(request.topic)
         if request.spec not in (
             pb.OFFSET_SPEC_EARLIEST,
             pb.OFFSET_SPEC_LATEST,
@@ -451,7 +450,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         found: dict[int, pb.PartitionOffset] = {}
         remote: dict[str, list[int]] = {}
         for index in indexes:
-            check_partition(topic, index)
+            topic.check_partition(index)
             local = await self._leader_replica(image, topic, index)
             if local is None:
                 address = self._leader_address(image, topic, index, is_forwarded(context))
@@ -482,7 +481,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     ) -> pb.MetadataResponse:
         image = self.state.image
         names = list(request.topics) or sorted(image.topics)
-        topics = [self._topic_metadata(image, topic_of(image, name)) for name in names]
+        topics = [self._topic_metadata(image, image.topic_named(name)) for name in names]
         brokers = [
             pb.BrokerInfo(node_id=b.node_id, address=b.address, rack=b.rack, state=b.state)
             for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
@@ -497,22 +496,6 @@ class BrokerService(pb_grpc.BrokerServicer):
             raft_commit_index=commit_index,
             metadata_offset=image.offset,
             node_id=self.config.node_id,
-        )
-
-
-def topic_of(image: MetadataImage, name: str) -> TopicImage:
-    topic = image.topics.get(name)
-    if topic is None:
-        raise unknown_topic(name)
-    return topic
-
-
-def check_partition(topic: TopicImage, index: int) -> None:
-    if not 0 <= index < len(topic.partitions):
-        raise HeadwaterError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            f"topic {topic.name!r} has no partition {index}; valid partitions are "
-            f"[0, {len(topic.partitions)})",
         )
 
 

@@ -1,19 +1,15 @@
-"""Topic names and topic metadata records (pure).
+"""Topic names, and the errors for unknown topics and partitions (pure).
 
 A topic name is 1 to 249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..`` (Kafka's
 rules, so names move between the systems), and does not start with ``__``, which is
-reserved for internal topics.
-
-``TopicRecord`` is what a node persists per topic; its JSON form (``to_json``) is one
-object with the fields below, and ``topic_id`` changes when a topic is deleted and
-created again (so readers can tell a recreated topic from the old one).
+reserved for internal topics. (A topic's metadata lives in the cluster's metadata image,
+``headwater.raft.image``.)
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from headwater.errors import ErrorCode, HeadwaterError
 
@@ -49,42 +45,14 @@ def check_topic_name(name: str, allow_internal: bool = False) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class TopicRecord:
-    """One topic: id, partition count, replication factor and explicit config overrides."""
-
-    name: str
-    topic_id: str
-    partitions: int
-    replication_factor: int
-    configs: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "topic_id": self.topic_id,
-            "partitions": self.partitions,
-            "replication_factor": self.replication_factor,
-            "configs": dict(self.configs),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TopicRecord:
-        return cls(
-            name=str(data["name"]),
-            topic_id=str(data["topic_id"]),
-            partitions=int(data["partitions"]),
-            replication_factor=int(data["replication_factor"]),
-            configs={str(k): str(v) for k, v in dict(data.get("configs", {})).items()},
+def check_partition(topic: str, partition: int, partitions: int) -> None:
+    """Raise UNKNOWN_TOPIC_OR_PARTITION, naming the valid range, unless ``partition`` is in
+    [0, partitions)."""
+    if not 0 <= partition < partitions:
+        raise HeadwaterError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"topic {topic!r} has no partition {partition}; valid partitions are [0, {partitions})",
         )
-
-    def check_partition(self, partition: int) -> None:
-        if not 0 <= partition < self.partitions:
-            raise HeadwaterError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                f"topic {self.name!r} has no partition {partition}; valid partitions are "
-                f"[0, {self.partitions})",
-            )
 
 
 def unknown_topic(name: str) -> HeadwaterError:

@@ -312,7 +312,7 @@ def create_partitions(
     image: MetadataImage, epoch: int, name: str, total: int, limits: TopicLimits, rng: random.Random
 ) -> ControllerResult[None]:
     """Grow topic ``name`` to ``total`` partitions (partitions never shrink, as in Kafka)."""
-    topic = _topic(image, name)
+    topic = image.topic_named(name)
     current = len(topic.partitions)
     if not current < total <= limits.partitions_max:
         raise HeadwaterError(
@@ -365,13 +365,8 @@ def reassign_partition(
     ``target``, and leadership moves if the leader is leaving. A target that equals the
     current replicas (or only reorders them) takes effect at once.
     """
-    topic = _topic(image, name)
-    if not 0 <= partition < len(topic.partitions):
-        raise HeadwaterError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            f"topic {name!r} has no partition {partition}; valid partitions are "
-            f"[0, {len(topic.partitions)})",
-        )
+    topic = image.topic_named(name)
+    topic.check_partition(partition)
     state = topic.partitions[partition]
     target = tuple(target)
     if not target or len(set(target)) != len(target):
@@ -459,13 +454,6 @@ def _current_broker(image: MetadataImage, node_id: int, broker_epoch: int) -> Br
             f"broker {node_id} epoch {broker_epoch} is not current ({current}); register again",
         )
     return broker
-
-
-def _topic(image: MetadataImage, name: str) -> TopicImage:
-    topic = image.topics.get(name)
-    if topic is None:
-        raise unknown_topic(name)
-    return topic
 
 
 def elect(

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from headwater.node.topics import check_partition, unknown_topic
 from headwater.raft import records as r
 
 BROKER_RUNNING: Final = "running"
@@ -77,6 +78,10 @@ class TopicImage:
     configs: Mapping[str, str]
     partitions: tuple[PartitionState, ...]
 
+    def check_partition(self, index: int) -> None:
+        """Raise UNKNOWN_TOPIC_OR_PARTITION unless the topic has partition ``index``."""
+        check_partition(self.name, index, len(self.partitions))
+
     @property
     def replication_factor(self) -> int:
         """Target replicas per partition (a reassignment in progress may hold more)."""
@@ -97,6 +102,13 @@ class MetadataImage:
     brokers: Mapping[int, BrokerState] = field(default_factory=dict)
     topics: Mapping[str, TopicImage] = field(default_factory=dict)
     topic_names: Mapping[str, str] = field(default_factory=dict)  # topic_id -> name
+
+    def topic_named(self, name: str) -> TopicImage:
+        """The topic ``name``; raises UNKNOWN_TOPIC_OR_PARTITION when there is none."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise unknown_topic(name)
+        return topic
 
     def topic_by_id(self, topic_id: str) -> TopicImage | None:
         name = self.topic_names.get(topic_id)
