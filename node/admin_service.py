@@ -32,7 +32,7 @@ from headwater.node.peers import (
     is_local_only,
     peer_error,
 )
-from headwater.node.service import rpc_handler
+from headwater.node.service import partition_fields, rpc_handler
 from headwater.raft import controller as decisions
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.v1 import headwater_pb2 as pb
@@ -237,14 +237,7 @@ class AdminService(pb_grpc.AdminServicer):
         partitions = []
         for p in topic.partitions:
             description = pb.PartitionDescription(
-                partition=p.partition,
-                leader=p.leader,
-                leader_epoch=p.leader_epoch,
-                replicas=p.replicas,
-                isr=p.isr,
-                partition_epoch=p.partition_epoch,
-                adding_replicas=p.adding_replicas,
-                removing_replicas=p.removing_replicas,
+                **partition_fields(p),
                 log_start_offset=-1,
                 log_end_offset=-1,
                 high_watermark=-1,

@@ -35,7 +35,7 @@ from headwater.node.cluster_state import ClusterState
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
 from headwater.node.peers import FORWARDED, Peers, is_forwarded, peer_error
-from headwater.raft.image import MetadataImage, TopicImage
+from headwater.raft.image import MetadataImage, PartitionState, TopicImage
 from headwater.raft.records import NO_LEADER
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -514,23 +514,25 @@ def _offset_of(partition: Partition, request: pb.ListOffsetsRequest) -> pb.Parti
     return pb.PartitionOffset(partition=partition.index, offset=offset, timestamp_ms=timestamp)
 
 
+def partition_fields(p: PartitionState) -> dict[str, Any]:
+    """The fields PartitionMetadata and PartitionDescription share, from the image."""
+    return {
+        "partition": p.partition,
+        "leader": p.leader,
+        "leader_epoch": p.leader_epoch,
+        "replicas": p.replicas,
+        "isr": p.isr,
+        "partition_epoch": p.partition_epoch,
+        "adding_replicas": p.adding_replicas,
+        "removing_replicas": p.removing_replicas,
+    }
+
+
 def _topic_metadata(topic: TopicImage) -> pb.TopicMetadata:
     return pb.TopicMetadata(
         name=topic.name,
         topic_id=topic.topic_id,
-        partitions=[
-            pb.PartitionMetadata(
-                partition=p.partition,
-                leader=p.leader,
-                leader_epoch=p.leader_epoch,
-                replicas=p.replicas,
-                isr=p.isr,
-                partition_epoch=p.partition_epoch,
-                adding_replicas=p.adding_replicas,
-                removing_replicas=p.removing_replicas,
-            )
-            for p in topic.partitions
-        ],
+        partitions=[pb.PartitionMetadata(**partition_fields(p)) for p in topic.partitions],
     )
 
 
