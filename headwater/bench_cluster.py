@@ -42,20 +42,25 @@ from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 POLL_S: Final = 0.005
+_PORTS: Final = random.Random()
+_HANDED_OUT: Final[set[int]] = set()
 READY_DEADLINE_S: Final = 120.0
 
 
 def _free_port() -> int:
     """A free loopback port below the ephemeral range (32768 and up), where the nodes'
-    own outgoing connections cannot take it between this check and the node's bind."""
-    rng = random.Random()
+    own outgoing connections cannot take it between this check and the node's bind, and
+    not handed out before (a cluster's ports are all picked before any node binds)."""
     for _ in range(1000):
-        port = rng.randrange(20_000, 32_000)
+        port = _PORTS.randrange(20_000, 32_000)
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _HANDED_OUT.add(port)
             return port
     raise click.ClickException("no free loopback port in [20000, 32000)")
 
