@@ -11,7 +11,8 @@ it is answered. Records sent in the same loop iteration leave together. Errors f
 records' futures (no retries: callers that want them use the threaded Producer).
 
 AsyncConsumer: one FetchStream per assigned partition, each read by a task into one
-bounded asyncio queue; ``poll`` waits on that queue.
+bounded asyncio queue; ``poll`` waits on that queue. A stream that ends or fails with a
+retriable error is reopened where it stopped; other errors are raised by ``poll``.
 
 Not thread-safe: use from one event loop.
 """
@@ -28,9 +29,12 @@ from typing import Final
 
 import grpc
 
+from headwater.cancellation import task_is_stopping
 from headwater.client.connection import (
     MESSAGE_BYTES_MAX,
     RECONNECT_OPTIONS,
+    RETRY_BACKOFF_MAX_S,
+    RETRY_BACKOFF_MIN_S,
     resolve_bootstrap,
 )
 from headwater.client.consumer import FetchedBatch, PollResult, TopicPartition, fetched_from
@@ -44,6 +48,8 @@ from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 ARRIVALS_MAX: Final = 64
+# How long a partition's reader retries a stream that keeps failing without progress.
+READ_RETRY_S: Final = 30.0
 _OPTIONS: Final = [
     ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
     ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
@@ -289,22 +295,50 @@ class AsyncConsumer:
             self._readers[tp] = asyncio.get_running_loop().create_task(self._read(tp))
 
     async def _read(self, tp: TopicPartition) -> None:
-        request = pb.FetchRequest(
-            topic=tp.topic,
-            partition=tp.partition,
-            offset=self._positions[tp],
-            max_bytes=self.fetch_max_bytes,
-            max_wait_ms=self.fetch_max_wait_ms,
-            min_bytes=1,
-            replica_id=-1,
-        )
-        try:
-            async for response in self._stub.FetchStream(request):
-                if response.records:
-                    await self._arrivals.put((tp, response, None))
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.CANCELLED:
-                await self._arrivals.put((tp, None, from_rpc_error(exc, self.address)))
+        """Feed ``tp``'s arrivals into the queue until stopped. A stream that ends or fails
+        with a retriable error (a leader moving, a node restarting) is reopened from the
+        next offset after what was queued, with backoff, for up to ``READ_RETRY_S`` without
+        progress; any other error, or running out of that time, is queued for ``poll``."""
+        offset = self._positions[tp]
+        backoff_s = RETRY_BACKOFF_MIN_S
+        give_up_at = time.monotonic() + READ_RETRY_S
+        while True:
+            request = pb.FetchRequest(
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=offset,
+                max_bytes=self.fetch_max_bytes,
+                max_wait_ms=self.fetch_max_wait_ms,
+                min_bytes=1,
+                replica_id=-1,
+            )
+            call = self._stub.FetchStream(request)
+            try:
+                async for response in call:
+                    if response.records:
+                        await self._arrivals.put((tp, response, None))
+                    offset = max(offset, response.next_offset)
+                    backoff_s = RETRY_BACKOFF_MIN_S
+                    give_up_at = time.monotonic() + READ_RETRY_S
+                error = HeadwaterError(
+                    ErrorCode.NETWORK_EXCEPTION, f"{self.address}: fetch stream of {tp} ended"
+                )
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc, self.address)
+            except asyncio.CancelledError:
+                if task_is_stopping():
+                    raise  # stopped by _stop_readers
+                # grpc.aio raises CancelledError for a call cancelled under it.
+                error = HeadwaterError(
+                    ErrorCode.NETWORK_EXCEPTION, f"{self.address}: fetch stream was cancelled"
+                )
+            finally:
+                call.cancel()
+            if not error.retriable or time.monotonic() + backoff_s > give_up_at:
+                await self._arrivals.put((tp, None, error))
+                return
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, RETRY_BACKOFF_MAX_S)
 
     async def poll(self, timeout_ms: float = 1000) -> PollResult:
         """Batches that arrive within ``timeout_ms`` (possibly none)."""

@@ -219,6 +219,9 @@ class Cluster:
     def leader(self, topic: str, partition: int) -> str:
         """Address of the partition's leader, or a bootstrap node (which forwards)."""
         layout = self.layout(topic)
+        if partition >= layout.partitions:  # partitions may have been added since cached
+            self.invalidate(topic)
+            layout = self.layout(topic)
         check_partition(topic, partition, layout.partitions)
         return layout.leaders[partition] or self.bootstrap[0]
 

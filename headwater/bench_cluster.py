@@ -17,11 +17,10 @@ broker is running again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,32 +36,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headwater.bench import percentile
 from headwater.cli_cluster import DevNode, spawn
+from headwater.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 POLL_S: Final = 0.005
-_PORTS: Final = random.Random()
-_HANDED_OUT: Final[set[int]] = set()
 READY_DEADLINE_S: Final = 120.0
-
-
-def _free_port() -> int:
-    """A free loopback port below the ephemeral range (32768 and up), where the nodes'
-    own outgoing connections cannot take it between this check and the node's bind, and
-    not handed out before (a cluster's ports are all picked before any node binds)."""
-    for _ in range(1000):
-        port = _PORTS.randrange(20_000, 32_000)
-        if port in _HANDED_OUT:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            _HANDED_OUT.add(port)
-            return port
-    raise click.ClickException("no free loopback port in [20000, 32000)")
 
 
 def _until(condition: Callable[[], T | None], deadline_s: float, what: str) -> T:
@@ -83,8 +63,8 @@ class BenchCluster:
         self.nodes = {
             i: DevNode(
                 node_id=i,
-                address=f"127.0.0.1:{_free_port()}",
-                raft_address=f"127.0.0.1:{_free_port()}",
+                address=f"127.0.0.1:{free_port()}",
+                raft_address=f"127.0.0.1:{free_port()}",
                 data_dir=root / f"node-{i}",
                 log_path=root / f"node-{i}.log",
             )
@@ -335,15 +315,19 @@ def bench_cluster(trials: int, topics: int, partitions: int, as_json: bool) -> N
 # --------------------------------------------------------------------------- replication
 
 
-def _bench(bootstrap: str, *args: str) -> dict[str, Any]:
+def run_bench(bootstrap: str, *args: str) -> dict[str, Any]:
     """One ``headwater bench`` run in its own process (as a user would run it)."""
-    output = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "headwater.cli", "bench", *args, "--json", "--bootstrap", bootstrap],
         capture_output=True,
-        check=True,
+        check=False,
         text=True,
-    ).stdout
-    result: dict[str, Any] = json.loads(output)
+    )
+    if done.returncode != 0:
+        raise click.ClickException(
+            f"headwater bench {' '.join(args)} failed: {done.stderr.strip()[-500:]}"
+        )
+    result: dict[str, Any] = json.loads(done.stdout)
     result["command"] = "headwater bench " + " ".join(args)
     return result
 
@@ -385,8 +369,39 @@ class LagSampler:
                         self.caught_up_ms.append(follower.caught_up_ms_ago)
 
 
-def run_replication(records: int, partitions: int, rate: int, e2e_records: int) -> dict[str, Any]:
+def node_cpu_s(cluster: BenchCluster) -> float:
+    """CPU seconds (user + system) the cluster's node processes have used so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for node in cluster.nodes.values():
+        if node.process is None:
+            continue
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{node.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def _measured_produce(
+    cluster: BenchCluster, bootstrap: str, records: int, *args: str
+) -> dict[str, Any]:
+    """One produce run, with the node CPU seconds it cost per million records."""
+    before = node_cpu_s(cluster)
+    result = run_bench(bootstrap, "produce", *args)
+    result["node_cpu_s_per_million_records"] = round(
+        (node_cpu_s(cluster) - before) / records * 1e6, 3
+    )
+    return result
+
+
+def run_replication(
+    records: int, partitions: int, rate: int, e2e_records: int, rounds: int
+) -> dict[str, Any]:
+    """RF 1 acks=1 and RF 3 acks=all alternate for ``rounds`` rounds on one cluster (so
+    that both see the same machine); the ratio is that of their median throughputs."""
     results: dict[str, Any] = {"nodes": 3, "partitions": partitions, "record_bytes": 100}
+    rf1_runs: list[dict[str, Any]] = []
+    rf3_runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="headwater-bench-") as root:
         cluster = BenchCluster(3, Path(root))
         try:
@@ -412,11 +427,20 @@ def run_replication(records: int, partitions: int, rate: int, e2e_records: int) 
                 pb.CreateTopicsRequest(topics=topics), timeout=60
             )
             common = ["--records", str(records), "--partitions", str(partitions)]
-            rf1 = _bench(bootstrap, "produce", "--topic", "rf1", "--acks", "1", *common)
             with LagSampler(cluster, controller, "rf3") as under_load:
-                rf3 = _bench(bootstrap, "produce", "--topic", "rf3", "--acks", "all", *common)
+                for _ in range(rounds):
+                    rf1_runs.append(
+                        _measured_produce(
+                            cluster, bootstrap, records, "--topic", "rf1", "--acks", "1", *common
+                        )
+                    )
+                    rf3_runs.append(
+                        _measured_produce(
+                            cluster, bootstrap, records, "--topic", "rf3", "--acks", "all", *common
+                        )
+                    )
             with LagSampler(cluster, controller, "rf3-latency") as steady:
-                e2e = _bench(
+                e2e = run_bench(
                     bootstrap,
                     "e2e",
                     "--topic",
@@ -430,14 +454,29 @@ def run_replication(records: int, partitions: int, rate: int, e2e_records: int) 
                 )
         finally:
             cluster.close()
+    rf1 = _median_run(rf1_runs)
+    rf3 = _median_run(rf3_runs)
+    results["rounds"] = rounds
     results["rf1_acks_1"] = rf1
     results["rf3_acks_all"] = rf3
+    results["rf1_records_per_s_by_round"] = [r["records_per_s"] for r in rf1_runs]
+    results["rf3_records_per_s_by_round"] = [r["records_per_s"] for r in rf3_runs]
     results["ratio_rf3_all_to_rf1_1"] = round(rf3["records_per_s"] / rf1["records_per_s"], 3)
+    results["ratio_by_round"] = [
+        round(b["records_per_s"] / a["records_per_s"], 3)
+        for a, b in zip(rf1_runs, rf3_runs, strict=True)
+    ]
     results["e2e_rf3_acks_all"] = e2e
     results["follower_lag_records_under_full_load"] = _spread(under_load.lags)
     results["follower_lag_records_at_steady_rate"] = _spread(steady.lags)
     results["follower_caught_up_ms_ago_at_steady_rate"] = _spread(steady.caught_up_ms)
     return results
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median throughput (the lower middle one of an even count)."""
+    ordered = sorted(runs, key=lambda r: float(r["records_per_s"]))
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def _spread(samples: list[int]) -> dict[str, float]:
@@ -457,13 +496,21 @@ def _spread(samples: list[int]) -> dict[str, float]:
 @click.option("--partitions", type=click.IntRange(1, 64), default=4, show_default=True)
 @click.option("--rate", type=click.IntRange(1), default=10_000, show_default=True)
 @click.option("--e2e-records", type=click.IntRange(1), default=100_000, show_default=True)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 20),
+    default=3,
+    show_default=True,
+    help="Alternating RF 1 / RF 3 runs; the medians are compared.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def bench_replication(
-    records: int, partitions: int, rate: int, e2e_records: int, as_json: bool
+    records: int, partitions: int, rate: int, e2e_records: int, rounds: int, as_json: bool
 ) -> None:
-    """RF 3 acks=all against RF 1 acks=1 in one run, acks=all latency at a fixed rate, and
-    follower lag, on a local 3-node cluster."""
-    results = run_replication(records, partitions, rate, e2e_records)
+    """RF 3 acks=all against RF 1 acks=1 in one run (alternating rounds, medians compared,
+    with the node CPU each costs), acks=all latency at a fixed rate, and follower lag, on a
+    local 3-node cluster."""
+    results = run_replication(records, partitions, rate, e2e_records, rounds)
     if as_json:
         print(json.dumps(results))
         return

@@ -121,7 +121,7 @@ def run_dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
     try:
         for node in cluster:
             node.process = spawn(node, quorum, env)
-        _wait_ready(cluster, lambda: stopping)
+        wait_ready(cluster, lambda: stopping)
         bootstrap = ",".join(n.address for n in cluster)
         for node in cluster:
             click.echo(
@@ -141,7 +141,7 @@ def run_dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
                     click.echo(f"node {node.node_id} exited with status {code}")
             time.sleep(0.2)
     finally:
-        _stop_all(cluster)
+        stop_all(cluster)
 
 
 def spawn(node: DevNode, quorum: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -172,7 +172,7 @@ def spawn(node: DevNode, quorum: str, env: dict[str, str]) -> subprocess.Popen[b
         log.close()
 
 
-def _wait_ready(cluster: list[DevNode], stopping: Any) -> None:
+def wait_ready(cluster: list[DevNode], stopping: Any) -> None:
     deadline = time.monotonic() + READY_DEADLINE_S
     pending = {n.node_id: n for n in cluster}
     while pending and not stopping():
@@ -201,7 +201,7 @@ def _wait_ready(cluster: list[DevNode], stopping: Any) -> None:
         time.sleep(0.1)
 
 
-def _stop_all(cluster: list[DevNode]) -> None:
+def stop_all(cluster: list[DevNode]) -> None:
     running = [n for n in cluster if n.process is not None and n.process.poll() is None]
     for node in running:
         assert node.process is not None

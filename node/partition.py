@@ -289,12 +289,14 @@ class Partition:
     def check_fetch_offset(self, offset: int) -> None:
         """Consumers may ask for [log start, log end]; they read below the high watermark
         (an offset between the two waits, as after a leader change)."""
-        start, end = self.log.log_start_offset, self.log.log_end_offset
-        if not start <= offset <= max(end, self._high_watermark):
+        start = self.log.log_start_offset
+        end = max(self.log.log_end_offset, self._high_watermark)
+        if not start <= offset <= end:
             raise HeadwaterError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"offset {offset} is outside the log; valid range is [{start}, "
-                f"{self._high_watermark}] (log start offset to high watermark)",
+                f"offset {offset} is outside the log; valid range is [{start}, {end}] (log "
+                f"start offset to log end offset; records are readable below the high "
+                f"watermark {self._high_watermark})",
             )
 
     async def wait_for_data(self, offset: int, wait_s: float) -> None:

@@ -38,6 +38,7 @@ from typing import Any, Final, TypeVar
 
 import grpc
 
+from headwater.cancellation import task_is_stopping
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
@@ -146,14 +147,15 @@ class ReplicaService(pb_grpc.ReplicaServicer):
                 deadline = loop.time() + wait_ms / 1000
                 while True:
                     wake.clear()
-                    parts = self._collect(session, budget, wake.set)
+                    response = pb.ReplicaFetchResponse()
+                    self._collect(session, budget, wake.set, response)
                     remaining = deadline - loop.time()
-                    if parts or remaining <= 0:
+                    if response.partitions or remaining <= 0:
                         break
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(remaining):
                             await wake.wait()
-                yield pb.ReplicaFetchResponse(partitions=parts)
+                yield response
         finally:
             for entry in session.values():
                 entry.partition.replica_listeners.discard(wake.set)
@@ -200,11 +202,16 @@ class ReplicaService(pb_grpc.ReplicaServicer):
         return errors
 
     def _collect(
-        self, session: dict[Key, _SessionPartition], budget: int, listener: Callable[[], None]
-    ) -> list[pb.ReplicaFetchData]:
-        """Data (up to ``budget`` bytes, at least one batch) and high watermark news for
-        the session; partitions that can no longer be served leave it with an error."""
-        parts: list[pb.ReplicaFetchData] = []
+        self,
+        session: dict[Key, _SessionPartition],
+        budget: int,
+        listener: Callable[[], None],
+        response: pb.ReplicaFetchResponse,
+    ) -> None:
+        """Add to ``response`` the data (up to ``budget`` bytes, at least one batch) and
+        high watermark news of the session; partitions that can no longer be served leave
+        it with an error. (Entries are added in place: passing built submessages to a
+        constructor makes upb serialize and parse each one again, records included.)"""
         for key, entry in list(session.items()):
             partition = entry.partition
             try:
@@ -225,20 +232,17 @@ class ReplicaService(pb_grpc.ReplicaServicer):
             except HeadwaterError as error:
                 del session[key]
                 partition.replica_listeners.discard(listener)
-                parts.append(_error_data(key[0], key[1], error))
+                response.partitions.append(_error_data(key[0], key[1], error))
                 continue
             entry.sent_high_watermark = partition.high_watermark
-            parts.append(
-                pb.ReplicaFetchData(
-                    topic=key[0],
-                    partition=key[1],
-                    records=result.data if result is not None else b"",
-                    high_watermark=partition.high_watermark,
-                    log_start_offset=log.log_start_offset,
-                    log_end_offset=log.log_end_offset,
-                )
+            response.partitions.add(
+                topic=key[0],
+                partition=key[1],
+                records=result.data if result is not None else b"",
+                high_watermark=partition.high_watermark,
+                log_start_offset=log.log_start_offset,
+                log_end_offset=log.log_end_offset,
             )
-        return parts
 
 
 def _error_data(topic: str, partition: int, error: HeadwaterError) -> pb.ReplicaFetchData:
@@ -323,8 +327,7 @@ class LeaderFetcher:
             except asyncio.InvalidStateError as error:  # the call ended while writing to it
                 _log.debug("replica fetch from node %d: %s", self.leader_id, error)
             except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
+                if task_is_stopping():
                     raise  # this fetcher is being stopped
                 # grpc.aio raises CancelledError for a call that was cancelled under it.
                 _log.debug("replica fetch from node %d: the call was cancelled", self.leader_id)
@@ -369,8 +372,7 @@ class LeaderFetcher:
         try:
             return await step
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
+            if task_is_stopping():
                 raise  # this fetcher is being stopped
             # grpc.aio raises CancelledError for a call that was cancelled under it.
             reason = "went silent" if fired else "cancelled the fetch"

@@ -15,6 +15,7 @@ Appends that fsync before acknowledging run in a worker thread (Partition.append
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import itertools
@@ -26,6 +27,7 @@ from typing import Any, Final, TypeVar
 import grpc
 import pyarrow.compute as pc
 
+from headwater.cancellation import task_is_stopping
 from headwater.client.partitioner import partition_for_key
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
@@ -375,6 +377,14 @@ class BrokerService(pb_grpc.BrokerServicer):
                 yield response
         except grpc.RpcError as error:
             raise peer_error(error, address) from None
+        except asyncio.CancelledError:
+            if task_is_stopping():
+                raise  # the client went away
+            # grpc.aio raises CancelledError for a call cancelled under it: the client
+            # gets a retriable error, not a stream that looks cancelled by itself.
+            raise HeadwaterError(
+                ErrorCode.BROKER_NOT_AVAILABLE, f"the fetch stream from node at {address} ended"
+            ) from None
         finally:
             call.cancel()
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import grpc
 
+from headwater.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
-from tests.node_process import NodeProcess, free_port, wait_until
+from tests.node_process import NodeProcess, wait_until
 
 RAFT_SECRET = "test-secret"
 

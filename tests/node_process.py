@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,33 +14,10 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from headwater.ports import free_port
+
 HEADWATER = [sys.executable, "-m", "headwater.cli"]
 START_DEADLINE_S = 30.0
-
-
-# Listening ports come from below the kernel's ephemeral range (32768-60999 by default),
-# where outgoing connections take their local ports: a port picked there and released
-# could be taken by one of the nodes' own connections before the node binds it.
-_PORT_LOW, _PORT_HIGH = 20_000, 32_000
-_ports = random.Random(os.getpid())
-_handed_out: set[int] = set()  # ports are picked before the nodes bind them: never twice
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago, outside the ephemeral range, and not
-    handed out before by this process."""
-    for _ in range(1000):
-        port = _ports.randrange(_PORT_LOW, _PORT_HIGH)
-        if port in _handed_out:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            _handed_out.add(port)
-            return port
-    raise RuntimeError(f"no free port in [{_PORT_LOW}, {_PORT_HIGH})")
 
 
 def wait_until(

@@ -6,7 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from tests.node_process import NodeProcess, free_port, run_cli, wait_until
+from headwater.ports import free_port
+from tests.node_process import NodeProcess, run_cli, wait_until
 
 
 def test_quickstart_round_trip(node: NodeProcess) -> None:

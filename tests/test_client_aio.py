@@ -86,3 +86,39 @@ def test_async_producer_fails_pending_records_when_the_node_dies(node: NodeProce
         await producer.close()
 
     asyncio.run(run())
+
+
+def test_async_consumer_resumes_after_the_node_restarts(node: NodeProcess) -> None:
+    """A fetch stream that breaks (the node was SIGKILLed and restarted) is reopened where
+    it stopped: every record arrives once, in order, with no error raised by poll."""
+    with Admin(node.address) as admin:
+        admin.create_topic("aio-resume", 1)
+
+    async def produce(first: int, count: int) -> None:
+        async with AsyncProducer(node.address, acks="all") as producer:
+            futures = [
+                await producer.send("aio-resume", b"%d" % i) for i in range(first, first + count)
+            ]
+            await asyncio.gather(*futures)
+
+    async def consume(consumer: AsyncConsumer, count: int) -> list:
+        records: list = []
+        while len(records) < count:
+            result = await consumer.poll(timeout_ms=30_000)
+            assert result.batches, f"only {len(records)} of {count} records within 30 s"
+            records += list(result)
+        return records
+
+    async def run() -> list:
+        async with AsyncConsumer(node.address) as consumer:
+            await consumer.assign_at("aio-resume", pb.OFFSET_SPEC_EARLIEST)
+            await produce(0, 100)
+            records = await consume(consumer, 100)
+            node.kill()
+            await asyncio.to_thread(node.start)
+            await produce(100, 100)
+            return records + await consume(consumer, 100)
+
+    records = asyncio.run(run())
+    assert [r.offset for r in records] == list(range(200))
+    assert [r.value for r in records] == [b"%d" % i for i in range(200)]
