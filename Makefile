@@ -13,6 +13,9 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@# pyspark finds data sources by walking sys.path for pyspark_* modules, which an
+	@# editable install's import hook hides: put the discovery module's folder on the path.
+	$(BIN)/python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'headwater-spark-discovery.pth').write_text(str(pathlib.Path('sparkconnector/discovery').resolve()) + '\n')"
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -36,6 +39,10 @@ lint: $(STAMP) typecheck-tree
 
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
+
+# A 3-node cluster, an order generator and a Spark Structured Streaming job (Ctrl-C stops).
+demo: $(STAMP)
+	$(BIN)/python -m headwater.sparkconnector.demo
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_all.py

@@ -517,9 +517,11 @@ def consume(
 
 from headwater.bench import bench  # noqa: E402  (registers the bench group's commands)
 from headwater.bench_cluster import bench_cluster, bench_replication  # noqa: E402
+from headwater.bench_spark import bench_spark  # noqa: E402
 
 bench.add_command(bench_cluster)
 bench.add_command(bench_replication)
+bench.add_command(bench_spark)
 main.add_command(bench)
 
 

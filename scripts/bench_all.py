@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
         "--only",
-        choices=("single", "cluster", "replication"),
+        choices=("single", "cluster", "replication", "spark"),
         help="run one group of figures (default: all)",
     )
     options = parser.parse_args()
@@ -107,6 +107,8 @@ def main() -> None:
         cluster_bench(options.quick)
     if options.only in (None, "replication"):
         replication_bench(options.quick)
+    if options.only in (None, "spark"):
+        spark_bench(options.quick)
 
 
 def single_node_bench(quick: bool) -> None:
@@ -275,7 +277,10 @@ def replication_bench(quick: bool) -> None:
         f"| produce RF 3, acks=all, min_insync_replicas 2 | {rf3['records_per_s']:,.0f} records/s | `{rf3['command']}` |"
     )
     print(
-        f"| ratio RF 3 acks=all / RF 1 acks=1 (same run) | {r['ratio_rf3_all_to_rf1_1']} | `{command}` |"
+        f"| ratio RF 3 acks=all / RF 1 acks=1 (same run, median of {r['rounds']} alternating rounds; by round {r['ratio_by_round']}) | {r['ratio_rf3_all_to_rf1_1']} | `{command}` |"
+    )
+    print(
+        f"| node CPU per million records, RF 1 / RF 3 | {rf1['node_cpu_s_per_million_records']} / {rf3['node_cpu_s_per_million_records']} s | `{command}` |"
     )
     print(
         f"| acks=all at {e2e['settings']['rate']:,} records/s: produce (acknowledgement) latency p50 / p99 / max | {e2e['ack_latency_ms_p50']} / {e2e['ack_latency_ms_p99']} / {e2e['ack_latency_ms_max']} ms | `{e2e['command']}` |"
@@ -337,6 +342,35 @@ def cluster_bench(quick: bool) -> None:
         print(
             f"| Metadata RPC, {big['partitions_in_cluster']} partitions ({when} the restart) | {m['p50_ms']} ms | {m['p99_ms']} ms | | `{command}` |"
         )
+
+
+def spark_bench(quick: bool) -> None:
+    """The Spark connector on one local node (headwater bench spark starts it)."""
+    args = ["--records", "500000", "--latency-samples", "20"] if quick else []
+    output = subprocess.run(
+        [*CLI, "bench", "spark", "--json", *args], capture_output=True, check=True, text=True
+    ).stdout
+    r = json.loads(output)
+    command = "headwater bench spark " + " ".join(args)
+    print(
+        f"\nSpark local[2], one node, {r['records']:,} records of 100 B in {r['partitions']} partitions.\n"
+    )
+    print("| figure | result | command |")
+    print("|---|---|---|")
+    print(
+        f"| batch read into noop, median of rounds {r['batch_read_rows_per_s_by_round']} | {r['batch_read_rows_per_s']:,} rows/s | `{command}` |"
+    )
+    print(
+        f"| the same rows from Parquet into noop, median of rounds {r['parquet_rows_per_s_by_round']} | {r['parquet_rows_per_s']:,} rows/s | `{command}` |"
+    )
+    print(f"| ratio Headwater / Parquet (same run) | {r['ratio_to_parquet']} | `{command}` |")
+    print(
+        f"| streaming ingest, steady state ({r['streaming_ingest_microbatches']} micro-batches) | {r['streaming_ingest_rows_per_s']:,} rows/s | `{command}` |"
+    )
+    print(f"| sink (df.write) | {r['sink_rows_per_s']:,} rows/s | `{command}` |")
+    print(
+        f"| produce to visible in a micro-batch, p50 / p99 ({r['microbatch_latency_samples']} samples) | {r['microbatch_latency_ms_p50']} / {r['microbatch_latency_ms_p99']} ms | `{command}` |"
+    )
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ PURE_MODULES = [
     "raft/controller.py",
     "node/replication.py",
     "log/leader_epochs.py",
+    "sparkconnector/planning.py",
 ]
 FORBIDDEN = {
     "grpc",
@@ -42,6 +43,7 @@ FORBIDDEN = {
     "pysyncobj",
     "subprocess",
     "random",
+    "pyspark",
 }
 
 

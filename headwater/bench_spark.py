@@ -1,0 +1,214 @@
+"""``headwater bench spark``: the Spark connector's figures on a local node.
+
+- **Ingest**: ``spark.read.format("headwater")`` of the whole topic into Spark's ``noop``
+  sink, against the peer, the same rows and columns read from a Parquet file into
+  ``noop``. The two alternate for ``--rounds`` rounds after one warm-up each, and the
+  medians are compared. Also a streaming query's steady state: the backlog read in five
+  micro-batches, as Spark reports their rows and execution time (the first excluded).
+- **Sink**: ``df.write.format("headwater")`` of generated 100-byte values, rows/s.
+- **Micro-batch latency**: a producer sends one timestamped record every 100 ms; a
+  streaming query (default trigger: the next micro-batch starts when the last ends) hands
+  each micro-batch to ``foreachBatch``, which notes when each record became visible.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from headwater.bench import percentile
+from headwater.bench_cluster import BenchCluster, run_bench
+from headwater.sparkconnector.session import local_session
+from headwater.v1 import headwater_pb2 as pb
+
+LATENCY_INTERVAL_S = 0.1
+
+
+def _timed(run: Any) -> float:
+    began = time.perf_counter()
+    run()
+    return time.perf_counter() - began
+
+
+def run_spark_bench(records: int, partitions: int, rounds: int, samples: int) -> dict[str, Any]:
+    results: dict[str, Any] = {"records": records, "partitions": partitions, "value_bytes": 100}
+    root = Path(tempfile.mkdtemp(prefix="headwater-bench-spark-"))
+    cluster = BenchCluster(1, root)
+    try:
+        cluster.start()
+        cluster.wait_all_running()
+        bootstrap = cluster.nodes[1].address
+        cluster.admin(1).CreateTopics(
+            pb.CreateTopicsRequest(
+                topics=[
+                    pb.NewTopic(name="ingest", partitions=partitions, replication_factor=1),
+                    pb.NewTopic(name="sink", partitions=partitions, replication_factor=1),
+                    pb.NewTopic(name="latency", partitions=1, replication_factor=1),
+                ]
+            ),
+            timeout=60,
+        )
+        produced = run_bench(
+            bootstrap,
+            "produce",
+            "--topic",
+            "ingest",
+            "--records",
+            str(records),
+            "--partitions",
+            str(partitions),
+        )
+        results["produce_records_per_s"] = produced["records_per_s"]
+        spark = local_session("headwater-bench")
+        try:
+            results.update(_ingest(spark, bootstrap, root, records, rounds))
+            results.update(_sink(spark, bootstrap, records))
+            results.update(_latency(spark, bootstrap, root, samples))
+        finally:
+            spark.stop()
+    finally:
+        cluster.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return results
+
+
+def _ingest(spark: Any, bootstrap: str, root: Path, records: int, rounds: int) -> dict[str, Any]:
+    parquet = root / "ingest.parquet"
+    _headwater(spark, bootstrap).load().write.parquet(str(parquet))
+
+    def headwater_read() -> None:
+        _headwater(spark, bootstrap).load().write.format("noop").mode("overwrite").save()
+
+    def parquet_read() -> None:
+        spark.read.parquet(str(parquet)).write.format("noop").mode("overwrite").save()
+
+    headwater_read()  # warm-up: Python workers, JIT, page cache
+    parquet_read()
+    headwater_s: list[float] = []
+    parquet_s: list[float] = []
+    for _ in range(rounds):
+        headwater_s.append(_timed(headwater_read))
+        parquet_s.append(_timed(parquet_read))
+    headwater_rate = records / statistics.median(headwater_s)
+    parquet_rate = records / statistics.median(parquet_s)
+    return {
+        "batch_read_rows_per_s": round(headwater_rate),
+        "batch_read_rows_per_s_by_round": [round(records / s) for s in headwater_s],
+        "parquet_rows_per_s": round(parquet_rate),
+        "parquet_rows_per_s_by_round": [round(records / s) for s in parquet_s],
+        "ratio_to_parquet": round(headwater_rate / parquet_rate, 3),
+        **_streaming_ingest(spark, bootstrap, root, records),
+    }
+
+
+def _headwater(spark: Any, bootstrap: str) -> Any:
+    reader = spark.read.format("headwater").option("bootstrap", bootstrap)
+    return reader.option("subscribe", "ingest")
+
+
+def _streaming_ingest(spark: Any, bootstrap: str, root: Path, records: int) -> dict[str, Any]:
+    """Steady-state streaming ingest: the backlog in micro-batches of a fifth of it; the
+    rate is Spark's own (rows over trigger execution time), first micro-batch excluded."""
+    query = (
+        spark.readStream.format("headwater")
+        .option("bootstrap", bootstrap)
+        .option("subscribe", "ingest")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(max(records // 5, 1)))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(root / "ck-ingest"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    steady = [p for p in query.recentProgress if p["numInputRows"]][1:]
+    rows = sum(p["numInputRows"] for p in steady)
+    seconds = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
+    return {
+        "streaming_ingest_rows_per_s": round(rows / seconds) if seconds else None,
+        "streaming_ingest_microbatches": len(steady),
+    }
+
+
+def _sink(spark: Any, bootstrap: str, records: int) -> dict[str, Any]:
+    frame = spark.range(records).selectExpr(
+        "CAST(concat(lpad(CAST(id AS STRING), 12, '0'), repeat('x', 88)) AS BINARY) AS value"
+    )
+    frame.cache().count()  # generate once, so that the write alone is timed
+
+    def write() -> None:
+        frame.write.mode("append").format("headwater").option("bootstrap", bootstrap).option(
+            "topic", "sink"
+        ).save()
+
+    seconds = _timed(write)
+    return {"sink_rows_per_s": round(records / seconds)}
+
+
+def _latency(spark: Any, bootstrap: str, root: Path, samples: int) -> dict[str, Any]:
+    from headwater.client import Producer
+
+    seen_ms: list[float] = []
+    done = threading.Event()
+
+    def on_batch(frame: Any, _batch_id: int) -> None:
+        now = time.time_ns()
+        seen_ms.extend((now - int(row.value)) / 1e6 for row in frame.select("value").collect())
+        if len(seen_ms) >= samples:
+            done.set()
+
+    query = (
+        spark.readStream.format("headwater")
+        .option("bootstrap", bootstrap)
+        .option("subscribe", "latency")
+        .option("startingOffsets", "latest")
+        .load()
+        .writeStream.foreachBatch(on_batch)
+        .option("checkpointLocation", str(root / "ck-latency"))
+        .start()
+    )
+    try:
+        with Producer(bootstrap, acks="1", linger_ms=0) as producer:
+            deadline = time.monotonic() + samples * LATENCY_INTERVAL_S * 20 + 60
+            while not done.is_set() and time.monotonic() < deadline:
+                producer.send("latency", b"%d" % time.time_ns())
+                producer.flush()
+                time.sleep(LATENCY_INTERVAL_S)
+    finally:
+        query.stop()
+    ordered = sorted(seen_ms[:samples])
+    if not ordered:
+        raise click.ClickException("no record reached the streaming query")
+    return {
+        "microbatch_latency_samples": len(ordered),
+        "microbatch_latency_ms_p50": round(percentile(ordered, 0.5), 1),
+        "microbatch_latency_ms_p99": round(percentile(ordered, 0.99), 1),
+    }
+
+
+@click.command("spark")
+@click.option("--records", type=click.IntRange(1000), default=5_000_000, show_default=True)
+@click.option("--partitions", type=click.IntRange(1, 64), default=4, show_default=True)
+@click.option("--rounds", type=click.IntRange(1, 10), default=3, show_default=True)
+@click.option("--latency-samples", type=click.IntRange(5, 10_000), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def bench_spark(
+    records: int, partitions: int, rounds: int, latency_samples: int, as_json: bool
+) -> None:
+    """Spark connector figures on a local node (local[2]): ingest rows/s against Parquet
+    in the same run, sink rows/s, and produce-to-visible micro-batch latency."""
+    results = run_spark_bench(records, partitions, rounds, latency_samples)
+    if as_json:
+        print(json.dumps(results))
+        return
+    for key, value in results.items():
+        click.echo(f"{key}: {value}")

@@ -1,0 +1,468 @@
+"""Offset planning for the Spark source: options, offsets, read limits and input ranges.
+
+Pure: no I/O, no pyspark. The data source classes (``headwater.sparkconnector.source``)
+fetch the facts (partitions, earliest and latest offsets, topic ids) and ask this module
+what to read.
+
+**Options** keep the names of Spark's Kafka source where the meaning is the same
+(``subscribe``, ``subscribePattern``, ``assign``, ``startingOffsets``, ``endingOffsets``,
+``startingTimestamp``, ``startingOffsetsByTimestamp``, ``maxOffsetsPerTrigger``,
+``minOffsetsPerTrigger``, ``maxTriggerDelay``, ``failOnDataLoss``, ``includeHeaders``,
+``minPartitions``, ``maxRecordsPerPartition``); the bootstrap addresses are
+``headwater.bootstrap.servers`` (also accepted: ``bootstrap.servers``,
+``kafka.bootstrap.servers``, ``bootstrap``).
+
+**Per-partition JSON** is Kafka's: ``{"topic": {"0": 23, "1": -2}}``, where -2 means
+earliest and -1 latest (``startingOffsets``, ``endingOffsets``);
+``{"topic": {"0": 1700000000000}}`` gives timestamps in ms (``startingOffsetsByTimestamp``).
+
+**Streaming offsets** (what Spark checkpoints) are
+``{"offsets": {"topic": {"0": 23}}, "topicIds": {"topic": "<id>"}}``: the next offset to
+read of every partition, and the id of every topic, so that a topic deleted and created
+again under the same name is noticed (data loss) instead of being read from stale offsets.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+EARLIEST: Final = -2
+LATEST: Final = -1
+BOOTSTRAP_KEYS: Final = (
+    "headwater.bootstrap.servers",
+    "bootstrap.servers",
+    "kafka.bootstrap.servers",
+    "bootstrap",
+)
+DEFAULT_BOOTSTRAP: Final = "127.0.0.1:7700"
+DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60 * 1000
+FETCH_BYTES_DEFAULT: Final = 8 << 20
+FETCH_BYTES_MAX: Final = 64 << 20
+
+Key = tuple[str, int]  # (topic, partition)
+
+
+class OptionError(ValueError):
+    """An option is missing, malformed or out of range; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """Which partitions to read: named topics, topics matching a pattern, or an explicit
+    list of partitions (``assigned``)."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: tuple[Key, ...] = ()
+
+    def topics_from(self, existing: list[str]) -> list[str]:
+        """The subscribed topics among ``existing`` (names that exist now)."""
+        if self.assigned:
+            wanted = {t for t, _ in self.assigned}
+            return sorted(t for t in existing if t in wanted)
+        if self.pattern is not None:
+            compiled = re.compile(self.pattern)
+            return sorted(t for t in existing if compiled.fullmatch(t) and not t.startswith("__"))
+        return sorted(t for t in existing if t in self.topics)
+
+    def partitions_from(self, counts: Mapping[str, int]) -> list[Key]:
+        """Every subscribed partition, given the partition count of each existing topic."""
+        if self.assigned:
+            return sorted(k for k in self.assigned if k[0] in counts and k[1] < counts[k[0]])
+        return sorted((t, p) for t in self.topics_from(list(counts)) for p in range(counts[t]))
+
+    def named_topics(self) -> list[str]:
+        """Topics named outright (not by pattern): these must exist."""
+        if self.assigned:
+            return sorted({t for t, _ in self.assigned})
+        return list(self.topics)
+
+
+@dataclass(frozen=True, slots=True)
+class StartSpec:
+    """Where a new query starts: ``kind`` is earliest, latest, offsets, timestamp or
+    timestamps; ``per_partition`` holds offsets (or timestamps) by partition."""
+
+    kind: str = "latest"
+    per_partition: Mapping[Key, int] = field(default_factory=dict)
+    timestamp_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    bootstrap: str
+    subscription: Subscription
+    starting: StartSpec
+    ending: StartSpec
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    fetch_max_bytes: int = FETCH_BYTES_DEFAULT
+
+
+# --------------------------------------------------------------------------- options
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    """Option lookup, case-insensitive as Spark's options are."""
+    lowered = name.lower()
+    for key, value in options.items():
+        if key.lower() == lowered:
+            return value
+    return None
+
+
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    raw = _get(options, name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"{name} is {raw!r}; it must be an integer >= 1") from None
+    if value < 1:
+        raise OptionError(f"{name} is {value}; it must be >= 1")
+    return value
+
+
+def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "1", "yes"):
+        return True
+    if raw.strip().lower() in ("false", "0", "no"):
+        return False
+    raise OptionError(f"{name} is {raw!r}; it must be true or false")
+
+
+def parse_duration_ms(raw: str, name: str) -> int:
+    """``"15m"``, ``"30s"``, ``"500ms"``, ``"2h"`` or a plain number of ms."""
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*", raw)
+    if not match:
+        raise OptionError(f"{name} is {raw!r}; use a duration like 500ms, 30s, 15m or 2h")
+    scale = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+    scale["d"] = 86_400_000
+    return int(match.group(1)) * scale[match.group(2)]
+
+
+def _partition_json(raw: str, name: str) -> dict[Key, int]:
+    """Kafka's per-partition JSON: ``{"topic": {"0": 23}}``."""
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"{name} is not valid JSON ({exc.msg}): {raw!r}") from None
+    if not isinstance(parsed, dict):
+        raise OptionError(f'{name} must be a JSON object like {{"topic": {{"0": 23}}}}')
+    result: dict[Key, int] = {}
+    for topic, partitions in parsed.items():
+        if not isinstance(partitions, dict):
+            raise OptionError(f"{name}: topic {topic!r} must map partition numbers to numbers")
+        for partition, value in partitions.items():
+            try:
+                index = int(partition)
+            except ValueError:
+                raise OptionError(
+                    f"{name}: {partition!r} of {topic!r} is not a partition"
+                ) from None
+            if index < 0 or not isinstance(value, int) or isinstance(value, bool):
+                raise OptionError(
+                    f"{name}: {topic}-{partition} must be a partition >= 0 with an integer"
+                )
+            result[(topic, index)] = value
+    return result
+
+
+def _subscription(options: Mapping[str, str]) -> Subscription:
+    given = {
+        name: value
+        for name in ("subscribe", "subscribePattern", "assign")
+        if (value := _get(options, name)) is not None
+    }
+    if len(given) != 1:
+        raise OptionError(
+            "give exactly one of subscribe (topic list), subscribePattern (regex) or assign "
+            f'(JSON like {{"topic": [0, 1]}}); got {sorted(given) or "none"}'
+        )
+    ((name, value),) = given.items()
+    if name == "subscribe":
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise OptionError("subscribe is empty; give a comma-separated list of topics")
+        return Subscription(topics=topics)
+    if name == "subscribePattern":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise OptionError(f"subscribePattern {value!r} is not a valid regex: {exc}") from None
+        return Subscription(pattern=value)
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"assign is not valid JSON ({exc.msg}): {value!r}") from None
+    if not isinstance(parsed, dict) or not all(
+        isinstance(ps, list) and all(isinstance(p, int) and p >= 0 for p in ps)
+        for ps in parsed.values()
+    ):
+        raise OptionError('assign must be a JSON object like {"topic": [0, 1]}')
+    assigned = tuple(sorted((t, p) for t, ps in parsed.items() for p in ps))
+    if not assigned:
+        raise OptionError("assign names no partitions")
+    return Subscription(assigned=assigned)
+
+
+def _starting(options: Mapping[str, str]) -> StartSpec:
+    by_timestamp = _get(options, "startingOffsetsByTimestamp")
+    timestamp = _get(options, "startingTimestamp")
+    offsets = _get(options, "startingOffsets")
+    if by_timestamp is not None:
+        stamps = _partition_json(by_timestamp, "startingOffsetsByTimestamp")
+        if any(v < 0 for v in stamps.values()):
+            raise OptionError("startingOffsetsByTimestamp: timestamps are ms since the epoch, >= 0")
+        return StartSpec("timestamps", stamps)
+    if timestamp is not None:
+        try:
+            stamp = int(timestamp)
+        except ValueError:
+            raise OptionError(
+                f"startingTimestamp is {timestamp!r}; give ms since the epoch"
+            ) from None
+        if stamp < 0:
+            raise OptionError(f"startingTimestamp is {stamp}; it must be >= 0")
+        return StartSpec("timestamp", timestamp_ms=stamp)
+    return _offset_spec(offsets, "startingOffsets", default="latest")
+
+
+def _offset_spec(raw: str | None, name: str, default: str) -> StartSpec:
+    if raw is None:
+        return StartSpec(default)
+    if raw.strip().lower() in ("earliest", "latest"):
+        return StartSpec(raw.strip().lower())
+    offsets = _partition_json(raw, name)
+    if any(v < EARLIEST for v in offsets.values()):
+        raise OptionError(f"{name}: offsets must be >= 0, or -2 (earliest) / -1 (latest)")
+    return StartSpec("offsets", offsets)
+
+
+def include_headers(options: Mapping[str, str]) -> bool:
+    """The includeHeaders option (the schema depends on it before anything else is read)."""
+    return _boolean(options, "includeHeaders", False)
+
+
+def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
+    """Validate the reader options; raise OptionError naming the problem."""
+    bootstrap = next(
+        (v for k in BOOTSTRAP_KEYS if (v := _get(options, k)) is not None), DEFAULT_BOOTSTRAP
+    )
+    if not bootstrap.strip():
+        raise OptionError("headwater.bootstrap.servers is empty; give host:port[,host:port]")
+    subscription = _subscription(options)
+    starting = _starting(options)
+    ending = _offset_spec(_get(options, "endingOffsets"), "endingOffsets", default="latest")
+    if streaming and _get(options, "endingOffsets") is not None:
+        raise OptionError("endingOffsets is for batch reads (spark.read), not streams")
+    if not streaming and starting.kind == "latest" and _get(options, "startingOffsets"):
+        raise OptionError("startingOffsets=latest makes no sense for a batch read")
+    if ending.kind == "earliest" or any(v == EARLIEST for v in ending.per_partition.values()):
+        raise OptionError("endingOffsets cannot be earliest (-2); use latest (-1) or an offset")
+    fetch_max_bytes = _positive(options, "fetchMaxBytes") or FETCH_BYTES_DEFAULT
+    if fetch_max_bytes > FETCH_BYTES_MAX:
+        raise OptionError(f"fetchMaxBytes is {fetch_max_bytes}; the limit is {FETCH_BYTES_MAX}")
+    delay = _get(options, "maxTriggerDelay")
+    return SourceOptions(
+        bootstrap=bootstrap.strip(),
+        subscription=subscription,
+        starting=starting if streaming or starting.kind != "latest" else StartSpec("earliest"),
+        ending=ending,
+        max_offsets_per_trigger=_positive(options, "maxOffsetsPerTrigger"),
+        min_offsets_per_trigger=_positive(options, "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=(
+            parse_duration_ms(delay, "maxTriggerDelay")
+            if delay is not None
+            else DEFAULT_MAX_TRIGGER_DELAY_MS
+        ),
+        fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
+        include_headers=_boolean(options, "includeHeaders", False),
+        min_partitions=_positive(options, "minPartitions"),
+        max_records_per_partition=_positive(options, "maxRecordsPerPartition"),
+        fetch_max_bytes=fetch_max_bytes,
+    )
+
+
+# --------------------------------------------------------------------------- offsets
+
+
+def encode_offsets(offsets: Mapping[Key, int], topic_ids: Mapping[str, str]) -> dict[str, Any]:
+    """The streaming offset Spark checkpoints (see the module docstring)."""
+    by_topic: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        by_topic.setdefault(topic, {})[str(partition)] = offset
+    return {
+        "offsets": by_topic,
+        "topicIds": {t: topic_ids[t] for t in sorted(by_topic) if t in topic_ids},
+    }
+
+
+def decode_offsets(value: Mapping[str, Any]) -> tuple[dict[Key, int], dict[str, str]]:
+    """Inverse of ``encode_offsets``; raises OptionError on a foreign shape (for example a
+    checkpoint written by another source)."""
+    try:
+        offsets = {
+            (topic, int(partition)): int(offset)
+            for topic, partitions in value["offsets"].items()
+            for partition, offset in partitions.items()
+        }
+        topic_ids = {str(t): str(i) for t, i in value.get("topicIds", {}).items()}
+    except (KeyError, AttributeError, TypeError, ValueError):
+        raise OptionError(
+            f"checkpointed offset {json.dumps(value)[:200]} is not a Headwater offset"
+        ) from None
+    return offsets, topic_ids
+
+
+def resolve_start(
+    spec: StartSpec,
+    partitions: list[Key],
+    earliest: Mapping[Key, int],
+    latest: Mapping[Key, int],
+    by_timestamp: Mapping[Key, int],
+) -> dict[Key, int]:
+    """Starting offsets of ``partitions``: ``by_timestamp`` holds the offsets the broker
+    found for the requested timestamps; partitions a per-partition spec leaves out start
+    at the earliest offset (they are new)."""
+    start: dict[Key, int] = {}
+    for key in partitions:
+        if spec.kind == "earliest":
+            start[key] = earliest[key]
+        elif spec.kind == "latest":
+            start[key] = latest[key]
+        elif spec.kind in ("timestamp", "timestamps"):
+            start[key] = by_timestamp.get(key, earliest[key])
+        else:
+            wanted = spec.per_partition.get(key, EARLIEST)
+            start[key] = {EARLIEST: earliest[key], LATEST: latest[key]}.get(wanted, wanted)
+    return start
+
+
+def resolve_end(
+    spec: StartSpec, partitions: list[Key], latest: Mapping[Key, int]
+) -> dict[Key, int]:
+    """Ending offsets of a batch read (exclusive); never past the latest readable one."""
+    end: dict[Key, int] = {}
+    for key in partitions:
+        wanted = spec.per_partition.get(key, LATEST) if spec.kind == "offsets" else LATEST
+        end[key] = latest[key] if wanted == LATEST else min(wanted, latest[key])
+    return end
+
+
+def cap_by_limit(start: Mapping[Key, int], latest: Mapping[Key, int], limit: int) -> dict[Key, int]:
+    """End offsets that read at most ``limit`` records in all, split across partitions in
+    proportion to their backlog (largest remainders get the leftover records, so the total
+    is exactly ``min(limit, backlog)``)."""
+    backlog = {k: max(latest[k] - start.get(k, latest[k]), 0) for k in latest}
+    total = sum(backlog.values())
+    if total <= limit:
+        return dict(latest)
+    shares = {k: limit * size / total for k, size in backlog.items()}
+    granted = {k: math.floor(share) for k, share in shares.items()}
+    leftover = limit - sum(granted.values())
+    for key in sorted(shares, key=lambda k: (granted[k] - shares[k], k))[:leftover]:
+        granted[key] += 1
+    return {k: start.get(k, latest[k]) + min(granted[k], backlog[k]) for k in latest}
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    """Records [from_offset, until_offset) of one partition: one Spark input partition."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+
+    @property
+    def size(self) -> int:
+        return self.until_offset - self.from_offset
+
+
+def plan_ranges(
+    start: Mapping[Key, int],
+    end: Mapping[Key, int],
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+) -> list[OffsetRange]:
+    """One range per partition with records between ``start`` and ``end``, split so that
+    none holds more than ``max_records_per_partition`` records and, when
+    ``min_partitions`` is more than the ranges there are, the largest are split further
+    (Spark's Kafka source does the same)."""
+    ranges = [
+        OffsetRange(t, p, start[(t, p)], end[(t, p)])
+        for (t, p) in sorted(end)
+        if (t, p) in start and end[(t, p)] > start[(t, p)]
+    ]
+    if max_records_per_partition is not None:
+        ranges = [
+            piece
+            for r in ranges
+            for piece in _split(r, math.ceil(r.size / max_records_per_partition))
+        ]
+    if min_partitions is not None and len(ranges) < min_partitions:
+        total = sum(r.size for r in ranges)
+        ranges = [
+            piece
+            for r in ranges
+            for piece in _split(r, max(1, round(r.size / total * min_partitions)))
+        ]
+    return ranges
+
+
+def _split(whole: OffsetRange, pieces: int) -> list[OffsetRange]:
+    pieces = max(1, min(pieces, whole.size))
+    bounds = [whole.from_offset + whole.size * i // pieces for i in range(pieces + 1)]
+    return [
+        OffsetRange(whole.topic, whole.partition, a, b)
+        for a, b in itertools.pairwise(bounds)
+        if b > a
+    ]
+
+
+# --------------------------------------------------------------------------- data loss
+
+
+def data_loss(
+    start: Mapping[Key, int],
+    earliest: Mapping[Key, int],
+    topic_ids: Mapping[str, str],
+    current_ids: Mapping[str, str],
+) -> list[str]:
+    """What was lost between ``start`` (and the topic ids read with it) and now: records
+    below the log start (retention, deletion) and topics recreated under the same name
+    (their offsets start over). One message per finding."""
+    recreated = sorted(
+        t for t, old in topic_ids.items() if t in current_ids and current_ids[t] != old
+    )
+    findings = [
+        f"topic {topic!r} was deleted and created again (id {topic_ids[topic]} is now "
+        f"{current_ids[topic]}); its old records are gone"
+        for topic in recreated
+    ]
+    for (topic, partition), offset in sorted(start.items()):
+        if topic in recreated or (topic, partition) not in earliest:
+            continue
+        if offset < earliest[(topic, partition)]:
+            findings.append(
+                f"{topic}-{partition}: offsets {offset} to {earliest[(topic, partition)] - 1} "
+                f"were deleted before they were read (the log now starts at "
+                f"{earliest[(topic, partition)]})"
+            )
+    return findings

@@ -1,0 +1,26 @@
+"""A local SparkSession for Headwater's own tools (``make demo``, ``headwater bench
+spark``, the tests): ``local[2]``, no UI or progress bars, 2 shuffle partitions, errors
+only in the log, and Python workers on this interpreter unless PYSPARK_PYTHON says
+otherwise."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def local_session(app_name: str) -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession  # noqa: PLC0415 (the environment first)
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session

@@ -1,0 +1,491 @@
+"""The ``headwater`` sink: ``df.writeStream.format("headwater")`` and
+``df.write.format("headwater")``.
+
+**Input columns** (as Spark's Kafka sink): ``value`` (binary or string, required),
+``key`` (binary or string), ``headers`` (array of struct<key: string, value: binary>),
+``partition`` (int), ``topic`` (string), ``timestamp`` (the records' create time; default:
+when the task writes them). The ``topic`` option, when given, wins over the
+column. A record goes to its ``partition`` when set, else to murmur2(key) % partitions
+(Kafka's default partitioner) when it has a key, else to the task's own partition
+(task id % partitions, the same on every attempt). Each task appends its records of a
+partition as batches of up to ``batchBytes`` (default 1 MiB) with acks=all.
+
+**No duplicates on replay.** A chunk (one appended batch) is named by its writer and its
+place: producer id = ``hash31(sinkId, Spark partition id) << 32 | batch id``, base
+sequence = the chunk's number within that task's output to that partition. Before a
+write that may repeat an earlier attempt (a task retry, or the first micro-batch after a
+query restart: the one Spark replays after a crash), the task lists the chunks of its
+producer id already in each target partition, from the end offsets recorded when the
+previous micro-batch was committed, and skips them. The driver records those end offsets
+at every micro-batch commit in the sink's state topic
+(``headwater-sink-state.<hash of sinkId>``, one partition; its last record is the state).
+``sinkId`` defaults to the query's ``checkpointLocation``.
+
+The guarantee: for a deterministic query (a replayed micro-batch holds the same rows in
+the same Spark partitions, as a query reading Headwater or files is), every row is
+written exactly once. Without a ``sinkId`` or checkpoint location, or for a
+non-deterministic query, writes are at least once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from headwater.client.connection import Cluster
+from headwater.client.partitioner import partition_for_key
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log.batch import decode_batches, encode_batch, iter_headers
+from headwater.sparkconnector import planning
+from headwater.sparkconnector.source import CALL_RETRY_S, cluster_for, fetch, list_offsets
+from headwater.v1 import headwater_pb2 as pb
+
+STATE_TOPIC_PREFIX: Final = "headwater-sink-state."
+STATE_TOPIC_CONFIGS: Final = {
+    "retention_ms": "-1",
+    "retention_bytes": str(64 << 20),
+    "segment_bytes": str(8 << 20),
+}
+CHUNK_BYTES_DEFAULT: Final = 1 << 20
+CHUNK_BYTES_MAX: Final = 8 << 20  # the broker's default max_message_bytes
+RECORD_OVERHEAD_BYTES: Final = 8  # per record in a batch body: offsets, timestamp delta
+NO_BATCH: Final = 0xFFFFFFFF  # the batch id part of producer ids of batch (not stream) writes
+
+Key = tuple[str, int]
+
+
+class SinkOptionError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    bootstrap: str
+    topic: str | None
+    sink_id: str | None
+    chunk_bytes: int
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    lowered = {k.lower(): v for k, v in options.items()}
+    bootstrap = next(
+        (lowered[k] for k in planning.BOOTSTRAP_KEYS if k in lowered), planning.DEFAULT_BOOTSTRAP
+    )
+    topic = lowered.get("topic")
+    if topic is not None and not topic.strip():
+        raise SinkOptionError("headwater sink: the topic option is empty")
+    sink_id = lowered.get("sinkid") or lowered.get("checkpointlocation") or lowered.get("path")
+    raw_chunk = lowered.get("batchbytes", str(CHUNK_BYTES_DEFAULT))
+    try:
+        chunk_bytes = int(raw_chunk)
+    except ValueError:
+        raise SinkOptionError(
+            f"headwater sink: batchBytes is {raw_chunk!r}; give a number of bytes in "
+            f"[1024, {CHUNK_BYTES_MAX}]"
+        ) from None
+    if not 1024 <= chunk_bytes <= CHUNK_BYTES_MAX:
+        raise SinkOptionError(
+            f"headwater sink: batchBytes is {chunk_bytes}; valid range is [1024, {CHUNK_BYTES_MAX}]"
+        )
+    return SinkOptions(bootstrap.strip(), topic.strip() if topic else None, sink_id, chunk_bytes)
+
+
+def check_input_schema(schema: StructType, options: SinkOptions) -> None:
+    """Fail before any task runs when the columns cannot be written."""
+    names = {f.name.lower(): f.dataType.simpleString() for f in schema.fields}
+    if "value" not in names:
+        raise SinkOptionError(
+            f"headwater sink: a value column is required (binary or string); got columns "
+            f"{sorted(names)}"
+        )
+    allowed = {
+        "value": ("binary", "string"),
+        "key": ("binary", "string"),
+        "topic": ("string",),
+        "partition": ("int", "bigint", "smallint", "tinyint"),
+        "headers": ("array<struct<key:string,value:binary>>",),
+        "timestamp": ("timestamp", "timestamp_ntz"),
+    }
+    for column, types in allowed.items():
+        if column in names and names[column] not in types:
+            raise SinkOptionError(
+                f"headwater sink: column {column} is {names[column]}; it must be "
+                f"{' or '.join(types)}"
+            )
+    if options.topic is None and "topic" not in names:
+        raise SinkOptionError("headwater sink: give a topic option or a topic column")
+
+
+def producer_id(sink_id: str | None, spark_partition: int, batch_id: int) -> int:
+    """The producer id of one task's output in one micro-batch (see the module docstring)."""
+    digest = hashlib.sha256(f"{sink_id or ''}\0{spark_partition}".encode()).digest()
+    return (int.from_bytes(digest[:4], "big") & 0x7FFFFFFF) << 32 | (batch_id & NO_BATCH)
+
+
+def state_topic(sink_id: str) -> str:
+    return STATE_TOPIC_PREFIX + hashlib.sha256(sink_id.encode()).hexdigest()[:24]
+
+
+# --------------------------------------------------------------------------- cluster I/O
+
+
+def _latest_offsets(cluster: Cluster, topics: Sequence[str]) -> dict[Key, int]:
+    """High watermarks of every partition of ``topics``."""
+    partitions = [
+        (topic, p) for topic in sorted(set(topics)) for p in range(cluster.layout(topic).partitions)
+    ]
+    return list_offsets(cluster, partitions, pb.OFFSET_SPEC_LATEST)
+
+
+@dataclass(frozen=True, slots=True)
+class SinkState:
+    """The last committed micro-batch and every written partition's end offset then."""
+
+    batch_id: int
+    ends: dict[Key, int]
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {"batch": self.batch_id, "ends": [[t, p, o] for (t, p), o in sorted(self.ends.items())]}
+        ).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> SinkState:
+        parsed = json.loads(data)
+        return SinkState(int(parsed["batch"]), {(t, int(p)): int(o) for t, p, o in parsed["ends"]})
+
+
+def read_state(cluster: Cluster, sink_id: str) -> SinkState | None:
+    topic = state_topic(sink_id)
+    try:
+        end = _latest_offsets(cluster, [topic])[(topic, 0)]
+    except HeadwaterError as error:
+        if error.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return None
+        raise
+    if end == 0:
+        return None
+    response = fetch(
+        cluster, pb.FetchRequest(topic=topic, partition=0, offset=end - 1, max_bytes=1 << 20)
+    )
+    last = decode_batches(response.records)[-1].records.column("value")[-1].as_py()
+    return SinkState.decode(last)
+
+
+def write_state(cluster: Cluster, sink_id: str, state: SinkState) -> None:
+    topic = state_topic(sink_id)
+    try:
+        cluster.layout(topic)
+    except HeadwaterError as error:
+        if error.code is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise
+        _create_state_topic(cluster, topic)
+    _produce(cluster, topic, 0, encode_batch([state.encode()]))
+
+
+def _create_state_topic(cluster: Cluster, topic: str) -> None:
+    metadata: pb.MetadataResponse = cluster.call_any(
+        lambda a: cluster.broker(a).Metadata(pb.MetadataRequest(topics=[]), timeout=30),
+        retry_s=CALL_RETRY_S,
+    )
+    request = pb.CreateTopicsRequest(
+        topics=[
+            pb.NewTopic(
+                name=topic,
+                partitions=1,
+                replication_factor=min(3, max(len(metadata.brokers), 1)),
+                configs=STATE_TOPIC_CONFIGS,
+            )
+        ]
+    )
+    response: pb.CreateTopicsResponse = cluster.call_any(
+        lambda a: cluster.admin(a).CreateTopics(request, timeout=30), retry_s=CALL_RETRY_S
+    )
+    for result in response.results:
+        if result.error_code not in (pb.NONE, pb.TOPIC_ALREADY_EXISTS):
+            raise HeadwaterError(ErrorCode(result.error_code), result.error_message)
+    cluster.invalidate(topic)
+
+
+def _produce(cluster: Cluster, topic: str, partition: int, batch: bytes) -> None:
+    request = pb.ProduceRequest(topic=topic, partition=partition, batch=batch, acks=pb.ACKS_ALL)
+    cluster.call_leader(
+        topic,
+        partition,
+        lambda a: cluster.broker(a).Produce(request, timeout=30),
+        retry_s=CALL_RETRY_S,
+    )
+
+
+def written_chunks(cluster: Cluster, key: Key, from_offset: int, producer: int) -> set[int]:
+    """Base sequences of the batches ``producer`` wrote to ``key`` at or after
+    ``from_offset`` (headers only: the bodies are not decoded)."""
+    topic, partition = key
+    found: set[int] = set()
+    position = from_offset
+    while True:
+        request = pb.FetchRequest(
+            topic=topic, partition=partition, offset=position, max_bytes=8 << 20
+        )
+        try:
+            response = fetch(cluster, request)
+        except HeadwaterError as error:
+            if error.code is ErrorCode.OFFSET_OUT_OF_RANGE:  # below the log start
+                position = list_offsets(cluster, [key], pb.OFFSET_SPEC_EARLIEST)[key]
+                continue
+            raise
+        for _position, header in iter_headers(response.records, verify_crc=False):
+            if header.producer_id == producer:
+                found.add(header.base_sequence)
+        if response.next_offset <= position or response.next_offset >= response.high_watermark:
+            return found
+        position = response.next_offset
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@dataclass
+class SinkCommit(WriterCommitMessage):
+    """What one task wrote: records and skipped (already written) chunks per partition."""
+
+    records: dict[Key, int] = field(default_factory=dict)
+    skipped_chunks: int = 0
+
+
+def _binary(column: pa.Array) -> pa.Array:
+    return column.cast(pa.binary()) if column.type != pa.binary() else column
+
+
+def _check_partitions(topic: str, partitions: pa.Array, count: int) -> None:
+    low_high = pc.min_max(partitions).as_py()
+    low, high = low_high["min"], low_high["max"]
+    if low is not None and (low < 0 or high >= count):
+        bad = low if low < 0 else high
+        raise HeadwaterError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"partition {bad} of topic {topic!r} does not exist; valid range is [0, {count})",
+        )
+
+
+class _TaskWriter:
+    """One task's output: rows grouped by partition, appended in chunks, chunks that an
+    earlier attempt wrote skipped."""
+
+    def __init__(
+        self,
+        options: SinkOptions,
+        batch_id: int,
+        lower_bounds: dict[Key, int] | None,
+    ) -> None:
+        context = TaskContext.get()
+        self.spark_partition = context.partitionId() if context is not None else 0
+        self.options = options
+        self.cluster = cluster_for(options.bootstrap)
+        self.producer = producer_id(options.sink_id, self.spark_partition, batch_id)
+        self.lower_bounds = lower_bounds  # None: this task cannot be a repeat
+        self.chunk_numbers: dict[Key, int] = {}
+        self.already: dict[Key, set[int]] = {}
+        self.commit = SinkCommit()
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
+        for batch in batches:
+            if batch.num_rows:
+                self._write_batch(batch)
+        return self.commit
+
+    def _write_batch(self, batch: pa.RecordBatch) -> None:
+        names = {n.lower(): n for n in batch.schema.names}
+        if self.options.topic is not None:
+            by_topic = [(self.options.topic, batch)]
+        else:
+            topics = batch.column(names["topic"])
+            if topics.null_count:
+                raise HeadwaterError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION, "a row has a null topic and no topic option"
+                )
+            by_topic = [
+                (topic, batch.filter(pc.equal(topics, topic)))
+                for topic in sorted(pc.unique(topics).to_pylist())
+            ]
+        for topic, rows in by_topic:
+            count = self.cluster.layout(topic).partitions
+            partitions = self._partitions(topic, rows, names, count)
+            for partition in sorted(pc.unique(partitions).to_pylist()):
+                selected = rows.filter(pc.equal(partitions, partition))
+                self._write_group((topic, partition), selected, names)
+
+    def _partitions(
+        self, topic: str, rows: pa.RecordBatch, names: dict[str, str], count: int
+    ) -> pa.Array:
+        """The partition of every row: the partition column, else murmur2 of the key (one
+        Python call per key, as the client's partitioner), else the task's partition."""
+        own = self.spark_partition % count
+        if "key" in names:
+            keys = _binary(rows.column(names["key"])).to_pylist()
+            computed = pa.array(
+                [own if k is None else partition_for_key(k, count) for k in keys], pa.int32()
+            )
+        else:
+            computed = pa.repeat(pa.scalar(own, pa.int32()), rows.num_rows)
+        if "partition" not in names:
+            return computed
+        explicit = rows.column(names["partition"]).cast(pa.int32())
+        _check_partitions(topic, explicit, count)
+        return pc.coalesce(explicit, computed)
+
+    def _write_group(self, key: Key, rows: pa.RecordBatch, names: dict[str, str]) -> None:
+        """Append ``rows`` (all of one partition) in chunks of about ``chunk_bytes``."""
+        values = _binary(rows.column(names["value"]))
+        keys = _binary(rows.column(names["key"])) if "key" in names else None
+        headers = rows.column(names["headers"]) if "headers" in names else None
+        stamps = rows.column(names["timestamp"]) if "timestamp" in names else None
+        for start, end in _chunks(values, keys, self.options.chunk_bytes):
+            number = self.chunk_numbers.get(key, 0)
+            self.chunk_numbers[key] = number + 1
+            if number in self._already_written(key):
+                self.commit.skipped_chunks += 1
+                continue
+            encoded = encode_batch(
+                values.slice(start, end - start),
+                timestamps_ms=_timestamps(stamps, start, end),
+                keys=keys.slice(start, end - start) if keys is not None else None,
+                headers=_header_pairs(headers.slice(start, end - start))
+                if headers is not None
+                else None,
+                producer_id=self.producer,
+                producer_epoch=0,
+                base_sequence=number,
+            )
+            _produce(self.cluster, key[0], key[1], encoded)
+            self.commit.records[key] = self.commit.records.get(key, 0) + end - start
+
+    def _already_written(self, key: Key) -> set[int]:
+        if self.lower_bounds is None:
+            return set()
+        found = self.already.get(key)
+        if found is None:
+            found = self.already[key] = written_chunks(
+                self.cluster, key, self.lower_bounds.get(key, 0), self.producer
+            )
+        return found
+
+
+def _chunks(values: pa.Array, keys: pa.Array | None, chunk_bytes: int) -> list[tuple[int, int]]:
+    """[start, end) row ranges of about ``chunk_bytes`` each (a record counts its key,
+    value and ``RECORD_OVERHEAD_BYTES``; a record larger than a chunk is a chunk of its
+    own), computed on columns: the chunk of a row is its starting byte // chunk_bytes."""
+    if len(values) == 0:
+        return []
+    sizes = pc.add(pc.binary_length(values).fill_null(0).cast(pa.int64()), RECORD_OVERHEAD_BYTES)
+    if keys is not None:
+        sizes = pc.add(sizes, pc.binary_length(keys).fill_null(0).cast(pa.int64()))
+    starts = pc.subtract(pc.cumulative_sum(sizes), sizes)
+    chunk_of = pc.divide(starts, pa.scalar(chunk_bytes, pa.int64()))
+    ends = pc.run_end_encode(chunk_of).run_ends.to_pylist()
+    return list(zip([0, *ends[:-1]], ends, strict=True))
+
+
+def _timestamps(stamps: pa.Array | None, start: int, end: int) -> int | list[int]:
+    """Create times in ms: the timestamp column's (now where null), else now."""
+    now = int(time.time() * 1000)
+    if stamps is None:
+        return now
+    millis = pc.cast(stamps.slice(start, end - start), pa.timestamp("ms", tz="UTC"))
+    return [now if v is None else v for v in millis.cast(pa.int64()).to_pylist()]
+
+
+def _header_pairs(headers: pa.Array) -> list[list[tuple[str, bytes | None]]]:
+    """Headers as encode_batch takes them (the header section is encoded per record)."""
+    return [[(h["key"], h["value"]) for h in (row or [])] for row in headers.to_pylist()]
+
+
+class HeadwaterBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("headwater")``: a retried task skips what its failed attempt
+    wrote (end offsets are taken when the write is planned)."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.options = _sink_options(options)
+        check_input_schema(schema, self.options)
+        cluster = cluster_for(self.options.bootstrap)
+        self.ends = _latest_offsets(cluster, [self.options.topic]) if self.options.topic else {}
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        context = TaskContext.get()
+        retry = context is not None and context.attemptNumber() > 0
+        writer = _TaskWriter(self.options, NO_BATCH, self.ends if retry else None)
+        return writer.write(iterator)
+
+
+class HeadwaterStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("headwater")``; see the module docstring for the
+    exactly-once protocol."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.options = _sink_options(options)
+        check_input_schema(schema, self.options)
+        self.state: SinkState | None = None
+        if self.options.sink_id is not None:
+            cluster = cluster_for(self.options.bootstrap)
+            self.state = read_state(cluster, self.options.sink_id)
+            if self.state is None:  # the query's first start
+                topics = [self.options.topic] if self.options.topic else []
+                self.state = SinkState(-1, _latest_offsets(cluster, topics))
+                write_state(cluster, self.options.sink_id, self.state)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        context = TaskContext.get()
+        raw = context.getLocalProperty("streaming.sql.batchId") if context else None
+        batch_id = int(raw) if raw is not None else NO_BATCH
+        if self.options.sink_id is None or self.state is None or raw is None:
+            return _TaskWriter(self.options, batch_id, None).write(iterator)
+        if batch_id <= self.state.batch_id:  # committed before: Spark replays it only
+            for _ in iterator:  # when it crashed between our commit and its own
+                pass
+            return SinkCommit()
+        retry = context is not None and context.attemptNumber() > 0
+        bounds: dict[Key, int] | None = None
+        if batch_id == self.state.batch_id + 1:
+            bounds = self.state.ends  # the batch a restarted query may be repeating
+        elif retry:
+            latest = read_state(cluster_for(self.options.bootstrap), self.options.sink_id)
+            bounds = latest.ends if latest is not None else {}
+        return _TaskWriter(self.options, batch_id, bounds).write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Record the end offsets after ``batchId`` (the lower bounds of the next one)."""
+        if self.options.sink_id is None:
+            return
+        topics = {t for m in messages if isinstance(m, SinkCommit) for t, _ in m.records}
+        if self.state is not None:
+            topics |= {t for t, _ in self.state.ends}
+        if self.options.topic:
+            topics.add(self.options.topic)
+        cluster = cluster_for(self.options.bootstrap)
+        ends = _latest_offsets(cluster, sorted(topics))
+        write_state(cluster, self.options.sink_id, SinkState(batchId, ends))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo: what the tasks wrote stays, and a retry of the micro-batch
+        skips it (the state is left at the previous commit)."""
+
+
+def _sink_options(options: Mapping[str, str]) -> SinkOptions:
+    try:
+        return parse_sink_options(options)
+    except SinkOptionError as exc:
+        raise ValueError(str(exc)) from None

@@ -1,0 +1,440 @@
+"""Reading Headwater from Spark: the streaming and batch readers of ``format("headwater")``
+(pyspark's Python Data Source API, pyspark >= 4.2).
+
+Driver side (``initialOffset``, ``latestOffset``, ``partitions``): the facts come from
+the cluster (topics, partition counts, topic ids, earliest offsets and high watermarks)
+and ``headwater.sparkconnector.planning`` decides the offsets and ranges. Executor side
+(``read``): each input partition fetches one offset range of one topic-partition from its
+leader and yields Arrow record batches in the Kafka source's schema, built column by
+column from the fetched batches (no per-record Python). Reads stop at the range end,
+which is never above the high watermark at planning time, so only committed records are
+read and a replayed micro-batch reads the same records.
+
+gRPC connections are cached per process (``cluster_for``): the reader objects stay
+picklable and Spark's reused Python workers keep their channels.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from headwater.client.connection import Cluster
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log.batch import decode_batches
+from headwater.sparkconnector import planning
+from headwater.sparkconnector.planning import Key, OffsetRange, SourceOptions
+from headwater.v1 import headwater_pb2 as pb
+
+READ_SCHEMA_DDL: Final = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+    "timestamp TIMESTAMP, timestampType INT"
+)
+HEADERS_DDL: Final = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+HEADERS_TYPE: Final = pa.list_(
+    pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))
+)
+_NO_HEADERS: Final = pa.scalar([], HEADERS_TYPE)
+FETCH_WAIT_MS: Final = 500
+# How long a read waits for a range's records to become readable (a new leader's high
+# watermark can trail the old one's for a moment) before giving up.
+READ_PATIENCE_S: Final = 60.0
+CALL_RETRY_S: Final = 30.0
+_log = logging.getLogger(__name__)
+_clusters: dict[str, Cluster] = {}
+_clusters_lock = threading.Lock()
+
+
+def cluster_for(bootstrap: str) -> Cluster:
+    """This process's connection to ``bootstrap`` (shared by every read and write)."""
+    with _clusters_lock:
+        cluster = _clusters.get(bootstrap)
+        if cluster is None:
+            cluster = _clusters[bootstrap] = Cluster(bootstrap)
+        return cluster
+
+
+def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
+    try:
+        return planning.parse_options(options, streaming)
+    except planning.OptionError as exc:
+        raise ValueError(f"headwater source: {exc}") from None
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the cluster holds now, for the subscribed partitions."""
+
+    partitions: list[Key]
+    topic_ids: dict[str, str]
+    earliest: dict[Key, int]
+    latest: dict[Key, int]  # high watermarks: the end of what consumers may read
+
+
+def fetch(cluster: Cluster, request: pb.FetchRequest) -> pb.FetchResponse:
+    """One fetch from the partition's leader, retried while leadership moves."""
+
+    def run(address: str) -> pb.FetchResponse:
+        response: pb.FetchResponse = cluster.broker(address).Fetch(request, timeout=30)
+        return response
+
+    return cluster.call_leader(request.topic, request.partition, run, retry_s=CALL_RETRY_S)
+
+
+def call_list_offsets(cluster: Cluster, request: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+    def run(address: str) -> pb.ListOffsetsResponse:
+        response: pb.ListOffsetsResponse = cluster.broker(address).ListOffsets(request, timeout=30)
+        return response
+
+    return cluster.call_any(run, retry_s=CALL_RETRY_S)
+
+
+def fetch_facts(options: SourceOptions) -> Facts:
+    """Topics, partitions, ids and offset bounds of the subscription, from the cluster."""
+    cluster = cluster_for(options.bootstrap)
+    metadata: pb.MetadataResponse = cluster.call_any(
+        lambda a: cluster.broker(a).Metadata(pb.MetadataRequest(), timeout=30),
+        retry_s=CALL_RETRY_S,
+    )
+    counts = {t.name: len(t.partitions) for t in metadata.topics}
+    ids = {t.name: t.topic_id for t in metadata.topics}
+    missing = [t for t in options.subscription.named_topics() if t not in counts]
+    if missing:
+        raise HeadwaterError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"topic(s) {', '.join(repr(t) for t in missing)} do not exist",
+        )
+    partitions = options.subscription.partitions_from(counts)
+    earliest = list_offsets(cluster, partitions, pb.OFFSET_SPEC_EARLIEST)
+    latest = list_offsets(cluster, partitions, pb.OFFSET_SPEC_LATEST)
+    return Facts(partitions, {t: ids[t] for t, _ in partitions}, earliest, latest)
+
+
+def list_offsets(
+    cluster: Cluster,
+    partitions: list[Key],
+    spec: pb.OffsetSpec.ValueType,
+    timestamps: Mapping[Key, int] | None = None,
+) -> dict[Key, int]:
+    """Offsets of ``partitions`` for ``spec`` (for timestamps: the first offset at or after
+    each partition's timestamp, else the high watermark)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    result: dict[Key, int] = {}
+    for topic, indexes in by_topic.items():
+        groups = [[i] for i in indexes] if timestamps is not None else [indexes]
+        for group in groups:
+            request = pb.ListOffsetsRequest(
+                topic=topic,
+                partitions=group,
+                spec=spec,
+                timestamp_ms=timestamps[(topic, group[0])] if timestamps is not None else 0,
+            )
+            response = call_list_offsets(cluster, request)
+            result.update({(topic, o.partition): o.offset for o in response.offsets})
+    return result
+
+
+def starting_offsets(options: SourceOptions, facts: Facts) -> dict[Key, int]:
+    spec = options.starting
+    by_timestamp: dict[Key, int] = {}
+    if spec.kind in ("timestamp", "timestamps"):
+        stamps = {
+            k: spec.timestamp_ms if spec.kind == "timestamp" else spec.per_partition[k]
+            for k in facts.partitions
+            if spec.kind == "timestamp" or k in spec.per_partition
+        }
+        by_timestamp = list_offsets(
+            cluster_for(options.bootstrap), list(stamps), pb.OFFSET_SPEC_TIMESTAMP, stamps
+        )
+    return planning.resolve_start(
+        spec, facts.partitions, facts.earliest, facts.latest, by_timestamp
+    )
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class RangePartition(InputPartition):
+    """One Spark input partition: an offset range of one topic-partition."""
+
+    def __init__(self, offset_range: OffsetRange) -> None:
+        super().__init__(offset_range)
+        self.range = offset_range
+
+
+def output_schema(include_headers: bool) -> pa.Schema:
+    """The Arrow schema pyspark expects from ``read`` (Spark's Kafka source columns)."""
+    fields = [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(("headers", HEADERS_TYPE))
+    return pa.schema(fields)
+
+
+def to_output(
+    data: bytes, offset_range: OffsetRange, position: int, schema: pa.Schema
+) -> tuple[pa.RecordBatch | None, int]:
+    """The records of fetched ``data`` in [position, range end) as one record batch of
+    ``schema``, and the offset after the last record seen (records a fetch returns
+    before ``position``, from the first batch, are dropped)."""
+    columns: dict[str, list[pa.Array]] = {name: [] for name in schema.names}
+    next_offset = position
+    rows = 0
+    for decoded in decode_batches(data, verify_crc=True):
+        header = decoded.header
+        records = decoded.records
+        first = max(position - header.base_offset, 0)
+        last = min(offset_range.until_offset - header.base_offset, records.num_rows)
+        next_offset = max(next_offset, header.base_offset + records.num_rows)
+        if last <= first:
+            continue
+        records = records.slice(first, last - first)
+        count = records.num_rows
+        rows += count
+        columns["key"].append(records.column("key"))
+        columns["value"].append(records.column("value"))
+        columns["offset"].append(records.column("offset"))
+        columns["timestamp"].append(
+            records.column("timestamp").cast(schema.field("timestamp").type)
+        )
+        columns["timestampType"].append(
+            pa.repeat(pa.scalar(int(header.timestamp_type), pa.int32()), count)
+        )
+        if "headers" in columns:
+            headers = records.column("headers").cast(HEADERS_TYPE)
+            if headers.null_count:  # records without headers: empty arrays, as in Kafka
+                headers = pc.if_else(pc.is_null(headers), _NO_HEADERS, headers)
+            columns["headers"].append(headers)
+    if rows == 0:
+        return None, next_offset
+    columns["topic"] = [pa.repeat(pa.scalar(offset_range.topic, pa.string()), rows)]
+    columns["partition"] = [pa.repeat(pa.scalar(offset_range.partition, pa.int32()), rows)]
+    arrays = [
+        parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+        for parts in (columns[name] for name in schema.names)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema), next_offset
+
+
+def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Fetch ``offset_range`` from the partition's leader, as Arrow record batches."""
+    cluster = cluster_for(options.bootstrap)
+    schema = output_schema(options.include_headers)
+    topic, partition = offset_range.topic, offset_range.partition
+    position = offset_range.from_offset
+    patience_until = time.monotonic() + READ_PATIENCE_S
+    while position < offset_range.until_offset:
+        request = pb.FetchRequest(
+            topic=topic,
+            partition=partition,
+            offset=position,
+            max_bytes=options.fetch_max_bytes,
+            max_wait_ms=FETCH_WAIT_MS,
+            min_bytes=1,
+            replica_id=-1,
+        )
+        try:
+            response = fetch(cluster, request)
+        except HeadwaterError as error:
+            if error.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                raise
+            position = _skip_lost(options, cluster, offset_range, position, error)
+            continue
+        batch, after = to_output(response.records, offset_range, position, schema)
+        if batch is not None:
+            yield batch
+            patience_until = time.monotonic() + READ_PATIENCE_S
+        if after == position and time.monotonic() > patience_until:
+            raise HeadwaterError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{topic}-{partition}: offsets [{position}, {offset_range.until_offset}) "
+                f"did not become readable within {READ_PATIENCE_S:g} s (high watermark "
+                f"{response.high_watermark})",
+            )
+        position = after
+
+
+def _skip_lost(
+    options: SourceOptions,
+    cluster: Cluster,
+    offset_range: OffsetRange,
+    position: int,
+    cause: HeadwaterError,
+) -> int:
+    """Records from ``position`` are gone: fail (failOnDataLoss, the default) or warn and
+    go on from the partition's log start."""
+    key = (offset_range.topic, offset_range.partition)
+    start = list_offsets(cluster, [key], pb.OFFSET_SPEC_EARLIEST)[key]
+    message = (
+        f"{key[0]}-{key[1]}: offsets from {position} are no longer available "
+        f"(the log starts at {start}; {cause.message})"
+    )
+    if start > position:
+        resume = start
+    else:  # out of range above the log end
+        message += "; the topic was probably deleted and created again"
+        resume = offset_range.until_offset
+    if options.fail_on_data_loss:
+        raise HeadwaterError(
+            ErrorCode.OFFSET_OUT_OF_RANGE,
+            message + ". Set failOnDataLoss=false to skip lost records with a warning",
+        )
+    _log.warning("%s; going on from %d (failOnDataLoss=false)", message, resume)
+    return resume
+
+
+class HeadwaterBatchReader(DataSourceReader):
+    """``spark.read.format("headwater")``: from startingOffsets (default earliest) to
+    endingOffsets (default latest), as of when the read is planned."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        facts = fetch_facts(self.options)
+        start = starting_offsets(self.options, facts)
+        end = planning.resolve_end(self.options.ending, facts.partitions, facts.latest)
+        lost = planning.data_loss(start, facts.earliest, {}, {})
+        if lost and self.options.fail_on_data_loss:
+            raise HeadwaterError(ErrorCode.OFFSET_OUT_OF_RANGE, "; ".join(lost))
+        ranges = planning.plan_ranges(
+            start, end, self.options.min_partitions, self.options.max_records_per_partition
+        )
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, RangePartition):  # Spark's stand-in when there is none
+            return iter(())
+        return read_range(self.options, partition.range)
+
+
+class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("headwater")``. Offsets are described in
+    ``headwater.sparkconnector.planning``."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._target: dict[Key, int] | None = None  # Trigger.AvailableNow's end
+        self._last_trigger_s = time.monotonic()
+        self._last_facts: Facts | None = None  # as latestOffset last fetched them
+
+    def initialOffset(self) -> dict[str, Any]:
+        facts = fetch_facts(self.options)
+        return planning.encode_offsets(starting_offsets(self.options, facts), facts.topic_ids)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = dict(fetch_facts(self.options).latest)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        offsets, topic_ids = planning.decode_offsets(start)
+        facts = self._last_facts = fetch_facts(self.options)
+        lost = planning.data_loss(offsets, facts.earliest, topic_ids, facts.topic_ids)
+        if lost:
+            message = "; ".join(lost)
+            if self.options.fail_on_data_loss:
+                raise HeadwaterError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    message + ". Set failOnDataLoss=false to go on with a warning",
+                )
+            _log.warning("%s (failOnDataLoss=false: going on)", message)
+        recreated = {t for t, i in topic_ids.items() if facts.topic_ids.get(t, i) != i}
+        # Where this trigger reads from, as partitions() will: partitions new to the query
+        # (or of a recreated topic) from 0, as in Spark's Kafka source; offsets lost to
+        # retention from the log start (read() skips them, failOnDataLoss=false).
+        begin = {
+            k: 0 if k not in offsets or k[0] in recreated else max(offsets[k], facts.earliest[k])
+            for k in facts.partitions
+        }
+        latest = dict(facts.latest)
+        if self._target is not None:
+            latest = {k: min(latest[k], self._target[k]) for k in latest if k in self._target}
+            begin = {k: v for k, v in begin.items() if k in latest}
+        backlog = sum(max(latest[k] - begin[k], 0) for k in latest)
+        end = latest
+        if not isinstance(limit, ReadAllAvailable):
+            minimum = self.options.min_offsets_per_trigger
+            if isinstance(limit, ReadMinRows):
+                minimum = limit.min_rows
+            waited_ms = (time.monotonic() - self._last_trigger_s) * 1000
+            if (
+                minimum is not None
+                and backlog < minimum
+                and (waited_ms < self.options.max_trigger_delay_ms)
+            ):
+                return start
+            maximum = self.options.max_offsets_per_trigger
+            if isinstance(limit, ReadMaxRows):
+                maximum = limit.max_rows
+            if maximum is not None:
+                end = planning.cap_by_limit(begin, latest, maximum)
+        if backlog:
+            self._last_trigger_s = time.monotonic()
+        return planning.encode_offsets(end, facts.topic_ids)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The latest offsets as this trigger's latestOffset fetched them (Spark asks right
+        after it, for the query's status)."""
+        facts = self._last_facts or fetch_facts(self.options)
+        return planning.encode_offsets(facts.latest, facts.topic_ids)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin, begin_ids = planning.decode_offsets(start)
+        until, until_ids = planning.decode_offsets(end)
+        from_offsets = {
+            k: begin[k] if k in begin and begin_ids.get(k[0]) == until_ids.get(k[0]) else 0
+            for k in until
+        }
+        ranges = planning.plan_ranges(
+            from_offsets,
+            until,
+            self.options.min_partitions,
+            self.options.max_records_per_partition,
+        )
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, RangePartition):  # Spark's stand-in when there is none
+            return iter(())
+        return read_range(self.options, partition.range)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the query's checkpoint holds its offsets (as in Spark's Kafka
+        source, consumer-group offsets are not used)."""

@@ -1,0 +1,643 @@
+"""The Spark source and sink with real pyspark (local mode) against real nodes.
+
+One SparkSession serves the module (starting one takes 6-8 s). The session never calls
+``register``: ``format("headwater")`` is found through the ``pyspark_headwater`` module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headwater.client import Admin, Consumer, Producer
+from headwater.client.consumer import TopicPartition
+from headwater.ports import free_port_block
+from headwater.sparkconnector import planning, sink
+from headwater.sparkconnector.session import local_session
+from headwater.v1 import headwater_pb2 as pb
+from tests.local_cluster import LocalCluster
+from tests.node_process import NodeProcess, wait_until
+
+pyspark = pytest.importorskip("pyspark")
+from pyspark.sql import SparkSession  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = local_session("headwater-tests")
+    session.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    # Retention runs every 200 ms so that the data-loss test need not wait a minute.
+    process = NodeProcess(
+        tmp_path_factory.mktemp("spark-node") / "data",
+        env={"HEADWATER_RETENTION_CHECK_INTERVAL_MS": "200"},
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def produce(address: str, topic: str, values: list[bytes], keyed: bool = True) -> None:
+    with Producer(address, acks="all", linger_ms=5) as producer:
+        futures = [
+            producer.send(topic, v, key=(b"k%d" % (i % 13)) if keyed else None)
+            for i, v in enumerate(values)
+        ]
+        producer.flush()
+    for future in futures:
+        future.result(timeout=30)
+
+
+def to_parquet(frame: Any, out: Path, checkpoint: Path, **trigger: Any) -> Any:
+    """Start writing ``frame`` as Parquet files to ``out``."""
+    writer = frame.writeStream.format("parquet").option("path", str(out))
+    return writer.option("checkpointLocation", str(checkpoint)).trigger(**trigger).start()
+
+
+def read_values(spark: SparkSession, path: Path) -> list[str]:
+    return [r.v for r in spark.read.parquet(str(path)).collect()]
+
+
+def stream(spark: SparkSession, address: str, **options: str) -> Any:
+    reader = spark.readStream.format("headwater").option("bootstrap", address)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+# --------------------------------------------------------------------------- source
+
+
+def test_streaming_read_restarts_from_its_checkpoint_exactly_once(
+    spark: SparkSession, node: NodeProcess, tmp_path: Path
+) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("ex", 3)
+    produce(node.address, "ex", [b"a%d" % i for i in range(6000)])
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+
+    def run() -> list[int]:
+        frame = stream(
+            spark,
+            node.address,
+            subscribe="ex",
+            startingOffsets="earliest",
+            maxOffsetsPerTrigger="2500",
+        )
+        query = to_parquet(
+            frame.selectExpr("CAST(value AS STRING) v"), out, checkpoint, availableNow=True
+        )
+        query.awaitTermination(120)
+        assert not query.isActive
+        return [p["numInputRows"] for p in query.recentProgress]
+
+    first = run()
+    assert sum(first) == 6000
+    assert max(first) <= 2500, f"maxOffsetsPerTrigger not honoured: {first}"
+    produce(node.address, "ex", [b"b%d" % i for i in range(3000)])
+    second = run()
+    assert sum(second) == 3000  # only the new records: the checkpoint held the offsets
+    values = read_values(spark, out)
+    assert len(values) == 9000
+    assert sorted(values) == sorted([f"a{i}" for i in range(6000)] + [f"b{i}" for i in range(3000)])
+
+
+def test_stopping_mid_stream_and_restarting_loses_and_repeats_nothing(
+    spark: SparkSession, node: NodeProcess, tmp_path: Path
+) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("mid", 2)
+    produce(node.address, "mid", [b"%d" % i for i in range(4000)])
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+
+    def start() -> Any:
+        frame = stream(
+            spark,
+            node.address,
+            subscribe="mid",
+            startingOffsets="earliest",
+            maxOffsetsPerTrigger="500",
+        )
+        return to_parquet(
+            frame.selectExpr("CAST(value AS STRING) v"),
+            out,
+            checkpoint,
+            processingTime="100 milliseconds",
+        )
+
+    query = start()
+    wait_until(
+        lambda: query.lastProgress and query.lastProgress["batchId"] >= 2,
+        120,
+        "three micro-batches",
+    )
+    query.stop()  # mid-stream: most of the backlog is unread
+    produce(node.address, "mid", [b"%d" % i for i in range(4000, 5000)])
+    query = start()
+    try:
+        wait_until(lambda: len(read_values(spark, out)) >= 5000, 120, "every record")
+    finally:
+        query.stop()
+    values = sorted(int(v) for v in read_values(spark, out))
+    assert values == list(range(5000))
+
+
+def test_batch_read_with_offsets_headers_and_schema(spark: SparkSession, node: NodeProcess) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("br", 2)
+    with Producer(node.address, acks="all") as producer:
+        for i in range(100):
+            producer.send("br", b"v%d" % i, key=b"k", headers=[("h", b"%d" % i)], partition=i % 2)
+        producer.flush()
+    reader = spark.read.format("headwater").option("bootstrap", node.address)
+    frame = (
+        reader.option("subscribe", "br")
+        .option("includeHeaders", "true")
+        .option("startingOffsets", json.dumps({"br": {"0": 10, "1": -2}}))
+        .option("endingOffsets", json.dumps({"br": {"0": 20, "1": -1}}))
+        .load()
+    )
+    assert [f.name for f in frame.schema.fields] == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
+    rows = frame.collect()
+    p0 = sorted(r.offset for r in rows if r.partition == 0)
+    p1 = sorted(r.offset for r in rows if r.partition == 1)
+    assert p0 == list(range(10, 20))
+    assert p1 == list(range(50))
+    row = next(r for r in rows if r.partition == 0 and r.offset == 10)
+    assert (row.key, row.value, row.topic, row.timestampType) == (b"k", b"v20", "br", 0)
+    assert [(h.key, h.value) for h in row.headers] == [("h", b"20")]
+    assert row.timestamp is not None
+    plain = (
+        spark.read.format("headwater").option("bootstrap", node.address).option("subscribe", "br")
+    ).load()
+    assert "headers" not in plain.columns
+    assert plain.count() == 100
+
+
+def test_subscribe_pattern_picks_up_new_topics_and_partitions(
+    spark: SparkSession, node: NodeProcess
+) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("pat-a", 1)
+    produce(node.address, "pat-a", [b"a%d" % i for i in range(10)])
+    query = (
+        stream(spark, node.address, subscribePattern=r"pat-.*", startingOffsets="earliest")
+        .selectExpr("topic", "CAST(value AS STRING) v")
+        .writeStream.format("memory")
+        .queryName("pattern")
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        wait_until(lambda: spark.table("pattern").count() == 10, 60, "pat-a records")
+        with Admin(node.address) as admin:
+            admin.create_topic("pat-b", 2)
+            admin.create_partitions("pat-a", 2)
+        produce(node.address, "pat-b", [b"b%d" % i for i in range(20)])
+        produce(node.address, "pat-a", [b"c%d" % i for i in range(20)])
+        wait_until(lambda: spark.table("pattern").count() == 50, 60, "records of new topics")
+    finally:
+        query.stop()
+    rows = spark.table("pattern").collect()
+    assert sorted(r.v for r in rows) == sorted(
+        [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(20)] + [f"c{i}" for i in range(20)]
+    )
+
+
+def test_fail_on_data_loss_when_retention_deletes_unread_records(
+    spark: SparkSession, node: NodeProcess, tmp_path: Path
+) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("lossy", 1, configs={"segment_bytes": "4096", "retention_bytes": "8192"})
+    for _ in range(5):  # small batches, so that segments roll and retention can act
+        produce(node.address, "lossy", [b"x" * 100 for _ in range(10)], keyed=False)
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+
+    def run(**extra: str) -> Any:
+        frame = stream(spark, node.address, subscribe="lossy", startingOffsets="earliest", **extra)
+        return to_parquet(frame.selectExpr("offset"), out, checkpoint, availableNow=True)
+
+    query = run()
+    query.awaitTermination(120)
+    assert query.exception() is None
+    read_before = spark.read.parquet(str(out)).count()
+    # Write enough that retention deletes records the query has not read yet.
+    for _ in range(40):
+        produce(node.address, "lossy", [b"y" * 100 for _ in range(10)], keyed=False)
+    with Admin(node.address) as admin:
+        wait_until(
+            lambda: admin.list_offsets("lossy", pb.OFFSET_SPEC_EARLIEST)[0] > read_before + 10,
+            30,
+            "retention to delete unread records",
+        )
+    query = run()
+    with pytest.raises(Exception, match=r"offsets 50 to \d+ were deleted before they were read"):
+        query.awaitTermination(120)
+    query = run(failOnDataLoss="false")
+    query.awaitTermination(120)
+    assert query.exception() is None
+    offsets = [r.offset for r in spark.read.parquet(str(out)).collect()]
+    assert len(offsets) == len(set(offsets))  # the rest was read once, after a warning
+    assert max(offsets) == 449
+
+
+def test_bad_options_are_named(spark: SparkSession, node: NodeProcess) -> None:
+    cases = [
+        ({}, "exactly one of subscribe"),
+        ({"subscribe": "a", "assign": '{"a": [0]}'}, "exactly one of subscribe"),
+        ({"subscribe": "nosuch"}, "do not exist"),
+        ({"subscribe": "br", "startingOffsets": "{bad"}, "not valid JSON"),
+        ({"subscribe": "br", "endingOffsets": '{"br": {"0": -2}}'}, "cannot be earliest"),
+        ({"subscribe": "br", "maxOffsetsPerTrigger": "0"}, "must be >= 1"),
+        ({"subscribePattern": "("}, "not a valid regex"),
+    ]
+    for options, expected in cases:
+        frame = spark.read.format("headwater").option("bootstrap", node.address)
+        for key, value in options.items():
+            frame = frame.option(key, value)
+        with pytest.raises(Exception, match=expected):
+            frame.load().collect()
+
+
+def test_offset_planning_splits_by_backlog_and_size() -> None:
+    start = {("t", 0): 0, ("t", 1): 100, ("t", 2): 50}
+    latest = {("t", 0): 1000, ("t", 1): 200, ("t", 2): 50}
+    end = planning.cap_by_limit(start, latest, 330)
+    assert sum(end[k] - start[k] for k in start) == 330
+    assert end == {("t", 0): 300, ("t", 1): 130, ("t", 2): 50}
+    ranges = planning.plan_ranges(start, latest, max_records_per_partition=400)
+    assert [(r.partition, r.from_offset, r.until_offset) for r in ranges] == [
+        (0, 0, 333),
+        (0, 333, 666),
+        (0, 666, 1000),
+        (1, 100, 200),
+    ]
+
+
+# --------------------------------------------------------------------------- sink
+
+
+def test_sink_round_trip_batch_and_stream(
+    spark: SparkSession, node: NodeProcess, tmp_path: Path
+) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("sink-out", 3)
+        admin.create_topic("sink-in", 2)
+    rows = spark.range(1000).selectExpr(
+        "CAST(id % 7 AS STRING) AS key",
+        "CAST(id AS STRING) AS value",
+        "array(named_struct('key', 'n', 'value', CAST(CAST(id AS STRING) AS BINARY))) AS headers",
+    )
+    rows.write.mode("append").format("headwater").option("bootstrap", node.address).option(
+        "topic", "sink-out"
+    ).save()
+    with Consumer(node.address, auto_offset_reset="earliest") as consumer:
+        consumer.assign("sink-out")
+        got: list[Any] = []
+        wait_until(
+            lambda: got.extend(consumer.poll(timeout_ms=200)) or len(got) >= 1000,
+            30,
+            "the written records",
+        )
+    assert sorted(int(r.value) for r in got) == list(range(1000))
+    for record in got:  # keyed records land where Kafka's partitioner puts them
+        assert record.headers == [("n", record.value)]
+    by_key: dict[bytes, set[int]] = {}
+    for record in got:
+        by_key.setdefault(record.key, set()).add(record.partition)
+    assert all(len(parts) == 1 for parts in by_key.values())
+
+    produce(node.address, "sink-in", [b"s%d" % i for i in range(500)])
+    query = (
+        stream(spark, node.address, subscribe="sink-in", startingOffsets="earliest")
+        .selectExpr("key", "value")
+        .writeStream.format("headwater")
+        .option("bootstrap", node.address)
+        .option("topic", "sink-out")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    back = (
+        spark.read.format("headwater")
+        .option("bootstrap", node.address)
+        .option("subscribe", "sink-out")
+        .load()
+    )
+    assert back.count() == 1500
+
+
+def _forget_last_commit(checkpoint: Path) -> int:
+    """Remove Spark's record that the last micro-batch was done (as a crash between the
+    sink's write and Spark's commit log leaves it): Spark runs it again on restart."""
+    done = [int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]
+    last = max(done)
+    (checkpoint / "commits" / str(last)).unlink()
+    for crc in (checkpoint / "commits").glob(f".{last}.crc"):
+        crc.unlink()
+    return last
+
+
+def _roll_back_sink_state(address: str, checkpoint: Path) -> None:
+    """Re-append the sink state before the last commit, as if the sink's own commit of
+    the last micro-batch had not happened either (a crash right after the tasks wrote).
+    The sink is named by its checkpoint location."""
+    topic = sink.state_topic(str(checkpoint))
+    with Admin(address) as admin:
+        end = admin.list_offsets(topic, pb.OFFSET_SPEC_LATEST)[0]
+    with Consumer(address) as consumer:
+        consumer.assign([(topic, 0)])
+        consumer.seek(TopicPartition(topic, 0), end - 2)
+        previous = next(iter(consumer.poll(timeout_ms=10_000))).value
+    with Producer(address, acks="all") as producer:
+        producer.send(topic, previous, partition=0).result(timeout=30)
+
+
+def test_sink_replayed_micro_batch_writes_nothing_twice(
+    spark: SparkSession, node: NodeProcess, tmp_path: Path
+) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("replay-in", 2)
+        admin.create_topic("replay-out", 2)
+    produce(node.address, "replay-in", [b"r%d" % i for i in range(3000)])
+    checkpoint = tmp_path / "ck"
+
+    def run() -> None:
+        query = (
+            stream(
+                spark,
+                node.address,
+                subscribe="replay-in",
+                startingOffsets="earliest",
+                maxOffsetsPerTrigger="1000",
+            )
+            .selectExpr("key", "value")
+            .writeStream.format("headwater")
+            .option("bootstrap", node.address)
+            .option("topic", "replay-out")
+            .option("batchBytes", "4096")  # several chunks per task and partition
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    def written() -> list[bytes]:
+        frame = spark.read.format("headwater").option("bootstrap", node.address)
+        return [r.value for r in frame.option("subscribe", "replay-out").load().collect()]
+
+    run()
+    _forget_last_commit(checkpoint)  # the crash came after the sink's commit
+    run()
+    assert len(written()) == 3000
+    produce(node.address, "replay-in", [b"r%d" % i for i in range(3000, 4000)])
+    run()
+    _forget_last_commit(checkpoint)  # the crash came before the sink's commit
+    _roll_back_sink_state(node.address, checkpoint)
+    run()
+    values = written()
+    assert len(values) == 4000, f"{len(values) - len(set(values))} duplicates"
+    assert sorted(values) == sorted(b"r%d" % i for i in range(4000))
+
+
+def test_sink_bad_input_is_named(spark: SparkSession, node: NodeProcess) -> None:
+    frame = spark.range(3).selectExpr("CAST(id AS STRING) AS v")
+    with pytest.raises(Exception, match="a value column is required"):
+        frame.write.mode("append").format("headwater").option("bootstrap", node.address).option(
+            "topic", "sink-out"
+        ).save()
+    frame = spark.range(3).selectExpr("CAST(id AS STRING) AS value")
+    with pytest.raises(Exception, match="give a topic option or a topic column"):
+        frame.write.mode("append").format("headwater").option("bootstrap", node.address).save()
+    frame = spark.range(3).selectExpr("CAST(id AS STRING) AS value", "7 AS partition")
+    with pytest.raises(Exception, match=r"valid range is \[0, 3\)"):
+        frame.write.mode("append").format("headwater").option("bootstrap", node.address).option(
+            "topic", "sink-out"
+        ).save()
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+def test_streaming_read_survives_a_killed_leader(spark: SparkSession, tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "cluster", 3)
+    cluster.start()
+    try:
+        bootstrap = cluster.bootstrap()
+        with Admin(bootstrap) as admin:
+            admin.create_topic("ha", 2, replication_factor=3, configs={"min_insync_replicas": "2"})
+        produce(bootstrap, "ha", [b"%d" % i for i in range(3000)])
+        out, checkpoint = tmp_path / "out", tmp_path / "ck"
+        frame = (
+            spark.readStream.format("headwater")
+            .option("bootstrap", bootstrap)
+            .option("subscribe", "ha")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "500")
+            .load()
+            .selectExpr("CAST(value AS STRING) v")
+        )
+        query = to_parquet(frame, out, checkpoint, processingTime="200 milliseconds")
+        try:
+            wait_until(
+                lambda: query.lastProgress and query.lastProgress["batchId"] >= 1,
+                120,
+                "two micro-batches",
+            )
+            leader = cluster.partitions(cluster.alive()[0], "ha")[0].leader
+            cluster.nodes[leader].kill()
+            survivors = cluster.bootstrap()
+            produce(survivors, "ha", [b"%d" % i for i in range(3000, 4000)])
+            wait_until(lambda: len(read_values(spark, out)) >= 4000, 180, "every record")
+            assert query.exception() is None
+        finally:
+            query.stop()
+        values = sorted(int(v) for v in read_values(spark, out))
+        assert values == list(range(4000))
+    finally:
+        cluster.close()
+
+
+def test_start_by_timestamp_and_assign(spark: SparkSession, node: NodeProcess) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("ts", 2)
+    base = int(time.time() * 1000) - 3_600_000  # an hour ago: inside the retention
+    with Producer(node.address, acks="all") as producer:
+        for i in range(40):  # record i: partition i % 2, timestamp base + 1000 * i
+            producer.send("ts", b"%d" % i, partition=i % 2, timestamp_ms=base + 1000 * i)
+        producer.flush()
+
+    def read(**options: str) -> list[tuple[int, int]]:
+        frame = spark.read.format("headwater").option("bootstrap", node.address)
+        for key, value in options.items():
+            frame = frame.option(key, value)
+        return sorted((r.partition, int(r.value)) for r in frame.load().collect())
+
+    assert read(subscribe="ts", startingTimestamp=str(base + 30_000)) == sorted(
+        (i % 2, i) for i in range(30, 40)
+    )
+    by_partition = json.dumps({"ts": {"0": base + 36_000, "1": base + 1000}})
+    assert read(subscribe="ts", startingOffsetsByTimestamp=by_partition) == sorted(
+        [(0, 36), (0, 38)] + [(1, i) for i in range(1, 40, 2)]
+    )
+    assert read(assign=json.dumps({"ts": [1]})) == [(1, i) for i in range(1, 40, 2)]
+
+
+def test_min_offsets_per_trigger_waits_for_enough_records(
+    spark: SparkSession, node: NodeProcess, tmp_path: Path
+) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("mins", 1)
+    produce(node.address, "mins", [b"%d" % i for i in range(50)])
+    query = (
+        stream(
+            spark,
+            node.address,
+            subscribe="mins",
+            startingOffsets="earliest",
+            minOffsetsPerTrigger="200",
+            maxTriggerDelay="10m",
+        )
+        .selectExpr("offset")
+        .writeStream.format("memory")
+        .queryName("mins")
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        wait_until(lambda: query.lastProgress is not None, 60, "the query to run")
+        # 50 records wait for 150 more; with 200 there, one micro-batch takes them all.
+        assert spark.table("mins").count() == 0
+        produce(node.address, "mins", [b"%d" % i for i in range(50, 200)])
+        wait_until(lambda: spark.table("mins").count() == 200, 60, "one batch of 200")
+    finally:
+        query.stop()
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sizes == [200]
+
+
+def test_recreated_topic_is_data_loss(
+    spark: SparkSession, node: NodeProcess, tmp_path: Path
+) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("again", 1)
+    produce(node.address, "again", [b"old%d" % i for i in range(100)])
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+
+    def run(**extra: str) -> Any:
+        frame = stream(spark, node.address, subscribe="again", startingOffsets="earliest", **extra)
+        return to_parquet(
+            frame.selectExpr("CAST(value AS STRING) v"), out, checkpoint, availableNow=True
+        )
+
+    run().awaitTermination(120)
+    with Admin(node.address) as admin:
+        admin.delete_topic("again")
+        wait_until(lambda: "again" not in {t.name for t in admin.list_topics()}, 30, "deletion")
+        admin.create_topic("again", 1)
+    produce(node.address, "again", [b"new%d" % i for i in range(30)])
+    with pytest.raises(Exception, match="was deleted and created again"):
+        run().awaitTermination(120)
+    run(failOnDataLoss="false").awaitTermination(120)
+    values = sorted(read_values(spark, out))
+    assert values == sorted([f"old{i}" for i in range(100)] + [f"new{i}" for i in range(30)])
+
+
+def test_empty_topic_reads_nothing(spark: SparkSession, node: NodeProcess) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("empty", 1)
+    frame = spark.read.format("headwater").option("bootstrap", node.address)
+    assert frame.option("subscribe", "empty").load().count() == 0
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def test_demo_pipeline_runs_and_stops_cleanly(tmp_path: Path) -> None:
+    """``make demo`` in short: 3 nodes, the generator and the Spark job for a while, then a
+    clean stop; closed windows reached the output topic."""
+    base_port = free_port_block(6)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "headwater.sparkconnector.demo",
+            "--data-dir",
+            str(tmp_path / "demo"),
+            "--base-port",
+            str(base_port),
+            "--duration",
+            "40",
+            "--rate",
+            "300",
+        ],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "|window  |retailer|sales" in done.stdout
+    match = re.search(r"'sales-per-retailer' holds (\d+) window results", done.stdout)
+    assert match and int(match.group(1)) > 0, done.stdout[-2000:]
+    assert "stopped 3 node(s)" in done.stdout
+
+
+def test_readme_spark_example_runs(spark: SparkSession, node: NodeProcess, tmp_path: Path) -> None:
+    """The README's PySpark example, pointed at this test's node and a tmp checkpoint."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Spark Structured Streaming", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    script = code.group(1).replace("127.0.0.1:7700", node.address)
+    script = script.replace("/tmp/checkpoints/orders-shouted", str(tmp_path / "ck"))
+    with Admin(node.address) as admin:
+        admin.create_topic("orders", 2)
+        admin.create_topic("orders-shouted", 2)
+    produce(node.address, "orders", [b"o%d" % i for i in range(130)])
+    exec(compile(script, "README.md", "exec"), {})
+    try:
+        with Admin(node.address) as admin:
+            wait_until(
+                lambda: sum(admin.list_offsets("orders-shouted").values()) >= 130,
+                120,
+                "records in orders-shouted",
+            )
+    finally:
+        for query in spark.streams.active:
+            query.stop()
+    back = spark.read.format("headwater").option("bootstrap", node.address)
+    rows = back.option("subscribe", "orders-shouted").load().collect()
+    assert sorted(r.value for r in rows) == sorted(b"O%d" % i for i in range(130))
+    assert {r.key for r in rows} == {b"k%d" % i for i in range(13)}

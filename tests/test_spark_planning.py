@@ -1,0 +1,145 @@
+"""Offset planning of the Spark source (pure): options, read limits, ranges, data loss."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from headwater.sparkconnector import planning
+from headwater.sparkconnector.planning import OptionError, parse_options
+
+backlogs = st.dictionaries(
+    st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5)),
+    st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)),
+    min_size=1,
+    max_size=8,
+)
+
+
+@given(backlogs, st.integers(1, 30_000))
+def test_cap_by_limit_reads_exactly_the_limit_in_proportion(
+    spans: dict[tuple[str, int], tuple[int, int]], limit: int
+) -> None:
+    start = {k: min(a, b) for k, (a, b) in spans.items()}
+    latest = {k: max(a, b) for k, (a, b) in spans.items()}
+    end = planning.cap_by_limit(start, latest, limit)
+    total = sum(latest[k] - start[k] for k in start)
+    assert sum(end[k] - start[k] for k in start) == min(limit, total)
+    for key, first in start.items():
+        assert first <= end[key] <= latest[key]
+        if total > limit:  # each share is within one record of its proportion
+            share = limit * (latest[key] - first) / total
+            assert abs((end[key] - first) - share) < 1
+
+
+@given(
+    backlogs, st.one_of(st.none(), st.integers(1, 3000)), st.one_of(st.none(), st.integers(1, 20))
+)
+def test_ranges_cover_each_partition_once(
+    spans: dict[tuple[str, int], tuple[int, int]],
+    max_records: int | None,
+    min_partitions: int | None,
+) -> None:
+    start = {k: min(a, b) for k, (a, b) in spans.items()}
+    end = {k: max(a, b) for k, (a, b) in spans.items()}
+    ranges = planning.plan_ranges(start, end, min_partitions, max_records)
+    for key, first in start.items():
+        mine = sorted(
+            (r.from_offset, r.until_offset) for r in ranges if (r.topic, r.partition) == key
+        )
+        covered = [o for a, b in mine for o in range(a, b)]
+        assert covered == list(range(first, end[key]))
+    for r in ranges:
+        assert r.size > 0
+        if max_records is not None:
+            assert r.size <= max_records
+
+
+def test_options_are_checked_with_the_problem_named() -> None:
+    good = {"bootstrap": "h:1", "subscribe": "t"}
+    bad = [
+        ({"bootstrap": "h:1"}, "exactly one of subscribe"),
+        ({**good, "subscribePattern": "x"}, "exactly one of subscribe"),
+        ({**good, "startingOffsets": '{"t": {"x": 1}}'}, "is not a partition"),
+        ({**good, "startingOffsets": '{"t": {"0": -3}}'}, "-2 \\(earliest\\)"),
+        ({**good, "startingOffsets": "[1]"}, "must be a JSON object"),
+        ({**good, "maxOffsetsPerTrigger": "ten"}, "must be an integer >= 1"),
+        ({**good, "failOnDataLoss": "maybe"}, "true or false"),
+        ({**good, "maxTriggerDelay": "soon"}, "duration like"),
+        ({**good, "startingTimestamp": "-5"}, "must be >= 0"),
+        ({"bootstrap": "h:1", "assign": '{"t": [-1]}'}, "assign must be"),
+        ({**good, "fetchMaxBytes": str(1 << 30)}, "the limit is"),
+    ]
+    for options, message in bad:
+        with pytest.raises(OptionError, match=message):
+            parse_options(options, streaming=True)
+    with pytest.raises(OptionError, match="for batch reads"):
+        parse_options({**good, "endingOffsets": "latest"}, streaming=True)
+    parsed = parse_options(
+        {
+            **good,
+            "STARTINGOFFSETS": "earliest",
+            "maxTriggerDelay": "2m",
+            "kafka.bootstrap.servers": "x",
+        },
+        streaming=True,
+    )
+    assert parsed.starting.kind == "earliest"
+    assert parsed.max_trigger_delay_ms == 120_000
+    assert parse_options(good, streaming=False).starting.kind == "earliest"  # batch default
+
+
+def test_offsets_round_trip_and_foreign_checkpoints_are_refused() -> None:
+    offsets = {("t", 0): 5, ("t", 1): 7, ("u", 0): 0}
+    ids = {"t": "id-t", "u": "id-u"}
+    assert planning.decode_offsets(planning.encode_offsets(offsets, ids)) == (offsets, ids)
+    with pytest.raises(OptionError, match="not a Headwater offset"):
+        planning.decode_offsets({"t": {"0": 5}})  # Spark's Kafka source offset
+
+
+def test_data_loss_names_deleted_ranges_and_recreated_topics() -> None:
+    findings = planning.data_loss(
+        {("t", 0): 5, ("t", 1): 9, ("u", 0): 3},
+        {("t", 0): 8, ("t", 1): 2, ("u", 0): 0},
+        {"t": "old", "u": "u1"},
+        {"t": "old", "u": "u2"},
+    )
+    assert findings == [
+        "topic 'u' was deleted and created again (id u1 is now u2); its old records are gone",
+        "t-0: offsets 5 to 7 were deleted before they were read (the log now starts at 8)",
+    ]
+
+
+def test_sink_options_and_columns_are_checked_with_the_problem_named() -> None:
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    from headwater.sparkconnector.sink import (
+        CHUNK_BYTES_MAX,
+        SinkOptionError,
+        check_input_schema,
+        parse_sink_options,
+    )
+
+    for options, message in [
+        ({"topic": " "}, "the topic option is empty"),
+        (
+            {"topic": "t", "batchBytes": "big"},
+            rf"give a number of bytes in \[1024, {CHUNK_BYTES_MAX}\]",
+        ),
+        ({"topic": "t", "batchBytes": "10"}, rf"valid range is \[1024, {CHUNK_BYTES_MAX}\]"),
+        ({"topic": "t", "batchBytes": str(CHUNK_BYTES_MAX + 1)}, "valid range is"),
+    ]:
+        with pytest.raises(SinkOptionError, match=message):
+            parse_sink_options(options)
+    parsed = parse_sink_options({"TOPIC": "t", "checkpointLocation": "/ck", "Bootstrap": "h:1"})
+    assert (parsed.topic, parsed.sink_id, parsed.bootstrap) == ("t", "/ck", "h:1")
+
+    def schema(**columns: object) -> StructType:
+        return StructType([StructField(name, kind) for name, kind in columns.items()])
+
+    with pytest.raises(SinkOptionError, match="column partition is string; it must be int"):
+        check_input_schema(schema(value=StringType(), partition=StringType()), parsed)
+    with pytest.raises(SinkOptionError, match="column key is int; it must be binary or string"):
+        check_input_schema(schema(value=StringType(), key=IntegerType()), parsed)
+    check_input_schema(schema(value=StringType(), partition=IntegerType()), parsed)
