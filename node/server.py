@@ -204,10 +204,14 @@ class Node:
         )
 
     def may_lead(self) -> bool:
-        """May this node act as a partition leader? Only once its metadata is current (not
-        a journal replay) and the image shows this process's registration unfenced: a
-        restarted node must not take writes for leaderships it lost while down."""
-        if self.lifecycle is None or not self._image_current():
+        """May this node act as a partition leader? Only once its logs have followed a
+        current image (not a journal replay) and the image shows this process's
+        registration unfenced: a restarted node must not take writes for leaderships it
+        lost while down. Once current, the node keeps leading through controller
+        elections, as Kafka's brokers do: a new Raft term leaves the image without the new
+        controller's activation record for a moment, but everything in it still holds,
+        and a node the new controller fences learns so from the image."""
+        if self.lifecycle is None or not self._reconciled_ready:
             return False
         broker = self.state.image.brokers.get(self.config.node_id)
         return (

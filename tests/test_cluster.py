@@ -8,7 +8,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -16,13 +17,17 @@ import pytest
 
 from headwater.client import Admin, Consumer, Producer
 from headwater.errors import ErrorCode, HeadwaterError
+from headwater.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.local_cluster import LocalCluster
-from tests.node_process import NodeProcess, free_port, run_cli, wait_until
+from tests.node_process import NodeProcess, run_cli, wait_until
 
 # Fencing takes broker_session_timeout_ms (3 s by default) after the last heartbeat.
 FAILOVER_DEADLINE_S = 30
+# A Raft follower stopped this long (past the transport's 2 s connection timeout) wakes
+# with its election timer lapsed and campaigns at once: pysyncobj has no pre-vote.
+SLEEPER_STOP_S = 5
 
 
 @pytest.fixture
@@ -143,6 +148,76 @@ def test_paused_controller_cannot_change_metadata_when_it_wakes(cluster3: LocalC
         FAILOVER_DEADLINE_S,
         "every broker running",
     )
+
+
+def test_partition_leaders_keep_taking_writes_through_controller_elections(
+    cluster3: LocalCluster,
+) -> None:
+    """An election changes the Raft term on every voter before the new controller's first
+    record arrives; partition leaders must keep serving through it. Two elections: a
+    stopped Raft follower wakes with a lapsed election timer and starts one (pysyncobj has
+    no pre-vote), and a stopped controller is replaced."""
+    with Admin(cluster3.bootstrap()) as admin:
+        admin.create_topic("steady", partitions=6, replication_factor=1)
+    controller = cluster3.wait_controller()
+    led = {p.leader: p.partition for p in cluster3.partitions(cluster3.nodes[controller], "steady")}
+    written = 0
+
+    def writes_until(writer_id: int, condition: Callable[[], bool], what: str) -> None:
+        """Write to the partition ``writer_id`` leads, straight to it and without retries,
+        until ``condition`` holds: every write must succeed."""
+        nonlocal written
+        deadline = time.monotonic() + FAILOVER_DEADLINE_S
+        with grpc.insecure_channel(cluster3.nodes[writer_id].address) as channel:
+            stub = pb_grpc.BrokerStub(channel)
+            while not condition():
+                assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                stub.Produce(
+                    pb.ProduceRequest(
+                        topic="steady",
+                        partition=led[writer_id],
+                        records=pb.RecordList(records=[pb.Record(value=b"%d" % written)]),
+                        acks=pb.ACKS_LEADER,
+                    ),
+                    timeout=5,
+                )
+                written += 1
+
+    def settled(via: int) -> bool:
+        views = [cluster3.metadata(n) for n in cluster3.nodes.values()]
+        return len({v.controller_id for v in views}) == 1 and set(
+            cluster3.broker_states(cluster3.nodes[via]).values()
+        ) == {"running"}
+
+    sleeper, writer = (i for i in cluster3.nodes if i != controller)
+    term_before = cluster3.metadata(cluster3.nodes[writer]).raft_term
+    cluster3.pause(sleeper)
+    try:
+        stop_until = time.monotonic() + SLEEPER_STOP_S
+        writes_until(writer, lambda: time.monotonic() >= stop_until, "the sleeper's stop")
+    finally:
+        cluster3.resume(sleeper)
+    writes_until(
+        writer,
+        lambda: (
+            cluster3.metadata(cluster3.nodes[writer]).raft_term > term_before and settled(writer)
+        ),
+        f"node {sleeper}'s election and every node agreeing on its outcome",
+    )
+
+    old = cluster3.wait_controller()
+    writer = next(i for i in cluster3.nodes if i != old)
+    cluster3.pause(old)
+    try:
+        writes_until(
+            writer,
+            lambda: cluster3.controller_id(cluster3.nodes[writer]) not in (-1, old),
+            "a new controller while the old one is stopped",
+        )
+    finally:
+        cluster3.resume(old)
+    writes_until(writer, lambda: settled(writer), "every node to agree on one controller")
+    assert written > 0
 
 
 # --------------------------------------------------------------------------- brokers
