@@ -267,8 +267,9 @@ class AsyncConsumer:
         self._stub = pb_grpc.BrokerStub(self._channel)
         self._positions: dict[TopicPartition, int] = {}
         self._readers: dict[TopicPartition, asyncio.Task[None]] = {}
+        # (partition, (record batches, next offset) or None, error or None)
         self._arrivals: asyncio.Queue[
-            tuple[TopicPartition, pb.FetchResponse | None, HeadwaterError | None]
+            tuple[TopicPartition, tuple[bytes, int] | None, HeadwaterError | None]
         ] = asyncio.Queue(maxsize=ARRIVALS_MAX)
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -315,8 +316,9 @@ class AsyncConsumer:
             call = self._stub.FetchStream(request)
             try:
                 async for response in call:
-                    if response.records:
-                        await self._arrivals.put((tp, response, None))
+                    records = response.records  # each read of a bytes field copies it
+                    if records:
+                        await self._arrivals.put((tp, (records, response.next_offset), None))
                     offset = max(offset, response.next_offset)
                     backoff_s = RETRY_BACKOFF_MIN_S
                     give_up_at = time.monotonic() + READ_RETRY_S
@@ -354,13 +356,14 @@ class AsyncConsumer:
         items = [first]
         while not self._arrivals.empty():
             items.append(self._arrivals.get_nowait())
-        for tp, response, error in items:
+        for tp, arrival, error in items:
             if error is not None:
                 raise error
-            assert response is not None
+            assert arrival is not None
+            records, next_offset = arrival
             position = self._positions[tp]
-            batches += fetched_from(tp, response.records, position, self.check_crcs)
-            self._positions[tp] = max(position, response.next_offset)
+            batches += fetched_from(tp, records, position, self.check_crcs)
+            self._positions[tp] = max(position, next_offset)
         return PollResult(batches)
 
     async def _stop_readers(self) -> None:

@@ -356,11 +356,12 @@ class Consumer:
                 return []  # the next poll subscribes again
             raise error
         assert response is not None
-        if not response.records:
+        records = response.records  # each read of a bytes field copies it
+        if not records:
             return []
         position = self._positions[partition]
         assert position is not None
-        fetched = fetched_from(partition, response.records, position, self.check_crcs)
+        fetched = fetched_from(partition, records, position, self.check_crcs)
         self._positions[partition] = max(position, response.next_offset)
         return fetched
 

@@ -7,9 +7,10 @@ adds or updates partitions with the follower's log end offset, which the leader 
 (``Partition.on_follower_fetch``: follower progress, then the high watermark). The leader
 answers each request once: as soon as a session partition has records past the
 follower's offset, or after ``max_wait_ms``, with the stored batches, byte for byte, and
-each partition's high watermark. The follower appends, then sends its new offsets: the
-leader learns that a follower *has* a batch only from the next request, never from having
-sent it. ``OffsetForLeaderEpoch`` tells a follower where its latest epoch ends in the
+each partition's high watermark (news of a high watermark alone waits up to
+``HW_NEWS_LINGER_S`` for data to travel with). The follower appends, then sends its new
+offsets: the leader learns that a follower *has* a batch only from the next request, never
+from having sent it. ``OffsetForLeaderEpoch`` tells a follower where its latest epoch ends in the
 leader's log.
 
 **Follower side** (``LeaderFetcher``, one per leader node). When a replica becomes a
@@ -62,6 +63,10 @@ RETRY_S: Final = 0.2
 SILENCE_EXTRA_S: Final = 3.0
 CALL_TIMEOUT_S: Final = 2.0
 ALTER_RETRY_S: Final = 2.0
+# High watermark news without data waits this long for data to travel with: under load
+# every data response carries the news, and a follower no longer costs two round trips
+# per batch (data, then the high watermark its own next request moved).
+HW_NEWS_LINGER_S: Final = 0.02
 STREAM_END: Final[object] = grpc.aio.EOF  # type: ignore[attr-defined]
 _log = logging.getLogger(__name__)
 Key = tuple[str, int]
@@ -144,16 +149,21 @@ class ReplicaService(pb_grpc.ReplicaServicer):
                     continue
                 wait_ms = min(max(request.max_wait_ms, 0), self.config.replica_fetch_wait_ms_max)
                 budget = min(max(request.max_bytes, 1), self.config.replica_fetch_bytes_max)
-                deadline = loop.time() + wait_ms / 1000
+                now = loop.time()
+                deadline = now + wait_ms / 1000
+                news_due = min(deadline, now + HW_NEWS_LINGER_S)
                 while True:
                     wake.clear()
                     response = pb.ReplicaFetchResponse()
-                    self._collect(session, budget, wake.set, response)
-                    remaining = deadline - loop.time()
-                    if response.partitions or remaining <= 0:
+                    now = loop.time()
+                    news_pending = self._collect(
+                        session, budget, wake.set, response, with_news=now >= news_due
+                    )
+                    if response.partitions or now >= deadline:
                         break
+                    wait_s = (news_due if news_pending else deadline) - now
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(remaining):
+                        async with asyncio.timeout(wait_s):
                             await wake.wait()
                 yield response
         finally:
@@ -207,11 +217,15 @@ class ReplicaService(pb_grpc.ReplicaServicer):
         budget: int,
         listener: Callable[[], None],
         response: pb.ReplicaFetchResponse,
-    ) -> None:
-        """Add to ``response`` the data (up to ``budget`` bytes, at least one batch) and
-        high watermark news of the session; partitions that can no longer be served leave
-        it with an error. (Entries are added in place: passing built submessages to a
-        constructor makes upb serialize and parse each one again, records included.)"""
+        with_news: bool,
+    ) -> bool:
+        """Add to ``response`` the data of the session (up to ``budget`` bytes, at least
+        one batch) with each partition's high watermark; partitions that can no longer be
+        served leave it with an error. High watermark news alone (no data) is added only
+        ``with_news``; returns whether some was left out. (Entries are added in place:
+        passing built submessages to a constructor makes upb serialize and parse each one
+        again, records included.)"""
+        news_pending = False
         for key, entry in list(session.items()):
             partition = entry.partition
             try:
@@ -225,9 +239,12 @@ class ReplicaService(pb_grpc.ReplicaServicer):
                 if entry.fetch_offset < log.log_end_offset and budget > 0:
                     result = partition.read_for_replica(entry.fetch_offset, budget)
                     budget -= len(result.data)
-                elif entry.sent_high_watermark != partition.high_watermark:
+                elif entry.sent_high_watermark == partition.high_watermark:
+                    continue
+                elif with_news:
                     result = None
                 else:
+                    news_pending = True
                     continue
             except HeadwaterError as error:
                 del session[key]
@@ -243,6 +260,7 @@ class ReplicaService(pb_grpc.ReplicaServicer):
                 log_start_offset=log.log_start_offset,
                 log_end_offset=log.log_end_offset,
             )
+        return news_pending
 
 
 def _error_data(topic: str, partition: int, error: HeadwaterError) -> pb.ReplicaFetchData:
@@ -486,12 +504,13 @@ class LeaderFetcher:
                 entry.ready = False
                 entry.retry_at = loop.time() + RETRY_S
                 continue
-            if data.records:
+            records = data.records  # each read of a bytes field copies it
+            if records:
                 try:
                     if partition.fsync_on_append:
-                        await asyncio.to_thread(partition.append_replicated, data.records, now_ms())
+                        await asyncio.to_thread(partition.append_replicated, records, now_ms())
                     else:
-                        partition.append_replicated(data.records, now_ms())
+                        partition.append_replicated(records, now_ms())
                 except HeadwaterError as error:
                     _log.warning(
                         "%s-%d: cannot append from node %d: %s",
