@@ -385,7 +385,10 @@ def node_cpu_s(cluster: BenchCluster) -> float:
 def _measured_produce(
     cluster: BenchCluster, bootstrap: str, records: int, *args: str
 ) -> dict[str, Any]:
-    """One produce run, with the node CPU seconds it cost per million records."""
+    """One produce run, with the node CPU seconds it cost per million records. Runs start
+    with no dirty pages: the writeback of the previous run's data (gigabytes, three times
+    as much after an RF 3 run) must not land in this one."""
+    os.sync()
     before = node_cpu_s(cluster)
     result = run_bench(bootstrap, "produce", *args)
     result["node_cpu_s_per_million_records"] = round(
@@ -439,6 +442,7 @@ def run_replication(
                             cluster, bootstrap, records, "--topic", "rf3", "--acks", "all", *common
                         )
                     )
+            os.sync()  # the latency phase, a steady state, starts with no writeback due
             with LagSampler(cluster, controller, "rf3-latency") as steady:
                 e2e = run_bench(
                     bootstrap,
