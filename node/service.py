@@ -46,6 +46,8 @@ _log = logging.getLogger(__name__)
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 PRODUCE_TIMEOUT_MS_MAX: Final = 300_000
 TAKEOVER_WAIT_S: Final = 2.0
+# Requests of one ProduceStream appended and waiting for their acknowledgement at once.
+PRODUCE_PIPELINE_MAX: Final = 32
 ACKS_VALID: Final = (pb.ACKS_UNSPECIFIED, pb.ACKS_NONE, pb.ACKS_LEADER, pb.ACKS_ALL)
 
 
@@ -174,23 +176,65 @@ class BrokerService(pb_grpc.BrokerServicer):
         requests: AsyncIterator[pb.ProduceRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[pb.ProduceResponse]:
-        """Answer each request in arrival order; a failure is answered, not fatal."""
-        forwarded = is_forwarded(context)
-        async for request in requests:
-            try:
-                yield await self._produce(request, forwarded)
-            except HeadwaterError as error:
-                yield pb.ProduceResponse(
-                    error_code=pb.ErrorCode.ValueType(error.code), error_message=error.message
-                )
-            except Exception as exc:
-                _log.exception("ProduceStream request failed")
-                yield pb.ProduceResponse(
-                    error_code=pb.UNKNOWN_SERVER_ERROR,
-                    error_message=f"internal error: {type(exc).__name__}: {exc}",
-                )
+        """Answer each request in arrival order; a failure is answered, not fatal.
 
-    async def _produce(self, request: pb.ProduceRequest, forwarded: bool) -> pb.ProduceResponse:
+        Requests are pipelined: each is appended as soon as the one before it on the stream
+        has been appended (appends keep the stream's order), and waits for its replicas
+        (acks=all) alongside the requests after it. Up to PRODUCE_PIPELINE_MAX requests are
+        in progress; beyond that the stream stops reading (gRPC flow control)."""
+        forwarded = is_forwarded(context)
+        loop = asyncio.get_running_loop()
+        answers: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue(
+            PRODUCE_PIPELINE_MAX
+        )
+
+        async def accept() -> None:
+            try:
+                async for request in requests:
+                    appended: asyncio.Future[None] = loop.create_future()
+                    answer = loop.create_task(self._answer(request, forwarded, appended))
+                    await asyncio.wait((answer, appended), return_when=asyncio.FIRST_COMPLETED)
+                    await answers.put(answer)
+            finally:
+                await answers.put(None)
+
+        accepting = loop.create_task(accept())
+        try:
+            while (answer := await answers.get()) is not None:
+                yield await answer
+            await accepting  # a failure to read the requests surfaces here
+        finally:
+            accepting.cancel()
+            while not answers.empty():
+                left = answers.get_nowait()
+                if left is not None:
+                    left.cancel()
+
+    async def _answer(
+        self, request: pb.ProduceRequest, forwarded: bool, appended: asyncio.Future[None]
+    ) -> pb.ProduceResponse:
+        """_produce's response, or the error response it ended with."""
+        try:
+            return await self._produce(request, forwarded, appended)
+        except HeadwaterError as error:
+            return pb.ProduceResponse(
+                error_code=pb.ErrorCode.ValueType(error.code), error_message=error.message
+            )
+        except Exception as exc:
+            _log.exception("ProduceStream request failed")
+            return pb.ProduceResponse(
+                error_code=pb.UNKNOWN_SERVER_ERROR,
+                error_message=f"internal error: {type(exc).__name__}: {exc}",
+            )
+
+    async def _produce(
+        self,
+        request: pb.ProduceRequest,
+        forwarded: bool,
+        appended: asyncio.Future[None] | None = None,
+    ) -> pb.ProduceResponse:
+        """Append the request's batches, set ``appended``, then wait for their
+        acknowledgement level (acks=all: the in-sync replicas) and answer."""
         if request.acks not in ACKS_VALID:
             raise _invalid(
                 f"acks is {request.acks}; valid: 0 (default = all), 1 (none), 2 (leader), 3 (all)",
@@ -214,10 +258,18 @@ class BrokerService(pb_grpc.BrokerServicer):
             batches = self._encode_records(request, len(topic.partitions), topic)
         else:
             raise _invalid("ProduceRequest has neither `batch` nor `records`")
-        results = [
-            await self._produce_one(image, topic, index, data, request, forwarded)
-            for index, data in sorted(batches.items())
-        ]
+        acknowledgements: list[asyncio.Future[pb.PartitionProduceResult]] = []
+        try:
+            for index, data in sorted(batches.items()):
+                acknowledgements.append(
+                    await self._produce_one(image, topic, index, data, request, forwarded)
+                )
+            if appended is not None and not appended.done():
+                appended.set_result(None)
+            results = [await acknowledgement for acknowledgement in acknowledgements]
+        finally:
+            for acknowledgement in acknowledgements:
+                acknowledgement.cancel()  # no-op once done; after a failure, stop waiting
         return pb.ProduceResponse(results=results)
 
     async def _produce_one(
@@ -228,10 +280,26 @@ class BrokerService(pb_grpc.BrokerServicer):
         batch: bytes,
         request: pb.ProduceRequest,
         forwarded: bool,
-    ) -> pb.PartitionProduceResult:
+    ) -> asyncio.Future[pb.PartitionProduceResult]:
+        """Append ``batch`` to partition ``index`` here, or forward it to the leader and
+        await the answer (forwarded requests go one at a time, so they keep their order);
+        returns the acknowledgement to await."""
         local = await self._leader_replica(image, topic, index)
         if local is not None:
             return await self._append(local, batch, request)
+        result = asyncio.get_running_loop().create_future()
+        result.set_result(await self._forward(image, topic, index, batch, request, forwarded))
+        return result
+
+    async def _forward(
+        self,
+        image: MetadataImage,
+        topic: TopicImage,
+        index: int,
+        batch: bytes,
+        request: pb.ProduceRequest,
+        forwarded: bool,
+    ) -> pb.PartitionProduceResult:
         address = self._leader_address(image, topic, index, forwarded)
         forward = pb.ProduceRequest(
             topic=topic.name,
@@ -250,7 +318,9 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     async def _append(
         self, partition: Partition, batch: bytes, request: pb.ProduceRequest
-    ) -> pb.PartitionProduceResult:
+    ) -> asyncio.Future[pb.PartitionProduceResult]:
+        """Append ``batch``; return its acknowledgement: done at once for acks 0 and 1, a
+        task waiting for the in-sync replicas for acks=all."""
         max_message_bytes = partition.max_message_bytes
         if len(batch) > max_message_bytes:
             raise HeadwaterError(
@@ -264,15 +334,24 @@ class BrokerService(pb_grpc.BrokerServicer):
         if acks_all:
             partition.check_min_insync()
         info = await partition.append(batch, now_ms())
-        if acks_all:
-            timeout_ms = request.timeout_ms or self.config.request_timeout_ms
-            await partition.wait_for_replication(info.last_offset + 1, timeout_ms / 1000)
-        return pb.PartitionProduceResult(
+        result = pb.PartitionProduceResult(
             partition=partition.index,
             base_offset=info.base_offset,
             record_count=info.record_count,
             log_start_offset=info.log_start_offset,
         )
+        loop = asyncio.get_running_loop()
+        if not acks_all:
+            done = loop.create_future()
+            done.set_result(result)
+            return done
+        timeout_s = (request.timeout_ms or self.config.request_timeout_ms) / 1000
+
+        async def replicated() -> pb.PartitionProduceResult:
+            await partition.wait_for_replication(info.last_offset + 1, timeout_s)
+            return result
+
+        return loop.create_task(replicated())
 
     def _encode_records(
         self, request: pb.ProduceRequest, partitions: int, topic: TopicImage

@@ -363,3 +363,65 @@ def test_followers_hold_the_leaders_bytes(cluster3: LocalCluster) -> None:
         node.stop()
     logs = {n.node_id: replica_bytes(n, topic) for n in cluster3.nodes.values()}
     assert len(set(logs.values())) == 1 and len(logs[1]) > 75_000
+
+
+# The stopped follower stays in the ISR (and its broker unfenced) for the whole test.
+@pytest.mark.parametrize(
+    "cluster3",
+    [{"HEADWATER_REPLICA_LAG_MS_MAX": "120000", "HEADWATER_BROKER_SESSION_TIMEOUT_MS": "120000"}],
+    indirect=True,
+)
+def test_a_produce_stream_appends_while_an_earlier_request_waits_for_replicas(
+    cluster3: LocalCluster,
+) -> None:
+    """ProduceStream pipelines: an acks=all request held up by a stopped follower does not
+    hold up the appends of the requests after it, and answers keep the stream's order."""
+    topic = "pipelined"
+    with Admin(cluster3.bootstrap()) as admin:
+        admin.create_topic(topic, partitions=6, replication_factor=3)
+    states = cluster3.partitions(cluster3.alive()[0], topic)
+    leader_id = states[0].leader
+    waiting, then = [s.partition for s in states if s.leader == leader_id][:2]
+    leader = cluster3.nodes[leader_id]
+    controller = cluster3.wait_controller()
+    stopped = next(i for i in cluster3.nodes if i not in (leader_id, controller))
+
+    def log_end(partition: int) -> int:
+        with grpc.insecure_channel(leader.address) as channel:
+            response = pb_grpc.AdminStub(channel).DescribeTopics(
+                pb.DescribeTopicsRequest(names=[topic]),
+                metadata=((LOCAL_ONLY_KEY, "1"),),
+                timeout=2,
+            )
+        (view,) = (p for p in response.topics[0].partitions if p.partition == partition)
+        return int(view.log_end_offset)
+
+    def request(partition: int, acks: int) -> pb.ProduceRequest:
+        return pb.ProduceRequest(
+            topic=topic,
+            partition=partition,
+            records=pb.RecordList(records=[pb.Record(value=b"v%d" % partition)]),
+            acks=acks,  # type: ignore[arg-type]
+            timeout_ms=DEADLINE_S * 1000,
+        )
+
+    cluster3.pause(stopped)
+    try:
+        with grpc.insecure_channel(leader.address) as channel:
+            answers = pb_grpc.BrokerStub(channel).ProduceStream(
+                iter([request(waiting, pb.ACKS_ALL), request(then, pb.ACKS_LEADER)]),
+                timeout=DEADLINE_S * 2,
+            )
+            wait_until(
+                lambda: log_end(then) == 1 and log_end(waiting) == 1,
+                DEADLINE_S / 3,
+                f"the second request's append while the first waits for node {stopped}",
+            )
+            cluster3.resume(stopped)
+            first, second = list(answers)
+    finally:
+        cluster3.resume(stopped)
+    assert first.error_code == pb.NONE, first.error_message
+    assert [r.partition for r in first.results] == [waiting]
+    assert second.error_code == pb.NONE, second.error_message
+    assert [r.partition for r in second.results] == [then]
