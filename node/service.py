@@ -287,9 +287,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         local = await self._leader_replica(image, topic, index)
         if local is not None:
             return await self._append(local, batch, request)
-        result = asyncio.get_running_loop().create_future()
-        result.set_result(await self._forward(image, topic, index, batch, request, forwarded))
-        return result
+        return _resolved(await self._forward(image, topic, index, batch, request, forwarded))
 
     async def _forward(
         self,
@@ -340,18 +338,15 @@ class BrokerService(pb_grpc.BrokerServicer):
             record_count=info.record_count,
             log_start_offset=info.log_start_offset,
         )
-        loop = asyncio.get_running_loop()
         if not acks_all:
-            done = loop.create_future()
-            done.set_result(result)
-            return done
+            return _resolved(result)
         timeout_s = (request.timeout_ms or self.config.request_timeout_ms) / 1000
 
         async def replicated() -> pb.PartitionProduceResult:
             await partition.wait_for_replication(info.last_offset + 1, timeout_s)
             return result
 
-        return loop.create_task(replicated())
+        return asyncio.get_running_loop().create_task(replicated())
 
     def _encode_records(
         self, request: pb.ProduceRequest, partitions: int, topic: TopicImage
@@ -645,3 +640,10 @@ def _decoded_records(data: bytes, first_offset: int) -> list[pb.ConsumedRecord]:
                 record.value = row["value"]
             out.append(record)
     return out
+
+
+def _resolved(result: pb.PartitionProduceResult) -> asyncio.Future[pb.PartitionProduceResult]:
+    """An acknowledgement that is already in."""
+    done: asyncio.Future[pb.PartitionProduceResult] = asyncio.get_running_loop().create_future()
+    done.set_result(result)
+    return done

@@ -81,10 +81,13 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ProduceStream(self, request_iterator, context):
-        """The same as Produce, many requests on one stream: the node handles them one at a time
-        in the order they arrive and answers each, in that order, with one ProduceResponse.
-        A failed request is answered with `error_code` set (the stream goes on), so clients
-        pay the per-call cost of gRPC once instead of per batch.
+        """The same as Produce, many requests on one stream: the node appends them in the order
+        they arrive and answers each, in that order, with one ProduceResponse. Requests are
+        pipelined: a request is appended as soon as the one before it is, so an acks=all
+        request waiting for its replicas does not hold up the appends after it (up to 32
+        requests in progress per stream). A failed request is answered with `error_code` set
+        (the stream goes on), so clients pay the per-call cost of gRPC once instead of per
+        batch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -54,10 +54,13 @@ class BrokerStub:
     Produce: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.ProduceRequest, _headwater_pb2.ProduceResponse]
     """Appends records to one partition, or lets the broker partition plain records by key."""
     ProduceStream: _grpc.StreamStreamMultiCallable[_headwater_pb2.ProduceRequest, _headwater_pb2.ProduceResponse]
-    """The same as Produce, many requests on one stream: the node handles them one at a time
-    in the order they arrive and answers each, in that order, with one ProduceResponse.
-    A failed request is answered with `error_code` set (the stream goes on), so clients
-    pay the per-call cost of gRPC once instead of per batch.
+    """The same as Produce, many requests on one stream: the node appends them in the order
+    they arrive and answers each, in that order, with one ProduceResponse. Requests are
+    pipelined: a request is appended as soon as the one before it is, so an acks=all
+    request waiting for its replicas does not hold up the appends after it (up to 32
+    requests in progress per stream). A failed request is answered with `error_code` set
+    (the stream goes on), so clients pay the per-call cost of gRPC once instead of per
+    batch.
     """
     Fetch: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.FetchRequest, _headwater_pb2.FetchResponse]
     """Reads whole batches from one partition starting at an offset: a long poll that waits
@@ -83,10 +86,13 @@ class BrokerAsyncStub(BrokerStub):
     Produce: _aio.UnaryUnaryMultiCallable[_headwater_pb2.ProduceRequest, _headwater_pb2.ProduceResponse]  # type: ignore[assignment]
     """Appends records to one partition, or lets the broker partition plain records by key."""
     ProduceStream: _aio.StreamStreamMultiCallable[_headwater_pb2.ProduceRequest, _headwater_pb2.ProduceResponse]  # type: ignore[assignment]
-    """The same as Produce, many requests on one stream: the node handles them one at a time
-    in the order they arrive and answers each, in that order, with one ProduceResponse.
-    A failed request is answered with `error_code` set (the stream goes on), so clients
-    pay the per-call cost of gRPC once instead of per batch.
+    """The same as Produce, many requests on one stream: the node appends them in the order
+    they arrive and answers each, in that order, with one ProduceResponse. Requests are
+    pipelined: a request is appended as soon as the one before it is, so an acks=all
+    request waiting for its replicas does not hold up the appends after it (up to 32
+    requests in progress per stream). A failed request is answered with `error_code` set
+    (the stream goes on), so clients pay the per-call cost of gRPC once instead of per
+    batch.
     """
     Fetch: _aio.UnaryUnaryMultiCallable[_headwater_pb2.FetchRequest, _headwater_pb2.FetchResponse]  # type: ignore[assignment]
     """Reads whole batches from one partition starting at an offset: a long poll that waits
@@ -121,10 +127,13 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_headwater_pb2.ProduceRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_headwater_pb2.ProduceResponse], _abc.AsyncIterator[_headwater_pb2.ProduceResponse]]:
-        """The same as Produce, many requests on one stream: the node handles them one at a time
-        in the order they arrive and answers each, in that order, with one ProduceResponse.
-        A failed request is answered with `error_code` set (the stream goes on), so clients
-        pay the per-call cost of gRPC once instead of per batch.
+        """The same as Produce, many requests on one stream: the node appends them in the order
+        they arrive and answers each, in that order, with one ProduceResponse. Requests are
+        pipelined: a request is appended as soon as the one before it is, so an acks=all
+        request waiting for its replicas does not hold up the appends after it (up to 32
+        requests in progress per stream). A failed request is answered with `error_code` set
+        (the stream goes on), so clients pay the per-call cost of gRPC once instead of per
+        batch.
         """
 
     @_abc_1.abstractmethod
