@@ -14,6 +14,10 @@ AsyncConsumer: one FetchStream per assigned partition, each read by a task into 
 bounded asyncio queue; ``poll`` waits on that queue. A stream that ends or fails with a
 retriable error is reopened where it stopped; other errors are raised by ``poll``.
 
+Both talk to each partition's leader directly (its address from Metadata, asked again
+after a retriable error), not through the bootstrap node: a forwarded request costs one
+more hop each way.
+
 Not thread-safe: use from one event loop.
 """
 
@@ -50,6 +54,7 @@ from headwater.v1 import headwater_pb2_grpc as pb_grpc
 ARRIVALS_MAX: Final = 64
 # How long a partition's reader retries a stream that keeps failing without progress.
 READ_RETRY_S: Final = 30.0
+CONSUMER_CALL_TIMEOUT_S: Final = 30.0
 _OPTIONS: Final = [
     ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
     ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
@@ -57,19 +62,58 @@ _OPTIONS: Final = [
 ]
 
 
-async def _layout(
-    stub: pb_grpc.BrokerStub, topic: str, timeout_s: float
-) -> tuple[int, dict[int, int]]:
-    """(partition count, {partition: leader node id}) of ``topic``."""
-    try:
-        # mypy picks the sync signature BrokerAsyncStub inherits from BrokerStub here.
-        response = await stub.Metadata(  # type: ignore[misc]
-            pb.MetadataRequest(topics=[topic]), timeout=timeout_s
-        )
-    except grpc.RpcError as exc:
-        raise from_rpc_error(exc, topic) from None
-    (described,) = response.topics
-    return len(described.partitions), {p.partition: p.leader for p in described.partitions}
+class _Router:
+    """Where each partition's requests go: its leader's address, from Metadata asked of
+    the bootstrap node (cached per topic until ``invalidate``), and one channel per node.
+    A partition without a leader goes to the bootstrap node, which forwards or explains."""
+
+    def __init__(self, bootstrap_address: str, timeout_s: float) -> None:
+        self.bootstrap_address = bootstrap_address
+        self.timeout_s = timeout_s
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._layouts: dict[str, list[str]] = {}  # topic -> leader address by partition
+
+    def stub(self, address: str) -> pb_grpc.BrokerAsyncStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=_OPTIONS)
+        return pb_grpc.BrokerStub(channel)
+
+    async def leaders(self, topic: str) -> list[str]:
+        """The leader address of each partition of ``topic`` (its length: the count)."""
+        layout = self._layouts.get(topic)
+        if layout is None:
+            try:
+                response = await self.stub(self.bootstrap_address).Metadata(
+                    pb.MetadataRequest(topics=[topic]), timeout=self.timeout_s
+                )
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc, topic) from None
+            addresses = {b.node_id: b.address for b in response.brokers}
+            (described,) = response.topics
+            ordered = sorted(described.partitions, key=lambda p: p.partition)
+            layout = [addresses.get(p.leader, self.bootstrap_address) for p in ordered]
+            self._layouts[topic] = layout
+        return layout
+
+    def invalidate(self, topic: str) -> None:
+        self._layouts.pop(topic, None)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close(None)
+        self._channels.clear()
+
+
+@dataclass(slots=True)
+class _ProduceStream:
+    """One ProduceStream to a node: its outgoing requests and, in order, what each answer
+    settles."""
+
+    call: grpc.aio.StreamStreamCall[pb.ProduceRequest, pb.ProduceResponse]
+    outgoing: asyncio.Queue[pb.ProduceRequest | None]
+    answers: deque[tuple[tuple[str, int], list[asyncio.Future[RecordMetadata]], list[int]]]
+    reader: asyncio.Task[None] | None = None
 
 
 @dataclass(slots=True)
@@ -97,15 +141,9 @@ class AsyncProducer:
         self.acks = parse_acks(acks)
         self.compression = Compression.parse(compression)
         self.timeout_s = request_timeout_ms / 1000
-        self._channel = grpc.aio.insecure_channel(self.address, options=_OPTIONS)
-        self._stub = pb_grpc.BrokerStub(self._channel)
-        self._call: grpc.aio.StreamStreamCall[pb.ProduceRequest, pb.ProduceResponse] | None = None
-        self._outgoing: asyncio.Queue[pb.ProduceRequest | None] = asyncio.Queue()
-        self._reader: asyncio.Task[None] | None = None
-        self._answers: deque[
-            tuple[tuple[str, int], list[asyncio.Future[RecordMetadata]], list[int]]
-        ] = deque()
-        self._partitions: dict[str, int] = {}
+        self._router = _Router(self.address, self.timeout_s)
+        self._streams: dict[str, _ProduceStream] = {}
+        self._leaders: dict[tuple[str, int], str] = {}  # where each in-use partition goes
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
         self._sticky: dict[str, int] = {}
 
@@ -115,13 +153,6 @@ class AsyncProducer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _partition_count(self, topic: str) -> int:
-        count = self._partitions.get(topic)
-        if count is None:
-            count, _leaders = await _layout(self._stub, topic, self.timeout_s)
-            self._partitions[topic] = count
-        return count
-
     async def send(
         self,
         topic: str,
@@ -130,7 +161,8 @@ class AsyncProducer:
         partition: int | None = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; await the returned future for its metadata."""
-        count = await self._partition_count(topic)
+        leaders = await self._router.leaders(topic)
+        count = len(leaders)
         if partition is None:
             partition = (
                 partition_for_key(key, count)
@@ -140,6 +172,7 @@ class AsyncProducer:
         else:
             check_partition(topic, partition, count)
         slot = (topic, partition)
+        self._leaders[slot] = leaders[partition]
         queue = self._queues.setdefault(slot, _PartitionQueue())
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         queue.values.append(value)
@@ -151,13 +184,15 @@ class AsyncProducer:
             asyncio.get_running_loop().call_soon(self._dispatch, slot)
         return future
 
-    def _stream(self) -> asyncio.Queue[pb.ProduceRequest | None]:
-        """The outgoing queue of the live ProduceStream, opened (again) when needed."""
-        if self._call is None or self._call.done():
-            self._outgoing = asyncio.Queue()
-            self._call = self._stub.ProduceStream(_drain(self._outgoing))
-            self._reader = asyncio.get_running_loop().create_task(self._read(self._call))
-        return self._outgoing
+    def _stream(self, address: str) -> _ProduceStream:
+        """The live ProduceStream to ``address``, opened (again) when needed."""
+        stream = self._streams.get(address)
+        if stream is None or stream.call.done():
+            outgoing: asyncio.Queue[pb.ProduceRequest | None] = asyncio.Queue()
+            call = self._router.stub(address).ProduceStream(_drain(outgoing))
+            stream = self._streams[address] = _ProduceStream(call, outgoing, deque())
+            stream.reader = asyncio.get_running_loop().create_task(self._read(address, stream))
+        return stream
 
     def _dispatch(self, slot: tuple[str, int]) -> None:
         queue = self._queues[slot]
@@ -181,34 +216,32 @@ class AsyncProducer:
             acks=self.acks,
             timeout_ms=int(self.timeout_s * 1000),
         )
-        self._answers.append((slot, futures, stamps))
-        self._stream().put_nowait(request)  # at most one request per partition waits here
+        stream = self._stream(self._leaders[slot])
+        stream.answers.append((slot, futures, stamps))
+        stream.outgoing.put_nowait(request)  # at most one request per partition waits here
 
-    async def _read(
-        self, call: grpc.aio.StreamStreamCall[pb.ProduceRequest, pb.ProduceResponse]
-    ) -> None:
+    async def _read(self, address: str, stream: _ProduceStream) -> None:
         error: HeadwaterError
         try:
-            async for response in call:
-                slot, futures, stamps = self._answers.popleft()
+            async for response in stream.call:
+                slot, futures, stamps = stream.answers.popleft()
                 if response.error_code != pb.NONE:
-                    _fail(
-                        futures,
-                        HeadwaterError(ErrorCode(response.error_code), response.error_message),
-                    )
+                    failure = HeadwaterError(ErrorCode(response.error_code), response.error_message)
+                    if failure.retriable:  # e.g. the leader moved: ask again next time
+                        self._router.invalidate(slot[0])
+                    _fail(futures, failure)
                 else:
                     base = response.results[0].base_offset
                     for i, (future, stamp) in enumerate(zip(futures, stamps, strict=True)):
                         if not future.done():
                             future.set_result(RecordMetadata(slot[0], slot[1], base + i, stamp))
                 self._settled(slot)
-            error = HeadwaterError(
-                ErrorCode.NETWORK_EXCEPTION, f"{self.address}: produce stream closed"
-            )
+            error = HeadwaterError(ErrorCode.NETWORK_EXCEPTION, f"{address}: produce stream closed")
         except grpc.RpcError as exc:
-            error = from_rpc_error(exc, self.address)
-        while self._answers:
-            slot, futures, _stamps = self._answers.popleft()
+            error = from_rpc_error(exc, address)
+        while stream.answers:
+            slot, futures, _stamps = stream.answers.popleft()
+            self._router.invalidate(slot[0])
             _fail(futures, error)
             self._settled(slot)
 
@@ -222,18 +255,25 @@ class AsyncProducer:
         """Wait until every queued record is answered."""
         while any(q.in_flight or q.values for q in self._queues.values()):
             waiting = [f for q in self._queues.values() for f in q.futures]
-            waiting += [f for _slot, futures, _s in self._answers for f in futures]
+            waiting += [
+                f
+                for stream in self._streams.values()
+                for _slot, futures, _s in stream.answers
+                for f in futures
+            ]
             await asyncio.wait(waiting) if waiting else await asyncio.sleep(0)
 
     async def close(self) -> None:
         with contextlib.suppress(HeadwaterError):
             await self.flush()
-        if self._call is not None and not self._call.done():
-            self._outgoing.put_nowait(None)
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
-                await asyncio.wait_for(self._reader, self.timeout_s)
-        await self._channel.close(None)
+        for stream in self._streams.values():
+            if not stream.call.done():
+                stream.outgoing.put_nowait(None)
+        for stream in self._streams.values():
+            if stream.reader is not None:
+                with contextlib.suppress(asyncio.CancelledError, grpc.RpcError, TimeoutError):
+                    await asyncio.wait_for(stream.reader, self.timeout_s)
+        await self._router.close()
 
 
 async def _drain(
@@ -263,8 +303,7 @@ class AsyncConsumer:
         self.fetch_max_bytes = fetch_max_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.check_crcs = check_crcs
-        self._channel = grpc.aio.insecure_channel(self.address, options=_OPTIONS)
-        self._stub = pb_grpc.BrokerStub(self._channel)
+        self._router = _Router(self.address, CONSUMER_CALL_TIMEOUT_S)
         self._positions: dict[TopicPartition, int] = {}
         self._readers: dict[TopicPartition, asyncio.Task[None]] = {}
         # (partition, (record batches, next offset) or None, error or None)
@@ -282,11 +321,11 @@ class AsyncConsumer:
         self, topic: str, spec: pb.OffsetSpec.ValueType = pb.OFFSET_SPEC_LATEST
     ) -> None:
         """Consume every partition of ``topic`` from its earliest or latest offset."""
-        count, _leaders = await _layout(self._stub, topic, 30)
+        count = len(await self._router.leaders(topic))
         try:
-            offsets = await self._stub.ListOffsets(
+            offsets = await self._router.stub(self.address).ListOffsets(
                 pb.ListOffsetsRequest(topic=topic, partitions=list(range(count)), spec=spec),
-                timeout=30,
+                timeout=CONSUMER_CALL_TIMEOUT_S,
             )
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, topic) from None
@@ -313,7 +352,11 @@ class AsyncConsumer:
                 min_bytes=1,
                 replica_id=-1,
             )
-            call = self._stub.FetchStream(request)
+            try:
+                address = (await self._router.leaders(tp.topic))[tp.partition]
+            except (HeadwaterError, IndexError):
+                address = self.address  # the bootstrap node forwards, or names the problem
+            call = self._router.stub(address).FetchStream(request)
             try:
                 async for response in call:
                     records = response.records  # each read of a bytes field copies it
@@ -323,19 +366,20 @@ class AsyncConsumer:
                     backoff_s = RETRY_BACKOFF_MIN_S
                     give_up_at = time.monotonic() + READ_RETRY_S
                 error = HeadwaterError(
-                    ErrorCode.NETWORK_EXCEPTION, f"{self.address}: fetch stream of {tp} ended"
+                    ErrorCode.NETWORK_EXCEPTION, f"{address}: fetch stream of {tp} ended"
                 )
             except grpc.RpcError as exc:
-                error = from_rpc_error(exc, self.address)
+                error = from_rpc_error(exc, address)
             except asyncio.CancelledError:
                 if task_is_stopping():
                     raise  # stopped by _stop_readers
                 # grpc.aio raises CancelledError for a call cancelled under it.
                 error = HeadwaterError(
-                    ErrorCode.NETWORK_EXCEPTION, f"{self.address}: fetch stream was cancelled"
+                    ErrorCode.NETWORK_EXCEPTION, f"{address}: fetch stream was cancelled"
                 )
             finally:
                 call.cancel()
+            self._router.invalidate(tp.topic)  # the leader may have moved
             if not error.retriable or time.monotonic() + backoff_s > give_up_at:
                 await self._arrivals.put((tp, None, error))
                 return
@@ -376,4 +420,4 @@ class AsyncConsumer:
 
     async def close(self) -> None:
         await self._stop_readers()
-        await self._channel.close(None)
+        await self._router.close()

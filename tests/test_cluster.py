@@ -3,6 +3,7 @@ SIGSTOP. Every wait has a deadline; no test sleeps for a fixed time."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import grpc
 import pytest
 
 from headwater.client import Admin, Consumer, Producer
+from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
@@ -399,6 +401,38 @@ def test_any_node_serves_any_partition(cluster3: LocalCluster) -> None:
         (3, "running"),
     ]
     assert all(b["address"] for b in status["brokers"])
+
+
+def test_async_clients_talk_to_the_leader_not_the_bootstrap_node(cluster3: LocalCluster) -> None:
+    """AsyncProducer and AsyncConsumer keep working with their bootstrap node stopped:
+    after the first Metadata they go to the partition's leader directly."""
+    with Admin(cluster3.bootstrap()) as admin:
+        admin.create_topic("direct", partitions=1, replication_factor=1)
+    controller = cluster3.wait_controller()
+    (state,) = cluster3.partitions(cluster3.nodes[controller], "direct")
+    bootstrap_id = next(i for i in cluster3.nodes if i not in (state.leader, controller))
+    bootstrap = cluster3.nodes[bootstrap_id].address
+
+    async def run() -> list[bytes]:
+        async with (
+            AsyncConsumer(bootstrap) as consumer,
+            AsyncProducer(bootstrap, acks=1) as producer,
+        ):
+            await consumer.assign_at("direct", pb.OFFSET_SPEC_EARLIEST)
+            await (await producer.send("direct", b"0"))
+            cluster3.pause(bootstrap_id)
+            try:
+                futures = [await producer.send("direct", b"%d" % i) for i in range(1, 100)]
+                async with asyncio.timeout(FAILOVER_DEADLINE_S):
+                    await asyncio.gather(*futures)
+                    values: list[bytes] = []
+                    while len(values) < 100:
+                        values += [r.value for r in await consumer.poll(timeout_ms=1000)]
+            finally:
+                cluster3.resume(bootstrap_id)
+            return values
+
+    assert asyncio.run(run()) == [b"%d" % i for i in range(100)]
 
 
 def test_forwarded_requests_report_errors_of_the_leader(cluster3: LocalCluster) -> None:
