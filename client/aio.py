@@ -39,6 +39,8 @@ from headwater.client.connection import (
     RECONNECT_OPTIONS,
     RETRY_BACKOFF_MAX_S,
     RETRY_BACKOFF_MIN_S,
+    broker_addresses,
+    partition_leaders,
     resolve_bootstrap,
 )
 from headwater.client.consumer import FetchedBatch, PollResult, TopicPartition, fetched_from
@@ -89,10 +91,9 @@ class _Router:
                 )
             except grpc.RpcError as exc:
                 raise from_rpc_error(exc, topic) from None
-            addresses = {b.node_id: b.address for b in response.brokers}
             (described,) = response.topics
-            ordered = sorted(described.partitions, key=lambda p: p.partition)
-            layout = [addresses.get(p.leader, self.bootstrap_address) for p in ordered]
+            leaders = partition_leaders(described, broker_addresses(response))
+            layout = [address or self.bootstrap_address for address in leaders]
             self._layouts[topic] = layout
         return layout
 

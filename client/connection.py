@@ -13,7 +13,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -186,14 +186,11 @@ class Cluster:
                 pb.MetadataRequest(topics=list(topics)), timeout=self.request_timeout_s
             )
         )
-        brokers = {b.node_id: b.address for b in response.brokers}
+        brokers = broker_addresses(response)
         with self._lock:
             self._brokers = brokers
             for topic in response.topics:
-                leaders = tuple(
-                    brokers.get(p.leader, "")
-                    for p in sorted(topic.partitions, key=lambda p: p.partition)
-                )
+                leaders = partition_leaders(topic, brokers)
                 self._layouts[topic.name] = TopicLayout(topic.name, topic.topic_id, leaders)
         return response
 
@@ -238,6 +235,19 @@ class Cluster:
             self._admin_stubs.clear()
         for channel in channels:
             channel.close()
+
+
+def broker_addresses(response: pb.MetadataResponse) -> dict[int, str]:
+    """{node id: client address} of the brokers a Metadata response names."""
+    return {b.node_id: b.address for b in response.brokers}
+
+
+def partition_leaders(topic: pb.TopicMetadata, brokers: Mapping[int, str]) -> tuple[str, ...]:
+    """The leader address of each partition of ``topic``, in partition order ("" where a
+    partition has no leader or its broker is not among ``brokers``)."""
+    return tuple(
+        brokers.get(p.leader, "") for p in sorted(topic.partitions, key=lambda p: p.partition)
+    )
 
 
 def call(stub_call: Callable[[], T], target: str) -> T:

@@ -10,8 +10,8 @@ follower's offset, or after ``max_wait_ms``, with the stored batches, byte for b
 each partition's high watermark (news of a high watermark alone waits up to
 ``HW_NEWS_LINGER_S`` for data to travel with). The follower appends, then sends its new
 offsets: the leader learns that a follower *has* a batch only from the next request, never
-from having sent it. ``OffsetForLeaderEpoch`` tells a follower where its latest epoch ends in the
-leader's log.
+from having sent it. ``OffsetForLeaderEpoch`` tells a follower where its latest epoch ends
+in the leader's log.
 
 **Follower side** (``LeaderFetcher``, one per leader node). When a replica becomes a
 follower, or its leader epoch changes, it asks the leader where its own latest epoch ends
