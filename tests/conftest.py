@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+import headwater  # noqa: F401  (before grpc: it turns gRPC fork support off, see its module)
 from tests.node_process import NodeProcess
 
 # Property tests check behaviour, not speed: no per-example deadline, which would make them
