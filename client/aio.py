@@ -45,7 +45,7 @@ from headwater.client.connection import (
 )
 from headwater.client.consumer import FetchedBatch, PollResult, TopicPartition, fetched_from
 from headwater.client.partitioner import partition_for_key
-from headwater.client.producer import RecordMetadata, parse_acks
+from headwater.client.producer import OUTCOME_UNKNOWN, RecordMetadata, parse_acks
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import Compression, encode_batch
@@ -54,6 +54,10 @@ from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 ARRIVALS_MAX: Final = 64
+# Margin for node clocks behind this client's, added to a failed request's append deadline.
+CLOCK_MARGIN_MS: Final = 100
+# flush() polls at this period while a partition waits out a failed request's deadline.
+FLUSH_POLL_S: Final = 0.005
 # How long a partition's reader retries a stream that keeps failing without progress.
 READ_RETRY_S: Final = 30.0
 CONSUMER_CALL_TIMEOUT_S: Final = 30.0
@@ -127,6 +131,9 @@ class _PartitionQueue:
     futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
     in_flight: bool = False
     scheduled: bool = False
+    # ProduceRequest.deadline_unix_ms of the request in flight; after a failure whose
+    # outcome is unknown, the next request waits until it has passed (send order).
+    append_deadline_unix_ms: int = 0
 
 
 class AsyncProducer:
@@ -137,8 +144,14 @@ class AsyncProducer:
         acks: str | int = "all",
         compression: str = "none",
         request_timeout_ms: int = 30_000,
+        append_timeout_ms: int = 5_000,
     ) -> None:
+        if append_timeout_ms < 1:
+            raise HeadwaterError(
+                ErrorCode.INVALID_CONFIG, f"append_timeout_ms is {append_timeout_ms}; must be >= 1"
+            )
         self.address = resolve_bootstrap(bootstrap)[0]
+        self.append_timeout_ms = min(append_timeout_ms, request_timeout_ms)
         self.acks = parse_acks(acks)
         self.compression = Compression.parse(compression)
         self.timeout_s = request_timeout_ms / 1000
@@ -210,12 +223,14 @@ class AsyncProducer:
             _fail(futures, HeadwaterError(ErrorCode.INVALID_RECORD, str(exc)))
             return
         queue.in_flight = True
+        queue.append_deadline_unix_ms = time.time_ns() // 1_000_000 + self.append_timeout_ms
         request = pb.ProduceRequest(
             topic=slot[0],
             partition=slot[1],
             batch=batch,
             acks=self.acks,
             timeout_ms=int(self.timeout_s * 1000),
+            deadline_unix_ms=queue.append_deadline_unix_ms,
         )
         stream = self._stream(self._leaders[slot])
         stream.answers.append((slot, futures, stamps))
@@ -231,6 +246,9 @@ class AsyncProducer:
                     if failure.retriable:  # e.g. the leader moved: ask again next time
                         self._router.invalidate(slot[0])
                     _fail(futures, failure)
+                    if failure.code in OUTCOME_UNKNOWN:
+                        self._settled(slot, outcome_known=False)
+                        continue
                 else:
                     base = response.results[0].base_offset
                     for i, (future, stamp) in enumerate(zip(futures, stamps, strict=True)):
@@ -244,10 +262,21 @@ class AsyncProducer:
             slot, futures, _stamps = stream.answers.popleft()
             self._router.invalidate(slot[0])
             _fail(futures, error)
-            self._settled(slot)
+            self._settled(slot, outcome_known=False)
 
-    def _settled(self, slot: tuple[str, int]) -> None:
+    def _settled(self, slot: tuple[str, int], outcome_known: bool = True) -> None:
+        """The request in flight for ``slot`` is answered; send the next one. After a
+        failure whose outcome is unknown, the next one waits until the failed one's append
+        deadline has passed (plus a margin for node clocks behind this one's), so the
+        failed request, delayed somewhere, can never be appended after it."""
         queue = self._queues[slot]
+        wait_ms = 0
+        if not outcome_known:
+            now_unix_ms = time.time_ns() // 1_000_000
+            wait_ms = queue.append_deadline_unix_ms + CLOCK_MARGIN_MS - now_unix_ms
+        if wait_ms > 0:
+            asyncio.get_running_loop().call_later(wait_ms / 1000, self._settled, slot)
+            return
         queue.in_flight = False
         if queue.values:
             self._dispatch(slot)
@@ -262,7 +291,7 @@ class AsyncProducer:
                 for _slot, futures, _s in stream.answers
                 for f in futures
             ]
-            await asyncio.wait(waiting) if waiting else await asyncio.sleep(0)
+            await asyncio.wait(waiting) if waiting else await asyncio.sleep(FLUSH_POLL_S)
 
     async def close(self) -> None:
         with contextlib.suppress(HeadwaterError):

@@ -18,6 +18,14 @@ with exponential backoff up to ``retries`` times within ``delivery_timeout_ms``;
 after a lost response may append a batch twice (at least once). Futures fail with the
 HeadwaterError that ended the attempts.
 
+Retries keep send order. Every request carries a deadline, ``append_timeout_ms`` after it
+is sent (``ProduceRequest.deadline_unix_ms``), after which no node appends it. When an
+attempt's outcome is unknown (no answer, a broken stream, a timeout), its retry waits until
+that deadline has passed (plus ``retry_backoff_ms`` for clock differences), so a copy of
+the request delayed in a paused node or a slow link can never land after the retry or
+after later batches of the partition. This assumes node clocks lag this client's by less
+than ``retry_backoff_ms``.
+
 Limits: ``buffer_bytes_max`` bytes of records may wait; ``send`` blocks up to
 ``max_block_ms`` for room, then raises REQUEST_TIMED_OUT.
 
@@ -58,6 +66,20 @@ _INVALIDATING: Final = frozenset(
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.LEADER_NOT_AVAILABLE,
         ErrorCode.NETWORK_EXCEPTION,
+    }
+)
+
+
+# Failures after which a request may still be appended later (the node or the link went
+# quiet, or a forwarding node lost its answer): a retry waits until the request's append
+# deadline has passed. Every other error answer means that nothing was appended, or that
+# the batch is already in the log (a replication timeout), before anything sent later.
+OUTCOME_UNKNOWN: Final = frozenset(
+    {
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_SERVER_ERROR,
     }
 )
 
@@ -212,6 +234,9 @@ class _Pending:
     payload: bytes | None = None
     attempts: int = 0
     not_before: float = 0.0
+    # The last attempt's deadline (ProduceRequest.deadline_unix_ms): no node appends that
+    # attempt after it, so a retry sent later cannot be overtaken by it.
+    append_deadline_unix_ms: int = 0
 
 
 class Producer:
@@ -230,8 +255,10 @@ class Producer:
         request_timeout_ms: int = 30_000,
         buffer_bytes_max: int = 256 << 20,
         max_block_ms: int = 60_000,
+        append_timeout_ms: int = 5_000,
     ) -> None:
         for name, value, low in (
+            ("append_timeout_ms", append_timeout_ms, 1),
             ("linger_ms", linger_ms, 0),
             ("batch_bytes", batch_bytes, 1),
             ("retries", retries, 0),
@@ -251,6 +278,7 @@ class Producer:
         self.retry = RetryPolicy(retries, retry_backoff_ms, retry_backoff_max_ms)
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.request_timeout_s = request_timeout_ms / 1000
+        self.append_timeout_ms = min(append_timeout_ms, request_timeout_ms)
         self.buffer_bytes_max = buffer_bytes_max
         self.max_block_s = max_block_ms / 1000
         self.cluster = Cluster(bootstrap, request_timeout_s=self.request_timeout_s)
@@ -528,6 +556,7 @@ class Producer:
             batch=pending.payload,
             acks=self.acks,
             timeout_ms=int(self.request_timeout_s * 1000),
+            deadline_unix_ms=self._append_deadline(pending),
         )
         try:
             sent = self._stream(address).send(request, (slot, pending))
@@ -547,6 +576,18 @@ class Producer:
             return
         if self.acks == pb.ACKS_NONE:
             pending.result.complete(-1, None)
+
+    def _append_deadline(self, pending: _Pending) -> int:
+        """Stamp a new attempt of ``pending`` with its append deadline (Unix ms)."""
+        pending.append_deadline_unix_ms = time.time_ns() // 1_000_000 + self.append_timeout_ms
+        return pending.append_deadline_unix_ms
+
+    def _until_append_deadline_s(self, pending: _Pending) -> float:
+        """Seconds until the last attempt of ``pending`` can no longer be appended
+        anywhere, plus one backoff base as the margin for node clocks behind this one's."""
+        now_unix_ms = time.time_ns() // 1_000_000
+        left_ms = pending.append_deadline_unix_ms - now_unix_ms + self.retry.backoff_base_ms
+        return max(left_ms, 0) / 1000
 
     def _stream(self, address: str) -> ProduceStream[tuple[tuple[str, int], _Pending]]:
         """The live ProduceStream to ``address``, opened (again) when needed."""
@@ -587,7 +628,10 @@ class Producer:
         now = time.monotonic()
         if error.retriable and pending.attempts < self.retry.retries and now < pending.deadline:
             pending.attempts += 1
-            pending.not_before = now + self.retry.backoff_ms(pending.attempts, self._rng) / 1000
+            wait_s = self.retry.backoff_ms(pending.attempts, self._rng) / 1000
+            if response is None or error.code in OUTCOME_UNKNOWN:
+                wait_s = max(wait_s, self._until_append_deadline_s(pending))
+            pending.not_before = now + wait_s
             with self._cond:
                 self._ready.setdefault(slot, deque()).appendleft(pending)
                 self._in_flight.discard(slot)

@@ -8,6 +8,19 @@ or replaced the registration) makes it register again. Calls go to the controlle
 by the metadata image; while none is known, or the named one does not answer, the broker
 retries after a short pause.
 
+Leadership lease: a broker may act as a partition leader only within
+``leadership_lease_s(config)`` of sending a heartbeat that the controller answered
+unfenced. Why that is safe: a controller answers only while it is the Raft leader and its
+loop has not stalled, so its answer at time ``a`` means a majority heard from it at or
+after ``a - controller_staleness_ms_max`` (the Raft leader fallback). No other controller
+is elected before that majority's election timeout runs out, and a new controller gives
+every broker a full session (the replaced controller's broker one election timeout less,
+which its silence already covers) before fencing it. So the broker cannot be fenced, nor
+another replica elected in its place, before ``send time + session - staleness``, when
+the lease has already ended. A leader that was paused, or cut off from the controller, stops
+serving as leader (produce, replica fetch, OffsetForLeaderEpoch) once its lease runs out,
+before it could learn from the metadata that it was deposed.
+
 Controlled shutdown (SIGTERM): heartbeats carry ``want_shutdown`` until the controller
 answers that leadership has moved away (or ``controlled_shutdown_timeout_ms`` passes);
 only then does the node stop serving.
@@ -26,6 +39,7 @@ import grpc
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode
 from headwater.node.cluster_state import ClusterState
+from headwater.node.controller import controller_staleness_ms_max
 from headwater.node.peers import Peers, peer_error
 from headwater.node.tasks import cancel_and_wait
 from headwater.raft.image import MetadataImage, apply
@@ -37,6 +51,15 @@ CALL_TIMEOUT_S: Final = 2.0
 _log = logging.getLogger(__name__)
 
 
+def leadership_lease_s(config: NodeConfig) -> float:
+    """How long after sending an answered heartbeat a broker may act as leader (see the
+    module doc): the session timeout less the longest a controller can go on answering
+    after it lost its quorum (``controller_staleness_ms_max``), and at least a third of
+    the session timeout when the election timeout is set unusually long."""
+    session_ms = config.broker_session_timeout_ms
+    return max(session_ms - controller_staleness_ms_max(config), session_ms // 3) / 1000
+
+
 class BrokerLifecycle:
     def __init__(self, config: NodeConfig, state: ClusterState, peers: Peers) -> None:
         self.config = config
@@ -46,6 +69,12 @@ class BrokerLifecycle:
         self.broker_epoch = -1
         self.fenced = True
         self._task: asyncio.Task[None] | None = None
+        self._lease_s = leadership_lease_s(config)
+        self._lease_until = 0.0  # event-loop time
+
+    def lease_valid(self) -> bool:
+        """Does this broker hold a leadership lease now (see the module doc)?"""
+        return asyncio.get_running_loop().time() < self._lease_until
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -74,6 +103,7 @@ class BrokerLifecycle:
                 if problem.code is ErrorCode.STALE_BROKER_EPOCH:
                     _log.info("broker epoch %d is stale; registering again", self.broker_epoch)
                     self.broker_epoch = -1
+                    self._lease_until = 0.0
                 else:
                     _log.debug("controller call failed: %s", problem)
                 await asyncio.sleep(RETRY_S)
@@ -94,6 +124,8 @@ class BrokerLifecycle:
         _log.info("registered as broker %d, epoch %d", self.config.node_id, self.broker_epoch)
 
     async def _heartbeat(self, address: str, want_shutdown: bool) -> pb.BrokerHeartbeatResponse:
+        sent_at = asyncio.get_running_loop().time()
+        broker_epoch = self.broker_epoch
         response: pb.BrokerHeartbeatResponse = await self.peers.controller(address).BrokerHeartbeat(
             pb.BrokerHeartbeatRequest(
                 node_id=self.config.node_id,
@@ -107,6 +139,11 @@ class BrokerLifecycle:
                 "broker %d is %s", self.config.node_id, "fenced" if response.fenced else "unfenced"
             )
         self.fenced = response.fenced
+        if broker_epoch == self.broker_epoch and (want_shutdown or not response.fenced):
+            # A broker shutting down keeps leading what cannot move until it stops.
+            self._lease_until = max(self._lease_until, sent_at + self._lease_s)
+        elif response.fenced:
+            self._lease_until = 0.0
         return response
 
     async def controlled_shutdown(self) -> bool:

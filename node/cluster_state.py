@@ -26,6 +26,9 @@ class ClusterState:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         # Offset of the newest image whose partition assignments the logs reflect.
         self.reconciled_offset = 0
+        # True once this node has seen a current image (not a replay of its journal, nor
+        # nothing yet): before that, a topic missing from the image may well exist.
+        self.current = False
         self._reconcile_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     def add_listener(self, listener: ImageListener) -> None:

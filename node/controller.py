@@ -52,12 +52,23 @@ class AlterPartitionRequestView(Protocol):
 
 
 TICK_S: Final = 0.05
+# A Raft leader that has not heard from a majority for this many election timeouts steps
+# down (pysyncobj's leaderFallbackTimeout); a controller whose loop stalled this long
+# answers nothing until it has committed a record again.
+LEADER_FALLBACK_ELECTIONS: Final = 3
 REASSIGNMENT_CHECK_MS: Final = 500
 _log = logging.getLogger(__name__)
 
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+def controller_staleness_ms_max(config: NodeConfig) -> int:
+    """The longest a controller may go on answering after a majority last heard from it:
+    the Raft leader fallback, which is also the loop stall after which the controller
+    answers nothing until it has committed a record again (``ControllerDriver``)."""
+    return config.raft_election_timeout_ms * LEADER_FALLBACK_ELECTIONS
 
 
 def not_controller(image: MetadataImage) -> HeadwaterError:
@@ -93,6 +104,12 @@ class ControllerDriver:
         self._next_reassignment_check_ms = 0
         self._next_rebalance_ms = 0
         self._task: asyncio.Task[None] | None = None
+        self._pulse: asyncio.Task[None] | None = None
+        # The Raft term in which this controller last committed its activation and has
+        # not stalled since: it answers only while that is the current term.
+        self._confirmed_epoch = 0
+        self._loop_alive_ms = monotonic_ms()
+        self._stall_ms = controller_staleness_ms_max(config)
 
     def _check_topic_configs(self, configs: Mapping[str, str]) -> None:
         parse_topic_configs(configs, self.config)
@@ -100,19 +117,43 @@ class ControllerDriver:
     # ------------------------------------------------------------------ role
 
     def is_active(self) -> bool:
+        """The active controller: the Raft leader, holding its own activation record of
+        the current term, confirmed by a commit since its loop last stalled (a SIGSTOP, a
+        long pause), and not stalled now. A controller that wakes from a pause may still
+        believe it leads Raft for a moment; it answers nothing (NOT_CONTROLLER) until it
+        has committed its activation again, which a deposed leader cannot."""
         image = self.state.image
         status = self.quorum.status()
         return (
             status.is_leader
             and image.controller_id == self.config.node_id
             and image.controller_epoch == status.term
+            and self._confirmed_epoch == status.term
+            and not self._stalled()
         )
 
+    def _stalled(self) -> bool:
+        """Has the loop gone without running ``_keep_pulse`` for ``_stall_ms``? Then the
+        confirmation is gone (see ``is_active``)."""
+        if monotonic_ms() - self._loop_alive_ms > self._stall_ms:
+            self._confirmed_epoch = 0
+            return True
+        return False
+
+    async def _keep_pulse(self) -> None:
+        while True:
+            self._stalled()
+            self._loop_alive_ms = monotonic_ms()
+            await asyncio.sleep(TICK_S)
+
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._tick_forever())
+        loop = asyncio.get_running_loop()
+        self._pulse = loop.create_task(self._keep_pulse())
+        self._task = loop.create_task(self._tick_forever())
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
+        await cancel_and_wait(self._pulse)
 
     async def _tick_forever(self) -> None:
         while True:
@@ -133,7 +174,11 @@ class ControllerDriver:
         if not status.is_leader:
             self._active_epoch = 0
             return
-        if image.controller_id != self.config.node_id or image.controller_epoch != status.term:
+        if (
+            image.controller_id != self.config.node_id
+            or image.controller_epoch != status.term
+            or self._confirmed_epoch != status.term
+        ):
             await self._maybe_activate(status.term)
             return
         if self._active_epoch != status.term or stalled:
@@ -186,6 +231,8 @@ class ControllerDriver:
                     self.rng,
                 )
                 await self._propose(record.records)
+                if self.quorum.status().term == term:
+                    self._confirmed_epoch = term
         except HeadwaterError as error:
             _log.info("activation for epoch %d failed: %s", term, error)
         finally:

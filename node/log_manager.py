@@ -41,6 +41,7 @@ from headwater.errors import HeadwaterError
 from headwater.log.api import FlushPolicy
 from headwater.log.file_log import FileLog, write_atomically
 from headwater.node.partition import Partition
+from headwater.raft.controller import UNCLEAN_ELECTION_KEY
 from headwater.raft.image import MetadataImage, PartitionState
 
 META_FILE: Final = "meta.json"
@@ -135,11 +136,12 @@ class LogManager:
         return self.data_dir / f"{topic}-{partition}"
 
     def reconcile(
-        self, image: MetadataImage, may_delete: bool
+        self, image: MetadataImage, may_delete: bool, may_lead: bool = True
     ) -> list[tuple[Partition, PartitionState]]:
         """Host exactly the partitions ``image`` assigns to this node (see the module doc);
         return each hosted replica with its state, for the caller to apply on the loop
-        (``Partition.become``). A new leadership's epoch is recorded in the log here."""
+        (``Partition.become``). A new leadership's epoch is recorded in the log here, only
+        when the node ``may_lead`` (it will take the role)."""
         node_id = self.config.node_id
         with self._reconcile_lock:
             wanted = {
@@ -168,7 +170,14 @@ class LogManager:
                         continue
                     current[key] = hosted
                     changed = True
-                if state.leader == node_id and state.leader_epoch > hosted.log.latest_epoch:
+                hosted.unclean_leader_election = (
+                    topic.configs.get(UNCLEAN_ELECTION_KEY, "false") == "true"
+                )
+                if (
+                    may_lead
+                    and state.leader == node_id
+                    and state.leader_epoch > hosted.log.latest_epoch
+                ):
                     hosted.log.assign_epoch(state.leader_epoch)
                 roles.append((hosted, state))
             if changed:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -72,6 +73,13 @@ class Partition:
         self.node_id = -1
         self.followers: dict[int, replication.FollowerProgress] = {}
         self.epoch_start_offset = 0
+        # Followers the leader has asked the controller to add to the ISR: they count
+        # towards the high watermark from the moment of asking (Kafka's "maximal ISR"), so
+        # that none joins the ISR without the records below the high watermark.
+        self._isr_joining: frozenset[int] = frozenset()
+        # The topic allows electing a replica outside the ISR; then, and only then, may a
+        # follower truncate below its high watermark (committed records are lost anyway).
+        self.unclean_leader_election = False
         self._high_watermark = min(self._read_high_watermark(), log.log_end_offset)
         self._checkpointed_high_watermark = self._high_watermark
         self._lock = threading.Lock()
@@ -83,15 +91,24 @@ class Partition:
 
     # ------------------------------------------------------------------ role
 
-    def become(self, state: PartitionState, node_id: int, now_ms: int) -> None:
-        """Take the role ``state`` gives ``node_id`` (leader or follower) and its epoch."""
-        if state == self.state and node_id == self.node_id:
+    def become(
+        self, state: PartitionState, node_id: int, now_ms: int, may_lead: bool = True
+    ) -> None:
+        """Take the role ``state`` gives ``node_id`` (leader or follower) and its epoch.
+
+        ``may_lead`` False (the node is starting, fenced, or its lease ran out): a
+        leadership the metadata gives this node is not taken; the replica neither serves
+        nor follows until the node may lead again (a restarted node is a follower until
+        the controller's current image names it leader)."""
+        leads = state.leader == node_id and may_lead
+        if state == self.state and node_id == self.node_id and leads == self.is_leader:
             return
         was_leader, old_epoch = self.is_leader, self.leader_epoch
         self.state = state
         self.node_id = node_id
-        self.is_leader = state.leader == node_id
+        self.is_leader = leads
         self.leader_epoch = state.leader_epoch
+        self._isr_joining = frozenset()  # an ISR change in flight is decided by now
         if self.is_leader and (not was_leader or old_epoch != state.leader_epoch):
             # A new leadership: followers' offsets are unknown until they fetch again, and
             # each has replica_lag_ms_max from now to do so before it leaves the ISR.
@@ -135,6 +152,18 @@ class Partition:
     def isr(self) -> tuple[int, ...]:
         return self.state.isr if self.state else ()
 
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR plus the followers whose joining is in flight: what the high watermark
+        waits for."""
+        return self.isr + tuple(sorted(self._isr_joining - set(self.isr)))
+
+    def expect_isr(self, isr: tuple[int, ...] | None) -> None:
+        """The leader asks the controller for ``isr`` (None: the request failed). From
+        now until the metadata decides, followers it adds count towards the high
+        watermark; followers it removes keep counting until the metadata removes them."""
+        self._isr_joining = frozenset(isr or ()) - set(self.isr)
+
     # ------------------------------------------------------------------ high watermark
 
     @property
@@ -160,7 +189,7 @@ class Partition:
                 self._high_watermark,
                 self.node_id,
                 self.log.log_end_offset,
-                self.state.isr,
+                self.maximal_isr,
                 self.followers,
             )
         )
@@ -201,19 +230,41 @@ class Partition:
                 f"{len(isr)} {list(isr)}",
             )
 
-    def append_now(self, batch: bytes, now_ms: int) -> AppendInfo:
+    def append_now(self, batch: bytes, now_ms: int, deadline_unix_ms: int = 0) -> AppendInfo:
         """Append (the leader's epoch is stamped on the batch). On the loop."""
-        info = self.log.append(batch, self.leader_epoch, now_ms)
+        info = self._append_before(batch, self.leader_epoch, now_ms, deadline_unix_ms)
         self._after_append()
         return info
 
-    async def append(self, batch: bytes, now_ms: int) -> AppendInfo:
-        """Append; an fsync-before-ack append runs in a worker thread, off the loop."""
+    async def append(self, batch: bytes, now_ms: int, deadline_unix_ms: int = 0) -> AppendInfo:
+        """Append; an fsync-before-ack append runs in a worker thread, off the loop.
+        Nothing is appended once ``deadline_unix_ms`` (the client's, 0: none) has passed
+        on this node's clock: REQUEST_TIMED_OUT instead (see ``_append_before``)."""
         if self.fsync_on_append:
-            info = await asyncio.to_thread(self.log.append, batch, self.leader_epoch, now_ms)
+            info = await asyncio.to_thread(
+                self._append_before, batch, self.leader_epoch, now_ms, deadline_unix_ms
+            )
             self._after_append()
             return info
-        return self.append_now(batch, now_ms)
+        return self.append_now(batch, now_ms, deadline_unix_ms)
+
+    def _append_before(
+        self, batch: bytes, leader_epoch: int, now_ms: int, deadline_unix_ms: int
+    ) -> AppendInfo:
+        """The log append, checked against the request's deadline at the last moment: a
+        request the client stopped waiting for is never appended, so the client's retry,
+        sent after the deadline, can never be overtaken by it (the check and the append
+        are one step of the thread that runs them)."""
+        if deadline_unix_ms:
+            now_unix_ms = time.time_ns() // 1_000_000
+            if now_unix_ms >= deadline_unix_ms:
+                raise HeadwaterError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"the request's deadline passed {now_unix_ms - deadline_unix_ms} ms ago "
+                    f"(deadline_unix_ms {deadline_unix_ms}) before {self.topic}-{self.index} "
+                    "could append it; nothing was appended",
+                )
+        return self.log.append(batch, leader_epoch, now_ms)
 
     def _after_append(self) -> None:
         self._maybe_advance_high_watermark()
@@ -266,6 +317,48 @@ class Partition:
             listener()
 
     # ------------------------------------------------------------------ follower
+
+    def check_following(self, leader_id: int, leader_epoch: int) -> None:
+        """Raise FENCED_LEADER_EPOCH unless this replica follows ``leader_id`` at
+        ``leader_epoch`` right now. Every answer a follower acts on (a truncation point,
+        fetched records) passes this check after the await that brought it, on the loop,
+        so an answer sent by a leader the metadata has since replaced (a paused node that
+        wakes and answers a request from before its pause) is dropped, never applied."""
+        state = self.state
+        if (
+            self._closed
+            or self.is_leader
+            or state is None
+            or state.leader != leader_id
+            or state.leader_epoch != leader_epoch
+        ):
+            now = "none" if state is None else f"node {state.leader} at epoch {state.leader_epoch}"
+            raise HeadwaterError(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"{self.topic}-{self.index}: an answer from node {leader_id} at leader epoch "
+                f"{leader_epoch} arrived after the leadership moved on (now: "
+                f"{'this node' if self.is_leader else now})",
+            )
+
+    def truncate_as_follower(
+        self, leader_id: int, leader_epoch: int, offset: int, now_ms: int
+    ) -> int:
+        """Cut the log to ``offset`` on the word of ``leader_id`` at ``leader_epoch``;
+        return the new log end offset.
+
+        Invariant: a replica never truncates below its high watermark (records below it
+        are committed, and every leader of a later epoch holds them). An answer that asks
+        for it is refused with KAFKA_STORAGE_ERROR and nothing is cut, unless the topic
+        allows unclean leader election, where a leader may lack committed records."""
+        self.check_following(leader_id, leader_epoch)
+        if offset < self._high_watermark and not self.unclean_leader_election:
+            raise HeadwaterError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"{self.topic}-{self.index}: node {leader_id} (leader epoch {leader_epoch}) "
+                f"asks to truncate to {offset}, below this replica's high watermark "
+                f"{self._high_watermark}; refused (committed records are never cut)",
+            )
+        return self.log.truncate_to(offset, now_ms)
 
     def append_replicated(self, data: bytes, now_ms: int) -> int:
         """Append the leader's batches (``data``: whole batches, concatenated) unchanged;

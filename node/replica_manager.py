@@ -62,7 +62,19 @@ RETRY_S: Final = 0.2
 # its partitions' replication for the 30 s of a general request timeout.
 SILENCE_EXTRA_S: Final = 3.0
 CALL_TIMEOUT_S: Final = 2.0
+# Each round of OffsetForLeaderEpoch moves to a strictly older epoch; a bounded number.
+TRUNCATION_ROUNDS_MAX: Final = 64
 ALTER_RETRY_S: Final = 2.0
+# Answers to AlterPartition that mean the change was not, and will not be, committed.
+ISR_CHANGE_REFUSALS: Final = frozenset(
+    {
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.STALE_BROKER_EPOCH,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+)
 # High watermark news without data waits this long for data to travel with: under load
 # every data response carries the news, and a follower no longer costs two round trips
 # per batch (data, then the high watermark its own next request moved).
@@ -111,16 +123,32 @@ class _SessionPartition:
 
 
 class ReplicaService(pb_grpc.ReplicaServicer):
-    def __init__(self, config: NodeConfig, logs: LogManager) -> None:
+    """The leader's side of replication. Every request is refused with
+    NOT_LEADER_OR_FOLLOWER while this node may not lead (``may_lead``: starting, fenced,
+    or its leadership lease ran out), so a deposed leader that wakes up answers with a
+    fencing error, never with data or epochs."""
+
+    def __init__(self, config: NodeConfig, logs: LogManager, may_lead: Callable[[], bool]) -> None:
         self.config = config
         self.logs = logs
+        self.may_lead = may_lead
+
+    def _leader_partition(
+        self, topic: str, index: int, leader_epoch: int, replica_id: int
+    ) -> Partition:
+        if not self.may_lead():
+            raise HeadwaterError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"node {self.config.node_id} may not act as a leader now (starting, fenced, "
+                f"or no recent heartbeat answer from the controller); {topic}-{index}",
+            )
+        return _leader_partition(self.logs, topic, index, leader_epoch, replica_id)
 
     @rpc_handler
     async def OffsetForLeaderEpoch(
         self, request: pb.OffsetForLeaderEpochRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.OffsetForLeaderEpochResponse:
-        partition = _leader_partition(
-            self.logs,
+        partition = self._leader_partition(
             request.topic,
             request.partition,
             request.current_leader_epoch,
@@ -185,8 +213,7 @@ class ReplicaService(pb_grpc.ReplicaServicer):
         for position in request.positions:
             key = (position.topic, position.partition)
             try:
-                partition = _leader_partition(
-                    self.logs,
+                partition = self._leader_partition(
                     position.topic,
                     position.partition,
                     position.leader_epoch,
@@ -197,6 +224,24 @@ class ReplicaService(pb_grpc.ReplicaServicer):
                 if old is not None:
                     old.partition.replica_listeners.discard(listener)
                 errors.append(_error_data(position.topic, position.partition, error))
+                continue
+            if position.fetch_offset > partition.log.log_end_offset:
+                # A replica cannot hold records its leader does not have: it must truncate
+                # (OffsetForLeaderEpoch) before it fetches, and never counts as caught up.
+                old = session.pop(key, None)
+                if old is not None:
+                    old.partition.replica_listeners.discard(listener)
+                errors.append(
+                    _error_data(
+                        position.topic,
+                        position.partition,
+                        HeadwaterError(
+                            ErrorCode.OFFSET_OUT_OF_RANGE,
+                            f"fetch offset {position.fetch_offset} is past the leader's log "
+                            f"end offset {partition.log.log_end_offset}; truncate first",
+                        ),
+                    )
+                )
                 continue
             partition.on_follower_fetch(request.replica_id, position.fetch_offset, now)
             old = session.get(key)
@@ -416,19 +461,33 @@ class LeaderFetcher:
         )
 
     async def _prepare_new(self) -> list[pb.ReplicaFetchPosition]:
-        """Truncate every partition not yet in the session, and return its position."""
-        positions = []
+        """Truncate every partition not yet in the session, all at once (a leader that
+        went silent costs one CALL_TIMEOUT_S, not one per partition), and return the
+        positions of those that are ready."""
         loop = asyncio.get_running_loop()
-        for key, entry in list(self.following.items()):
-            if entry.ready or loop.time() < entry.retry_at:
-                continue
-            try:
-                await self._truncate(entry)
-            except (grpc.RpcError, HeadwaterError) as exc:
-                error = peer_error(exc, self.address) if isinstance(exc, grpc.RpcError) else exc
+        waiting = [
+            (key, entry)
+            for key, entry in self.following.items()
+            if not entry.ready and loop.time() >= entry.retry_at
+        ]
+        if not waiting:
+            return []
+        outcomes = await asyncio.gather(
+            *(self._truncate(entry) for _key, entry in waiting), return_exceptions=True
+        )
+        positions = []
+        for (key, entry), outcome in zip(waiting, outcomes, strict=True):
+            if isinstance(outcome, grpc.RpcError | HeadwaterError):
+                error = (
+                    peer_error(outcome, self.address)
+                    if isinstance(outcome, grpc.RpcError)
+                    else outcome
+                )
                 _log.debug("cannot start following %s-%d: %s", key[0], key[1], error)
                 entry.retry_at = loop.time() + RETRY_S
                 continue
+            if isinstance(outcome, BaseException):
+                raise outcome
             if self.following.get(key) is not entry:
                 continue  # unfollowed or re-followed meanwhile
             entry.ready = True
@@ -444,48 +503,86 @@ class LeaderFetcher:
         )
 
     async def _truncate(self, entry: _Following) -> None:
+        """Cut the replica's log to where it agrees with the leader's (KIP-101/279, see
+        ``replication.truncation_step``), asking as many rounds as the rule needs.
+
+        Each answer is acted on only after ``Partition.check_following`` confirms, on the
+        loop and after the await that brought it, that this replica still follows this
+        leader at this epoch: an answer to a request sent before the leadership moved
+        (say, to a paused leader that answers when it wakes) is dropped. The partition
+        refuses a cut below its high watermark (``truncate_as_follower``)."""
         partition = entry.partition
         log = partition.log
-        response = await self.manager.peers.replica(self.address).OffsetForLeaderEpoch(
-            pb.OffsetForLeaderEpochRequest(
-                topic=partition.topic,
-                partition=partition.index,
-                replica_id=self.manager.config.node_id,
-                current_leader_epoch=entry.leader_epoch,
-                leader_epoch=log.latest_epoch,
-            ),
-            timeout=CALL_TIMEOUT_S,
-        )
-        now = now_ms()
-        if log.latest_epoch >= 0 or log.log_end_offset > log.log_start_offset:
-            if response.end_offset < 0:
-                target = partition.high_watermark
-            else:
-                target = min(response.end_offset, log.log_end_offset)
+        key = (partition.topic, partition.index)
+        response = pb.OffsetForLeaderEpochResponse(log_start_offset=log.log_start_offset)
+        for _ in range(TRUNCATION_ROUNDS_MAX):
+            asked = log.latest_epoch
+            response = await self.manager.peers.replica(self.address).OffsetForLeaderEpoch(
+                pb.OffsetForLeaderEpochRequest(
+                    topic=partition.topic,
+                    partition=partition.index,
+                    replica_id=self.manager.config.node_id,
+                    current_leader_epoch=entry.leader_epoch,
+                    leader_epoch=asked,
+                ),
+                timeout=CALL_TIMEOUT_S,
+            )
+            self._check_current(key, entry)
+            if response.leader_epoch > asked:
+                raise HeadwaterError(
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    f"{key[0]}-{key[1]}: node {self.leader_id} answered epoch "
+                    f"{response.leader_epoch} to a question about epoch {asked}",
+                )
+            if asked < 0 and log.log_end_offset == log.log_start_offset:
+                break  # an empty log has nothing to cut
+            step = replication.truncation_step(
+                log.end_offset_for_epoch,
+                log.log_end_offset,
+                partition.high_watermark,
+                response.leader_epoch,
+                response.end_offset,
+            )
             before = log.log_end_offset
-            after = log.truncate_to(target, now)
+            after = partition.truncate_as_follower(
+                self.leader_id, entry.leader_epoch, step.offset, now_ms()
+            )
             if after < before:
                 self.manager.counters.truncations += 1
                 _log.info(
-                    "%s-%d: truncated from %d to %d (leader epoch %d ends at %d on node %d)",
-                    partition.topic,
-                    partition.index,
+                    "%s-%d: truncated from %d to %d (leader epoch %d ends at %d on node %d, "
+                    "leader epoch %d)",
+                    key[0],
+                    key[1],
                     before,
                     after,
                     response.leader_epoch,
                     response.end_offset,
                     self.leader_id,
+                    entry.leader_epoch,
                 )
-            if after < partition.high_watermark:
-                _log.error(
-                    "%s-%d: truncated below the high watermark %d to %d",
-                    partition.topic,
-                    partition.index,
-                    partition.high_watermark,
-                    after,
-                )
+            if step.done:
+                break
+        else:
+            raise HeadwaterError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"{key[0]}-{key[1]}: no agreement with node {self.leader_id} after "
+                f"{TRUNCATION_ROUNDS_MAX} rounds of OffsetForLeaderEpoch",
+            )
         if log.log_end_offset < response.log_start_offset:
-            log.reset_to(response.log_start_offset, now)
+            partition.check_following(self.leader_id, entry.leader_epoch)
+            log.reset_to(response.log_start_offset, now_ms())
+
+    def _check_current(self, key: Key, entry: _Following) -> None:
+        """Raise FENCED_LEADER_EPOCH unless ``entry`` is still how this replica follows
+        this leader (see ``Partition.check_following``)."""
+        if self.following.get(key) is not entry:
+            raise HeadwaterError(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"{key[0]}-{key[1]}: no longer follows node {self.leader_id} at epoch "
+                f"{entry.leader_epoch}",
+            )
+        entry.partition.check_following(self.leader_id, entry.leader_epoch)
 
     async def _apply(self, response: pb.ReplicaFetchResponse) -> list[pb.ReplicaFetchPosition]:
         """Append what arrived; return the positions that moved."""
@@ -497,6 +594,13 @@ class LeaderFetcher:
             if entry is None:
                 continue
             partition = entry.partition
+            if not entry.ready:
+                continue  # sent for an earlier epoch; this one truncates first
+            try:
+                self._check_current(key, entry)
+            except HeadwaterError as error:
+                _log.debug("%s", error)
+                continue
             if data.error_code != pb.NONE:
                 _log.debug(
                     "%s-%d from node %d: %s", key[0], key[1], self.leader_id, data.error_message
@@ -650,6 +754,7 @@ class ReplicaManager:
             if wanted == state.isr:
                 continue
             self._altering[key] = clock + ALTER_RETRY_S
+            partition.expect_isr(wanted)
             asyncio.get_running_loop().create_task(self._alter(partition, state, wanted))
 
     async def _alter(
@@ -673,17 +778,14 @@ class ReplicaManager:
                 ),
                 timeout=self.peers.timeout_s,
             )
-        except grpc.RpcError as error:
-            _log.info(
-                "%s-%d: ISR change to %s failed: %s",
-                key[0],
-                key[1],
-                list(isr),
-                from_rpc_error(error, address),
-            )
-            return
-        except HeadwaterError as error:
+        except (grpc.RpcError, HeadwaterError) as exc:
+            error = from_rpc_error(exc, address) if isinstance(exc, grpc.RpcError) else exc
             _log.info("%s-%d: ISR change to %s failed: %s", key[0], key[1], list(isr), error)
+            if partition.state is state and error.code in ISR_CHANGE_REFUSALS:
+                # Refused, so never committed: the joining followers stop counting towards
+                # the high watermark. After a timeout the change may still commit; they
+                # keep counting until the metadata decides.
+                partition.expect_isr(None)
             return
         if shrink:
             self.counters.isr_shrinks += 1

@@ -21,7 +21,7 @@ Time is ``now_ms`` from the caller; nothing here reads a clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -119,3 +119,50 @@ def isr_after_expand(
         ):
             joining.append(replica)
     return tuple(isr) + tuple(joining)
+
+
+# --------------------------------------------------------------------------- truncation
+
+
+@dataclass(frozen=True, slots=True)
+class TruncationStep:
+    """Where a follower cuts its log after one OffsetForLeaderEpoch answer.
+
+    ``offset``: truncate to it (never above the follower's log end offset). ``done``: the
+    logs agree below ``offset``; when False, the follower asks again with its latest epoch
+    after the cut (it did not know the epoch the leader answered with).
+    """
+
+    offset: int
+    done: bool
+
+
+def truncation_step(
+    own_end_offset_for: Callable[[int], tuple[int, int]],
+    log_end_offset: int,
+    high_watermark: int,
+    leader_answer_epoch: int,
+    leader_answer_end_offset: int,
+) -> TruncationStep:
+    """Kafka's truncation rule (KIP-101 as amended by KIP-279), given the leader's answer
+    ``(leader_answer_epoch, leader_answer_end_offset)`` to "where does my latest epoch end
+    in your log?" and ``own_end_offset_for(epoch)``, the follower's own answer to the same
+    question about any epoch.
+
+    - The leader knows no epoch that old (-1, -1): keep what is committed, cut to the high
+      watermark.
+    - The follower knows the epoch the leader answered with: the logs agree up to the
+      smaller of the two ends of that epoch.
+    - It does not (the leader answered with an older epoch the follower never saw): cut to
+      where the follower's own largest epoch below it ends, and ask again. Cutting only to
+      the leader's end offset there would keep a tail of another epoch at offsets the
+      leader filled differently: replicas of equal length with different bytes.
+    """
+    if leader_answer_end_offset < 0 or leader_answer_epoch < 0:
+        return TruncationStep(min(high_watermark, log_end_offset), True)
+    own_epoch, own_end = own_end_offset_for(leader_answer_epoch)
+    if own_epoch < 0:
+        return TruncationStep(min(leader_answer_end_offset, log_end_offset), True)
+    if own_epoch != leader_answer_epoch:
+        return TruncationStep(min(own_end, log_end_offset), False)
+    return TruncationStep(min(own_end, leader_answer_end_offset, log_end_offset), True)

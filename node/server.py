@@ -22,7 +22,7 @@ from headwater.config import NodeConfig
 from headwater.node.admin_service import AdminService
 from headwater.node.broker_lifecycle import BrokerLifecycle, MetadataFollower
 from headwater.node.cluster_state import ClusterState
-from headwater.node.controller import ControllerDriver
+from headwater.node.controller import LEADER_FALLBACK_ELECTIONS, ControllerDriver
 from headwater.node.controller_service import ControllerService
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.peers import Peers
@@ -35,6 +35,7 @@ from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 SHUTDOWN_GRACE_S: Final = 5.0
+ROLE_CHECK_S: Final = 0.2
 HEALTH_SERVICES: Final = ("", "headwater.v1.Broker", "headwater.v1.Admin")
 _log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class Node:
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
         self._reconciled_ready = False
+        self._roles_allowed = False  # the leadership allowance the roles were set with
 
     async def start(self) -> None:
         config = self.config
@@ -96,7 +98,7 @@ class Node:
         if self.lifecycle is not None and self.replicas is not None:
             self.lifecycle.start()
             self.replicas.start()
-        self._ready_watch = loop.create_task(self._watch_ready())
+        self._ready_watch = loop.create_task(self._watch_roles())
         self._serving_watch = loop.create_task(self._serve_when_ready())
         _log.info(
             "node %d (%s) serving on %s (data in %s)",
@@ -153,7 +155,7 @@ class Node:
                     election_min_s=election_s,
                     election_max_s=election_s * 3,
                     heartbeat_s=election_s / 6,
-                    leader_fallback_s=election_s * 5,
+                    leader_fallback_s=election_s * LEADER_FALLBACK_ELECTIONS,
                 ),
             )
         except QuorumBindError as exc:
@@ -175,7 +177,9 @@ class Node:
                 lambda: lifecycle.broker_epoch,
                 self.may_lead,
             )
-        pb_grpc.add_ReplicaServicer_to_server(ReplicaService(config, self.logs), server)
+        pb_grpc.add_ReplicaServicer_to_server(
+            ReplicaService(config, self.logs, self.may_lead), server
+        )
         pb_grpc.add_BrokerServicer_to_server(
             BrokerService(
                 config, self.logs, self.state, self.peers, self._quorum_status, self.may_lead
@@ -204,13 +208,26 @@ class Node:
         )
 
     def may_lead(self) -> bool:
-        """May this node act as a partition leader? Only once its logs have followed a
-        current image (not a journal replay) and the image shows this process's
-        registration unfenced: a restarted node must not take writes for leaderships it
-        lost while down. Once current, the node keeps leading through controller
-        elections, as Kafka's brokers do: a new Raft term leaves the image without the new
-        controller's activation record for a moment, but everything in it still holds,
-        and a node the new controller fences learns so from the image."""
+        """May this node act as a partition leader right now (serve produce, consumer
+        fetches and replica fetches for the partitions it leads)? Only while leadership
+        is allowed (``_leadership_allowed``) and the broker holds its leadership lease
+        (``BrokerLifecycle.lease_valid``): a leader that was paused or cut off stops
+        answering as leader before the controller can have elected another."""
+        return (
+            self._leadership_allowed()
+            and self.lifecycle is not None
+            and self.lifecycle.lease_valid()
+        )
+
+    def _leadership_allowed(self) -> bool:
+        """May partitions take the leader role the image gives this node? Only once the
+        node has seen a current image (not a journal replay) and the image shows this
+        process's registration unfenced: a restarted node must not take writes, or answer
+        followers, for leaderships it lost while down. Once current, the node keeps
+        leading through controller elections, as Kafka's brokers do: a new Raft term
+        leaves the image without the new controller's activation record for a moment, but
+        everything in it still holds, and a node the new controller fences learns so from
+        the image (or its lease runs out first)."""
         if self.lifecycle is None or not self._reconciled_ready:
             return False
         broker = self.state.image.brokers.get(self.config.node_id)
@@ -246,6 +263,8 @@ class Node:
         return self.follower is not None and self.follower.caught_up
 
     def _on_image(self, _image: MetadataImage) -> None:
+        if not self.state.current and self._image_current():
+            self.state.current = True
         if not self.config.is_broker:
             return
         self._reconcile_again = True
@@ -253,16 +272,28 @@ class Node:
             self._reconciling = asyncio.get_running_loop().create_task(self._reconcile())
 
     async def _reconcile(self) -> None:
+        """Make the hosted logs and their roles follow the image. Until the node has seen
+        a current image, logs are opened but no replica takes a role: a journal being
+        replayed passes through old images (this node leading at epoch 0, say), and a
+        node acts only on the newest metadata. Leadership is taken only where
+        ``_leadership_allowed``; ``_watch_roles`` reconciles again when that changes."""
         assert self.logs is not None
         while self._reconcile_again:
             self._reconcile_again = False
-            current = self._image_current()
             image = self.state.image
+            if self._image_current():
+                self._reconciled_ready = True
+            allowed = self._leadership_allowed()
             try:
-                roles = await asyncio.to_thread(self.logs.reconcile, image, current)
+                roles = await asyncio.to_thread(
+                    self.logs.reconcile, image, self._reconciled_ready, allowed
+                )
+                if not self._reconciled_ready:
+                    continue
+                self._roles_allowed = allowed
                 now = now_ms()
                 for partition, state in roles:
-                    partition.become(state, self.config.node_id, now)
+                    partition.become(state, self.config.node_id, now, allowed)
                 if self.replicas is not None:
                     await self.replicas.reconcile(image, roles)
             except Exception:
@@ -272,16 +303,21 @@ class Node:
                 )
                 continue
             self.state.mark_reconciled(image.offset)
-            self._reconciled_ready = self._reconciled_ready or current
 
-    async def _watch_ready(self) -> None:
-        """Reconcile once more when the image first becomes current, so that logs the
-        metadata no longer assigns here are removed even if nothing changes later."""
-        while not self._reconciled_ready:
-            await asyncio.sleep(0.2)
-            if self._image_current():
+    async def _watch_roles(self) -> None:
+        """Reconcile again when the image first becomes current (so that logs the
+        metadata no longer assigns here are removed even if nothing changes later), and
+        whenever leadership becomes allowed or disallowed without an image change (the
+        broker's registration answer can arrive after the image that records it)."""
+        while True:
+            await asyncio.sleep(ROLE_CHECK_S)
+            behind = not self.state.current or (
+                self.config.is_broker and not self._reconciled_ready
+            )
+            if (behind and self._image_current()) or (
+                self._reconciled_ready and self._leadership_allowed() != self._roles_allowed
+            ):
                 self._on_image(self.state.image)
-                return
 
     async def _serve_when_ready(self) -> None:
         """Health turns SERVING once the node can do its job: a controller is active and,

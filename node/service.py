@@ -113,6 +113,20 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     # ------------------------------------------------------------------ routing
 
+    def _topic(self, image: MetadataImage, name: str) -> TopicImage:
+        """The topic ``name`` of ``image``. A node that has not yet seen a current image
+        (it is starting and replaying or fetching the metadata) answers LEADER_NOT_AVAILABLE
+        (retriable) for a topic it does not know, never "does not exist": the topic may
+        well exist."""
+        if name not in image.topics and not self.state.current:
+            raise HeadwaterError(
+                ErrorCode.LEADER_NOT_AVAILABLE,
+                f"node {self.config.node_id} is starting and has not caught up with the "
+                f"cluster metadata yet, so it cannot tell where topic {name!r} is; retry "
+                "(or ask another node)",
+            )
+        return image.topic_named(name)
+
     async def _leader_replica(
         self, image: MetadataImage, topic: TopicImage, index: int
     ) -> Partition | None:
@@ -244,8 +258,13 @@ class BrokerService(pb_grpc.BrokerServicer):
             raise _invalid(
                 f"timeout_ms is {request.timeout_ms}; valid range is [0, {PRODUCE_TIMEOUT_MS_MAX}]"
             )
+        if request.deadline_unix_ms < 0:
+            raise _invalid(
+                f"deadline_unix_ms is {request.deadline_unix_ms}; valid: 0 (none) or "
+                "milliseconds since the Unix epoch"
+            )
         image = self.state.image
-        topic = image.topic_named(request.topic)
+        topic = self._topic(image, request.topic)
         payload = request.WhichOneof("payload")
         if payload == "batch":
             if request.partition == -1:
@@ -305,6 +324,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             batch=batch,
             acks=request.acks,
             timeout_ms=request.timeout_ms,
+            deadline_unix_ms=request.deadline_unix_ms,
         )
         try:
             response = await self.peers.broker(address).Produce(
@@ -331,7 +351,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         acks_all = request.acks in (pb.ACKS_ALL, pb.ACKS_UNSPECIFIED)
         if acks_all:
             partition.check_min_insync()
-        info = await partition.append(batch, now_ms())
+        info = await partition.append(batch, now_ms(), request.deadline_unix_ms)
         result = pb.PartitionProduceResult(
             partition=partition.index,
             base_offset=info.base_offset,
@@ -400,7 +420,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     ) -> pb.FetchResponse:
         self._check_fetch(request)
         image = self.state.image
-        topic = image.topic_named(request.topic)
+        topic = self._topic(image, request.topic)
         topic.check_partition(request.partition)
         local = await self._leader_replica(image, topic, request.partition)
         if local is not None:
@@ -424,7 +444,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         try:
             self._check_fetch(request)
             image = self.state.image
-            topic = image.topic_named(request.topic)
+            topic = self._topic(image, request.topic)
             topic.check_partition(request.partition)
             local = await self._leader_replica(image, topic, request.partition)
             if local is None:
@@ -517,7 +537,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListOffsetsResponse:
         image = self.state.image
-        topic = image.topic_named(request.topic)
+        topic = self._topic(image, request.topic)
         if request.spec not in (
             pb.OFFSET_SPEC_EARLIEST,
             pb.OFFSET_SPEC_LATEST,
@@ -565,7 +585,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     ) -> pb.MetadataResponse:
         image = self.state.image
         names = list(request.topics) or sorted(image.topics)
-        topics = [self._topic_metadata(image, image.topic_named(name)) for name in names]
+        topics = [self._topic_metadata(image, self._topic(image, name)) for name in names]
         brokers = [
             pb.BrokerInfo(node_id=b.node_id, address=b.address, rack=b.rack, state=b.state)
             for b in sorted(image.brokers.values(), key=lambda b: b.node_id)

@@ -321,6 +321,7 @@ class ProduceRequest(_message.Message):
     ACKS_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     COMPRESSION_FIELD_NUMBER: _builtins.int
+    DEADLINE_UNIX_MS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """Topic name."""
     partition: _builtins.int
@@ -340,6 +341,15 @@ class ProduceRequest(_message.Message):
     """
     compression: Global___Compression.ValueType
     """Compression the broker applies when it encodes `records`. Ignored for `batch`."""
+    deadline_unix_ms: _builtins.int
+    """When the client stops waiting for this request, in milliseconds since the Unix epoch
+    (the client's wall clock); 0: no deadline. A node appends nothing of a request whose
+    deadline has passed on its own clock and answers REQUEST_TIMED_OUT instead; a
+    forwarding node passes the deadline on unchanged. This is what keeps a retry from
+    landing before (and so being overtaken by) a late copy of the request it replaced: a
+    client that retries only after the deadline knows the original can no longer be
+    appended, as long as node clocks lag the client's by less than its retry backoff.
+    """
     @_builtins.property
     def records(self) -> Global___RecordList:
         """Plain records that the broker encodes into a batch per partition."""
@@ -354,10 +364,11 @@ class ProduceRequest(_message.Message):
         acks: Global___Acks.ValueType = ...,
         timeout_ms: _builtins.int = ...,
         compression: Global___Compression.ValueType = ...,
+        deadline_unix_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "payload", b"payload", "records", b"records"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "batch", b"batch", "compression", b"compression", "partition", b"partition", "payload", b"payload", "records", b"records", "timeout_ms", b"timeout_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "batch", b"batch", "compression", b"compression", "deadline_unix_ms", b"deadline_unix_ms", "partition", b"partition", "payload", b"payload", "records", b"records", "timeout_ms", b"timeout_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["batch", "records"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015

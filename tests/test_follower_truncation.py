@@ -1,0 +1,324 @@
+"""The follower's truncation against a leader's OffsetForLeaderEpoch answers, run in one
+process: real partitions over memory logs, the real leader-side servicer and the real
+follower fetcher, joined by an in-memory transport whose answers the test can hold back
+(a paused leader) and release later. Deterministic; no sockets, no clocks waited on.
+
+Reproduces issue 10's findings:
+- an answer from a deposed leader, delivered when it woke, truncated the new leader and
+  its follower below their high watermark (``test_an_answer_that_arrives_after_...``);
+- replicas of equal length with different bytes: a follower with a tail of an epoch the
+  leader never saw kept it where the leader holds another epoch's records (KIP-279,
+  ``test_a_tail_of_an_unknown_epoch_is_cut_...``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from headwater.config import NodeConfig
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log import batch as batch_format
+from headwater.log.memory_log import MemoryLog
+from headwater.node import replication
+from headwater.node.partition import Partition
+from headwater.node.replica_manager import LeaderFetcher, ReplicaManager, ReplicaService
+from headwater.raft.image import PartitionState
+from headwater.v1 import headwater_pb2 as pb
+
+TOPIC = "t"
+NOW_MS = 1_700_000_000_000
+
+
+class _Aborted(Exception):
+    def __init__(self, details: str) -> None:
+        super().__init__(details)
+        self.details = details
+
+
+class _Context:
+    """What ``rpc_handler`` needs of a servicer context: ``abort`` ends the call."""
+
+    async def abort(self, _code: Any, details: str, _trailing: Any = None) -> None:
+        raise _Aborted(details)
+
+
+class _Logs:
+    def __init__(self, partitions: dict[tuple[str, int], Partition]) -> None:
+        self.partitions = partitions
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    def hosted(self) -> list[Partition]:
+        return list(self.partitions.values())
+
+
+class _ReplicaStub:
+    """The follower's view of one leader's Replica service. While ``gate`` is set, answers
+    wait for it (the leader is paused); the leader computes its answer when it wakes."""
+
+    def __init__(self, service: ReplicaService) -> None:
+        self.service = service
+        self.gate: asyncio.Event | None = None
+        self.calls = 0
+
+    async def OffsetForLeaderEpoch(
+        self, request: pb.OffsetForLeaderEpochRequest, timeout: float
+    ) -> pb.OffsetForLeaderEpochResponse:
+        self.calls += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        try:
+            return await self.service.OffsetForLeaderEpoch(request, _Context())  # type: ignore[arg-type]
+        except _Aborted as aborted:
+            raise HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, aborted.details) from None
+
+
+class _Peers:
+    def __init__(self, stubs: dict[str, _ReplicaStub]) -> None:
+        self.stubs = stubs
+
+    def replica(self, address: str) -> _ReplicaStub:
+        return self.stubs[address]
+
+
+def state(leader: int, epoch: int, isr: tuple[int, ...] = (1, 2, 3)) -> PartitionState:
+    return PartitionState(0, (1, 2, 3), isr, leader, epoch, epoch)
+
+
+def batch(epoch: int, base_offset: int, count: int, tag: bytes) -> bytes:
+    return batch_format.encode_batch(
+        [tag + b"-%d" % (base_offset + i) for i in range(count)],
+        timestamps_ms=NOW_MS,
+        base_offset=base_offset,
+        leader_epoch=epoch,
+    )
+
+
+def replica(node_id: int, batches: list[bytes], high_watermark: int = 0) -> Partition:
+    partition = Partition(TOPIC, 0, MemoryLog(), 1 << 20)
+    partition.node_id = node_id
+    for data in batches:
+        partition.log.append_replicated(data, NOW_MS)
+    partition.follower_high_watermark(high_watermark)
+    return partition
+
+
+def stored(partition: Partition) -> bytes:
+    return partition.log.read(partition.log.log_start_offset, 1 << 30).data
+
+
+class Harness:
+    """Node ``me`` follows; ``leaders`` maps node ids to their replica of the partition."""
+
+    def __init__(self, me: Partition, leaders: dict[int, Partition], may_lead: bool = True):
+        self.me = me
+        self.stubs = {
+            f"node{n}": _ReplicaStub(
+                ReplicaService(NodeConfig(node_id=n), _Logs({(TOPIC, 0): p}), lambda: may_lead)  # type: ignore[arg-type]
+            )
+            for n, p in leaders.items()
+        }
+        self.manager = ReplicaManager(
+            NodeConfig(node_id=me.node_id),
+            _Logs({(TOPIC, 0): me}),  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            _Peers(self.stubs),  # type: ignore[arg-type]
+            lambda: 1,
+            lambda: True,
+        )
+
+    def fetcher(self, leader: int, epoch: int) -> LeaderFetcher:
+        fetcher = LeaderFetcher(self.manager, leader, f"node{leader}")
+        self.me.become(state(leader, epoch), self.me.node_id, NOW_MS)
+        fetcher.follow(self.me, epoch)
+        return fetcher
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# --------------------------------------------------------------------------- pure rule
+
+
+def epochs_of(entries: list[tuple[int, int]], log_end: int) -> Callable[[int], tuple[int, int]]:
+    """own_end_offset_for over ``entries`` ((epoch, start) pairs) and ``log_end``."""
+
+    def end_for(epoch: int) -> tuple[int, int]:
+        found = [i for i, (e, _start) in enumerate(entries) if e <= epoch]
+        if not found:
+            return -1, -1
+        i = found[-1]
+        end = entries[i + 1][1] if i + 1 < len(entries) else log_end
+        return entries[i][0], end
+
+    return end_for
+
+
+@pytest.mark.parametrize(
+    ("entries", "log_end", "hw", "answer", "expected"),
+    [
+        # The leader knows the follower's epoch: cut to the smaller end.
+        ([(0, 0), (2, 50)], 80, 40, (2, 70), replication.TruncationStep(70, True)),
+        ([(0, 0), (2, 50)], 80, 40, (2, 95), replication.TruncationStep(80, True)),
+        # KIP-279: the leader answers with epoch 1, which the follower never saw: cut to
+        # where the follower's own epoch below 1 ends (50), not to min(90, 80) = 80.
+        ([(0, 0), (2, 50)], 80, 40, (1, 90), replication.TruncationStep(50, False)),
+        # Then the follower asks about epoch 0 and the leader says it ends at 50.
+        ([(0, 0)], 50, 40, (0, 50), replication.TruncationStep(50, True)),
+        # The leader knows no epoch that old: keep what is committed.
+        ([(3, 0)], 30, 20, (-1, -1), replication.TruncationStep(20, True)),
+        # The follower has no epoch as old as the leader's answer.
+        ([(4, 10)], 30, 10, (2, 25), replication.TruncationStep(25, True)),
+    ],
+)
+def test_truncation_step_follows_kip_279(
+    entries: list[tuple[int, int]],
+    log_end: int,
+    hw: int,
+    answer: tuple[int, int],
+    expected: replication.TruncationStep,
+) -> None:
+    step = replication.truncation_step(epochs_of(entries, log_end), log_end, hw, *answer)
+    assert step == expected
+
+
+# --------------------------------------------------------------------------- fetcher
+
+
+def test_an_answer_that_arrives_after_the_leadership_moved_is_dropped() -> None:
+    """Issue 10's loss: node 2 followed node 1 at epoch 2 and asked it where epoch 2
+    ends; node 1 was paused. Node 2 became leader at epoch 3 and took writes up to its
+    high watermark 120. Node 1 woke and answered "epoch 2 ends at 100" to the old
+    question. Applying it truncated the new leader below its high watermark."""
+
+    async def scenario() -> None:
+        old_leader = replica(1, [batch(2, 0, 100, b"a")], high_watermark=100)
+        old_leader.become(state(1, 2), 1, NOW_MS)
+        me = replica(2, [batch(2, 0, 100, b"a")], high_watermark=100)
+        harness = Harness(me, {1: old_leader})
+        stub = harness.stubs["node1"]
+        stub.gate = asyncio.Event()  # node 1 is paused
+        fetcher = harness.fetcher(1, 2)
+        entry = fetcher.following[(TOPIC, 0)]
+        asking = asyncio.ensure_future(fetcher._truncate(entry))
+        while stub.calls == 0:
+            await asyncio.sleep(0)
+        # The controller elects node 2 at epoch 3; it takes writes.
+        me.become(state(2, 3, isr=(2, 3)), 2, NOW_MS)
+        fetcher.unfollow((TOPIC, 0))
+        me.append_now(batch_format.encode_batch([b"b"] * 20, timestamps_ms=NOW_MS), NOW_MS)
+        me.on_follower_fetch(3, 120, NOW_MS)
+        assert me.high_watermark == 120
+        stub.gate.set()  # node 1 wakes and answers the old question
+        with pytest.raises(HeadwaterError) as raised:
+            await asyncio.wait_for(asking, 5)
+        assert raised.value.code is ErrorCode.FENCED_LEADER_EPOCH
+        assert me.log.log_end_offset == 120
+        assert me.high_watermark == 120
+
+    run(scenario())
+
+
+def test_a_deposed_leader_answers_with_a_fencing_error() -> None:
+    """A node that may not lead (starting, fenced, lease run out) answers replica
+    requests with NOT_LEADER_OR_FOLLOWER, never with an epoch end offset."""
+
+    async def scenario() -> None:
+        leader = replica(1, [batch(2, 0, 10, b"a")], high_watermark=10)
+        leader.become(state(1, 2), 1, NOW_MS)
+        me = replica(2, [batch(2, 0, 10, b"a")], high_watermark=5)
+        harness = Harness(me, {1: leader}, may_lead=False)
+        fetcher = harness.fetcher(1, 2)
+        with pytest.raises(HeadwaterError) as raised:
+            await fetcher._truncate(fetcher.following[(TOPIC, 0)])
+        assert raised.value.code is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert "may not act as a leader" in raised.value.message
+        assert me.log.log_end_offset == 10
+
+    run(scenario())
+
+
+def test_a_tail_of_an_unknown_epoch_is_cut_where_the_leader_differs() -> None:
+    """Replicas of equal length, different bytes: node 2 led at epoch 2 and wrote 50..80
+    that nobody replicated; node 1 then led at epoch 1 (elected by an older view) ...
+    concretely, the leader's log is epoch 0 to 50, then epoch 1 to 90, then epoch 3; the
+    follower's is epoch 0 to 50, then epoch 2 to 80. Kafka's KIP-101 rule cut to
+    min(90, 80) = 80 and kept the follower's epoch-2 records where the leader has
+    epoch-1 records."""
+
+    async def scenario() -> None:
+        leader = replica(
+            1,
+            [batch(0, 0, 50, b"a"), batch(1, 50, 40, b"b"), batch(3, 90, 10, b"c")],
+            high_watermark=50,
+        )
+        leader.become(state(1, 3), 1, NOW_MS)
+        me = replica(2, [batch(0, 0, 50, b"a"), batch(2, 50, 30, b"x")], high_watermark=50)
+        harness = Harness(me, {1: leader})
+        fetcher = harness.fetcher(1, 3)
+        await fetcher._truncate(fetcher.following[(TOPIC, 0)])
+        assert me.log.log_end_offset == 50
+        assert harness.stubs["node1"].calls == 2  # epoch 2, then epoch 0
+        # Now catch up and compare byte for byte.
+        me.append_replicated(leader.log.read(50, 1 << 30).data, NOW_MS)
+        assert stored(me) == stored(leader)
+
+    run(scenario())
+
+
+def test_a_follower_never_truncates_below_its_high_watermark() -> None:
+    """An answer that would cut committed records (a leader missing them) is refused
+    and nothing is cut; with unclean leader election allowed, it is taken."""
+
+    async def scenario(unclean: bool) -> int:
+        leader = replica(1, [batch(4, 0, 30, b"a")], high_watermark=30)
+        leader.become(state(1, 4), 1, NOW_MS)
+        me = replica(2, [batch(4, 0, 30, b"a"), batch(4, 30, 30, b"a")], high_watermark=60)
+        me.unclean_leader_election = unclean
+        harness = Harness(me, {1: leader})
+        fetcher = harness.fetcher(1, 4)
+        if unclean:
+            await fetcher._truncate(fetcher.following[(TOPIC, 0)])
+        else:
+            with pytest.raises(HeadwaterError) as raised:
+                await fetcher._truncate(fetcher.following[(TOPIC, 0)])
+            assert raised.value.code is ErrorCode.KAFKA_STORAGE_ERROR
+            assert "below this replica's high watermark 60" in raised.value.message
+        return me.log.log_end_offset
+
+    assert run(scenario(unclean=False)) == 60
+    assert run(scenario(unclean=True)) == 30
+
+
+def test_a_joining_follower_holds_the_high_watermark_while_its_isr_change_is_in_flight() -> None:
+    """Kafka's maximal ISR: from the moment the leader asks to add a follower, the high
+    watermark waits for it, so it never joins the ISR without the committed records."""
+    leader = replica(1, [batch(1, 0, 10, b"a")])
+    leader.become(state(1, 1, isr=(1,)), 1, NOW_MS)
+    assert leader.high_watermark == 10
+    leader.on_follower_fetch(2, 10, NOW_MS)  # caught up: the leader asks to add it
+    leader.expect_isr((1, 2))
+    leader.append_now(batch_format.encode_batch([b"b"] * 5, timestamps_ms=NOW_MS), NOW_MS)
+    assert leader.high_watermark == 10  # waits for node 2, joining
+    leader.on_follower_fetch(2, 15, NOW_MS)
+    assert leader.high_watermark == 15
+    leader.expect_isr(None)  # refused: node 2 no longer counts
+    leader.append_now(batch_format.encode_batch([b"c"] * 5, timestamps_ms=NOW_MS), NOW_MS)
+    assert leader.high_watermark == 20
+
+
+def test_a_restarted_node_does_not_take_a_leadership_it_may_not_hold() -> None:
+    """``become`` with may_lead False (starting, fenced): the metadata names this node
+    leader, but the replica takes no leader role and serves nothing as leader."""
+    partition = replica(1, [batch(0, 0, 5, b"a")], high_watermark=5)
+    partition.become(state(1, 0), 1, NOW_MS, may_lead=False)
+    assert not partition.is_leader
+    partition.become(state(1, 7), 1, NOW_MS, may_lead=True)
+    assert partition.is_leader
+    assert partition.leader_epoch == 7
