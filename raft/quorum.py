@@ -20,9 +20,16 @@ Durability of metadata, exactly (pysyncobj 0.3.17):
 - A full snapshot of the image is written to ``data_dir/raft/snapshot`` on log compaction
   (every ``logCompactionMinEntries`` entries or ``logCompactionMinTime`` seconds), and the
   journal is replayed over it at start-up.
-- pysyncobj truncates a follower's log after ``prevLogIdx`` without comparing terms; the
-  controller epoch on every record (``headwater.raft.image.apply`` refuses records of an
-  older epoch than the image's) stops a deposed controller's records from taking effect.
+- pysyncobj truncates a follower's log after ``prevLogIdx`` without comparing terms, so a
+  late or repeated AppendEntries cut committed, applied entries off a voter's journal
+  ("truncating already-applied log entries", seen even at a fault-free start) and moved
+  its commit index back: for a while a committed batch was held by fewer than a majority.
+  ``RaftFollowerGuard`` takes every AppendEntries by the Raft rule instead
+  (``headwater.raft.follower_append``): only a suffix that conflicts in term is deleted,
+  never an entry at or below the commit index (such a message is refused and logged
+  CRITICAL; Raft cannot send one), and the commit index never moves back.
+- The controller epoch on every record (``headwater.raft.image.apply`` refuses records of
+  an older epoch than the image's) stops a deposed controller's records from taking effect.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import pysyncobj.pickle as pysyncobj_pickle
 from pysyncobj import (
     FAIL_REASON,
     SyncObj,
@@ -44,6 +52,7 @@ from pysyncobj import (
     replicated,
 )
 
+from headwater.raft.follower_append import AppendAction, plan_append
 from headwater.raft.image import ApplyResult, MetadataImage, apply
 from headwater.raft.records import RecordFormatError, decode_batch
 
@@ -110,6 +119,146 @@ class _MetadataLog(SyncObjConsumer):  # type: ignore[misc]
         self._on_applied(self.image, None)
 
 
+PYSYNCOBJ_VERSION: Final = "0.3.17"
+"""The pysyncobj release ``RaftFollowerGuard`` was written against (pinned in
+pyproject.toml): it reads the follower's private state by pysyncobj's mangled names."""
+
+
+class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
+    """pysyncobj's SyncObj, taking AppendEntries by the Raft rule (see
+    ``headwater.raft.follower_append``): every other message, and every decision about
+    terms, leaders, elections and replies, stays pysyncobj's.
+
+    pysyncobj registers ``self.__onMessageReceived`` (``_SyncObj__onMessageReceived``) as
+    its transport's callback in ``SyncObj.__init__``; defining that name here puts this
+    check in front of it. Whatever the guard does with a message's log part, pysyncobj
+    still sees the message's term and sender (it follows the leader and defers its own
+    election), and the commit index it is given never exceeds what the follower has
+    proved it shares with the leader; the leader's own commit index is kept for
+    pysyncobj's readiness check."""
+
+    _SyncObj__recvTransmission: Any  # pysyncobj's buffer of a chunked entry (str or bytes)
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802
+        handle = super()._SyncObj__onMessageReceived
+        if (
+            not isinstance(message, dict)
+            or message.get("type") != "append_entries"
+            or not isinstance(message.get("term"), int)
+            or message["term"] < self._getTerm()
+        ):
+            handle(node, message)
+            return
+        leader_commit = message.get("commit_index")
+        if not isinstance(leader_commit, int):
+            _log.critical("AppendEntries from %s without a commit index refused", node)
+            return
+        if "prevLogIdx" not in message:
+            # A snapshot chunk: pysyncobj would commit up to its own last entry on every
+            # chunk, before the snapshot replaced a log whose tail may be another term's.
+            # It commits nothing new here; the next AppendEntries commits by the rule.
+            self._with_commit_limit(node, message, handle, leader_commit, self._committed())
+            return
+        transmission = message.get("transmission")
+        if transmission is not None:
+            if transmission != "finish":
+                handle(node, message)  # chunks of one large entry: pysyncobj collects them
+                return
+            collected = self._SyncObj__recvTransmission
+            chunk = message.get("data")
+            if not isinstance(collected, bytes) or not isinstance(chunk, bytes):
+                _log.warning("AppendEntries chunk from %s without its start dropped", node)
+                self._bookkeeping(node, message, handle, leader_commit)
+                return
+            data = collected + chunk
+            try:
+                entry = pysyncobj_pickle.loads(data)
+            except Exception:
+                # pysyncobj 0.3.17 marks a chunk "finish" by the command's length, not the
+                # pickle's: for some sizes two chunks say "finish" and only the second
+                # completes the entry. Keep what came, as pysyncobj does.
+                self._SyncObj__recvTransmission = data
+                self._bookkeeping(node, message, handle, leader_commit)
+                return
+            self._SyncObj__recvTransmission = ""
+            message = {k: v for k, v in message.items() if k not in ("transmission", "data")}
+            message["entries"] = [entry]
+        self._append_entries(node, message, handle, leader_commit)
+
+    def _committed(self) -> int:
+        return max(int(self._SyncObj__raftCommitIndex), int(self._SyncObj__raftLastApplied))
+
+    def _with_commit_limit(
+        self, node: Any, message: dict[str, Any], handle: Any, leader_commit: int, limit: int
+    ) -> None:
+        """Hand ``message`` to pysyncobj with its commit index cut to ``limit``, then put
+        the leader's commit index back where pysyncobj's readiness check reads it."""
+        handle(node, {**message, "commit_index": min(leader_commit, limit)})
+        self._SyncObj__leaderCommitIndex = leader_commit
+
+    def _bookkeeping(
+        self,
+        node: Any,
+        message: dict[str, Any],
+        handle: Any,
+        leader_commit: int,
+        commit_limit: int | None = None,
+    ) -> None:
+        """pysyncobj's handling of the message's term and sender only: no log change, no
+        reply, and nothing committed past ``commit_limit`` (default: nothing new)."""
+        log_part = ("prevLogIdx", "prevLogTerm", "entries", "transmission", "data", "serialized")
+        rest = {k: v for k, v in message.items() if k not in log_part}
+        limit = self._committed() if commit_limit is None else commit_limit
+        self._with_commit_limit(node, rest, handle, leader_commit, limit)
+
+    def _append_entries(
+        self, node: Any, message: dict[str, Any], handle: Any, leader_commit: int
+    ) -> None:
+        raft_log = self._SyncObj__raftLog
+        first_index = raft_log[0][1]
+        last_index = raft_log[-1][1]
+
+        def term_at(index: int) -> int | None:
+            if not isinstance(index, int) or index < first_index or index > last_index:
+                return None
+            return int(raft_log[index - first_index][2])
+
+        entries = message.get("entries", [])
+        if not isinstance(entries, list):
+            _log.critical("AppendEntries from %s with malformed entries refused", node)
+            self._bookkeeping(node, message, handle, leader_commit)
+            return
+        plan = plan_append(
+            term_at,
+            last_index,
+            self._committed(),
+            message["prevLogIdx"],
+            message.get("prevLogTerm"),
+            entries,
+            leader_commit,
+        )
+        if plan.action is AppendAction.DEFER:
+            handle(node, message)
+        elif plan.action is AppendAction.APPEND:
+            rewritten = dict(message)
+            rewritten.update(
+                prevLogIdx=plan.prev_index, prevLogTerm=plan.prev_term, entries=list(plan.entries)
+            )
+            handle(node, rewritten)
+        elif plan.action is AppendAction.ACKNOWLEDGE:
+            # Keep the longer log; commit no further than the shared prefix.
+            self._bookkeeping(node, message, handle, leader_commit, plan.commit_limit)
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=plan.prev_index + 1, success=True)
+        else:
+            _log.critical(
+                "AppendEntries from %s refused: %s; this voter's log and the leader's "
+                "disagree on committed entries",
+                node,
+                plan.reason,
+            )
+            self._bookkeeping(node, message, handle, leader_commit)
+
+
 class MetadataQuorum:
     """One voter. Create on the main thread (pysyncobj's rule); ``close`` to stop."""
 
@@ -144,7 +293,7 @@ class MetadataQuorum:
             maxBindRetries=8,
             bindRetryTime=0.25,
         )
-        self._sync = SyncObj(self_address, partner_addresses, conf, consumers=[self._log])
+        self._sync = RaftFollowerGuard(self_address, partner_addresses, conf, consumers=[self._log])
         self._closed = threading.Event()
         try:
             self._sync.waitBinded()
