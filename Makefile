@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PROTO_DIR := proto/headwater/v1
 PYTEST_ARGS ?=
 
-.PHONY: run test lint proto bench typecheck-tree clean demo
+.PHONY: run test lint proto bench typecheck-tree clean demo chaos chaos-short
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,7 @@ test: $(STAMP) lint
 typecheck-tree:
 	@rm -rf .build/typecheck && mkdir -p .build/typecheck/headwater
 	@for f in headwater/*.py headwater/py.typed; do ln -s ../../../$$f .build/typecheck/headwater/; done
+	@ln -s ../../../headwater/chaos .build/typecheck/headwater/chaos
 	@for d in log node raft client sparkconnector; do ln -s ../../../$$d .build/typecheck/headwater/$$d; done
 	@ln -s ../../../$(PROTO_DIR) .build/typecheck/headwater/v1
 
@@ -43,6 +44,16 @@ proto: $(STAMP)
 # A 3-node cluster, an order generator and a Spark Structured Streaming job (Ctrl-C stops).
 demo: $(STAMP)
 	$(BIN)/python -m headwater.sparkconnector.demo
+
+# Fault injection (docs/chaos.md): 3 real nodes, kills, pauses, restarts and network
+# partitions (in network namespaces when run as root), a Jepsen-style checker, and a
+# byte-for-byte replica comparison. CHAOS_ARGS adds options, e.g. CHAOS_ARGS="--seed 42".
+CHAOS_ARGS ?=
+chaos: $(STAMP)
+	$(BIN)/python -m headwater.chaos --cycles 200 $(CHAOS_ARGS)
+
+chaos-short: $(STAMP)
+	$(BIN)/python -m headwater.chaos --cycles 14 --time-limit 150 $(CHAOS_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_all.py

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from headwater.client.connection import Cluster
+from headwater.client.connection import Cluster, call
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
@@ -131,3 +131,31 @@ class Admin:
 
     def metadata(self, topics: Sequence[str] = ()) -> pb.MetadataResponse:
         return self.cluster.refresh(topics)
+
+    def describe_replica_log(
+        self, address: str, topic: str, partition: int, start_offset: int = 0, end_offset: int = 0
+    ) -> pb.DescribeReplicaLogResponse:
+        """The replica of ``topic``/``partition`` held by the node at ``address`` (asked of
+        that node only, never forwarded): its log start, high watermark, log end and
+        leader epoch, and a SHA-256 of its stored batches holding offsets in
+        [start_offset, end_offset) (see the DescribeReplicaLog RPC). The default range is
+        empty: offsets only. Addresses of the replicas' nodes are in ``metadata()``."""
+        request = pb.DescribeReplicaLogRequest(
+            topic=topic, partition=partition, start_offset=start_offset, end_offset=end_offset
+        )
+        response: pb.DescribeReplicaLogResponse = call(
+            lambda: self.cluster.admin(address).DescribeReplicaLog(request, timeout=self._timeout),
+            address,
+        )
+        return response
+
+    def node_metadata(self, address: str, include_digest: bool = True) -> pb.MetadataResponse:
+        """The metadata as the node at ``address`` holds it (asked of that node only): its
+        image's offset and, with ``include_digest``, the image's SHA-256
+        (``metadata_digest``), for checking that nodes applied the same metadata."""
+        request = pb.MetadataRequest(include_digest=include_digest)
+        response: pb.MetadataResponse = call(
+            lambda: self.cluster.broker(address).Metadata(request, timeout=self._timeout),
+            address,
+        )
+        return response

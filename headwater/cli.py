@@ -513,6 +513,114 @@ def consume(
     )
 
 
+# ---------------------------------------------------------------------- debug
+
+
+@main.group()
+def debug() -> None:
+    """Checks for operators and tests (replica and metadata consistency)."""
+
+
+@debug.command("compare-replicas")
+@click.argument("topic")
+@json_option
+@bootstrap_option
+def debug_compare_replicas(topic: str, as_json: bool, bootstrap: str | None) -> None:
+    """Compare every replica of TOPIC byte for byte below the high watermark.
+
+    For each partition, each replica's node hashes its stored batches in [the largest
+    log start, the smallest high watermark) over the replicas. Exits 1 when replicas
+    differ or a replica cannot be asked.
+    """
+    from headwater.chaos.replicas import compare_replicas, comparison_json
+    from headwater.client import Admin
+
+    with Admin(bootstrap) as admin:
+        comparisons = compare_replicas(admin, topic)
+    identical = all(c.identical for c in comparisons)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "topic": topic,
+                    "identical": identical,
+                    "partitions": [comparison_json(c) for c in comparisons],
+                }
+            )
+        )
+    else:
+        table = Table("partition", "range", "replica", "hw", "end", "batches", "bytes", "sha256")
+        for c in comparisons:
+            for view in c.views:
+                table.add_row(
+                    str(c.partition),
+                    f"[{c.start_offset}, {c.end_offset})",
+                    f"{view.node_id}{' (leader)' if view.is_leader else ''}",
+                    str(view.high_watermark),
+                    str(view.log_end_offset),
+                    str(view.batch_count),
+                    str(view.size_bytes),
+                    view.sha256[:16],
+                )
+        _out.print(table)
+        for c in comparisons:
+            for node_id, error in c.errors:
+                _out.print(f"partition {c.partition}: node {node_id}: {error}", markup=False)
+            if c.differences:
+                _out.print(f"partition {c.partition}: replicas differ:", markup=False)
+                for line in c.differences:
+                    _out.print(f"  {line}", markup=False)
+        differing = sum(1 for c in comparisons if not c.identical)
+        _out.print(
+            f"{len(comparisons)} partition(s): "
+            + ("replicas identical" if identical else f"{differing} with differences"),
+            markup=False,
+        )
+    if not identical:
+        sys.exit(1)
+
+
+@debug.command("compare-metadata")
+@click.option(
+    "--wait",
+    type=click.FloatRange(0, 600),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for every node to reach one metadata offset.",
+)
+@json_option
+@bootstrap_option
+def debug_compare_metadata(wait: float, as_json: bool, bootstrap: str | None) -> None:
+    """Compare every node's metadata image (offset and SHA-256).
+
+    Nodes at one offset must hold the same image. Waits up to --wait seconds for a change
+    in flight to reach every node. Exits 1 when images differ or a node cannot be asked.
+    """
+    from headwater.chaos.replicas import compare_metadata, metadata_comparison_json
+    from headwater.client import Admin
+
+    with Admin(bootstrap) as admin:
+        addresses = {b.node_id: b.address for b in admin.metadata().brokers}
+        comparison = compare_metadata(admin, addresses, deadline_s=wait)
+    if as_json:
+        print(json.dumps(metadata_comparison_json(comparison)))
+    else:
+        table = Table("node", "metadata offset", "sha256")
+        for view in comparison.views:
+            table.add_row(str(view.node_id), str(view.offset), view.digest)
+        _out.print(table)
+        for node_id, error in comparison.errors:
+            _out.print(f"node {node_id}: {error}", markup=False)
+        for line in comparison.differences:
+            _out.print(line, markup=False)
+        _out.print(
+            "metadata images identical" if comparison.identical else "metadata images differ",
+            markup=False,
+        )
+    if not comparison.identical:
+        sys.exit(1)
+
+
 # ---------------------------------------------------------------------- bench
 
 from headwater.bench import bench  # noqa: E402  (registers the bench group's commands)

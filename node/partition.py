@@ -156,6 +156,8 @@ class Partition:
     def maximal_isr(self) -> tuple[int, ...]:
         """The ISR plus the followers whose joining is in flight: what the high watermark
         waits for."""
+        if not self._isr_joining:
+            return self.isr
         return self.isr + tuple(sorted(self._isr_joining - set(self.isr)))
 
     def expect_isr(self, isr: tuple[int, ...] | None) -> None:

@@ -37,7 +37,7 @@ from headwater.node.cluster_state import ClusterState
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
 from headwater.node.peers import FORWARDED, Peers, is_forwarded, peer_error
-from headwater.raft.image import MetadataImage, PartitionState, TopicImage
+from headwater.raft.image import MetadataImage, PartitionState, TopicImage, image_digest
 from headwater.raft.records import NO_LEADER
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -600,6 +600,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             raft_commit_index=commit_index,
             metadata_offset=image.offset,
             node_id=self.config.node_id,
+            metadata_digest=image_digest(image) if request.include_digest else b"",
         )
 
 

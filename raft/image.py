@@ -21,6 +21,7 @@ offset hold the same image.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -189,6 +190,17 @@ def snapshot_records(image: MetadataImage) -> list[r.Record]:
             for p in topic.partitions
         )
     return out
+
+
+def image_digest(image: MetadataImage) -> bytes:
+    """SHA-256 of ``image``: of its offset (decimal, then a newline) followed by the
+    encoded batch of ``snapshot_records`` with topics in name order. Every node, voter or
+    broker-only, computes the same digest for the same image; two nodes at one offset
+    with different digests applied different metadata."""
+    ordered = dataclasses.replace(image, topics=dict(sorted(image.topics.items())))
+    digest = hashlib.sha256(f"{image.offset}\n".encode())
+    digest.update(r.encode_batch(snapshot_records(ordered)))
+    return digest.digest()
 
 
 class _Builder:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.raft import controller as c
 from headwater.raft import records as r
-from headwater.raft.image import MetadataImage, apply, snapshot_records
+from headwater.raft.image import MetadataImage, apply, image_digest, snapshot_records
 
 LIMITS = c.TopicLimits(
     partitions_max=10_000, topics_max=100, default_partitions=1, default_replication_factor=1
@@ -125,6 +125,17 @@ def test_snapshot_rebuilds_the_same_image() -> None:
         )
         == image
     )
+
+
+def test_the_image_digest_is_the_same_on_a_rebuilt_image_and_changes_with_anything() -> None:
+    image = create(create(cluster(4), "b", 3, 3), "a", 2, 2)
+    rebuilt = apply(MetadataImage(), snapshot_records(image)).image
+    assert image_digest(dataclasses.replace(rebuilt, offset=image.offset)) == image_digest(image)
+    reordered = dataclasses.replace(image, topics=dict(reversed(list(image.topics.items()))))
+    assert list(reordered.topics) != list(image.topics)
+    assert image_digest(reordered) == image_digest(image)
+    assert image_digest(dataclasses.replace(image, offset=image.offset + 1)) != image_digest(image)
+    assert image_digest(fence(image, 2)) != image_digest(image)
 
 
 # --------------------------------------------------------------------------- apply refuses stale records

@@ -32,6 +32,9 @@ PURE_MODULES = [
     "node/replication.py",
     "log/leader_epochs.py",
     "sparkconnector/planning.py",
+    "headwater/chaos/history.py",
+    "headwater/chaos/checker.py",
+    "headwater/chaos/nemesis.py",
 ]
 FORBIDDEN = {
     "grpc",

@@ -473,3 +473,22 @@ def test_undecodable_and_oversized_requests_get_clear_errors(tmp_path) -> None:
         )
     finally:
         node.kill()
+
+
+def test_describe_replica_log_names_a_replica_it_does_not_host(shared_node: NodeProcess) -> None:
+    address = shared_node.address
+    with Admin(address) as admin:
+        for topic, partition in (("no-such-topic", 0), ("", 0), ("x", -1)):
+            error = error_of(lambda t=topic, p=partition: admin.describe_replica_log(address, t, p))
+            assert error.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert f"hosts no replica of {topic}-{partition}" in error.message
+        topic = f"replica-log-{uuid.uuid4().hex[:8]}"
+        admin.create_topic(topic, 1)
+        # A range beyond the log, or backwards, hashes nothing rather than failing.
+        for start, end in ((10, 20), (5, 1), (-7, 0)):
+            answer = admin.describe_replica_log(address, topic, 0, start, end)
+            assert (answer.covered_start_offset, answer.covered_end_offset) == (-1, -1)
+            assert answer.batch_count == 0
+        plain = admin.node_metadata(address, include_digest=False)
+        assert plain.metadata_digest == b""
+        assert len(admin.node_metadata(address).metadata_digest) == 32

@@ -657,6 +657,11 @@ class MetadataRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPICS_FIELD_NUMBER: _builtins.int
+    INCLUDE_DIGEST_FIELD_NUMBER: _builtins.int
+    include_digest: _builtins.bool
+    """Also answer metadata_digest (costs a hash of the whole image: for checks, not for
+    every request).
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Topics to describe; empty means all."""
@@ -665,10 +670,11 @@ class MetadataRequest(_message.Message):
         self,
         *,
         topics: _abc.Iterable[_builtins.str] | None = ...,
+        include_digest: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_digest", b"include_digest", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -796,6 +802,7 @@ class MetadataResponse(_message.Message):
     RAFT_COMMIT_INDEX_FIELD_NUMBER: _builtins.int
     METADATA_OFFSET_FIELD_NUMBER: _builtins.int
     NODE_ID_FIELD_NUMBER: _builtins.int
+    METADATA_DIGEST_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.int
     """Node id of the active controller, -1 when there is none."""
     cluster_id: _builtins.str
@@ -808,6 +815,12 @@ class MetadataResponse(_message.Message):
     metadata_offset: _builtins.int
     node_id: _builtins.int
     """The node that answered."""
+    metadata_digest: _builtins.bytes
+    """With include_digest: SHA-256 of the answering node's whole metadata image (offset,
+    controller, brokers, topics, partitions; a canonical encoding, docs/cluster.md "Metadata records").
+    Nodes whose images are equal answer equal digests; two nodes at one metadata_offset
+    with different digests applied different metadata. Empty otherwise.
+    """
     @_builtins.property
     def brokers(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerInfo]:
         """Every registered broker, by node id."""
@@ -825,10 +838,11 @@ class MetadataResponse(_message.Message):
         raft_commit_index: _builtins.int = ...,
         metadata_offset: _builtins.int = ...,
         node_id: _builtins.int = ...,
+        metadata_digest: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_id", b"controller_id", "metadata_offset", b"metadata_offset", "node_id", b"node_id", "raft_commit_index", b"raft_commit_index", "raft_term", b"raft_term", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_id", b"controller_id", "metadata_digest", b"metadata_digest", "metadata_offset", b"metadata_offset", "node_id", b"node_id", "raft_commit_index", b"raft_commit_index", "raft_term", b"raft_term", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1778,7 +1792,7 @@ class FetchMetadataResponse(_message.Message):
     RECORDS_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
     records: _builtins.bytes
-    """A JSON array of metadata records (docs/metadata.md) that rebuild the image."""
+    """A JSON array of metadata records (docs/cluster.md "Metadata records") that rebuild the image."""
     def __init__(
         self,
         *,
@@ -1792,3 +1806,93 @@ class FetchMetadataResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchMetadataResponse: _TypeAlias = FetchMetadataResponse  # noqa: Y015
+
+@_typing.final
+class DescribeReplicaLogRequest(_message.Message):
+    """--------------------------------------------------------------------------- replica logs"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    START_OFFSET_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    start_offset: _builtins.int
+    """Hash the whole stored batches holding offsets in [start_offset, end_offset), cut to
+    the replica's log: from max(start_offset, log_start_offset), below
+    min(end_offset, log_end_offset). end_offset <= start_offset hashes nothing (an
+    answer with the offsets only).
+    """
+    end_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        start_offset: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "partition", b"partition", "start_offset", b"start_offset", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeReplicaLogRequest: _TypeAlias = DescribeReplicaLogRequest  # noqa: Y015
+
+@_typing.final
+class DescribeReplicaLogResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    IS_LEADER_FIELD_NUMBER: _builtins.int
+    COVERED_START_OFFSET_FIELD_NUMBER: _builtins.int
+    COVERED_END_OFFSET_FIELD_NUMBER: _builtins.int
+    BATCH_COUNT_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    log_start_offset: _builtins.int
+    high_watermark: _builtins.int
+    log_end_offset: _builtins.int
+    leader_epoch: _builtins.int
+    """The leader epoch this replica is at, and whether it leads the partition now."""
+    is_leader: _builtins.bool
+    covered_start_offset: _builtins.int
+    """What was hashed: whole batches covering [covered_start_offset, covered_end_offset)
+    (the first may begin before the range asked, the last end after it; both -1 when
+    nothing was hashed), their count and total bytes, and the SHA-256 of those bytes as
+    stored (batch headers included: replicas store the leader's batches unchanged).
+    """
+    covered_end_offset: _builtins.int
+    batch_count: _builtins.int
+    size_bytes: _builtins.int
+    sha256: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.int = ...,
+        log_start_offset: _builtins.int = ...,
+        high_watermark: _builtins.int = ...,
+        log_end_offset: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        is_leader: _builtins.bool = ...,
+        covered_start_offset: _builtins.int = ...,
+        covered_end_offset: _builtins.int = ...,
+        batch_count: _builtins.int = ...,
+        size_bytes: _builtins.int = ...,
+        sha256: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_count", b"batch_count", "covered_end_offset", b"covered_end_offset", "covered_start_offset", b"covered_start_offset", "high_watermark", b"high_watermark", "is_leader", b"is_leader", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "node_id", b"node_id", "sha256", b"sha256", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeReplicaLogResponse: _TypeAlias = DescribeReplicaLogResponse  # noqa: Y015

@@ -376,6 +376,11 @@ class AdminStub:
                 request_serializer=headwater_dot_v1_dot_headwater__pb2.ReassignPartitionRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_headwater__pb2.ReassignPartitionResponse.FromString,
                 _registered_method=True)
+        self.DescribeReplicaLog = channel.unary_unary(
+                '/headwater.v1.Admin/DescribeReplicaLog',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeReplicaLogRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeReplicaLogResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -425,6 +430,16 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeReplicaLog(self, request, context):
+        """The answering node's own replica of one partition (never forwarded): its offsets and
+        a SHA-256 of its stored batch bytes over a range, for comparing replicas byte for
+        byte (`headwater debug compare-replicas`). UNKNOWN_TOPIC_OR_PARTITION when the node
+        hosts no replica of it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -457,6 +472,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ReassignPartition,
                     request_deserializer=headwater_dot_v1_dot_headwater__pb2.ReassignPartitionRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_headwater__pb2.ReassignPartitionResponse.SerializeToString,
+            ),
+            'DescribeReplicaLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeReplicaLog,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeReplicaLogRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeReplicaLogResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -623,6 +643,33 @@ class Admin:
             '/headwater.v1.Admin/ReassignPartition',
             headwater_dot_v1_dot_headwater__pb2.ReassignPartitionRequest.SerializeToString,
             headwater_dot_v1_dot_headwater__pb2.ReassignPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeReplicaLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Admin/DescribeReplicaLog',
+            headwater_dot_v1_dot_headwater__pb2.DescribeReplicaLogRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.DescribeReplicaLogResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -198,6 +198,12 @@ class AdminStub:
     leader, and once they are in sync the old ones are dropped (leadership moves if the
     leader is dropped). The first listed replica becomes the preferred leader.
     """
+    DescribeReplicaLog: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.DescribeReplicaLogRequest, _headwater_pb2.DescribeReplicaLogResponse]
+    """The answering node's own replica of one partition (never forwarded): its offsets and
+    a SHA-256 of its stored batch bytes over a range, for comparing replicas byte for
+    byte (`headwater debug compare-replicas`). UNKNOWN_TOPIC_OR_PARTITION when the node
+    hosts no replica of it.
+    """
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -217,6 +223,12 @@ class AdminAsyncStub(AdminStub):
     """Moves one partition to a new list of replicas: new replicas copy the log from the
     leader, and once they are in sync the old ones are dropped (leadership moves if the
     leader is dropped). The first listed replica becomes the preferred leader.
+    """
+    DescribeReplicaLog: _aio.UnaryUnaryMultiCallable[_headwater_pb2.DescribeReplicaLogRequest, _headwater_pb2.DescribeReplicaLogResponse]  # type: ignore[assignment]
+    """The answering node's own replica of one partition (never forwarded): its offsets and
+    a SHA-256 of its stored batch bytes over a range, for comparing replicas byte for
+    byte (`headwater debug compare-replicas`). UNKNOWN_TOPIC_OR_PARTITION when the node
+    hosts no replica of it.
     """
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
@@ -270,6 +282,18 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         """Moves one partition to a new list of replicas: new replicas copy the log from the
         leader, and once they are in sync the old ones are dropped (leadership moves if the
         leader is dropped). The first listed replica becomes the preferred leader.
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeReplicaLog(
+        self,
+        request: _headwater_pb2.DescribeReplicaLogRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.DescribeReplicaLogResponse, _abc.Awaitable[_headwater_pb2.DescribeReplicaLogResponse]]:
+        """The answering node's own replica of one partition (never forwarded): its offsets and
+        a SHA-256 of its stored batch bytes over a range, for comparing replicas byte for
+        byte (`headwater debug compare-replicas`). UNKNOWN_TOPIC_OR_PARTITION when the node
+        hosts no replica of it.
         """
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

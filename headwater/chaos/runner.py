@@ -1,0 +1,487 @@
+"""``python -m headwater.chaos``: a Jepsen-style fault-injection run against 3 real nodes.
+
+A run: start 3 ``headwater serve`` processes; create topic ``chaos`` (RF 3,
+``min_insync_replicas=2``); start acks=all producers of unique values and consumers of
+every partition (``headwater.chaos.workload``); run the planned fault cycles
+(``headwater.chaos.nemesis``, ``faults``); then heal, restart whatever is down, wait for
+full ISRs, stop the producers, read every partition whole, run the checker
+(``headwater.chaos.checker``) and compare the replicas byte for byte below the high
+watermark (``headwater.chaos.replicas``). Exit status 0 when the checker finds no anomaly
+other than duplicates and the replicas are identical, 1 otherwise, 130 on Ctrl-C.
+
+Network partitions need the nodes in network namespaces. When a network nemesis is
+chosen and the machine allows it (root, ``ip``, ``iptables``), this process makes the
+namespaces (``headwater.chaos.netns``), runs the whole run again inside the hub namespace
+as a child (``ip netns exec``; the child gets ``--inside-netns``), forwards Ctrl-C and
+SIGTERM to it, and removes the namespaces afterwards, whatever happened. Otherwise it
+prints why, drops the network nemeses and runs on loopback.
+
+Every process a run starts is stopped by its own process id. The seed is printed first;
+the same seed gives the same fault plan, targets and workload choices (timing still
+varies). A failing run keeps its directory (printed): ``history.jsonl`` (one event per
+line, ``headwater.chaos.history``; ``--check-history`` checks it again) and ``n<i>.log``,
+each node's output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import click
+
+from headwater.chaos import nemesis, netns
+from headwater.chaos.checker import check
+from headwater.chaos.cluster import ChaosCluster, wait_for
+from headwater.chaos.faults import FaultInjector, wall_clock
+from headwater.chaos.history import parse_lines
+from headwater.chaos.replicas import compare_metadata, compare_replicas, replicas_behind
+from headwater.chaos.report import (
+    RunResult,
+    build_examples,
+    invariant_alarms,
+    node_log_highlights,
+    text_lines,
+    to_json,
+)
+from headwater.chaos.workload import ConsumerWorker, ProducerWorker, Recorder, final_read
+from headwater.client import Admin
+from headwater.errors import HeadwaterError
+
+TOPIC: Final = "chaos"
+NODES: Final = 3
+START_DEADLINE_S: Final = 60.0
+IN_SYNC_DEADLINE_S: Final = 120.0
+WARM_UP_DEADLINE_S: Final = 30.0
+FLUSH_TIMEOUT_S: Final = 35.0
+FINAL_READ_DEADLINE_S: Final = 120.0
+RETRIES_WITH: Final = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    cycles: int
+    seed: int
+    faults: tuple[nemesis.Fault, ...]
+    partitions: int
+    keep: Path | None
+    as_json: bool
+    time_limit_s: float | None
+    producers: int
+    consumers: int
+    rate_per_s: float
+    settle_isr_s: float
+    network: str
+
+    def argv(self) -> list[str]:
+        """The command-line arguments that give these options again (for the child)."""
+        args = [
+            f"--cycles={self.cycles}",
+            f"--seed={self.seed}",
+            f"--nemeses={','.join(f.value for f in self.faults)}",
+            f"--partitions={self.partitions}",
+            f"--producers={self.producers}",
+            f"--consumers={self.consumers}",
+            f"--rate={self.rate_per_s}",
+            f"--settle-isr={self.settle_isr_s}",
+            f"--network={self.network}",
+        ]
+        if self.keep is not None:
+            args.append(f"--keep={self.keep}")
+        if self.as_json:
+            args.append("--json")
+        if self.time_limit_s is not None:
+            args.append(f"--time-limit={self.time_limit_s}")
+        return args
+
+
+def say(text: str) -> None:
+    """Progress goes to stderr, so that --json leaves stdout to the JSON document."""
+    print(f"[chaos {wall_clock()}] {text}", file=sys.stderr, flush=True)
+
+
+def _stop_on_sigterm() -> None:
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _prepare_dir(keep: Path | None) -> Path:
+    if keep is None:
+        return Path(tempfile.mkdtemp(prefix="headwater-chaos-"))
+    if keep.exists() and any(keep.iterdir()):
+        raise click.UsageError(f"--keep {keep} is not empty (nodes would find old data there)")
+    keep.mkdir(parents=True, exist_ok=True)
+    return keep
+
+
+def _start(cluster: ChaosCluster, options: Options, recorder: Recorder) -> None:
+    for node_id in cluster.nodes:
+        cluster.start(node_id)
+    late = cluster.wait_serving(cluster.nodes, START_DEADLINE_S)
+    if late:
+        raise RuntimeError(f"node(s) {late} not serving after {START_DEADLINE_S:g} s")
+    if wait_for(cluster.controller, START_DEADLINE_S, 0.2) is None:
+        raise RuntimeError(f"no active controller after {START_DEADLINE_S:g} s")
+    with Admin(cluster.bootstrap, request_timeout_s=30.0) as admin:
+        admin.create_topic(TOPIC, options.partitions, NODES, {"min_insync_replicas": "2"})
+    if not wait_for(lambda: cluster.in_sync(TOPIC), IN_SYNC_DEADLINE_S, 0.2):
+        raise RuntimeError(f"topic {TOPIC} not in sync after {IN_SYNC_DEADLINE_S:g} s")
+    recorder.note(f"{wall_clock()} cluster up: {cluster.bootstrap}, topic {TOPIC} in sync")
+
+
+def _finish(
+    cluster: ChaosCluster,
+    injector: FaultInjector,
+    producers: list[ProducerWorker],
+    consumers: list[ConsumerWorker],
+    options: Options,
+    recorder: Recorder,
+    result: RunResult,
+) -> None:
+    """Heal, stop the workload, read everything, compare; every step that fails is a
+    problem of the run, and the checker runs on the history whatever happened."""
+
+    def step(what: str, action: Callable[[], None]) -> None:
+        say(what)
+        try:
+            action()
+        except (HeadwaterError, RuntimeError, OSError) as error:
+            result.problems.append(f"{what}: {error}")
+
+    def heal() -> None:
+        result.problems.extend(injector.recover())
+        if not wait_for(lambda: cluster.in_sync(TOPIC), IN_SYNC_DEADLINE_S, 0.5):
+            result.problems.append(f"ISRs not full {IN_SYNC_DEADLINE_S:g} s after healing")
+
+    def stop_workload() -> None:
+        for producer in producers:
+            producer.stop(FLUSH_TIMEOUT_S)
+        for consumer in consumers:
+            consumer.stop()
+        if not wait_for(lambda: cluster.in_sync(TOPIC), IN_SYNC_DEADLINE_S, 0.5):
+            result.problems.append(f"ISRs not full {IN_SYNC_DEADLINE_S:g} s after the workload")
+
+    def read_all() -> None:
+        _, problems = final_read(
+            cluster.bootstrap, TOPIC, options.partitions, recorder, FINAL_READ_DEADLINE_S
+        )
+        result.problems.extend(problems)
+
+    def compare() -> None:
+        with Admin(cluster.bootstrap, request_timeout_s=30.0) as admin:
+            behind: list[str] = []
+
+            def caught_up() -> bool:
+                behind[:] = replicas_behind(admin, TOPIC)
+                return not behind
+
+            if not wait_for(caught_up, IN_SYNC_DEADLINE_S, 0.5):
+                result.problems += [f"replica not caught up: {line}" for line in behind]
+            result.replicas = compare_replicas(admin, TOPIC)
+            say("comparing every node's metadata image")
+            addresses = {b.node_id: b.address for b in admin.metadata([TOPIC]).brokers}
+            result.metadata = compare_metadata(admin, addresses)
+
+    step("healing: every node back, waiting for full ISRs", heal)
+    step("stopping the workload", stop_workload)
+    step("final read of every partition", read_all)
+    step("comparing replicas", compare)
+    injector.note_crashes()
+    result.problems += injector.crashes
+    history = recorder.events()
+    result.report = check(history)
+    result.examples = build_examples(result.report, history, injector.context)
+
+
+def run(options: Options, topology: netns.Topology | None, skipped: list[str]) -> RunResult:
+    """One run; raises KeyboardInterrupt on Ctrl-C (after stopping everything)."""
+    began = time.monotonic()
+    network = f"namespaces {topology.prefix}-*" if topology else "loopback"
+    result = RunResult(options.seed, network, skipped, Counter())
+    run_dir = _prepare_dir(options.keep)
+    result.run_dir = run_dir
+    say(f"seed {options.seed}; run directory {run_dir}; {network}")
+    rng = random.Random(options.seed)
+    recorder = Recorder(run_dir / "history.jsonl")
+    recorder.note(f"{wall_clock()} seed {options.seed}, options {options.argv()}")
+    cluster = ChaosCluster(run_dir, NODES, topology)
+    producers: list[ProducerWorker] = []
+    consumers: list[ConsumerWorker] = []
+    try:
+        _start(cluster, options, recorder)
+        injector = FaultInjector(
+            cluster, TOPIC, options.partitions, rng, recorder, topology, options.settle_isr_s
+        )
+        consumers = [
+            ConsumerWorker(f"c{i}", cluster.bootstrap, TOPIC, options.partitions, recorder)
+            for i in range(options.consumers)
+        ]
+        for consumer in consumers:
+            consumer.start()
+        producers = [
+            ProducerWorker(
+                f"p{i}",
+                cluster.bootstrap,
+                TOPIC,
+                options.partitions,
+                rng.randrange(1 << 62),
+                0 if i % 2 == 0 else RETRIES_WITH,
+                recorder,
+                options.rate_per_s,
+            )
+            for i in range(options.producers)
+        ]
+        for producer in producers:
+            producer.start()
+        if not wait_for(lambda: all(p.acknowledged for p in producers), WARM_UP_DEADLINE_S):
+            result.problems.append(f"no acknowledged write in {WARM_UP_DEADLINE_S:g} s")
+        plan = nemesis.plan(rng, options.faults, options.cycles)
+        for cycle in plan:
+            elapsed = time.monotonic() - began
+            if options.time_limit_s is not None and elapsed > options.time_limit_s:
+                say(f"time limit reached after {cycle.number - 1} cycles")
+                break
+            say(f"cycle {cycle.number}/{len(plan)}: {cycle.fault} for {cycle.duration_ms} ms")
+            injector.run(cycle)
+            result.cycles_by_nemesis[cycle.fault.value] += 1
+            problems = injector.recover()
+            if problems:
+                say(f"cycle {cycle.number}: {'; '.join(problems)}")
+            time.sleep(cycle.quiet_ms / 1000)
+        _finish(cluster, injector, producers, consumers, options, recorder, result)
+    except (HeadwaterError, RuntimeError) as error:
+        result.problems.append(f"run stopped: {error}")
+    except KeyboardInterrupt:
+        say(f"interrupted; history and node logs kept in {run_dir}")
+        raise
+    finally:
+        for producer in producers:
+            if not producer.stopped:
+                producer.stop(1.0)
+        for consumer in consumers:
+            if not consumer.stopped:
+                consumer.stop()
+        for line in cluster.close():
+            say(line)
+        recorder.close()
+        result.duration_s = time.monotonic() - began
+        logs = {i: n.log_path for i, n in cluster.nodes.items()}
+        result.node_log = node_log_highlights(logs)
+        result.problems += invariant_alarms(logs)
+    return result
+
+
+def _conclude(result: RunResult, options: Options) -> int:
+    """Print the result; remove the run's directory when it passed and --keep was not
+    given, else say where it is. Returns the exit status."""
+    if result.valid and options.keep is None and result.run_dir is not None:
+        shutil.rmtree(result.run_dir, ignore_errors=True)
+        result.run_dir = None
+    if options.as_json:
+        print(json.dumps(to_json(result), indent=1))
+    else:
+        print("\n".join(text_lines(result)))
+    if result.run_dir is not None:
+        say(f"history and node logs kept in {result.run_dir}")
+    return 0 if result.valid else 1
+
+
+# ----------------------------------------------------------------------------- namespaces
+
+
+def _run_in_namespaces(topology: netns.Topology, options: Options) -> int:
+    """Make the namespaces, run the run in the hub as a child, remove the namespaces (also
+    when interrupted while making them)."""
+    child: subprocess.Popen[bytes] | None = None
+    interrupts = 0
+
+    def forward(signum: int, _frame: object) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if child is None:
+            raise KeyboardInterrupt  # still making the namespaces: ``finally`` removes them
+        if child.poll() is None:
+            child.send_signal(signal.SIGKILL if interrupts > 2 else signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        netns.create(topology)
+        say(
+            f"created network namespaces {', '.join(topology.namespaces())} (bridge hwbr0 "
+            f"{topology.hub_ip}/24 in the hub, node i at {topology.ip(1)[:-2]}1i)"
+        )
+        child = subprocess.Popen(
+            [
+                *topology.exec_prefix(topology.hub),
+                sys.executable,
+                "-m",
+                "headwater.chaos",
+                *options.argv(),
+                f"--inside-netns={topology.prefix}",
+            ],
+            start_new_session=True,  # signals reach it through this process only
+        )
+        return child.wait()
+    finally:
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        for line in netns.destroy(topology):
+            say(line)
+        left = netns.existing(topology)
+        if left:
+            say(f"WARNING: namespaces left behind: {left} (remove with: ip netns del NAME)")
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _choose_network(options: Options) -> tuple[netns.Topology | None, Options, list[str]]:
+    """(topology to make, options to run with, nemeses skipped) for this machine."""
+    wanted = [f for f in options.faults if f.needs_network]
+    if not wanted:
+        return None, options, []
+    reason = "--network loopback" if options.network == "loopback" else netns.unavailable_reason()
+    if reason is None:
+        return netns.topology_for(os.getpid(), tuple(range(1, NODES + 1))), options, []
+    if options.network == "netns":
+        raise click.UsageError(f"--network netns: namespaces unavailable: {reason}")
+    skipped = [f.value for f in wanted]
+    kept = tuple(f for f in options.faults if not f.needs_network)
+    say(f"note: network partitions skipped ({', '.join(skipped)}): {reason}; nodes on loopback")
+    if not kept:
+        raise click.UsageError("every nemesis chosen needs network namespaces, unavailable here")
+    return None, dataclasses.replace(options, faults=kept), skipped
+
+
+def _check_history(path: Path, as_json: bool) -> int:
+    with open(path, encoding="utf-8") as lines:
+        report = check(list(parse_lines(lines)))
+    if as_json:
+        print(json.dumps({"valid": report.valid(), "anomalies": report.counts()}))
+    else:
+        from headwater.chaos.checker import summary_lines  # noqa: PLC0415
+
+        print("\n".join(summary_lines(report)))
+    return 0 if report.valid() else 1
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--cycles", type=click.IntRange(min=0), default=20, show_default=True)
+@click.option("--seed", type=int, default=None, help="Seed of every random choice (printed).")
+@click.option(
+    "--nemeses",
+    default="all",
+    show_default=True,
+    help="Comma-separated faults or prefixes (kill-*, pause-*, partition-*): "
+    + ", ".join(f.value for f in nemesis.Fault),
+)
+@click.option("--partitions", type=click.IntRange(1, 64), default=6, show_default=True)
+@click.option("--keep", type=click.Path(path_type=Path), help="Keep the run's files here.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option(
+    "--time-limit",
+    "time_limit_s",
+    type=click.FloatRange(min=0),
+    help="Start no fault cycle after this many seconds.",
+)
+@click.option("--producers", type=click.IntRange(1, 8), default=2, show_default=True)
+@click.option("--consumers", type=click.IntRange(0, 8), default=2, show_default=True)
+@click.option(
+    "--rate", "rate_per_s", type=click.FloatRange(min=1), default=40.0, show_default=True,
+    help="Records per second per producer.",
+)  # fmt: skip
+@click.option(
+    "--settle-isr", "settle_isr_s", type=click.FloatRange(min=0), default=10.0,
+    show_default=True, help="Seconds to wait for full ISRs after each cycle.",
+)  # fmt: skip
+@click.option(
+    "--network", type=click.Choice(["auto", "netns", "loopback"]), default="auto",
+    show_default=True, help="Namespaces when possible (auto), always, or never.",
+)  # fmt: skip
+@click.option(
+    "--check-history", type=click.Path(exists=True, path_type=Path),
+    help="Only check a kept history.jsonl and exit.",
+)  # fmt: skip
+@click.option("--inside-netns", hidden=True, default=None)
+def main(
+    cycles: int,
+    seed: int | None,
+    nemeses: str,
+    partitions: int,
+    keep: Path | None,
+    as_json: bool,
+    time_limit_s: float | None,
+    producers: int,
+    consumers: int,
+    rate_per_s: float,
+    settle_isr_s: float,
+    network: str,
+    check_history: Path | None,
+    inside_netns: str | None,
+) -> None:
+    """Run Headwater under faults (kills, pauses, restarts, network partitions) and check
+    the history for lost, unseen, reordered, skipped and inconsistent records. See
+    docs/chaos.md."""
+    if check_history is not None:
+        sys.exit(_check_history(check_history, as_json))
+    try:
+        faults = nemesis.parse_faults(nemeses)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--nemeses") from None
+    options = Options(
+        cycles=cycles,
+        seed=seed if seed is not None else secrets.randbelow(1 << 31),
+        faults=faults,
+        partitions=partitions,
+        keep=keep.resolve() if keep is not None else None,
+        as_json=as_json,
+        time_limit_s=time_limit_s,
+        producers=producers,
+        consumers=consumers,
+        rate_per_s=rate_per_s,
+        settle_isr_s=settle_isr_s,
+        network=network,
+    )
+    if inside_netns is None:
+        topology, options, skipped = _choose_network(options)
+        if topology is not None:
+            try:
+                sys.exit(_run_in_namespaces(topology, options))
+            except netns.NetnsError as exc:
+                if options.network == "netns":
+                    raise click.ClickException(str(exc)) from None
+                say(f"note: could not make network namespaces ({exc}); nodes on loopback")
+                kept = tuple(f for f in options.faults if not f.needs_network)
+                skipped = [f.value for f in options.faults if f.needs_network]
+                options = dataclasses.replace(options, faults=kept)
+                topology = None
+    else:
+        topology = netns.Topology(inside_netns, tuple(range(1, NODES + 1)))
+        skipped = []
+    _stop_on_sigterm()
+    say(f"seed {options.seed} (python -m headwater.chaos {' '.join(options.argv())})")
+    try:
+        result = run(options, topology, skipped)
+    except KeyboardInterrupt:
+        say("interrupted; every process stopped")
+        sys.exit(130)
+    sys.exit(_conclude(result, options))
