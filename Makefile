@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PROTO_DIR := proto/headwater/v1
 PYTEST_ARGS ?=
 
-.PHONY: run test lint proto bench typecheck-tree clean demo chaos chaos-short
+.PHONY: run test lint proto bench typecheck-tree clean demo chaos chaos-short fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,12 @@ chaos: $(STAMP)
 
 chaos-short: $(STAMP)
 	$(BIN)/python -m headwater.chaos --cycles 14 --time-limit 150 $(CHAOS_ARGS)
+
+# The batch decoder's mutation fuzzer (tests/fuzz_batch.py) for a long run; the tests run
+# a fixed 30,000 cases. FUZZ_ARGS adds options, e.g. FUZZ_ARGS="--seed 42".
+FUZZ_ARGS ?=
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz_batch --cases 1000000 $(FUZZ_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_all.py

@@ -31,7 +31,7 @@ import pyarrow as pa
 from headwater.client.connection import Cluster
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
-from headwater.log.batch import decode_batches, timestamps_ms
+from headwater.log.batch import columns_without_timestamps, decode_batches, timestamps_ms
 from headwater.v1 import headwater_pb2 as pb
 
 RESET_POLICIES: Final = ("earliest", "latest", "none")
@@ -91,7 +91,7 @@ class PollResult:
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         for fetched in self.batches:
-            columns = fetched.records.to_pydict()
+            columns = columns_without_timestamps(fetched.records)
             stamps = timestamps_ms(fetched.records)
             for offset, stamp, key, value, headers in zip(
                 columns["offset"],

@@ -369,6 +369,28 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         topic=True,
     ),
     Setting(
+        "message_timestamp_after_max_ms",
+        3_600_000,
+        "A produced record may be at most this far ahead of the leader's clock (else "
+        "INVALID_TIMESTAMP): a timestamp far in the future would keep its segment from "
+        "ever expiring.",
+        unit="ms",
+        low=0,
+        high=INT64_MAX,
+        topic=True,
+    ),
+    Setting(
+        "message_timestamp_before_max_ms",
+        -1,
+        "A produced record may be at most this far behind the leader's clock (else "
+        "INVALID_TIMESTAMP); -1: any time from 1970-01-01 on.",
+        unit="ms",
+        low=0,
+        high=INT64_MAX,
+        minus_one_disables=True,
+        topic=True,
+    ),
+    Setting(
         "index_interval_bytes",
         4096,
         "Bytes of log between two offset index entries.",
@@ -441,6 +463,8 @@ class NodeConfig:
     retention_ms: int = 7 * DAY_MS
     retention_bytes: int = -1
     max_message_bytes: int = 8 * MiB
+    message_timestamp_after_max_ms: int = 3_600_000
+    message_timestamp_before_max_ms: int = -1
     index_interval_bytes: int = 4096
     flush_policy: str = "os"
     flush_interval_ms: int = 1000
@@ -501,6 +525,8 @@ class NodeConfig:
             retention_ms=int(values["retention_ms"]),
             retention_bytes=int(values["retention_bytes"]),
             max_message_bytes=int(values["max_message_bytes"]),
+            message_timestamp_after_max_ms=int(values["message_timestamp_after_max_ms"]),
+            message_timestamp_before_max_ms=int(values["message_timestamp_before_max_ms"]),
             index_interval_bytes=int(values["index_interval_bytes"]),
             flush_policy=FlushPolicy(values["flush_policy"]),
             flush_interval_ms=int(values["flush_interval_ms"]),

@@ -37,9 +37,21 @@ class LogConfig:
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_bytes: int = -1
     max_message_bytes: int = 8 << 20
+    message_timestamp_after_max_ms: int = 3_600_000
+    message_timestamp_before_max_ms: int = -1
     index_interval_bytes: int = 4096
     flush_policy: FlushPolicy = FlushPolicy.OS
     flush_interval_ms: int = 1000
+
+    def timestamp_range(self, now_ms: int) -> tuple[int, int]:
+        """The record timestamps a producer may send now: [now - before_max, now +
+        after_max] (inclusive; the lower end is 0 when before_max is -1)."""
+        low = (
+            0
+            if self.message_timestamp_before_max_ms < 0
+            else now_ms - self.message_timestamp_before_max_ms
+        )
+        return low, now_ms + self.message_timestamp_after_max_ms
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,13 @@ to a multiple of 8 bytes, so every section starts 8-byte aligned::
 Invariants: ``total_size % 8 == 0``; the broker may rewrite base_offset and
 leader_epoch (bytes [0, 8) and [12, 16)) without touching the CRC; everything else the
 broker stores and returns byte for byte.
+
+Hostile input: every length, count and offset is checked against its buffer before any
+Arrow call reads through it, and decompression never produces more than the header's
+uncompressed_body_length, itself capped by the reader's limit. ``validate_batch`` (what
+the broker runs on a produced batch) adds the producer's rules: bits 3-5 of the
+attributes are the broker's, and every record timestamp lies in [TIMESTAMP_MIN_MS,
+TIMESTAMP_MAX_MS] and the topic's window. tests/fuzz_batch.py fuzzes all of it.
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ import enum
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import crc32c as _crc32c
 import lz4.frame
@@ -87,6 +94,17 @@ _CONTROL_BIT: Final = 0x20
 _HAS_KEYS_BIT: Final = 0x40
 _HAS_HEADERS_BIT: Final = 0x80
 _KNOWN_ATTRIBUTE_BITS: Final = 0xFF
+PRODUCER_ATTRIBUTE_BITS: Final = _CODEC_MASK | _HAS_KEYS_BIT | _HAS_HEADERS_BIT
+"""Attribute bits a producer may set: codec, has keys, has headers. The timestamp type,
+transactional and control bits are the broker's (log-append time, transaction markers)."""
+TIMESTAMP_MIN_MS: Final = 0
+"""1970-01-01T00:00:00.000Z: Kafka's rule (no negative timestamps)."""
+TIMESTAMP_MAX_MS: Final = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: the last instant every language's date type can hold."""
+UNCOMPRESSED_BYTES_MAX: Final = 1 << 30
+"""Largest body a reader decompresses when it knows no topic limit (the largest
+max_message_bytes a topic may set); the broker checks produced batches against the
+topic's own max_message_bytes."""
 _BASE_OFFSET_LEADER_EPOCH: Final = struct.Struct("<qii")
 
 
@@ -292,16 +310,50 @@ def compress(body: bytes, compression: Compression) -> bytes:
     return bytes(lz4.frame.compress(body))
 
 
-def decompress(stored: bytes | memoryview, compression: Compression, size: int) -> bytes:
-    """Decompress a body, checking it yields exactly ``size`` bytes."""
+def decompress(
+    stored: bytes | memoryview,
+    compression: Compression,
+    size: int,
+    max_size: int = UNCOMPRESSED_BYTES_MAX,
+) -> bytes:
+    """Decompress a body, checking it yields exactly ``size`` bytes.
+
+    ``size`` (the header's uncompressed_body_length) must not exceed ``max_size``, and no
+    codec is allowed to produce more than ``size`` bytes: decompression stops there, so
+    a body that claims or expands to more costs at most ``size`` bytes of memory.
+    """
+    if size > max_size:
+        raise CorruptBatchError(
+            f"uncompressed_body_length {size} exceeds the limit of {max_size} bytes "
+            "(max_message_bytes)"
+        )
     try:
         if compression is Compression.ZSTD:
-            raw = zstandard.ZstdDecompressor().decompress(stored, max_output_size=size)
+            declared = zstandard.frame_content_size(stored)
+            if declared not in (-1, size):
+                raise CorruptBatchError(
+                    f"zstd frame declares {declared} bytes, header says "
+                    f"uncompressed_body_length={size}"
+                )
+            # One decompressor per call: instances are not safe to share between threads.
+            reader = zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=False)
+            raw = reader.read(size)
+            if len(raw) == size and reader.read(1):
+                raise CorruptBatchError(f"zstd body decompresses to more than {size} bytes")
         elif compression is Compression.LZ4:
-            raw = lz4.frame.decompress(bytes(stored))
+            declared = lz4.frame.get_frame_info(stored)["content_size"]
+            if declared not in (0, size):
+                raise CorruptBatchError(
+                    f"lz4 frame declares {declared} bytes, header says "
+                    f"uncompressed_body_length={size}"
+                )
+            decompressor = lz4.frame.LZ4FrameDecompressor()
+            raw = decompressor.decompress(stored, max_length=size)
+            if len(raw) == size and not decompressor.eof:
+                raise CorruptBatchError(f"lz4 body decompresses to more than {size} bytes")
         else:
             raw = bytes(stored)
-    except (zstandard.ZstdError, RuntimeError, ValueError) as exc:
+    except (zstandard.ZstdError, RuntimeError, ValueError, KeyError) as exc:
         raise CorruptBatchError(
             f"{compression.name.lower()} body does not decompress: {exc}"
         ) from exc
@@ -533,10 +585,22 @@ class _BodyReader:
         return buffer, last
 
     def binary(self, count: int, what: str, with_validity: bool = True) -> pa.Array:
+        """A binary column, fully validated (every offset non-decreasing and within its
+        data) before anything reads through its offsets: a cast or a slice of an array
+        with a bad middle offset reads outside its buffers."""
         validity = self.take(_bitmap_bytes(count), f"{what} validity") if with_validity else None
         offsets, data_size = self.offsets(count, what)
         data = self.take(data_size, f"{what} data")
-        return pa.Array.from_buffers(pa.binary(), count, [validity, offsets, data])
+        array = pa.Array.from_buffers(pa.binary(), count, [validity, offsets, data])
+        _validate(array, what)
+        return array
+
+
+def _validate(array: pa.Array, what: str) -> None:
+    try:
+        array.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise CorruptBatchError(f"{what}: {exc}") from exc
 
 
 def _arange(count: int, start: int) -> pa.Array:
@@ -550,15 +614,23 @@ def _arange(count: int, start: int) -> pa.Array:
 _ARANGE: Final = pa.array(range(1 << 16), type=pa.int64())
 
 
-def decode_body(
-    header: BatchHeader, body: bytes, check_only: bool = False
-) -> pa.RecordBatch | None:
-    """Decode an uncompressed body into an Arrow RecordBatch of RECORD_SCHEMA.
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """The body's columns, each validated: keys, values (binary), timestamp deltas
+    (int32) and headers (_HEADERS_TYPE)."""
 
-    Every offset array is validated (monotonic, within its data) by Arrow; any failure
-    is a CorruptBatchError. Buffers are zero-copy views into ``body``. With
-    ``check_only`` the structure is validated and nothing is built (returns None).
-    """
+    keys: pa.Array
+    values: pa.Array
+    deltas: pa.Array
+    headers: pa.Array
+
+
+def _decode_columns(header: BatchHeader, body: bytes) -> _Columns:
+    """Cut an uncompressed body into validated columns (zero-copy views into ``body``).
+
+    Order matters: every length is checked against the body before a buffer is taken,
+    and every array is fully validated by Arrow before it is cast, wrapped in a parent
+    array or read; any failure is a CorruptBatchError naming the section."""
     count = header.record_count
     reader = _BodyReader(body)
     try:
@@ -578,35 +650,64 @@ def decode_body(
             headers = pa.Array.from_buffers(
                 _HEADERS_TYPE, count, [None, list_offsets], children=[entries]
             )
+            _validate(headers, "header list")
         else:
             headers = pa.nulls(count, type=_HEADERS_TYPE)
-        if reader.position != len(body):
-            raise CorruptBatchError(
-                f"body has {len(body) - reader.position} unexplained trailing bytes"
-            )
-        for column in (keys, values, headers):
-            column.validate(full=True)
-        if check_only:
-            return None
-        if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
-            timestamps = pa.array([header.max_timestamp] * count, type=pa.int64())
-        else:
-            timestamps = pc.add(
-                deltas.cast(pa.int64()), pa.scalar(header.first_timestamp, pa.int64())
-            )
     except pa.ArrowInvalid as exc:
         raise CorruptBatchError(f"malformed body: {exc}") from exc
+    if reader.position != len(body):
+        raise CorruptBatchError(
+            f"body has {len(body) - reader.position} unexplained trailing bytes"
+        )
+    return _Columns(keys, values, deltas, headers)
+
+
+def decode_body(header: BatchHeader, body: bytes) -> pa.RecordBatch:
+    """Decode an uncompressed body into an Arrow RecordBatch of RECORD_SCHEMA.
+
+    Every section is checked against the body and every offsets array validated
+    (monotonic, within its data) before use; any failure is a CorruptBatchError. Buffers
+    are zero-copy views into ``body``.
+    """
+    columns = _decode_columns(header, body)
+    count = header.record_count
+    if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+        timestamps = pa.array([header.max_timestamp] * count, type=pa.int64())
+    else:
+        timestamps = pc.add(
+            columns.deltas.cast(pa.int64()), pa.scalar(header.first_timestamp, pa.int64())
+        )
     offsets = _arange(count, header.base_offset)
     return pa.RecordBatch.from_arrays(
-        [offsets, timestamps.cast(pa.timestamp("ms", tz="UTC")), keys, values, headers],
+        [
+            offsets,
+            timestamps.cast(pa.timestamp("ms", tz="UTC")),
+            columns.keys,
+            columns.values,
+            columns.headers,
+        ],
         schema=RECORD_SCHEMA,
     )
 
 
 def timestamps_ms(records: pa.RecordBatch) -> list[int]:
     """Record timestamps as integer ms. Going through datetime (``.timestamp() * 1000``)
-    is wrong: float seconds lose a millisecond for large timestamps."""
+    is wrong: float seconds lose a millisecond for large timestamps, and a timestamp
+    outside datetime's years 1-9999 (which a batch stored before the broker checked
+    timestamps may hold) does not convert at all."""
     return list(records.column("timestamp").cast(pa.int64()).to_pylist())
+
+
+def columns_without_timestamps(records: pa.RecordBatch) -> dict[str, list[Any]]:
+    """Every column but ``timestamp`` as Python lists (see ``timestamps_ms`` for that)."""
+    columns: dict[str, list[Any]] = records.drop_columns(["timestamp"]).to_pydict()
+    return columns
+
+
+def rows_without_timestamps(records: pa.RecordBatch) -> list[dict[str, Any]]:
+    """Every row as a dict of every column but ``timestamp``."""
+    rows: list[dict[str, Any]] = records.drop_columns(["timestamp"]).to_pylist()
+    return rows
 
 
 def decode_batch(
@@ -617,9 +718,7 @@ def decode_batch(
     start = position + HEADER_BYTES
     stored = memoryview(buffer)[start : start + header.body_length]
     body = decompress(stored, header.compression, header.uncompressed_body_length)
-    records = decode_body(header, body)
-    assert records is not None
-    return DecodedBatch(header, records)
+    return DecodedBatch(header, decode_body(header, body))
 
 
 def decode_batches(buffer: bytes | memoryview, verify_crc: bool = True) -> list[DecodedBatch]:
@@ -630,18 +729,66 @@ def decode_batches(buffer: bytes | memoryview, verify_crc: bool = True) -> list[
     return result
 
 
-def validate_batch(buffer: bytes | memoryview) -> BatchHeader:
-    """Full check of one standalone batch: header, CRC, codec and body structure.
+class InvalidTimestampError(HeadwaterError):
+    """A record timestamp outside the range the broker accepts (INVALID_TIMESTAMP)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INVALID_TIMESTAMP, message)
+
+
+FORMAT_TIMESTAMP_RANGE: Final = (TIMESTAMP_MIN_MS, TIMESTAMP_MAX_MS)
+
+
+def _check_timestamp(timestamp: int, what: str, valid: tuple[int, int]) -> None:
+    low, high = valid
+    if not low <= timestamp <= high:
+        raise InvalidTimestampError(
+            f"{what} {timestamp} outside the accepted range [{low}, {high}] (ms since the epoch)"
+        )
+
+
+def validate_batch(
+    buffer: bytes | memoryview,
+    max_uncompressed_bytes: int = UNCOMPRESSED_BYTES_MAX,
+    timestamp_range: tuple[int, int] = FORMAT_TIMESTAMP_RANGE,
+) -> BatchHeader:
+    """Full check of one batch a producer sent: header, CRC, codec, body structure, the
+    attribute bits a producer may set, and every record timestamp.
 
     The broker runs this on every produced batch, so that nothing it stores can fail a
-    consumer's decoder.
+    consumer's decoder. The uncompressed body may not exceed ``max_uncompressed_bytes``
+    (decompression stops there); every record timestamp must lie in ``timestamp_range``
+    (inclusive, within [TIMESTAMP_MIN_MS, TIMESTAMP_MAX_MS]) and ``max_timestamp`` must be
+    the largest of them. Raises CorruptBatchError, UnsupportedCompressionError or
+    InvalidTimestampError naming the failed check; never anything else, whatever the bytes.
     """
     header = verify_batch(buffer, 0)
     if header.total_size != len(buffer):
         raise CorruptBatchError(
             f"payload is {len(buffer)} bytes but the batch header says {header.total_size}"
         )
+    broker_bits = header.attributes & ~PRODUCER_ATTRIBUTE_BITS
+    if broker_bits:
+        raise CorruptBatchError(
+            f"attribute bits {broker_bits:#06x} are the broker's (timestamp type 0x0008, "
+            f"transactional 0x0010, control 0x0020); a producer may set only "
+            f"{PRODUCER_ATTRIBUTE_BITS:#06x} (codec, has keys, has headers)"
+        )
+    low = max(timestamp_range[0], TIMESTAMP_MIN_MS)
+    high = min(timestamp_range[1], TIMESTAMP_MAX_MS)
+    _check_timestamp(header.first_timestamp, "first_timestamp", (low, high))
+    _check_timestamp(header.max_timestamp, "max_timestamp", (low, high))
     stored = memoryview(buffer)[HEADER_BYTES : HEADER_BYTES + header.body_length]
-    body = decompress(stored, header.compression, header.uncompressed_body_length)
-    decode_body(header, body, check_only=True)
+    body = decompress(
+        stored, header.compression, header.uncompressed_body_length, max_uncompressed_bytes
+    )
+    columns = _decode_columns(header, body)
+    extremes = pc.min_max(columns.deltas).as_py()
+    smallest = header.first_timestamp + extremes["min"]
+    largest = header.first_timestamp + extremes["max"]
+    _check_timestamp(smallest, "a record timestamp", (low, high))
+    if largest != header.max_timestamp:
+        raise CorruptBatchError(
+            f"max_timestamp {header.max_timestamp} is not the largest record timestamp ({largest})"
+        )
     return header

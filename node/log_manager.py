@@ -219,7 +219,7 @@ class LogManager:
             topic,
             index,
             log,
-            log_config.max_message_bytes,
+            log_config,
             fsync_on_append=log_config.flush_policy is FlushPolicy.ACK,
             topic_id=topic_id,
             min_insync_replicas=int(

@@ -33,7 +33,7 @@ from typing import Final
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
-from headwater.log.api import AppendInfo, PartitionLog, ReadResult
+from headwater.log.api import AppendInfo, LogConfig, PartitionLog, ReadResult
 from headwater.log.file_log import write_atomically
 from headwater.node import replication
 from headwater.raft.image import PartitionState
@@ -53,7 +53,7 @@ class Partition:
         topic: str,
         index: int,
         log: PartitionLog,
-        max_message_bytes: int,
+        log_config: LogConfig,
         fsync_on_append: bool = False,
         topic_id: str = "",
         min_insync_replicas: int = 1,
@@ -63,7 +63,9 @@ class Partition:
         self.topic_id = topic_id
         self.index = index
         self.log = log
-        self.max_message_bytes = max_message_bytes
+        self.log_config = log_config
+        """The topic's settings: what a produced batch is checked against."""
+        self.max_message_bytes = log_config.max_message_bytes
         self.fsync_on_append = fsync_on_append
         self.min_insync_replicas = min_insync_replicas
         self.directory = directory

@@ -346,7 +346,11 @@ class BrokerService(pb_grpc.BrokerServicer):
                 f"batch of {len(batch)} bytes exceeds max_message_bytes {max_message_bytes} of "
                 f"topic {partition.topic!r}",
             )
-        batch_format.validate_batch(batch)
+        batch_format.validate_batch(
+            batch,
+            max_uncompressed_bytes=max_message_bytes,
+            timestamp_range=partition.log_config.timestamp_range(now_ms()),
+        )
         partition.check_open()
         acks_all = request.acks in (pb.ACKS_ALL, pb.ACKS_UNSPECIFIED)
         if acks_all:
@@ -396,6 +400,14 @@ class BrokerService(pb_grpc.BrokerServicer):
                 target = keyless_target
             groups.setdefault(target, []).append(record)
         now = now_ms()
+        stamps = [r.timestamp_ms if r.HasField("timestamp_ms") else now for r in records]
+        if max(stamps) - min(stamps) >= 1 << 31:
+            raise HeadwaterError(
+                ErrorCode.INVALID_TIMESTAMP,
+                f"record timestamps {min(stamps)}..{max(stamps)} (the current time for records "
+                "without one) span 2^31 ms (24.8 days) or more; one batch cannot hold them: "
+                "send such records in separate requests",
+            )
         return {
             target: batch_format.encode_batch(
                 [r.value if r.HasField("value") else None for r in group],
@@ -648,7 +660,9 @@ def _decoded_records(data: bytes, first_offset: int) -> list[pb.ConsumedRecord]:
         if decoded.header.base_offset < first_offset:
             records = records.filter(pc.greater_equal(records.column("offset"), first_offset))
         for row, stamp in zip(
-            records.to_pylist(), batch_format.timestamps_ms(records), strict=True
+            batch_format.rows_without_timestamps(records),
+            batch_format.timestamps_ms(records),
+            strict=True,
         ):
             record = pb.ConsumedRecord(
                 offset=row["offset"],

@@ -22,6 +22,7 @@ import pytest
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
+from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
 from headwater.node import replication
 from headwater.node.partition import Partition
@@ -100,7 +101,7 @@ def batch(epoch: int, base_offset: int, count: int, tag: bytes) -> bytes:
 
 
 def replica(node_id: int, batches: list[bytes], high_watermark: int = 0) -> Partition:
-    partition = Partition(TOPIC, 0, MemoryLog(), 1 << 20)
+    partition = Partition(TOPIC, 0, MemoryLog(), LogConfig(max_message_bytes=1 << 20))
     partition.node_id = node_id
     for data in batches:
         partition.log.append_replicated(data, NOW_MS)

@@ -492,3 +492,81 @@ def test_describe_replica_log_names_a_replica_it_does_not_host(shared_node: Node
         plain = admin.node_metadata(address, include_digest=False)
         assert plain.metadata_digest == b""
         assert len(admin.node_metadata(address).metadata_digest) == 32
+
+
+def test_hostile_batches_are_refused_and_the_node_stays_up(shared_node: NodeProcess) -> None:
+    """Issue 11: a 240-byte batch whose header-key offsets are corrupt (CRC recomputed)
+    killed the node; a zstd body declaring 2 GiB stalled it; timestamps of 2^63-1 were
+    stored and then broke every records-format fetch of the partition."""
+    import struct
+
+    import crc32c
+    import zstandard
+
+    with Admin(shared_node.address) as admin:
+        topic = new_topic(admin)
+    stub = broker(shared_node)
+
+    def rechecksummed(data: bytearray) -> bytes:
+        struct.pack_into("<I", data, 20, crc32c.crc32c(bytes(data[batch_format.CRC_START :])))
+        return bytes(data)
+
+    def produce_error(**fields) -> str:
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Produce(pb.ProduceRequest(topic=topic, partition=0, **fields))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+        return info.value.details()
+
+    crafted = bytearray(
+        batch_format.encode_batch(
+            [b"v1", b"v2"],
+            keys=[b"k", b"k2"],
+            headers=[[("hk", b"hv")], [("a", b"b"), ("c", None)]],
+        )
+    )
+    assert len(crafted) == 224
+    struct.pack_into("<i", crafted, 172, -(1 << 30))  # a middle header-key offset
+    assert "CORRUPT_MESSAGE" in produce_error(batch=rechecksummed(crafted))
+
+    stored = zstandard.ZstdCompressor(level=19).compress(bytes(64 << 20))
+    bomb = bytearray(batch_format.encode_batch([b"x"], compression=batch_format.Compression.ZSTD))
+    bomb = bomb[: batch_format.HEADER_BYTES] + stored + bytes(-len(stored) % 8)
+    struct.pack_into("<i", bomb, 8, len(bomb) - 12)
+    struct.pack_into("<i", bomb, 36, len(stored))
+    struct.pack_into("<i", bomb, 72, (1 << 31) - 8)
+    started = time.monotonic()
+    details = produce_error(batch=rechecksummed(bomb))
+    assert "exceeds the limit of 8388608" in details and time.monotonic() - started < 2
+
+    for stamp in ((1 << 63) - 1, -(1 << 63), int(time.time() * 1000) + 2 * 3600_000):
+        details = produce_error(batch=batch_format.encode_batch([b"v"], timestamps_ms=stamp))
+        assert "INVALID_TIMESTAMP" in details, details
+        records = pb.RecordList(records=[pb.Record(value=b"v", timestamp_ms=stamp)])
+        assert "INVALID_TIMESTAMP" in produce_error(records=records)
+    records = pb.RecordList(records=[pb.Record(value=b"v", timestamp_ms=0), pb.Record(value=b"w")])
+    assert "span 2^31 ms" in produce_error(records=records)
+    bits = bytearray(batch_format.encode_batch([b"v"]))
+    struct.pack_into("<H", bits, 24, 0x20)  # a control batch
+    assert "control" in produce_error(batch=rechecksummed(bits))
+
+    stub.Produce(
+        pb.ProduceRequest(topic=topic, partition=0, batch=batch_format.encode_batch([b"ok"]))
+    )
+    fetched = stub.Fetch(
+        pb.FetchRequest(topic=topic, partition=0, offset=0, format=pb.RECORD_FORMAT_RECORDS)
+    )
+    assert [r.value for r in fetched.decoded] == [b"ok"]
+
+
+def test_the_timestamp_window_is_a_topic_setting(shared_node: NodeProcess) -> None:
+    now = int(time.time() * 1000)
+    with Admin(shared_node.address) as admin:
+        lax = new_topic(admin, configs={"message_timestamp_after_max_ms": str(365 * 86400_000)})
+        strict = new_topic(admin, configs={"message_timestamp_before_max_ms": "60000"})
+    stub = broker(shared_node)
+    later = batch_format.encode_batch([b"v"], timestamps_ms=now + 30 * 86400_000)
+    assert stub.Produce(pb.ProduceRequest(topic=lax, partition=0, batch=later)).results
+    old = batch_format.encode_batch([b"v"], timestamps_ms=now - 3600_000)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Produce(pb.ProduceRequest(topic=strict, partition=0, batch=old))
+    assert "INVALID_TIMESTAMP" in info.value.details()
