@@ -71,7 +71,7 @@ class BenchCluster:
             for i in range(1, size + 1)
         }
         self.quorum = ",".join(f"{n.node_id}@{n.raft_address}" for n in self.nodes.values())
-        self.env = {**os.environ, "HEADWATER_RAFT_SECRET": "bench"}
+        self.env = {**os.environ, "HEADWATER_CLUSTER_SECRET": "bench"}
         self._channels: dict[str, grpc.Channel] = {}
 
     def start(self, node_id: int | None = None) -> None:

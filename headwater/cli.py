@@ -86,6 +86,12 @@ def main() -> None:
 )
 @click.option("--advertised-address", metavar="HOST:PORT", help="Address clients are told to use.")
 @click.option(
+    "--internal-listen",
+    metavar="HOST:PORT",
+    help="Inter-broker listener: Controller and Replica services, for nodes holding the "
+    "cluster secret (default: the --listen host, a port the system picks).",
+)
+@click.option(
     "--quorum",
     metavar="ID@HOST:PORT,...",
     help="Raft addresses of the controller voters by node id (default: this node alone, "
@@ -99,7 +105,8 @@ def main() -> None:
 @click.option(
     "--controller-addresses",
     metavar="HOST:PORT,...",
-    help="gRPC addresses of controller nodes (broker-only nodes follow the metadata there).",
+    help="Inter-broker addresses (--internal-listen) of controller nodes: broker-only nodes "
+    "follow the metadata there.",
 )
 @click.option("--rack", help="Rack of this node (replicas are spread across racks).")
 def serve(
@@ -108,6 +115,7 @@ def serve(
     data_dir: str | None,
     listen: str | None,
     advertised_address: str | None,
+    internal_listen: str | None,
     quorum: str | None,
     roles: str | None,
     controller_addresses: str | None,
@@ -116,8 +124,8 @@ def serve(
     """Run a node (Ctrl-C or SIGTERM stops it cleanly, moving its leadership away first).
 
     With no flags: a single local node on 127.0.0.1:7700 with data in ./data. In a cluster,
-    give every node its --node-id, --listen, --data-dir and the same --quorum; set the
-    Raft secret with HEADWATER_RAFT_SECRET (or raft_secret in the config file).
+    give every node its --node-id, --listen, --data-dir and the same --quorum, and the same
+    secret with HEADWATER_CLUSTER_SECRET (or cluster_secret in the config file).
     """
     from headwater.node.log_manager import DataDirError
     from headwater.node.server import ListenError
@@ -128,6 +136,7 @@ def serve(
         "data_dir": data_dir,
         "listen": listen,
         "advertised_address": advertised_address,
+        "internal_listen": internal_listen,
         "quorum": quorum,
         "roles": roles,
         "controller_addresses": controller_addresses,

@@ -109,7 +109,7 @@ def run_dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
     cluster = plan(nodes, base_port, data_dir)
     quorum = ",".join(f"{n.node_id}@{n.raft_address}" for n in cluster)
     data_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HEADWATER_RAFT_SECRET": secrets.token_hex(16)}
+    env = {**os.environ, "HEADWATER_CLUSTER_SECRET": secrets.token_hex(16)}
     stopping = False
 
     def on_signal(_signum: int, _frame: object) -> None:

@@ -133,6 +133,15 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "HOST:PORT clients are told to connect to; empty means the listen address.",
         address=True,
     ),
+    Setting(
+        "internal_listen",
+        "",
+        "HOST:PORT of the inter-broker listener: the Controller and Replica services, for "
+        "nodes that prove cluster_secret only (clients are refused there, and those services "
+        "are not on listen). Empty: the listen host and a port the system picks; set it on "
+        "controller nodes that broker-only nodes name in controller_addresses.",
+        address=True,
+    ),
     Setting("data_dir", "./data", "Folder holding the node's topics and partition logs."),
     Setting("rack", "", "Rack (failure domain) of this node, for replica placement."),
     Setting(
@@ -211,14 +220,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "controller_addresses",
         "",
-        "gRPC HOST:PORT,... of controller nodes; broker-only nodes follow the metadata "
-        "from them (needed when roles is `broker`).",
+        "Inter-broker HOST:PORT,... (their internal_listen) of controller nodes; broker-only "
+        "nodes follow the metadata from them (needed when roles is `broker`).",
     ),
     Setting(
-        "raft_secret",
+        "cluster_secret",
         "",
-        "Shared secret that encrypts and authenticates the Raft transport. Set it on every "
-        "voter of a multi-node quorum; empty leaves the transport open.",
+        "Shared secret of the cluster's nodes: it encrypts and authenticates the Raft "
+        "transport and signs every call on the inter-broker listener. Required (the same on "
+        "every node) in a multi-node cluster; a single node with none generates one into "
+        "its data directory (cluster.secret).",
     ),
     Setting(
         "raft_election_timeout_ms",
@@ -430,6 +441,7 @@ class NodeConfig:
     node_id: int = 1
     listen: str = DEFAULT_LISTEN
     advertised_address: str = ""
+    internal_listen: str = ""
     data_dir: str = "./data"
     rack: str = ""
     concurrent_calls_max: int = 256
@@ -445,7 +457,7 @@ class NodeConfig:
     quorum: str = ""
     roles: str = "controller,broker"
     controller_addresses: str = ""
-    raft_secret: str = ""
+    cluster_secret: str = ""
     raft_election_timeout_ms: int = 300
     replica_lag_ms_max: int = 10_000
     replica_fetch_wait_ms_max: int = 500
@@ -491,10 +503,18 @@ class NodeConfig:
             )
         if not self.is_controller and not self.controller_addresses:
             raise _invalid(
-                "a broker-only node needs controller_addresses (gRPC HOST:PORT of controllers)"
+                "a broker-only node needs controller_addresses (the internal_listen HOST:PORT of "
+                "controller nodes)"
             )
         for address in filter(None, self.controller_addresses.split(",")):
             parse_address(address, "controller_addresses entry")
+        if (len(voters) > 1 or not self.is_controller) and not self.cluster_secret:
+            raise _invalid(
+                "a multi-node cluster needs cluster_secret, the same on every node (it "
+                "authenticates the Raft transport and the inter-broker listener): set "
+                "HEADWATER_CLUSTER_SECRET or cluster_secret in the config file, e.g. to the "
+                "output of: python3 -c 'import secrets; print(secrets.token_hex(32))'"
+            )
 
     @property
     def is_controller(self) -> bool:
@@ -508,6 +528,15 @@ class NodeConfig:
     def quorum_voters(self) -> dict[int, str]:
         """Raft address of each voter by node id (see the ``quorum`` setting)."""
         return parse_quorum(self.quorum, self.node_id, self.listen)
+
+    @property
+    def internal_listen_address(self) -> str:
+        """What the inter-broker listener binds: ``internal_listen``, or the listen host
+        with port 0 (the system picks)."""
+        if self.internal_listen:
+            return self.internal_listen
+        host, _port = parse_address(self.listen, "listen")
+        return f"{host}:0"
 
     @property
     def client_address(self) -> str:

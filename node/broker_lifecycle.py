@@ -84,14 +84,16 @@ class BrokerLifecycle:
         self._task = None
 
     def _controller_address(self) -> str:
-        return self.state.image.controller_address
+        return self.state.image.controller_internal_address
 
     async def _run(self) -> None:
         interval_s = self.config.broker_heartbeat_interval_ms / 1000
         while True:
             address = self._controller_address()
             if not address:
-                await self.state.wait_until(lambda image: bool(image.controller_address), 1.0)
+                await self.state.wait_until(
+                    lambda image: bool(image.controller_internal_address), 1.0
+                )
                 continue
             try:
                 if self.broker_epoch < 0:
@@ -116,6 +118,7 @@ class BrokerLifecycle:
                 node_id=self.config.node_id,
                 incarnation_id=self.incarnation_id,
                 address=self.config.client_address,
+                internal_address=self.peers.internal_address,
                 rack=self.config.rack,
             ),
             timeout=CALL_TIMEOUT_S,

@@ -83,8 +83,16 @@ def not_controller(image: MetadataImage) -> HeadwaterError:
 
 
 class ControllerDriver:
-    def __init__(self, config: NodeConfig, quorum: MetadataQuorum, state: ClusterState) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        quorum: MetadataQuorum,
+        state: ClusterState,
+        internal_address: str = "",
+    ) -> None:
         self.config = config
+        self.internal_address = internal_address
+        """This node's inter-broker listener, named in the activation record."""
         self.quorum = quorum
         self.state = state
         self.limits = decisions.TopicLimits(
@@ -229,6 +237,7 @@ class ControllerDriver:
                     self.config.node_id,
                     self.config.client_address,
                     self.rng,
+                    self.internal_address,
                 )
                 await self._propose(record.records)
                 if self.quorum.status().term == term:
@@ -289,11 +298,13 @@ class ControllerDriver:
 
     # ------------------------------------------------------------------ brokers
 
-    async def register(self, node_id: int, incarnation_id: str, address: str, rack: str) -> int:
+    async def register(
+        self, node_id: int, incarnation_id: str, address: str, rack: str, internal_address: str
+    ) -> int:
         self._last_heartbeat_ms[node_id] = monotonic_ms()
         broker_epoch, _ = await self.run(
             lambda image, epoch: decisions.register_broker(
-                image, epoch, node_id, incarnation_id, address, rack
+                image, epoch, node_id, incarnation_id, address, rack, internal_address
             )
         )
         self._last_heartbeat_ms[node_id] = monotonic_ms()

@@ -47,7 +47,11 @@ class ControllerService(pb_grpc.ControllerServicer):
                 ErrorCode.INVALID_REQUEST, "RegisterBroker needs incarnation_id and address"
             )
         epoch = await self._active().register(
-            request.node_id, request.incarnation_id, request.address, request.rack
+            request.node_id,
+            request.incarnation_id,
+            request.address,
+            request.rack,
+            request.internal_address,
         )
         return pb.RegisterBrokerResponse(broker_epoch=epoch)
 

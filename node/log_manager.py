@@ -29,6 +29,7 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -47,6 +48,7 @@ from headwater.raft.image import MetadataImage, PartitionState
 META_FILE: Final = "meta.json"
 LOCK_FILE: Final = ".lock"
 RAFT_DIR: Final = "raft"
+SECRET_FILE: Final = "cluster.secret"  # noqa: S105 - a file name, not a secret
 PARTITION_META_FILE: Final = "partition.metadata"
 DELETE_SUFFIX: Final = "-delete"
 META_FORMAT: Final = 2
@@ -80,6 +82,27 @@ class LogManager:
     @property
     def raft_dir(self) -> Path:
         return self.data_dir / RAFT_DIR
+
+    def cluster_secret(self) -> str:
+        """``cluster_secret`` when configured; otherwise (a single node: the config
+        refuses a multi-node cluster without one) the secret in ``cluster.secret``,
+        created on the first start (32 random bytes as hex, readable by the owner only),
+        so that even a lone node's Raft port and inter-broker listener refuse strangers."""
+        if self.config.cluster_secret:
+            return self.config.cluster_secret
+        path = self.data_dir / SECRET_FILE
+        try:
+            existing = path.read_text().strip() if path.exists() else ""
+            if existing:
+                return existing
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as file:
+                file.write(secrets.token_hex(32) + "\n")
+                file.flush()
+                os.fsync(file.fileno())
+            return path.read_text().strip()
+        except OSError as exc:
+            raise DataDirError(f"cannot read or create {path}: {exc.strerror or exc}") from exc
 
     # ------------------------------------------------------------------ start-up
 

@@ -6,7 +6,10 @@ call carries the ``headwater-forwarded`` metadata key; a node that receives a fo
 call it cannot serve answers NOT_LEADER_OR_FOLLOWER / NOT_CONTROLLER instead of forwarding
 again, so a request makes at most one hop and stale metadata cannot make it loop.
 
-Channels (``grpc.aio``, one per peer address) are opened lazily and kept.
+Broker and Admin calls go to a peer's client listener; Controller and Replica calls go
+to its inter-broker listener, on channels that sign every call with the cluster secret
+(``headwater.node.cluster_auth``). Channels (``grpc.aio``, one per peer address and
+kind) are opened lazily and kept.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from headwater.client.connection import RECONNECT_OPTIONS
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
+from headwater.node.cluster_auth import signing_interceptors
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 FORWARDED_KEY: Final = "headwater-forwarded"
@@ -35,13 +39,18 @@ def is_local_only(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
 
 
 class Peers:
-    def __init__(self, config: NodeConfig) -> None:
+    """Channels to other nodes. ``secret`` is the cluster secret, which signs every call
+    to an inter-broker listener; ``internal_address`` is this node's own, once bound."""
+
+    def __init__(self, config: NodeConfig, secret: bytes) -> None:
         self.config = config
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.secret = secret
+        self.internal_address = ""
+        self._channels: dict[tuple[str, bool], grpc.aio.Channel] = {}
         self.timeout_s = config.request_timeout_ms / 1000
 
-    def channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
+    def channel(self, address: str, internal: bool = False) -> grpc.aio.Channel:
+        channel = self._channels.get((address, internal))
         if channel is None:
             channel = grpc.aio.insecure_channel(
                 address,
@@ -50,21 +59,28 @@ class Peers:
                     ("grpc.max_receive_message_length", self.config.request_bytes_max),
                     *RECONNECT_OPTIONS,
                 ],
+                interceptors=(
+                    signing_interceptors(self.secret, self.config.node_id) if internal else None
+                ),
             )
-            self._channels[address] = channel
+            self._channels[(address, internal)] = channel
         return channel
 
     def broker(self, address: str) -> pb_grpc.BrokerAsyncStub:
+        """Broker service at a client ``address``."""
         return pb_grpc.BrokerStub(self.channel(address))
 
     def admin(self, address: str) -> pb_grpc.AdminAsyncStub:
+        """Admin service at a client ``address``."""
         return pb_grpc.AdminStub(self.channel(address))
 
     def replica(self, address: str) -> pb_grpc.ReplicaAsyncStub:
-        return pb_grpc.ReplicaStub(self.channel(address))
+        """Replica service at an inter-broker ``address``, calls signed."""
+        return pb_grpc.ReplicaStub(self.channel(address, internal=True))
 
     def controller(self, address: str) -> pb_grpc.ControllerAsyncStub:
-        return pb_grpc.ControllerStub(self.channel(address))
+        """Controller service at an inter-broker ``address``, calls signed."""
+        return pb_grpc.ControllerStub(self.channel(address, internal=True))
 
     async def close(self) -> None:
         channels, self._channels = self._channels, {}

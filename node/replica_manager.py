@@ -128,10 +128,33 @@ class ReplicaService(pb_grpc.ReplicaServicer):
     or its leadership lease ran out), so a deposed leader that wakes up answers with a
     fencing error, never with data or epochs."""
 
-    def __init__(self, config: NodeConfig, logs: LogManager, may_lead: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        logs: LogManager,
+        state: ClusterState,
+        may_lead: Callable[[], bool],
+    ) -> None:
         self.config = config
         self.logs = logs
+        self.state = state
         self.may_lead = may_lead
+
+    def _check_registration(self, replica_id: int, broker_epoch: int) -> None:
+        """Raise STALE_BROKER_EPOCH unless ``broker_epoch`` is ``replica_id``'s current
+        registration in this node's image: a fetch from an old process of that node (or
+        from anything that is not its current registration) never counts as the
+        replica's progress, so it can neither hold up nor advance the high watermark,
+        nor bring the replica into the ISR. (Joining the ISR also needs the controller,
+        which admits only registered, unfenced brokers.)"""
+        broker = self.state.image.brokers.get(replica_id)
+        if broker is None or broker.broker_epoch != broker_epoch:
+            current = "none" if broker is None else str(broker.broker_epoch)
+            raise HeadwaterError(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"node {replica_id} fetched with broker epoch {broker_epoch}; its current "
+                f"registration here has {current}",
+            )
 
     def _leader_partition(
         self, topic: str, index: int, leader_epoch: int, replica_id: int
@@ -213,6 +236,7 @@ class ReplicaService(pb_grpc.ReplicaServicer):
         for position in request.positions:
             key = (position.topic, position.partition)
             try:
+                self._check_registration(request.replica_id, request.broker_epoch)
                 partition = self._leader_partition(
                     position.topic,
                     position.partition,
@@ -454,6 +478,7 @@ class LeaderFetcher:
         config = self.manager.config
         return pb.ReplicaFetchRequest(
             replica_id=config.node_id,
+            broker_epoch=self.manager.broker_epoch(),
             positions=positions,
             removed=removed,
             max_wait_ms=config.replica_fetch_wait_ms_max,
@@ -689,7 +714,7 @@ class ReplicaManager:
                 del self._followed[key]
         for key, (partition, state) in wanted.items():
             fetcher = self._fetchers.get(state.leader)
-            address = image.broker_address(state.leader)
+            address = image.broker_internal_address(state.leader)
             if fetcher is not None and fetcher.address != address:
                 await fetcher.stop()
                 for followed in list(fetcher.following):
@@ -761,7 +786,7 @@ class ReplicaManager:
         self, partition: Partition, state: PartitionState, isr: tuple[int, ...]
     ) -> None:
         key = (partition.topic, partition.index)
-        address = self.state.image.controller_address
+        address = self.state.image.controller_internal_address
         shrink = len(isr) < len(state.isr)
         try:
             if not address:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from typing import Final
+from typing import Any, Final
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from headwater.config import NodeConfig
 from headwater.node.admin_service import AdminService
 from headwater.node.broker_lifecycle import BrokerLifecycle, MetadataFollower
+from headwater.node.cluster_auth import RequireClusterSecret
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import LEADER_FALLBACK_ELECTIONS, ControllerDriver
 from headwater.node.controller_service import ControllerService
@@ -76,20 +77,27 @@ class Node:
         config = self.config
         loop = asyncio.get_running_loop()
         self.state = ClusterState(loop)
-        self.peers = Peers(config)
         self.logs = LogManager(config)
         try:
+            self.secret = self.logs.cluster_secret()
+            self.peers = Peers(config, self.secret.encode())
             self.server = self._build_server()
+            self.internal_server = self._build_server(
+                interceptors=[RequireClusterSecret(self.secret.encode())]
+            )
             self._bind()
             if config.is_controller:
                 self.quorum = self._start_quorum()
-                self.controller = ControllerDriver(config, self.quorum, self.state)
+                self.controller = ControllerDriver(
+                    config, self.quorum, self.state, self.peers.internal_address
+                )
         except BaseException:
             self.logs.close()
             raise
         self._add_services()
         self.state.add_listener(self._on_image)
         await self.server.start()
+        await self.internal_server.start()
         if self.controller is not None:
             self.controller.start()
         if not config.is_controller:
@@ -101,31 +109,34 @@ class Node:
         self._ready_watch = loop.create_task(self._watch_roles())
         self._serving_watch = loop.create_task(self._serve_when_ready())
         _log.info(
-            "node %d (%s) serving on %s (data in %s)",
+            "node %d (%s) serving clients on %s, nodes on %s (data in %s)",
             config.node_id,
             config.roles,
             config.listen,
+            self.peers.internal_address,
             self.logs.data_dir,
         )
 
-    def _build_server(self) -> grpc.aio.Server:
+    def _build_server(
+        self, interceptors: list[grpc.aio.ServerInterceptor[Any, Any]] | None = None
+    ) -> grpc.aio.Server:
+        """A server with its own call limit: the client listener's calls can never use
+        up the inter-broker listener's (heartbeats, replication, ISR changes)."""
         return grpc.aio.server(
             options=grpc_options(self.config),
             maximum_concurrent_rpcs=self.config.concurrent_calls_max,
+            interceptors=interceptors,
         )
 
     def _bind(self) -> None:
-        cause: RuntimeError | None = None
-        try:
-            self.port = self.server.add_insecure_port(self.config.listen)
-        except RuntimeError as exc:
-            self.port = 0
-            cause = exc
-        if not self.port:
-            raise ListenError(
-                f"cannot listen on {self.config.listen}: the port is in use or the address is "
-                "not on this machine; choose another with --listen HOST:PORT"
-            ) from cause
+        self.port = _bind(self.server, self.config.listen, "--listen")
+        internal = self.config.internal_listen_address
+        internal_port = _bind(self.internal_server, internal, "--internal-listen")
+        host, _, _ = internal.rpartition(":")
+        if host in ("0.0.0.0", "[::]", "::"):
+            # A wildcard is not an address peers can dial: they get the client host.
+            host = self.config.client_address.rpartition(":")[0]
+        self.peers.internal_address = f"{host}:{internal_port}"
 
     def _start_quorum(self) -> MetadataQuorum:
         config = self.config
@@ -133,13 +144,6 @@ class Node:
         voters = config.quorum_voters
         own = voters[config.node_id]
         election_s = config.raft_election_timeout_ms / 1000
-        if len(voters) > 1 and not config.raft_secret:
-            _log.warning(
-                "raft_secret is not set: the Raft transport of this %d-voter quorum is open "
-                "to anyone who can reach %s; set HEADWATER_RAFT_SECRET on every voter",
-                len(voters),
-                own,
-            )
         try:
             return MetadataQuorum(
                 own,
@@ -150,7 +154,7 @@ class Node:
                 ],
                 self.logs.raft_dir,
                 on_applied=lambda image, _refusal: self.state.publish(image),
-                secret=config.raft_secret,
+                secret=self.secret,
                 timings=QuorumTimings(
                     election_min_s=election_s,
                     election_max_s=election_s * 3,
@@ -177,8 +181,9 @@ class Node:
                 lambda: lifecycle.broker_epoch,
                 self.may_lead,
             )
+        # The inter-broker listener: Replica and Controller only.
         pb_grpc.add_ReplicaServicer_to_server(
-            ReplicaService(config, self.logs, self.may_lead), server
+            ReplicaService(config, self.logs, self.state, self.may_lead), self.internal_server
         )
         pb_grpc.add_BrokerServicer_to_server(
             BrokerService(
@@ -190,7 +195,8 @@ class Node:
             AdminService(config, self.logs, self.state, self.peers, self.controller), server
         )
         pb_grpc.add_ControllerServicer_to_server(
-            ControllerService(self.state, self.controller, self._image_current), server
+            ControllerService(self.state, self.controller, self._image_current),
+            self.internal_server,
         )
         # grpc_health.v1.health.aio is public API; its stubs lack the attribute.
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
@@ -199,8 +205,6 @@ class Node:
             (
                 pb.DESCRIPTOR.services_by_name["Broker"].full_name,
                 pb.DESCRIPTOR.services_by_name["Admin"].full_name,
-                pb.DESCRIPTOR.services_by_name["Controller"].full_name,
-                pb.DESCRIPTOR.services_by_name["Replica"].full_name,
                 health.SERVICE_NAME,
                 reflection.SERVICE_NAME,
             ),
@@ -355,7 +359,9 @@ class Node:
                 await part.stop()
         self._ready_watch.cancel()
         self._serving_watch.cancel()
-        await self.server.stop(SHUTDOWN_GRACE_S)
+        await asyncio.gather(
+            self.server.stop(SHUTDOWN_GRACE_S), self.internal_server.stop(SHUTDOWN_GRACE_S)
+        )
         if self._reconciling is not None:
             await asyncio.gather(self._reconciling, return_exceptions=True)
         if self.quorum is not None:
@@ -364,6 +370,22 @@ class Node:
         if self.logs is not None:
             self.logs.close()
         _log.info("node %d stopped", self.config.node_id)
+
+
+def _bind(server: grpc.aio.Server, address: str, flag: str) -> int:
+    """Bind ``address``; return the port (ListenError when it cannot be bound)."""
+    cause: RuntimeError | None = None
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        port = 0
+        cause = exc
+    if not port:
+        raise ListenError(
+            f"cannot listen on {address}: the port is in use or the address is not on this "
+            f"machine; choose another with {flag} HOST:PORT"
+        ) from cause
+    return port
 
 
 async def _run(config: NodeConfig) -> None:

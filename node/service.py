@@ -599,7 +599,13 @@ class BrokerService(pb_grpc.BrokerServicer):
         names = list(request.topics) or sorted(image.topics)
         topics = [self._topic_metadata(image, self._topic(image, name)) for name in names]
         brokers = [
-            pb.BrokerInfo(node_id=b.node_id, address=b.address, rack=b.rack, state=b.state)
+            pb.BrokerInfo(
+                node_id=b.node_id,
+                address=b.address,
+                rack=b.rack,
+                state=b.state,
+                broker_epoch=b.broker_epoch,
+            )
             for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
         ]
         term, commit_index = self.quorum_status()

@@ -84,12 +84,18 @@ class HeartbeatOutcome:
 
 
 def activate(
-    image: MetadataImage, epoch: int, node_id: int, address: str, rng: random.Random
+    image: MetadataImage,
+    epoch: int,
+    node_id: int,
+    address: str,
+    rng: random.Random,
+    internal_address: str = "",
 ) -> ControllerResult[None]:
     """The Raft leader of term ``epoch`` claims the controller role (its first record); the
     first activation of a cluster also names it with a random id."""
     cluster_id = image.cluster_id or uuid.UUID(int=rng.getrandbits(128), version=4).hex
-    return ControllerResult((r.ControllerActivated(epoch, node_id, address, cluster_id),), None)
+    activated = r.ControllerActivated(epoch, node_id, address, cluster_id, internal_address)
+    return ControllerResult((activated,), None)
 
 
 # --------------------------------------------------------------------- brokers
@@ -102,6 +108,7 @@ def register_broker(
     incarnation_id: str,
     address: str,
     rack: str,
+    internal_address: str = "",
 ) -> ControllerResult[int]:
     """Register a broker process; the response is its broker epoch.
 
@@ -113,10 +120,14 @@ def register_broker(
     if existing is not None and existing.incarnation_id == incarnation_id:
         return ControllerResult((), existing.broker_epoch)
     broker_epoch = image.broker_epoch_last + 1
-    registered = BrokerState(node_id, incarnation_id, broker_epoch, address, rack)
+    registered = BrokerState(
+        node_id, incarnation_id, broker_epoch, address, rack, internal_address=internal_address
+    )
     after = _with_broker(image, registered)
     records: list[r.Record] = [
-        r.RegisterBroker(epoch, node_id, incarnation_id, broker_epoch, address, rack)
+        r.RegisterBroker(
+            epoch, node_id, incarnation_id, broker_epoch, address, rack, internal_address
+        )
     ]
     if existing is not None:
         records += _remove_and_elect(after, epoch, {node_id})

@@ -43,6 +43,8 @@ class BrokerState:
     rack: str
     fenced: bool = True
     shutting_down: bool = False
+    internal_address: str = ""
+    """Its inter-broker listener (Replica service); ``address`` is for clients."""
 
     @property
     def live(self) -> bool:
@@ -99,6 +101,8 @@ class MetadataImage:
     controller_epoch: int = 0
     controller_id: int = r.NO_LEADER
     controller_address: str = ""
+    controller_internal_address: str = ""
+    """The active controller's inter-broker listener (Controller service)."""
     broker_epoch_last: int = 0
     brokers: Mapping[int, BrokerState] = field(default_factory=dict)
     topics: Mapping[str, TopicImage] = field(default_factory=dict)
@@ -121,6 +125,10 @@ class MetadataImage:
     def broker_address(self, node_id: int) -> str:
         broker = self.brokers.get(node_id)
         return broker.address if broker else ""
+
+    def broker_internal_address(self, node_id: int) -> str:
+        broker = self.brokers.get(node_id)
+        return broker.internal_address if broker else ""
 
     def partitions(self) -> Iterator[tuple[TopicImage, PartitionState]]:
         for topic in self.topics.values():
@@ -160,12 +168,24 @@ def snapshot_records(image: MetadataImage) -> list[r.Record]:
     if image.controller_id != r.NO_LEADER:
         out.append(
             r.ControllerActivated(
-                epoch, image.controller_id, image.controller_address, image.cluster_id
+                epoch,
+                image.controller_id,
+                image.controller_address,
+                image.cluster_id,
+                image.controller_internal_address,
             )
         )
     for b in sorted(image.brokers.values(), key=lambda b: b.broker_epoch):
         out.append(
-            r.RegisterBroker(epoch, b.node_id, b.incarnation_id, b.broker_epoch, b.address, b.rack)
+            r.RegisterBroker(
+                epoch,
+                b.node_id,
+                b.incarnation_id,
+                b.broker_epoch,
+                b.address,
+                b.rack,
+                b.internal_address,
+            )
         )
         if not b.fenced:
             out.append(r.UnfenceBroker(epoch, b.node_id, b.broker_epoch))
@@ -212,6 +232,7 @@ class _Builder:
         self.controller_epoch = image.controller_epoch
         self.controller_id = image.controller_id
         self.controller_address = image.controller_address
+        self.controller_internal_address = image.controller_internal_address
         self.broker_epoch_last = image.broker_epoch_last
         self.brokers = dict(image.brokers)
         self.topics = dict(image.topics)
@@ -231,6 +252,7 @@ class _Builder:
             controller_epoch=self.controller_epoch,
             controller_id=self.controller_id,
             controller_address=self.controller_address,
+            controller_internal_address=self.controller_internal_address,
             broker_epoch_last=self.broker_epoch_last,
             brokers=self.brokers,
             topics=self.topics,
@@ -255,6 +277,7 @@ class _Builder:
                     )
                 self.controller_id = record.node_id
                 self.controller_address = record.address
+                self.controller_internal_address = record.internal_address
                 self.cluster_id = self.cluster_id or record.cluster_id
             case r.RegisterBroker():
                 if record.broker_epoch <= self.broker_epoch_last:
@@ -268,6 +291,7 @@ class _Builder:
                     record.broker_epoch,
                     record.address,
                     record.rack,
+                    internal_address=record.internal_address,
                 )
             case r.FenceBroker() | r.UnfenceBroker() | r.BrokerShuttingDown():
                 broker = self._broker(record.node_id, record.broker_epoch)

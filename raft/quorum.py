@@ -9,7 +9,7 @@ Transport: pysyncobj's own TCP protocol, bound to this voter's quorum address an
 ``secret`` is set, encrypted and authenticated with it (Fernet, a key derived from the
 secret). The protocol unpickles what it receives, so the quorum address must sit on the
 cluster network, never where clients reach it, and multi-node clusters should set
-``raft_secret``.
+``cluster_secret``.
 
 Durability of metadata, exactly (pysyncobj 0.3.17):
 - Every entry is appended to the journal file (``data_dir/raft/journal``, memory-mapped)

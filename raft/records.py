@@ -45,6 +45,9 @@ class ControllerActivated:
     node_id: int
     address: str
     cluster_id: str
+    internal_address: str = ""
+    """The controller's inter-broker listener (Controller service); its client gRPC
+    address is ``address`` (Admin calls are forwarded there)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,8 @@ class RegisterBroker:
     broker_epoch: int
     address: str
     rack: str
+    internal_address: str = ""
+    """The broker's inter-broker listener (Replica service); ``address`` is for clients."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,7 +122,7 @@ def run_demo(base_port: int, data_dir: Path, rate: int, duration_s: float) -> No
     nodes = plan(3, base_port, data_dir)
     quorum = ",".join(f"{n.node_id}@{n.raft_address}" for n in nodes)
     data_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HEADWATER_RAFT_SECRET": secrets.token_hex(16)}
+    env = {**os.environ, "HEADWATER_CLUSTER_SECRET": secrets.token_hex(16)}
     bootstrap = ",".join(n.address for n in nodes)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())

@@ -13,7 +13,7 @@ from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess, wait_until
 
-RAFT_SECRET = "test-secret"
+CLUSTER_SECRET = "test-secret"
 
 
 class LocalCluster:
@@ -28,7 +28,7 @@ class LocalCluster:
     ) -> None:
         raft_ports = {i: free_port() for i in range(1, size + 1)}
         self.quorum = ",".join(f"{i}@127.0.0.1:{port}" for i, port in raft_ports.items())
-        self.env = {"HEADWATER_RAFT_SECRET": RAFT_SECRET, **(env or {})}
+        self.env = {"HEADWATER_CLUSTER_SECRET": CLUSTER_SECRET, **(env or {})}
         self.nodes = {
             i: NodeProcess(
                 root / f"n{i}" / "data",

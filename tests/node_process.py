@@ -56,6 +56,8 @@ class NodeProcess:
         self.node_id = node_id
         # An explicit quorum, as a cluster's nodes have; single nodes could also omit it.
         self.quorum = quorum or f"{node_id}@127.0.0.1:{free_port()}"
+        self.internal_address = f"127.0.0.1:{free_port()}"
+        """The inter-broker listener (Controller and Replica services)."""
         self.extra_args = extra_args
         self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
@@ -76,6 +78,8 @@ class NodeProcess:
                 str(self.node_id),
                 "--quorum",
                 self.quorum,
+                "--internal-listen",
+                self.internal_address,
                 *self.extra_args,
             ],
             stdout=log,

@@ -495,7 +495,7 @@ def test_admin_changes_and_their_bad_input(cluster3: LocalCluster) -> None:
 
 
 def test_broker_only_node_follows_the_metadata(cluster3: LocalCluster, tmp_path: Path) -> None:
-    controllers = ",".join(n.address for n in cluster3.nodes.values())
+    controllers = ",".join(n.internal_address for n in cluster3.nodes.values())
     broker = NodeProcess(
         tmp_path / "broker-4" / "data",
         node_id=4,

@@ -107,7 +107,7 @@ class ChaosCluster:
                 topology.namespace(i) if topology is not None else None,
             )
         self.quorum = ",".join(f"{n.node_id}@{n.host}:{n.raft_port}" for n in self.nodes.values())
-        self.env = {**os.environ, "HEADWATER_RAFT_SECRET": secrets.token_hex(16)}
+        self.env = {**os.environ, "HEADWATER_CLUSTER_SECRET": secrets.token_hex(16)}
         self._admins: dict[int, Admin] = {}
         self._stopped: set[int] = set()  # nodes down because this cluster stopped them
         self.unexpected_exits: list[tuple[int, int | None]] = []

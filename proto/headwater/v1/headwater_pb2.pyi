@@ -688,12 +688,15 @@ class BrokerInfo(_message.Message):
     ADDRESS_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
     node_id: _builtins.int
     address: _builtins.str
     """host:port that clients connect to."""
     rack: _builtins.str
     state: _builtins.str
     """"running", "fenced" or "shutting_down"."""
+    broker_epoch: _builtins.int
+    """The registration's epoch (assigned by the controller at each process start)."""
     def __init__(
         self,
         *,
@@ -701,10 +704,11 @@ class BrokerInfo(_message.Message):
         address: _builtins.str = ...,
         rack: _builtins.str = ...,
         state: _builtins.str = ...,
+        broker_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "node_id", b"node_id", "rack", b"rack", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_epoch", b"broker_epoch", "node_id", b"node_id", "rack", b"rack", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1444,12 +1448,17 @@ class ReplicaFetchRequest(_message.Message):
     REMOVED_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     """The follower's node id."""
     max_wait_ms: _builtins.int
     """Longest wait for new records, in ms; at most replica_fetch_wait_ms_max."""
     max_bytes: _builtins.int
     """Bytes of records per response, at most (at least one batch is sent)."""
+    broker_epoch: _builtins.int
+    """The follower's registration (broker epoch): a fetch from a registration that is not
+    the current, unfenced one of replica_id is refused and never counts for the ISR.
+    """
     @_builtins.property
     def positions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaFetchPosition]:
         """Partitions added to the session or whose offset changed."""
@@ -1464,10 +1473,11 @@ class ReplicaFetchRequest(_message.Message):
         removed: _abc.Iterable[Global___ReplicaPartition] | None = ...,
         max_wait_ms: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "positions", b"positions", "removed", b"removed", "replica_id", b"replica_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "positions", b"positions", "removed", b"removed", "replica_id", b"replica_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1606,12 +1616,15 @@ class RegisterBrokerRequest(_message.Message):
     INCARNATION_ID_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
+    INTERNAL_ADDRESS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.int
     incarnation_id: _builtins.str
     """Unique per process start: a new incarnation replaces the old registration."""
     address: _builtins.str
     """gRPC HOST:PORT clients use to reach the broker."""
     rack: _builtins.str
+    internal_address: _builtins.str
+    """HOST:PORT of the broker's inter-broker listener (where followers fetch from it)."""
     def __init__(
         self,
         *,
@@ -1619,10 +1632,11 @@ class RegisterBrokerRequest(_message.Message):
         incarnation_id: _builtins.str = ...,
         address: _builtins.str = ...,
         rack: _builtins.str = ...,
+        internal_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "incarnation_id", b"incarnation_id", "node_id", b"node_id", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "incarnation_id", b"incarnation_id", "internal_address", b"internal_address", "node_id", b"node_id", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -684,9 +684,11 @@ class Admin:
 class ControllerStub:
     """--------------------------------------------------------------------------- Controller
 
-    Internal: calls from brokers to the active controller. A node that is not the active
-    controller answers NOT_CONTROLLER (its message names the active controller's address
-    when known).
+    Internal: calls from brokers to the active controller, served on the inter-broker
+    listener (internal_listen) only, to nodes that prove the cluster secret (metadata key
+    headwater-cluster-auth; see docs/cluster.md); the client listener does not serve it. A
+    node that is not the active controller answers NOT_CONTROLLER (its message names the
+    active controller's address when known).
 
     """
 
@@ -721,9 +723,11 @@ class ControllerStub:
 class ControllerServicer:
     """--------------------------------------------------------------------------- Controller
 
-    Internal: calls from brokers to the active controller. A node that is not the active
-    controller answers NOT_CONTROLLER (its message names the active controller's address
-    when known).
+    Internal: calls from brokers to the active controller, served on the inter-broker
+    listener (internal_listen) only, to nodes that prove the cluster secret (metadata key
+    headwater-cluster-auth; see docs/cluster.md); the client listener does not serve it. A
+    node that is not the active controller answers NOT_CONTROLLER (its message names the
+    active controller's address when known).
 
     """
 
@@ -791,9 +795,11 @@ def add_ControllerServicer_to_server(servicer, server):
 class Controller:
     """--------------------------------------------------------------------------- Controller
 
-    Internal: calls from brokers to the active controller. A node that is not the active
-    controller answers NOT_CONTROLLER (its message names the active controller's address
-    when known).
+    Internal: calls from brokers to the active controller, served on the inter-broker
+    listener (internal_listen) only, to nodes that prove the cluster secret (metadata key
+    headwater-cluster-auth; see docs/cluster.md); the client listener does not serve it. A
+    node that is not the active controller answers NOT_CONTROLLER (its message names the
+    active controller's address when known).
 
     """
 
@@ -909,7 +915,8 @@ class Controller:
 class ReplicaStub:
     """--------------------------------------------------------------------------- Replica
 
-    Internal: followers copy their leaders' logs.
+    Internal: followers copy their leaders' logs. Served on the inter-broker listener only,
+    as Controller.
 
     """
 
@@ -934,7 +941,8 @@ class ReplicaStub:
 class ReplicaServicer:
     """--------------------------------------------------------------------------- Replica
 
-    Internal: followers copy their leaders' logs.
+    Internal: followers copy their leaders' logs. Served on the inter-broker listener only,
+    as Controller.
 
     """
 
@@ -981,7 +989,8 @@ def add_ReplicaServicer_to_server(servicer, server):
 class Replica:
     """--------------------------------------------------------------------------- Replica
 
-    Internal: followers copy their leaders' logs.
+    Internal: followers copy their leaders' logs. Served on the inter-broker listener only,
+    as Controller.
 
     """
 

@@ -301,9 +301,11 @@ def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_
 class ControllerStub:
     """--------------------------------------------------------------------------- Controller
 
-    Internal: calls from brokers to the active controller. A node that is not the active
-    controller answers NOT_CONTROLLER (its message names the active controller's address
-    when known).
+    Internal: calls from brokers to the active controller, served on the inter-broker
+    listener (internal_listen) only, to nodes that prove the cluster secret (metadata key
+    headwater-cluster-auth; see docs/cluster.md); the client listener does not serve it. A
+    node that is not the active controller answers NOT_CONTROLLER (its message names the
+    active controller's address when known).
     """
 
     @_typing.overload
@@ -327,9 +329,11 @@ class ControllerStub:
 class ControllerAsyncStub(ControllerStub):
     """--------------------------------------------------------------------------- Controller
 
-    Internal: calls from brokers to the active controller. A node that is not the active
-    controller answers NOT_CONTROLLER (its message names the active controller's address
-    when known).
+    Internal: calls from brokers to the active controller, served on the inter-broker
+    listener (internal_listen) only, to nodes that prove the cluster secret (metadata key
+    headwater-cluster-auth; see docs/cluster.md); the client listener does not serve it. A
+    node that is not the active controller answers NOT_CONTROLLER (its message names the
+    active controller's address when known).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -349,9 +353,11 @@ class ControllerAsyncStub(ControllerStub):
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     """--------------------------------------------------------------------------- Controller
 
-    Internal: calls from brokers to the active controller. A node that is not the active
-    controller answers NOT_CONTROLLER (its message names the active controller's address
-    when known).
+    Internal: calls from brokers to the active controller, served on the inter-broker
+    listener (internal_listen) only, to nodes that prove the cluster secret (metadata key
+    headwater-cluster-auth; see docs/cluster.md); the client listener does not serve it. A
+    node that is not the active controller answers NOT_CONTROLLER (its message names the
+    active controller's address when known).
     """
 
     @_abc_1.abstractmethod
@@ -395,7 +401,8 @@ def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typi
 class ReplicaStub:
     """--------------------------------------------------------------------------- Replica
 
-    Internal: followers copy their leaders' logs.
+    Internal: followers copy their leaders' logs. Served on the inter-broker listener only,
+    as Controller.
     """
 
     @_typing.overload
@@ -418,7 +425,8 @@ class ReplicaStub:
 class ReplicaAsyncStub(ReplicaStub):
     """--------------------------------------------------------------------------- Replica
 
-    Internal: followers copy their leaders' logs.
+    Internal: followers copy their leaders' logs. Served on the inter-broker listener only,
+    as Controller.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -437,7 +445,8 @@ class ReplicaAsyncStub(ReplicaStub):
 class ReplicaServicer(metaclass=_abc_1.ABCMeta):
     """--------------------------------------------------------------------------- Replica
 
-    Internal: followers copy their leaders' logs.
+    Internal: followers copy their leaders' logs. Served on the inter-broker listener only,
+    as Controller.
     """
 
     @_abc_1.abstractmethod

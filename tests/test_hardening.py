@@ -1,0 +1,180 @@
+"""Issue 11's findings about who may call what, each against real node processes.
+
+- ``test_a_plain_client_cannot_pose_as_a_broker``: the controller and replica services
+  shared the client port; a client registered as an existing node id, heartbeated, and
+  fetched past the log end, and the leader put that "replica" in the ISR and acknowledged
+  acks=all writes no real follower held.
+- ``test_a_single_node_runs_no_pickle_from_its_raft_port``: a lone node (``make run``)
+  had no Raft secret, so anyone reaching its Raft port could run code in it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import socket
+import stat
+import struct
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from headwater.client import Admin, Producer
+from headwater.node import cluster_auth
+from headwater.v1 import headwater_pb2 as pb
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+from tests.local_cluster import CLUSTER_SECRET, LocalCluster
+from tests.node_process import NodeProcess, wait_until
+
+DEADLINE_S = 60
+
+
+@pytest.fixture
+def cluster3(tmp_path: Path) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(tmp_path, 3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def _code_and_details(call) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    return info.value.code(), info.value.details() or ""
+
+
+def _signed(secret: str, node_id: int, method: str) -> tuple[tuple[str, str], ...]:
+    value = cluster_auth.token(secret.encode(), node_id, method, int(time.time() * 1000))
+    return ((cluster_auth.AUTH_KEY, value),)
+
+
+REGISTER = "/headwater.v1.Controller/RegisterBroker"
+FETCH = "/headwater.v1.Replica/Fetch"
+
+
+@pytest.mark.slow
+def test_a_plain_client_cannot_pose_as_a_broker(cluster3: LocalCluster) -> None:
+    victim = cluster3.nodes[2]
+    epoch_of_2 = {b.node_id: b for b in cluster3.metadata(victim).brokers}[2].broker_epoch
+    impostor = pb.RegisterBrokerRequest(
+        node_id=2, incarnation_id="impostor", address="127.0.0.1:1", internal_address="x:1"
+    )
+    for node in cluster3.nodes.values():
+        # The client listener does not serve the internal services at all.
+        with grpc.insecure_channel(node.address) as channel:
+            code, _ = _code_and_details(
+                lambda c=channel: pb_grpc.ControllerStub(c).RegisterBroker(impostor, timeout=5)
+            )
+            assert code == grpc.StatusCode.UNIMPLEMENTED
+            code, _ = _code_and_details(
+                lambda c=channel: list(
+                    pb_grpc.ReplicaStub(c).Fetch(iter([pb.ReplicaFetchRequest()]), timeout=5)
+                )
+            )
+            assert code == grpc.StatusCode.UNIMPLEMENTED
+        # The inter-broker listener refuses a call without the cluster secret's proof ...
+        with grpc.insecure_channel(node.internal_address) as channel:
+            stub = pb_grpc.ControllerStub(channel)
+            code, details = _code_and_details(lambda s=stub: s.RegisterBroker(impostor, timeout=5))
+            assert code == grpc.StatusCode.UNAUTHENTICATED and "lacks" in details, details
+            # ... one signed with another secret, or for another method ...
+            for metadata in (_signed("guess", 2, REGISTER), _signed(CLUSTER_SECRET, 2, FETCH)):
+                code, details = _code_and_details(
+                    lambda s=stub, m=metadata: s.RegisterBroker(impostor, metadata=m, timeout=5)
+                )
+                assert code == grpc.StatusCode.UNAUTHENTICATED and "not signed" in details
+            # ... and an old token.
+            stale = cluster_auth.token(CLUSTER_SECRET.encode(), 2, REGISTER, 1_000)
+            code, details = _code_and_details(
+                lambda s=stub, t=stale: s.RegisterBroker(
+                    impostor, metadata=((cluster_auth.AUTH_KEY, t),), timeout=5
+                )
+            )
+            assert code == grpc.StatusCode.UNAUTHENTICATED and "clock" in details
+    # Node 2's registration is untouched and acks=all writes go on.
+    after = {b.node_id: b for b in cluster3.metadata(victim).brokers}[2]
+    assert after.broker_epoch == epoch_of_2 and after.state == "running"
+    with Admin(cluster3.bootstrap()) as admin:
+        admin.create_topic("guarded", partitions=1, replication_factor=3)
+    with Producer(cluster3.bootstrap(), acks="all") as producer:
+        producer.send("guarded", b"v", partition=0).result(timeout=30)
+
+
+@pytest.mark.slow
+def test_a_fetch_from_another_registration_or_past_the_log_end_never_counts(
+    cluster3: LocalCluster,
+) -> None:
+    """Even with the secret, a replica fetch counts only from the replica's current
+    registration and never past the leader's log end."""
+    with Admin(cluster3.bootstrap()) as admin:
+        admin.create_topic("fenced", partitions=1, replication_factor=3)
+    [partition] = cluster3.partitions(cluster3.alive()[0], "fenced")
+    leader = cluster3.nodes[partition.leader]
+    follower = next(r for r in partition.replicas if r != partition.leader)
+    brokers = {b.node_id: b for b in cluster3.metadata(leader).brokers}
+    with grpc.insecure_channel(leader.internal_address) as channel:
+        stub = pb_grpc.ReplicaStub(channel)
+
+        def fetch(broker_epoch: int, offset: int) -> pb.ReplicaFetchData:
+            request = pb.ReplicaFetchRequest(
+                replica_id=follower,
+                broker_epoch=broker_epoch,
+                positions=[
+                    pb.ReplicaFetchPosition(
+                        topic="fenced",
+                        partition=0,
+                        leader_epoch=partition.leader_epoch,
+                        fetch_offset=offset,
+                    )
+                ],
+                max_wait_ms=10,
+            )
+            [response] = list(
+                stub.Fetch(iter([request]), metadata=_signed(CLUSTER_SECRET, follower, FETCH))
+            )
+            return response.partitions[0]
+
+        stale = fetch(brokers[follower].broker_epoch - 1, 0)
+        assert stale.error_code == pb.STALE_BROKER_EPOCH, stale
+        past = fetch(brokers[follower].broker_epoch, 1_000_000)
+        assert past.error_code == pb.OFFSET_OUT_OF_RANGE and "past the leader" in (
+            past.error_message
+        )
+
+
+def test_a_single_node_runs_no_pickle_from_its_raft_port(tmp_path: Path) -> None:
+    node = NodeProcess(tmp_path / "data")
+    node.start()
+    try:
+        secret_file = node.data_dir / "cluster.secret"
+        assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+        assert len(secret_file.read_text().strip()) == 64
+        marker = tmp_path / "ran"
+
+        class Payload:
+            def __reduce__(self):
+                return (open, (str(marker), "w"))
+
+        data = zlib.compress(pickle.dumps(Payload()), 3)
+        host, port = node.quorum.split("@")[1].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(struct.pack("i", len(data)) + data)
+            sock.settimeout(5)
+            with contextlib.suppress(TimeoutError, ConnectionResetError):
+                sock.recv(1)  # the node drops the connection
+        # The node still serves, and nothing ran.
+        wait_until(node.serving, DEADLINE_S, "the node to serve")
+        assert not marker.exists()
+        # The same secret on the next start.
+        first = secret_file.read_text()
+        node.kill()
+        node.start()
+        assert secret_file.read_text() == first
+    finally:
+        node.kill()
