@@ -13,6 +13,7 @@ a test checks that it is current. This module is pure apart from reading the TOM
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -228,8 +229,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "",
         "Shared secret of the cluster's nodes: it encrypts and authenticates the Raft "
         "transport and signs every call on the inter-broker listener. Required (the same on "
-        "every node) in a multi-node cluster; a single node with none generates one into "
-        "its data directory (cluster.secret).",
+        "every node) by broker-only nodes and by a quorum that reaches beyond loopback; a "
+        "single node with none generates one into its data directory (cluster.secret); a "
+        "loopback-only quorum with none derives a key any local user could (with a warning). "
+        "HEADWATER_RAFT_SECRET and raft_secret are read as older names of it.",
     ),
     Setting(
         "raft_election_timeout_ms",
@@ -508,7 +511,7 @@ class NodeConfig:
             )
         for address in filter(None, self.controller_addresses.split(",")):
             parse_address(address, "controller_addresses entry")
-        if (len(voters) > 1 or not self.is_controller) and not self.cluster_secret:
+        if self.needs_cluster_secret and not self.cluster_secret:
             raise _invalid(
                 "a multi-node cluster needs cluster_secret, the same on every node (it "
                 "authenticates the Raft transport and the inter-broker listener): set "
@@ -528,6 +531,25 @@ class NodeConfig:
     def quorum_voters(self) -> dict[int, str]:
         """Raft address of each voter by node id (see the ``quorum`` setting)."""
         return parse_quorum(self.quorum, self.node_id, self.listen)
+
+    @property
+    def loopback_only(self) -> bool:
+        """Are the listeners and every quorum address on loopback (one machine)?"""
+        hosts = [parse_address(a, "address")[0] for a in self.quorum_voters.values()]
+        hosts.append(parse_address(self.listen, "listen")[0])
+        if self.internal_listen:
+            hosts.append(parse_address(self.internal_listen, "internal_listen")[0])
+        return all(_is_loopback(h) for h in hosts)
+
+    @property
+    def needs_cluster_secret(self) -> bool:
+        """A broker-only node, or a voter of a quorum that reaches beyond this machine.
+        (A quorum of several voters all on loopback may run without one: the nodes then
+        derive a shared key from the quorum, which keeps nothing from a local user;
+        ``headwater serve`` warns. One node alone generates a real one.)"""
+        if not self.is_controller:
+            return True
+        return len(self.quorum_voters) > 1 and not self.loopback_only
 
     @property
     def internal_listen_address(self) -> str:
@@ -566,6 +588,20 @@ assert [f.name for f in dataclasses.fields(NodeConfig)] == [s.name for s in SETT
 assert all(getattr(NodeConfig(), s.name) == s.default for s in SETTINGS)
 
 
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+LEGACY_NAMES: Final = {"raft_secret": "cluster_secret"}
+"""Older names still read (file key or HEADWATER_ variable) when the new one is absent."""
+
+
 def parse_topic_configs(configs: Mapping[str, str], defaults: NodeConfig) -> dict[str, str]:
     """Validate per-topic overrides; return every topic setting's effective value as text."""
     unknown = sorted(set(configs) - set(TOPIC_SETTINGS))
@@ -601,11 +637,19 @@ def load(
             raise _invalid(f"cannot read config file {file}: {exc.strerror}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise _invalid(f"config file {file} is not valid TOML: {exc}") from exc
-        section = document.get("headwater", document)
+        section = dict(document.get("headwater", document))
+        for old, new in LEGACY_NAMES.items():
+            if old in section:
+                value = section.pop(old)
+                section.setdefault(new, value)
         unknown = sorted(set(section) - set(SETTINGS_BY_NAME))
         if unknown:
             raise _invalid(f"unknown key(s) in {file}: {', '.join(unknown)}")
         values.update({k: SETTINGS_BY_NAME[k].parse(v, str(file)) for k, v in section.items()})
+    for old, new in LEGACY_NAMES.items():
+        raw = environ.get(f"HEADWATER_{old.upper()}")
+        if raw is not None and f"HEADWATER_{new.upper()}" not in environ:
+            values[new] = SETTINGS_BY_NAME[new].parse(raw, f"HEADWATER_{old.upper()}")
     for setting in SETTINGS:
         raw = environ.get(f"HEADWATER_{setting.name.upper()}")
         if raw is not None:

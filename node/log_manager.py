@@ -26,6 +26,7 @@ either the old or the new map.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -90,6 +91,14 @@ class LogManager:
         so that even a lone node's Raft port and inter-broker listener refuse strangers."""
         if self.config.cluster_secret:
             return self.config.cluster_secret
+        voters = self.config.quorum_voters
+        if len(voters) > 1:  # all on loopback, or the config would have refused it
+            _log.warning(
+                "cluster_secret is not set: this loopback-only cluster derives its key from "
+                "the quorum, which any local user can do; set HEADWATER_CLUSTER_SECRET"
+            )
+            quorum = ",".join(f"{i}@{a}" for i, a in sorted(voters.items()))
+            return hashlib.sha256(f"headwater-loopback-cluster\0{quorum}".encode()).hexdigest()
         path = self.data_dir / SECRET_FILE
         try:
             existing = path.read_text().strip() if path.exists() else ""

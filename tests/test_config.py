@@ -87,3 +87,26 @@ def test_configuration_doc_is_current() -> None:
         "run python -m headwater.config > docs/configuration.md"
     )
     assert len(SETTINGS) == len({s.name for s in SETTINGS})
+
+
+def test_a_cluster_beyond_loopback_needs_the_cluster_secret() -> None:
+    wide = "1@10.0.0.1:7701,2@10.0.0.2:7701,3@10.0.0.3:7701"
+    with pytest.raises(HeadwaterError) as info:
+        load(None, {}, {"quorum": wide, "listen": "10.0.0.1:7700"})
+    assert "HEADWATER_CLUSTER_SECRET" in info.value.message
+    with pytest.raises(HeadwaterError):
+        load(None, {}, {"roles": "broker", "controller_addresses": "127.0.0.1:7702"})
+    config = load(
+        None, {"HEADWATER_CLUSTER_SECRET": "s"}, {"quorum": wide, "listen": "10.0.0.1:7700"}
+    )
+    assert config.cluster_secret == "s"
+    # The older name still works; the new one wins when both are set.
+    legacy = load(
+        None, {"HEADWATER_RAFT_SECRET": "old"}, {"quorum": wide, "listen": "10.0.0.1:7700"}
+    )
+    assert legacy.cluster_secret == "old"
+    both = {"HEADWATER_RAFT_SECRET": "old", "HEADWATER_CLUSTER_SECRET": "new"}
+    assert load(None, both, {"quorum": wide, "listen": "10.0.0.1:7700"}).cluster_secret == "new"
+    # One machine: a loopback quorum may run without one (it derives a key, with a warning).
+    local = "1@127.0.0.1:7701,2@127.0.0.1:7711,3@127.0.0.1:7721"
+    assert load(None, {}, {"quorum": local}).cluster_secret == ""
