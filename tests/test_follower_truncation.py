@@ -27,7 +27,7 @@ from headwater.log.memory_log import MemoryLog
 from headwater.node import replication
 from headwater.node.partition import Partition
 from headwater.node.replica_manager import LeaderFetcher, ReplicaManager, ReplicaService
-from headwater.raft.image import PartitionState
+from headwater.raft.image import BrokerState, MetadataImage, PartitionState
 from headwater.v1 import headwater_pb2 as pb
 
 TOPIC = "t"
@@ -113,6 +113,15 @@ def stored(partition: Partition) -> bytes:
     return partition.log.read(partition.log.log_start_offset, 1 << 30).data
 
 
+class _State:
+    """The leaders' view of the cluster: the follower registered at broker epoch 1 (the
+    epoch its replica manager sends)."""
+
+    def __init__(self, follower: int) -> None:
+        broker = BrokerState(follower, "incarnation", 1, "address", "", fenced=False)
+        self.image = MetadataImage(brokers={follower: broker})
+
+
 class Harness:
     """Node ``me`` follows; ``leaders`` maps node ids to their replica of the partition."""
 
@@ -120,7 +129,12 @@ class Harness:
         self.me = me
         self.stubs = {
             f"node{n}": _ReplicaStub(
-                ReplicaService(NodeConfig(node_id=n), _Logs({(TOPIC, 0): p}), lambda: may_lead)  # type: ignore[arg-type]
+                ReplicaService(
+                    NodeConfig(node_id=n),
+                    _Logs({(TOPIC, 0): p}),  # type: ignore[arg-type]
+                    _State(me.node_id),  # type: ignore[arg-type]
+                    lambda: may_lead,
+                )
             )
             for n, p in leaders.items()
         }

@@ -54,21 +54,27 @@ def cluster3(tmp_path: Path) -> Iterator[LocalCluster]:
 
 def read_partition(address: str, topic: str, partition: int) -> list[tuple[int, bytes]]:
     """Every committed record of ``partition``, asked of ``address`` (forwarded to the
-    leader)."""
+    leader). A leadership that moves meanwhile (preferred leaders return every few
+    seconds) is retried, as a client would after refreshing its metadata."""
     out: list[tuple[int, bytes]] = []
     offset = 0
+    retriable = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE)
     with grpc.insecure_channel(address) as channel:
         stub = pb_grpc.BrokerStub(channel)
         while True:
-            response = stub.Fetch(
-                pb.FetchRequest(
-                    topic=topic,
-                    partition=partition,
-                    offset=offset,
-                    format=pb.RECORD_FORMAT_RECORDS,
-                ),
-                timeout=10,
+            request = pb.FetchRequest(
+                topic=topic, partition=partition, offset=offset, format=pb.RECORD_FORMAT_RECORDS
             )
+            deadline = time.monotonic() + DEADLINE_S
+            while True:
+                try:
+                    response = stub.Fetch(request, timeout=10)
+                    break
+                except grpc.RpcError as error:
+                    code = from_rpc_error(error, address).code
+                    if code not in retriable or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
             out += [(r.offset, r.value) for r in response.decoded]
             if response.next_offset == offset:
                 return out
