@@ -5,11 +5,14 @@ each run one ``MetadataQuorum``. Its Raft leader is the active controller; it pr
 record batches with ``propose``; every voter applies each committed batch, in log order,
 in pysyncobj's thread, and hands the new image to ``on_applied``.
 
-Transport: pysyncobj's own TCP protocol, bound to this voter's quorum address and, when
-``secret`` is set, encrypted and authenticated with it (Fernet, a key derived from the
-secret). The protocol unpickles what it receives, so the quorum address must sit on the
-cluster network, never where clients reach it, and multi-node clusters should set
-``cluster_secret``.
+Transport: pysyncobj's own TCP protocol, bound to this voter's quorum address and
+encrypted and authenticated with ``secret`` (Fernet, a key derived from the secret; a
+node always has one, see ``cluster_secret``): a message is authenticated before it is
+unpickled. A message announces its length first, and pysyncobj would buffer whatever
+length a peer announces before it can authenticate anything (a 2^31-1 prefix and junk
+stalled metadata for 32 s): ``bound_raft_reads`` drops a connection that announces more
+than ``RAFT_MESSAGE_BYTES_MAX``, and stops reading from one while a whole message of
+that size waits to be parsed, so a peer costs at most about that much memory.
 
 Durability of metadata, exactly (pysyncobj 0.3.17):
 - Every entry is appended to the journal file (``data_dir/raft/journal``, memory-mapped)
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,6 +55,7 @@ from pysyncobj import (
     SyncObjException,
     replicated,
 )
+from pysyncobj.tcp_connection import TcpConnection
 
 from headwater.raft.follower_append import AppendAction, plan_append
 from headwater.raft.image import ApplyResult, MetadataImage, apply
@@ -117,6 +122,40 @@ class _MetadataLog(SyncObjConsumer):  # type: ignore[misc]
     def _deserialize(self, data: dict[str, Any]) -> None:
         super()._deserialize(data)
         self._on_applied(self.image, None)
+
+
+RAFT_MESSAGE_BYTES_MAX: Final = 64 << 20
+"""Longest Raft message a voter accepts (a metadata batch or a snapshot part is far
+smaller: a topic of 10,000 partitions is about 2 MB of records)."""
+_LENGTH_PREFIX: Final = struct.Struct("i")  # pysyncobj's: native int32
+
+
+def bound_raft_reads(limit: int = RAFT_MESSAGE_BYTES_MAX) -> None:
+    """Install the read bound on pysyncobj's TcpConnection (idempotent): a connection whose
+    next message announces a length outside [0, limit] is dropped before it is buffered,
+    and no more is read from a connection while ``limit`` + 4 bytes wait to be parsed."""
+    original = TcpConnection.__dict__.get("_headwater_unbounded_read")
+    if original is None:
+        original = TcpConnection._TcpConnection__processRead
+
+    def bounded_read(self: Any) -> bool:
+        buffered = self._TcpConnection__readBuffer
+        if len(buffered) >= _LENGTH_PREFIX.size:
+            (length,) = _LENGTH_PREFIX.unpack_from(buffered)
+            if not 0 <= length <= limit:
+                _log.warning(
+                    "dropped a Raft connection that announced a %d-byte message (limit %d)",
+                    length,
+                    limit,
+                )
+                self.disconnect()
+                return False
+            if len(buffered) >= _LENGTH_PREFIX.size + limit:
+                return False  # parse what is here first; the poller calls again
+        return bool(original(self))
+
+    TcpConnection._headwater_unbounded_read = original
+    TcpConnection._TcpConnection__processRead = bounded_read
 
 
 PYSYNCOBJ_VERSION: Final = "0.3.17"
@@ -272,6 +311,7 @@ class MetadataQuorum:
         timings: QuorumTimings = QuorumTimings(),
     ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
+        bound_raft_reads()
         self.self_address = self_address
         self._log = _MetadataLog(on_applied)
         conf = SyncObjConf(

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import socket
 import stat
@@ -178,3 +179,26 @@ def test_a_single_node_runs_no_pickle_from_its_raft_port(tmp_path: Path) -> None
         assert secret_file.read_text() == first
     finally:
         node.kill()
+
+
+def test_a_raft_peer_announcing_a_huge_message_is_dropped(node: NodeProcess) -> None:
+    """A peer that sent a 2^31-1 length prefix and junk was buffered before anything
+    could be authenticated: metadata changes stopped for 32 s."""
+    host, port = node.quorum.split("@")[1].rsplit(":", 1)
+    junk = os.urandom(1 << 20)
+    dropped = False
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(struct.pack("i", (1 << 31) - 1))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                sock.sendall(junk)
+            except (BrokenPipeError, ConnectionResetError, TimeoutError):
+                dropped = True
+                break
+        assert dropped, "the node kept reading a message announced as 2 GiB"
+    started = time.monotonic()
+    with Admin(node.address) as admin:
+        admin.create_topic("after-junk", partitions=1)
+    assert time.monotonic() - started < 10
+    assert "announced a 2147483647-byte message" in node.log()
