@@ -147,10 +147,27 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("rack", "", "Rack (failure domain) of this node, for replica placement."),
     Setting(
         "concurrent_calls_max",
-        256,
+        1024,
         "Most gRPC calls in progress at once (long polls and open streams included); "
         "calls beyond it are refused with RESOURCE_EXHAUSTED.",
         low=16,
+        high=100_000,
+    ),
+    Setting(
+        "streams_max",
+        896,
+        "Most FetchStreams, ProduceStreams and long-polling Fetches open at once on the "
+        "client listener; more are refused (THROTTLING_QUOTA_EXCEEDED). Below "
+        "concurrent_calls_max, so the rest stays free for short calls.",
+        low=1,
+        high=100_000,
+    ),
+    Setting(
+        "streams_per_connection_max",
+        100,
+        "Most FetchStreams, ProduceStreams and long-polling Fetches one client connection "
+        "may hold open; more are refused (THROTTLING_QUOTA_EXCEEDED).",
+        low=1,
         high=100_000,
     ),
     Setting(
@@ -447,7 +464,9 @@ class NodeConfig:
     internal_listen: str = ""
     data_dir: str = "./data"
     rack: str = ""
-    concurrent_calls_max: int = 256
+    concurrent_calls_max: int = 1024
+    streams_max: int = 896
+    streams_per_connection_max: int = 100
     request_bytes_max: int = 256 * MiB
     fetch_bytes_max: int = 64 * MiB
     fetch_bytes_default: int = 4 * MiB
@@ -491,6 +510,11 @@ class NodeConfig:
             raise _invalid(
                 f"fetch_bytes_default ({self.fetch_bytes_default}) exceeds fetch_bytes_max "
                 f"({self.fetch_bytes_max})"
+            )
+        if self.streams_max >= self.concurrent_calls_max:
+            raise _invalid(
+                f"streams_max ({self.streams_max}) must be below concurrent_calls_max "
+                f"({self.concurrent_calls_max}): the difference is kept for short calls"
             )
         if self.max_message_bytes + MiB > self.request_bytes_max:
             raise _invalid(

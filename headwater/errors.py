@@ -51,6 +51,7 @@ class ErrorCode(enum.IntEnum):
     STALE_BROKER_EPOCH = 77
     OFFSET_NOT_AVAILABLE = 78
     INVALID_RECORD = 87
+    THROTTLING_QUOTA_EXCEEDED = 89
 
 
 # Retriable: the same request may succeed later without change (Kafka's RetriableException).
@@ -68,6 +69,7 @@ _RETRIABLE: frozenset[ErrorCode] = frozenset(
         ErrorCode.NOT_ENOUGH_REPLICAS,
         ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         ErrorCode.NOT_CONTROLLER,
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED,
         ErrorCode.KAFKA_STORAGE_ERROR,
         ErrorCode.FENCED_LEADER_EPOCH,
         ErrorCode.UNKNOWN_LEADER_EPOCH,
@@ -135,6 +137,7 @@ GRPC_STATUS_OF: dict[ErrorCode, GrpcCode] = {
     ErrorCode.STALE_BROKER_EPOCH: GrpcCode.FAILED_PRECONDITION,
     ErrorCode.OFFSET_NOT_AVAILABLE: GrpcCode.UNAVAILABLE,
     ErrorCode.INVALID_RECORD: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.THROTTLING_QUOTA_EXCEEDED: GrpcCode.RESOURCE_EXHAUSTED,
 }
 assert set(GRPC_STATUS_OF) == set(ErrorCode) - {ErrorCode.NONE}
 

@@ -34,6 +34,7 @@ from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import abort
 from headwater.log import batch as batch_format
 from headwater.node.cluster_state import ClusterState
+from headwater.node.limits import LongCallSlots
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
 from headwater.node.peers import FORWARDED, Peers, is_forwarded, peer_error
@@ -94,6 +95,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         self.logs = logs
         self.state = state
         self.peers = peers
+        self.long_calls = LongCallSlots(config.streams_per_connection_max, config.streams_max)
         self.quorum_status = quorum_status
         self.may_lead = may_lead
         self._round_robin = itertools.count()
@@ -195,8 +197,19 @@ class BrokerService(pb_grpc.BrokerServicer):
         Requests are pipelined: each is appended as soon as the one before it on the stream
         has been appended (appends keep the stream's order), and waits for its replicas
         (acks=all) alongside the requests after it. Up to PRODUCE_PIPELINE_MAX requests are
-        in progress; beyond that the stream stops reading (gRPC flow control)."""
+        in progress; beyond that the stream stops reading (gRPC flow control). The stream
+        holds one of the node's long-call slots (``headwater.node.limits``)."""
         forwarded = is_forwarded(context)
+        try:
+            with self.long_calls.hold(context.peer(), forwarded):
+                async for response in self._produce_stream(requests, forwarded):
+                    yield response
+        except HeadwaterError as error:
+            await abort(context, error)
+
+    async def _produce_stream(
+        self, requests: AsyncIterator[pb.ProduceRequest], forwarded: bool
+    ) -> AsyncIterator[pb.ProduceResponse]:
         loop = asyncio.get_running_loop()
         answers: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue(
             PRODUCE_PIPELINE_MAX
@@ -436,7 +449,10 @@ class BrokerService(pb_grpc.BrokerServicer):
         topic.check_partition(request.partition)
         local = await self._leader_replica(image, topic, request.partition)
         if local is not None:
-            return await self._fetch(local, request, request.offset)
+            if request.max_wait_ms <= 0:
+                return await self._fetch(local, request, request.offset)
+            with self.long_calls.hold(context.peer(), is_forwarded(context)):
+                return await self._fetch(local, request, request.offset)
         address = self._leader_address(image, topic, request.partition, is_forwarded(context))
         try:
             response: pb.FetchResponse = await self.peers.broker(address).Fetch(
@@ -452,27 +468,33 @@ class BrokerService(pb_grpc.BrokerServicer):
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.FetchResponse]:
         """Repeated long polls from advancing offsets, until the client cancels, this node
-        stops leading the partition (NOT_LEADER_OR_FOLLOWER), or the partition is deleted."""
+        stops leading the partition (NOT_LEADER_OR_FOLLOWER), or the partition is deleted.
+        The stream holds one of the node's long-call slots (``headwater.node.limits``)."""
         try:
-            self._check_fetch(request)
-            image = self.state.image
-            topic = self._topic(image, request.topic)
-            topic.check_partition(request.partition)
-            local = await self._leader_replica(image, topic, request.partition)
-            if local is None:
-                address = self._leader_address(
-                    image, topic, request.partition, is_forwarded(context)
-                )
-                async for response in self._proxy_fetch_stream(address, request):
+            with self.long_calls.hold(context.peer(), is_forwarded(context)):
+                async for response in self._fetch_stream(request, context):
                     yield response
-                return
-            offset = request.offset
-            while True:
-                response = await self._fetch(local, request, offset)
-                offset = response.next_offset
-                yield response
         except HeadwaterError as error:
             await abort(context, error)
+
+    async def _fetch_stream(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.FetchResponse]:
+        self._check_fetch(request)
+        image = self.state.image
+        topic = self._topic(image, request.topic)
+        topic.check_partition(request.partition)
+        local = await self._leader_replica(image, topic, request.partition)
+        if local is None:
+            address = self._leader_address(image, topic, request.partition, is_forwarded(context))
+            async for response in self._proxy_fetch_stream(address, request):
+                yield response
+            return
+        offset = request.offset
+        while True:
+            response = await self._fetch(local, request, offset)
+            offset = response.next_offset
+            yield response
 
     async def _proxy_fetch_stream(
         self, address: str, request: pb.FetchRequest

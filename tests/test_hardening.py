@@ -25,6 +25,7 @@ import grpc
 import pytest
 
 from headwater.client import Admin, Producer
+from headwater.log import batch as batch_format
 from headwater.node import cluster_auth
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -202,3 +203,87 @@ def test_a_raft_peer_announcing_a_huge_message_is_dropped(node: NodeProcess) -> 
         admin.create_topic("after-junk", partitions=1)
     assert time.monotonic() - started < 10
     assert "announced a 2147483647-byte message" in node.log()
+
+
+def test_long_call_slots_cap_each_connection_and_the_node() -> None:
+    from headwater.errors import ErrorCode, HeadwaterError
+    from headwater.node.limits import LongCallSlots
+
+    slots = LongCallSlots(per_connection_max=2, node_max=3)
+    with slots.hold("a", False), slots.hold("a", False):
+        with pytest.raises(HeadwaterError) as info, slots.hold("a", False):
+            pass
+        assert info.value.code is ErrorCode.THROTTLING_QUOTA_EXCEEDED
+        assert "streams_per_connection_max 2" in info.value.message
+        with slots.hold("b", False):
+            with pytest.raises(HeadwaterError, match="streams_max 3"), slots.hold("c", False):
+                pass
+        # A forwarded call counts for the node, not for the forwarding node's connection.
+        with slots.hold("a", True):
+            assert slots.open == 3 and slots.open_on("a") == 2
+    assert slots.open == 0 and slots.open_on("a") == 0
+
+
+def test_idle_streams_cannot_take_every_call_of_a_node(tmp_path: Path) -> None:
+    """300 idle FetchStreams on one node used up its call limit for everyone, heartbeats
+    included. (Small limits here, so that the node-wide one is reached quickly.)"""
+    node = NodeProcess(
+        tmp_path / "data",
+        env={
+            "HEADWATER_CONCURRENT_CALLS_MAX": "200",
+            "HEADWATER_STREAMS_MAX": "150",
+            "HEADWATER_STREAMS_PER_CONNECTION_MAX": "100",
+        },
+    )
+    node.start()
+    with Admin(node.address) as admin:
+        admin.create_topic("idle", partitions=1)
+    request = pb.FetchRequest(topic="idle", partition=0, offset=0, max_wait_ms=10_000)
+    # Channels to one address share a connection unless told not to.
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    one = grpc.insecure_channel(node.address, options=own)
+    many = [grpc.insecure_channel(node.address, options=own) for _ in range(10)]
+    calls = [pb_grpc.BrokerStub(one).FetchStream(request) for _ in range(150)]
+
+    def refused() -> list[grpc.Future]:
+        return [c for c in calls if c.done() and c.code() == grpc.StatusCode.RESOURCE_EXHAUSTED]
+
+    try:
+        wait_until(
+            lambda: len(refused()) == 50, DEADLINE_S, "the streams over the connection's cap"
+        )
+        assert all("streams_per_connection_max 100" in c.details() for c in refused())
+        # Other clients are untouched: a producer's stream, its acks=all writes.
+        with Producer(node.address, acks="all") as producer:
+            producer.send("idle", b"v", partition=0).result(timeout=10)
+        # Up to the node's cap: 150 open streams, 100 of them on the first connection.
+        calls += [pb_grpc.BrokerStub(c).FetchStream(request) for c in many for _ in range(15)]
+        wait_until(
+            lambda: len(refused()) == 50 + 100, DEADLINE_S, "the streams over the node's cap"
+        )
+        assert any("streams_max 150" in c.details() for c in refused())
+        # Short calls still go through, and the node stays up and registered.
+        stub = pb_grpc.BrokerStub(grpc.insecure_channel(node.address, options=own))
+        batch = batch_format.encode_batch([b"w"])
+        assert stub.Produce(pb.ProduceRequest(topic="idle", partition=0, batch=batch)).results
+        with Admin(node.address) as admin:
+            admin.create_topic("still-works", partitions=1)
+        assert node.serving()
+    finally:
+        for call in calls:
+            call.cancel()
+        for channel in [one, *many]:
+            channel.close()
+    try:
+        # The slots come back once the streams close.
+        def fresh_stream_answers() -> bool:
+            with grpc.insecure_channel(node.address, options=own) as channel:
+                stream = pb_grpc.BrokerStub(channel).FetchStream(request)
+                try:
+                    return next(stream).high_watermark == 2
+                finally:
+                    stream.cancel()
+
+        wait_until(fresh_stream_answers, DEADLINE_S, "a new stream to be admitted")
+    finally:
+        node.kill()

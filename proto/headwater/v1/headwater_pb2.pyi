@@ -76,6 +76,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     STALE_BROKER_EPOCH: _ErrorCode.ValueType  # 77
     OFFSET_NOT_AVAILABLE: _ErrorCode.ValueType  # 78
     INVALID_RECORD: _ErrorCode.ValueType  # 87
+    THROTTLING_QUOTA_EXCEEDED: _ErrorCode.ValueType  # 89
+    """A limit on open streams and long polls was reached (retriable once some close)."""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Operating errors with stable numbers (Apache Kafka's where Kafka has the same error)."""
@@ -113,6 +115,8 @@ UNSUPPORTED_COMPRESSION_TYPE: ErrorCode.ValueType  # 76
 STALE_BROKER_EPOCH: ErrorCode.ValueType  # 77
 OFFSET_NOT_AVAILABLE: ErrorCode.ValueType  # 78
 INVALID_RECORD: ErrorCode.ValueType  # 87
+THROTTLING_QUOTA_EXCEEDED: ErrorCode.ValueType  # 89
+"""A limit on open streams and long polls was reached (retriable once some close)."""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 class _Acks:

@@ -1,0 +1,71 @@
+"""Admission of long-lived client calls: streams and long polls.
+
+A gRPC server refuses calls beyond ``concurrent_calls_max`` (RESOURCE_EXHAUSTED), and
+every open FetchStream or ProduceStream, and every Fetch parked in a long poll, holds one
+of those slots for as long as it lasts: 300 idle FetchStreams once took every slot of a
+node, heartbeats included. ``LongCallSlots`` caps them twice, below that limit:
+
+- per client connection (``streams_per_connection_max``): one connection cannot hold more;
+- per node (``streams_max``, below ``concurrent_calls_max``): whatever the number of
+  connections, at least ``concurrent_calls_max - streams_max`` slots stay free for
+  short calls (Produce, Metadata, Admin).
+
+A call over either cap is refused at once with THROTTLING_QUOTA_EXCEEDED naming the
+limit and its setting; nothing queues. Heartbeats, replication and ISR changes are on the
+inter-broker listener, which has its own call limit. A call forwarded by another node
+(the ``headwater-forwarded`` key) counts for this node only: the node it came through
+counted it against its client's connection.
+
+Pure bookkeeping, used on the event loop only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from headwater.errors import ErrorCode, HeadwaterError
+
+
+class LongCallSlots:
+    def __init__(self, per_connection_max: int, node_max: int) -> None:
+        self.per_connection_max = per_connection_max
+        self.node_max = node_max
+        self.open = 0
+        self._by_connection: dict[str, int] = {}
+
+    def open_on(self, connection: str) -> int:
+        return self._by_connection.get(connection, 0)
+
+    @contextmanager
+    def hold(self, connection: str, forwarded: bool) -> Iterator[None]:
+        """Hold a slot while the call lasts; raise THROTTLING_QUOTA_EXCEEDED when over
+        a cap. ``connection`` is the gRPC peer (one per client connection)."""
+        if self.open >= self.node_max:
+            raise HeadwaterError(
+                ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                f"this node has {self.open} streams and long polls open, its limit "
+                f"(streams_max {self.node_max}); retry later or use fewer",
+            )
+        counted = not forwarded
+        if counted:
+            held = self._by_connection.get(connection, 0)
+            if held >= self.per_connection_max:
+                raise HeadwaterError(
+                    ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                    f"this connection has {held} streams and long polls open, its limit "
+                    f"(streams_per_connection_max {self.per_connection_max}); close some or "
+                    "open another connection",
+                )
+            self._by_connection[connection] = held + 1
+        self.open += 1
+        try:
+            yield
+        finally:
+            self.open -= 1
+            if counted:
+                left = self._by_connection[connection] - 1
+                if left:
+                    self._by_connection[connection] = left
+                else:
+                    del self._by_connection[connection]
