@@ -10,11 +10,17 @@ Directory layout (one directory per partition)::
     leader-epoch-checkpoint         the leader-epoch cache (see leader_epochs.py)
 
 Opening: without the clean-shutdown marker, every segment that may hold data past the
-recovery point is scanned with CRC checks; the first torn or corrupt batch and everything
-after it is truncated (loudly, in the log), later segments are deleted, and the index
-files of scanned segments are rebuilt. Segments wholly below the recovery point, and all
-segments after a clean shutdown, are trusted: their index files are loaded (rebuilt if
-missing or inconsistent) and only the tail after the last index entry is walked.
+recovery point is scanned with CRC checks and base-offset contiguity; at the first torn
+or corrupt batch, or a gap or overlap of offsets, the log is cut: the bytes from there,
+and every later segment, are moved (never deleted) into ``damaged/<time>/`` in the
+partition's folder and reported at ERROR, and the index files of scanned segments are
+rebuilt. A follower then fetches what it lost from its leader; an operator can read what
+was set aside with ``headwater.log.batch`` (the files are segments as written). Segments
+wholly below the recovery point, and all segments after a clean shutdown, are trusted:
+their index files are loaded (rebuilt if missing or inconsistent) and only the tail
+after the last index entry is walked; a read checks the base offset of every batch it
+walks or returns (``Segment.read_from``), so a batch whose base offset changed on disk
+(outside the CRC) is refused with KAFKA_STORAGE_ERROR, never served at a wrong offset.
 
 The recovery point advances on every flush: before each ack (flush_policy ``ack``), every
 flush_interval_ms (``interval``), when a segment rolls, and on close.
@@ -58,6 +64,9 @@ from headwater.log.segment import LOG_SUFFIX, Segment
 RECOVERY_POINT_FILE: Final = "recovery-point"
 CLEAN_SHUTDOWN_FILE: Final = "clean-shutdown"
 EPOCH_CHECKPOINT_FILE: Final = "leader-epoch-checkpoint"
+DAMAGED_DIR: Final = "damaged"
+NO_DAMAGE: Final = 1 << 63
+"""Where recovery sets aside what it cannot keep in the log: never deleted by the node."""
 
 _log = logging.getLogger(__name__)
 
@@ -92,6 +101,9 @@ class FileLog:
         directory.mkdir(parents=True, exist_ok=True)
         self._segments: list[Segment] = []
         self._recovery_point = 0
+        self.damage = ""
+        """What recovery cut and set aside at open ("" when nothing)."""
+        self._damaged_from = NO_DAMAGE
         self._last_flush_ms = now_ms
         self._epochs = LeaderEpochCache()
         self._load(now_ms)
@@ -134,20 +146,22 @@ class FileLog:
                 f"segment {base} ends at offset {result.next_offset} but the next segment "
                 f"starts at {next_base}"
             )
-            _log.warning(
-                "log %s: truncating segment %d at byte %d (of %d) and deleting %d later "
-                "segment(s): %s",
+            aside = self._set_aside(segment, result.valid_bytes, bases[i + 1 :], now_ms)
+            _log.error(
+                "log %s: cut at offset %d (segment %d, byte %d of %d); the rest of that "
+                "segment and %d later segment(s) are set aside in %s: %s",
                 self.directory,
+                result.next_offset,
                 base,
                 result.valid_bytes,
                 segment.size,
                 len(bases) - i - 1,
+                aside,
                 problem,
             )
+            self.damage = f"cut at offset {result.next_offset}: {problem}; set aside in {aside}"
             segment.truncate(result.valid_bytes)
             segment.next_offset = result.next_offset
-            for later in bases[i + 1 :]:
-                Segment(self.directory, later, self.config.index_interval_bytes).delete()
             break
         if not self._segments:
             start = self._read_recovery_point() if not bases else 0
@@ -159,6 +173,29 @@ class FileLog:
             self.log_end_offset,
             recovery_point if recovery_point is not None else self.log_end_offset,
         )
+
+    def _set_aside(
+        self, segment: Segment, valid_bytes: int, later_bases: list[int], now_ms: int
+    ) -> Path:
+        """Copy ``segment``'s bytes from ``valid_bytes`` on, and move every later segment's
+        files, into a new folder under ``damaged/``; return it. (Only the copy's tail is
+        then truncated from the live segment.)"""
+        aside = self.directory / DAMAGED_DIR / str(now_ms)
+        suffix = 0
+        while aside.exists():
+            suffix += 1
+            aside = self.directory / DAMAGED_DIR / f"{now_ms}-{suffix}"
+        aside.mkdir(parents=True)
+        if valid_bytes < segment.size:
+            tail = os.pread(segment.fd, segment.size - valid_bytes, valid_bytes)
+            name = f"{segment.base_offset:020d}-from-byte-{valid_bytes}{LOG_SUFFIX}"
+            write_atomically(aside / name, tail)
+        for base in later_bases:
+            for path in self.directory.glob(f"{base:020d}.*"):
+                path.rename(aside / path.name)
+        fsync_directory(aside)
+        fsync_directory(self.directory)
+        return aside
 
     def _load_epochs(self) -> None:
         path = self.directory / EPOCH_CHECKPOINT_FILE
@@ -367,7 +404,7 @@ class FileLog:
         for segment in self._segments:
             if segment.next_offset > self._recovery_point:
                 segment.flush()
-        self._recovery_point = self.log_end_offset
+        self._recovery_point = min(self.log_end_offset, self._damaged_from)
         self._write_recovery_point()
 
     def flush(self) -> None:
@@ -434,8 +471,23 @@ class FileLog:
             if offset >= bound:
                 return ReadResult(b"", offset)
             segment = self._segment_for(offset)
-            data, next_offset = segment.read_from(offset, max_bytes, bound)
+            try:
+                data, next_offset = segment.read_from(offset, max_bytes, bound)
+            except HeadwaterError as error:
+                if error.code is ErrorCode.KAFKA_STORAGE_ERROR:
+                    self._note_damage(segment, error.message)
+                raise
             return ReadResult(data, next_offset if data else offset)
+
+    def _note_damage(self, segment: Segment, problem: str) -> None:
+        """A read found ``segment`` damaged: the next open scans it and everything after
+        (the recovery point stays below it, and no clean-shutdown marker is written), and
+        recovery sets the damage aside."""
+        if segment.base_offset < self._damaged_from:
+            _log.error("log %s: %s", self.directory, problem)
+            self._damaged_from = segment.base_offset
+            self._recovery_point = min(self._recovery_point, segment.base_offset)
+            self._write_recovery_point()
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         with self._lock:
@@ -471,7 +523,8 @@ class FileLog:
             for segment in self._segments:
                 segment.flush()
                 segment.close()
-            write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+            if self._damaged_from == NO_DAMAGE:
+                write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
             self._closed = True
 
     def abandon(self) -> None:

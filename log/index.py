@@ -44,8 +44,13 @@ class SegmentIndex:
 
     def floor_position(self, relative_offset: int) -> int:
         """Byte position of the last indexed batch starting at or before ``relative_offset``."""
+        return self.floor_entry(relative_offset)[1]
+
+    def floor_entry(self, relative_offset: int) -> tuple[int, int]:
+        """(relative offset, byte position) of the last indexed batch starting at or before
+        ``relative_offset``; (0, 0), the segment's first batch, when there is none."""
         i = bisect.bisect_right(self.relative_offsets, relative_offset) - 1
-        return self.positions[i] if i >= 0 else 0
+        return (self.relative_offsets[i], self.positions[i]) if i >= 0 else (0, 0)
 
     def first_offset_at_or_after(self, timestamp: int) -> int:
         """Relative offset from which to scan for the first record with ts >= timestamp:

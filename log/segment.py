@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from headwater.errors import HeadwaterError
+from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.index import IndexCorruptError, SegmentIndex, parse_index_files
 
@@ -303,6 +303,20 @@ class Segment:
 
     # ------------------------------------------------------------------ reading
 
+    def _check_base_offset(
+        self, header: batch_format.BatchHeader, expected: int, position: int
+    ) -> None:
+        """Offsets are contiguous: a batch whose base offset is not where the one before it
+        (or its index entry) ends has changed on disk (it lies outside the CRC), and its
+        records must not be served at offsets they were never given."""
+        if header.base_offset != expected:
+            raise HeadwaterError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"segment {self.log_path} is damaged: the batch at byte {position} has base "
+                f"offset {header.base_offset}, expected {expected}; this replica cannot serve "
+                "these offsets (restart the node to set the damage aside)",
+            )
+
     def read_from(self, offset: int, max_bytes: int, upper_bound: int) -> tuple[bytes, int]:
         """Whole batches starting with the one that holds ``offset``: (bytes, next offset).
 
@@ -311,7 +325,8 @@ class Segment:
         batches: at most ``max_bytes``, but always the first batch; none at or past
         ``upper_bound``.
         """
-        position = self.index.floor_position(offset - self.base_offset)
+        relative, position = self.index.floor_entry(offset - self.base_offset)
+        expected = self.base_offset + relative
         chunk_start = position
         want = min(
             self.size - position, max_bytes + self.index_interval_bytes + batch_format.HEADER_BYTES
@@ -320,8 +335,10 @@ class Segment:
         while True:
             chunk, chunk_start = self._batch_at(position, chunk, chunk_start)
             header = batch_format.read_header(chunk, position - chunk_start)
+            self._check_base_offset(header, expected, position)
             if header.next_offset > offset:
                 break
+            expected = header.next_offset
             position += header.total_size
         if header.base_offset >= upper_bound:
             return b"", offset
@@ -334,6 +351,8 @@ class Segment:
                 if end + following_size(chunk, end) <= len(chunk)
                 else None
             )
+            if following is not None:
+                self._check_base_offset(following, next_offset, chunk_start + end)
             if following is None or following.base_offset >= upper_bound:
                 break
             if end + following.total_size - first > max_bytes:

@@ -7,7 +7,10 @@ Layout::
       meta.json                   {"node_id": ..., "format": 2}
       raft/                       the metadata quorum's journal and snapshot (voters)
       <topic>-<partition>/        one FileLog per hosted partition, plus
-        partition.metadata          {"topic_id": ...}: which incarnation of the topic
+        partition.metadata          which incarnation of the topic (partition_metadata)
+        damaged/                    what log recovery set aside (FileLog)
+      damaged/                    partition folders whose metadata was unreadable: kept,
+                                  never deleted by the node, reported at ERROR
       *-delete/                   being removed
 
 The node hosts exactly the partitions whose replicas include it in the metadata image.
@@ -38,6 +41,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+import crc32c
+
 from headwater.config import NodeConfig
 from headwater.errors import HeadwaterError
 from headwater.log.api import FlushPolicy
@@ -49,6 +54,7 @@ from headwater.raft.image import MetadataImage, PartitionState
 META_FILE: Final = "meta.json"
 LOCK_FILE: Final = ".lock"
 RAFT_DIR: Final = "raft"
+DAMAGED_DIR: Final = "damaged"
 SECRET_FILE: Final = "cluster.secret"  # noqa: S105 - a file name, not a secret
 PARTITION_META_FILE: Final = "partition.metadata"
 DELETE_SUFFIX: Final = "-delete"
@@ -60,6 +66,35 @@ _log = logging.getLogger(__name__)
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def partition_metadata(topic_id: str) -> bytes:
+    """``partition.metadata``: JSON ``{"version": 1, "topic_id": ..., "crc32c": ...}``, the
+    CRC32C of the topic id's UTF-8 bytes, so that a damaged file is told apart from one
+    of another incarnation of the topic (which the node may delete)."""
+    crc = crc32c.crc32c(topic_id.encode())
+    return json.dumps({"version": 1, "topic_id": topic_id, "crc32c": crc}).encode()
+
+
+def read_partition_metadata(path: Path) -> str | None:
+    """The topic id in ``path``, or None when the file is missing, unreadable or damaged.
+    A file from before the checksum (``{"topic_id": ...}`` alone) counts when its id has
+    the form of one (32 lowercase hex digits)."""
+    try:
+        body = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("topic_id"), str):
+        return None
+    topic_id: str = body["topic_id"]
+    if "crc32c" in body:
+        return topic_id if body["crc32c"] == crc32c.crc32c(topic_id.encode()) else None
+    legacy = len(topic_id) == 32 and all(c in "0123456789abcdef" for c in topic_id)
+    return topic_id if legacy else None
+
+
+def _holds_no_records(folder: Path) -> bool:
+    return all(p.stat().st_size == 0 for p in folder.glob("*.log"))
 
 
 class DataDirError(Exception):
@@ -230,11 +265,22 @@ class LogManager:
         folder = self._partition_dir(topic, index)
         meta = folder / PARTITION_META_FILE
         if folder.exists():
-            try:
-                found = json.loads(meta.read_text()).get("topic_id")
-            except (OSError, ValueError):
-                found = None
-            if found != topic_id:
+            found = read_partition_metadata(meta)
+            if found is None and not meta.exists() and _holds_no_records(folder):
+                found = topic_id  # created here, stopped before its metadata was written
+            if found is None:
+                if not may_delete:
+                    return None  # decide once the image is current
+                aside = self._set_aside(folder)
+                _log.error(
+                    "the partition metadata of %s-%d is unreadable: its folder is set aside in "
+                    "%s (not deleted) and the replica starts empty (a follower fetches it "
+                    "again from its leader)",
+                    topic,
+                    index,
+                    aside,
+                )
+            elif found != topic_id:
                 if not may_delete:
                     return None  # decide once the image is current
                 _log.warning("removing %s: it holds topic id %s, not %s", folder, found, topic_id)
@@ -243,7 +289,7 @@ class LogManager:
         try:
             log = FileLog(folder, log_config, now_ms())
             if not meta.exists():
-                write_atomically(meta, json.dumps({"topic_id": topic_id}).encode())
+                write_atomically(meta, partition_metadata(topic_id))
         except OSError as exc:
             _log.error("cannot open the log of %s-%d: %s", topic, index, exc)
             return None
@@ -266,6 +312,13 @@ class LogManager:
         self._discard(self._partition_dir(partition.topic, partition.index), partition.topic_id)
         _log.info("removed the replica of %s-%d", partition.topic, partition.index)
 
+    def _set_aside(self, folder: Path) -> Path:
+        """Move ``folder`` into ``data_dir/damaged/`` (kept, never deleted by the node)."""
+        target = self.data_dir / DAMAGED_DIR / f"{folder.name}.{now_ms()}"
+        target.parent.mkdir(exist_ok=True)
+        folder.rename(target)
+        return target
+
     def _discard(self, folder: Path, tag: str) -> None:
         target = folder.with_name(f"{folder.name}.{tag}{DELETE_SUFFIX}")
         try:
@@ -279,9 +332,15 @@ class LogManager:
     def _remove_strays(self, hosted: set[tuple[str, int]]) -> None:
         names = {f"{topic}-{index}" for topic, index in hosted}
         for child in self.data_dir.iterdir():
-            if not child.is_dir() or child.name == RAFT_DIR or child.name in names:
+            if not child.is_dir() or child.name in (RAFT_DIR, DAMAGED_DIR) or child.name in names:
                 continue
-            if child.name.endswith(DELETE_SUFFIX) or (child / PARTITION_META_FILE).exists():
+            meta = child / PARTITION_META_FILE
+            has_meta = not child.name.endswith(DELETE_SUFFIX) and meta.exists()
+            if has_meta and read_partition_metadata(meta) is None:
+                aside = self._set_aside(child)
+                _log.error("%s has unreadable partition metadata: set aside in %s", child, aside)
+                continue
+            if child.name.endswith(DELETE_SUFFIX) or meta.exists():
                 _log.warning("removing %s: no partition of this node owns it", child)
                 shutil.rmtree(child, ignore_errors=True)
 

@@ -7,9 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as bf
 from headwater.log.api import FlushPolicy, LogConfig
-from headwater.log.file_log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, FileLog
+from headwater.log.file_log import (
+    CLEAN_SHUTDOWN_FILE,
+    DAMAGED_DIR,
+    RECOVERY_POINT_FILE,
+    FileLog,
+)
 from headwater.log.index import SegmentIndex
 from tests.test_log_conformance import read_all
 
@@ -77,11 +83,19 @@ def test_torn_tail_is_truncated_to_the_last_whole_batch(tmp_path: Path, cut: int
     again.close()
 
 
-def test_corrupt_batch_truncates_it_and_every_later_segment(tmp_path: Path) -> None:
+def _aside(directory: Path) -> list[Path]:
+    return sorted((directory / DAMAGED_DIR).glob("*/*.log"))
+
+
+def test_a_corrupt_batch_cuts_the_log_and_sets_the_rest_aside(tmp_path: Path) -> None:
+    """Issue 11: recovery truncated the damaged segment and deleted every later one,
+    intact ones included (39 of 40 acknowledged records gone, with only a warning)."""
     log = FileLog(tmp_path, CONFIG, now_ms=0)
     values = fill(log, 60)
     log.abandon()
     (tmp_path / RECOVERY_POINT_FILE).write_text("0")  # force a scan from the start
+    before = sum(p.stat().st_size for p in segments(tmp_path))
+    later = [p.name for p in segments(tmp_path)[2:]]
     victim = segments(tmp_path)[1]
     data = bytearray(victim.read_bytes())
     data[200] ^= 0xFF  # inside a batch of the second segment
@@ -89,8 +103,50 @@ def test_corrupt_batch_truncates_it_and_every_later_segment(tmp_path: Path) -> N
     recovered = FileLog(tmp_path, CONFIG, now_ms=0)
     kept = [v for _, v in read_all(recovered, 0)]
     assert kept == values[: len(kept)]
-    assert len(segments(tmp_path)) == 2  # later segments deleted
+    assert len(segments(tmp_path)) == 2
     assert recovered.log_end_offset == len(kept) < len(values)
+    # Nothing was deleted: the damaged tail and every later segment are set aside whole.
+    aside = _aside(tmp_path)
+    assert [p.name for p in aside if "-from-byte-" not in p.name] == later
+    assert sum(p.stat().st_size for p in [*segments(tmp_path), *aside]) == before
+    assert "cut at offset" in recovered.damage and "CRC32C mismatch" in recovered.damage
+    # What was set aside still decodes, from the first intact batch after the damage on.
+    intact = [
+        v
+        for p in aside[1:]
+        for d in bf.decode_batches(p.read_bytes())
+        for v in d.records.column("value").to_pylist()
+    ]
+    assert intact == values[len(values) - len(intact) :] and intact
+    recovered.close()
+
+
+def test_a_changed_base_offset_is_never_served_and_is_set_aside_on_restart(
+    tmp_path: Path,
+) -> None:
+    """Issue 11: a byte flip in a batch's base offset (outside the CRC) served records at
+    wrong, overlapping offsets without any error."""
+    log = FileLog(tmp_path, CONFIG, now_ms=0)
+    values = fill(log, 20)
+    log.close()  # clean: the segments are trusted at the next open
+    first = segments(tmp_path)[0]
+    data = bytearray(first.read_bytes())
+    second_batch = bf.read_header(bytes(data)).total_size
+    data[second_batch] ^= 0x01  # base offset 3 becomes 2
+    first.write_bytes(bytes(data))
+    reopened = FileLog(tmp_path, CONFIG, now_ms=0)
+    with pytest.raises(HeadwaterError) as info:
+        read_all(reopened, 0)
+    assert info.value.code is ErrorCode.KAFKA_STORAGE_ERROR
+    assert "base offset 2, expected 3" in info.value.message
+    first_batch = bf.decode_batches(reopened.read(0, 1).data)  # before the damage: served
+    assert first_batch[0].records.column("value").to_pylist() == values[:3]
+    reopened.close()
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    recovered = FileLog(tmp_path, CONFIG, now_ms=0)
+    assert [v for _, v in read_all(recovered, 0)] == values[:3]
+    assert "base offset 2, expected 3" in recovered.damage
+    assert _aside(tmp_path)
     recovered.close()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import signal
 import socket
 import stat
 import struct
@@ -285,5 +286,40 @@ def test_idle_streams_cannot_take_every_call_of_a_node(tmp_path: Path) -> None:
                     stream.cancel()
 
         wait_until(fresh_stream_answers, DEADLINE_S, "a new stream to be admitted")
+    finally:
+        node.kill()
+
+
+def test_a_damaged_partition_metadata_file_sets_the_partition_aside(tmp_path: Path) -> None:
+    """A 1-byte corruption of partition.metadata deleted the whole partition at start-up,
+    logged as a warning."""
+    node = NodeProcess(tmp_path / "data")
+    node.start()
+    try:
+        with Admin(node.address) as admin:
+            admin.create_topic("kept", partitions=1)
+        with Producer(node.address, acks="all") as producer:
+            for i in range(40):
+                producer.send("kept", f"v{i}".encode(), partition=0)
+            producer.flush()
+        node.kill(signal.SIGTERM)
+        node.process.wait(timeout=30)
+        meta = node.data_dir / "kept-0" / "partition.metadata"
+        data = bytearray(meta.read_bytes())
+        data[data.index(b'"topic_id": "') + 14] ^= 0x01  # one character of the id
+        meta.write_bytes(bytes(data))
+        node.start()
+        [aside] = (node.data_dir / "damaged").glob("kept-0.*")
+        kept = b"".join(p.read_bytes() for p in sorted(aside.glob("*.log")))
+        values = [
+            v
+            for d in batch_format.decode_batches(kept)
+            for v in d.records.column("value").to_pylist()
+        ]
+        assert values == [f"v{i}".encode() for i in range(40)]
+        assert "partition metadata of kept-0 is unreadable" in node.log()
+        # The node serves on, with the replica started again (empty: it had no other copy).
+        with Admin(node.address) as admin:
+            admin.create_topic("other", partitions=1)
     finally:
         node.kill()
