@@ -211,6 +211,15 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         high=300_000,
     ),
     Setting("partitions_max", 10_000, "Most partitions one topic may have.", low=1, high=100_000),
+    Setting(
+        "partitions_per_node_max",
+        10_000,
+        "Most partition replicas one broker hosts; the controller places no more on it. A "
+        "broker registers fewer when its open-file limit (raised to the hard limit at "
+        "start) allows fewer, at 3 files per partition after 512 for everything else.",
+        low=1,
+        high=1_000_000,
+    ),
     Setting("topics_max", 10_000, "Most topics the node holds.", low=1, high=1_000_000),
     Setting("default_partitions", 1, "Partitions of a topic created without a count.", low=1),
     Setting(
@@ -473,6 +482,7 @@ class NodeConfig:
     fetch_wait_ms_max: int = 30_000
     request_timeout_ms: int = 30_000
     partitions_max: int = 10_000
+    partitions_per_node_max: int = 10_000
     topics_max: int = 10_000
     default_partitions: int = 1
     default_replication_factor: int = 1

@@ -61,10 +61,18 @@ def leadership_lease_s(config: NodeConfig) -> float:
 
 
 class BrokerLifecycle:
-    def __init__(self, config: NodeConfig, state: ClusterState, peers: Peers) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        state: ClusterState,
+        peers: Peers,
+        partition_capacity: int = 0,
+    ) -> None:
         self.config = config
         self.state = state
         self.peers = peers
+        self.partition_capacity = partition_capacity
+        """Most partition replicas this node can host (registered with the controller)."""
         self.incarnation_id = uuid.uuid4().hex
         self.broker_epoch = -1
         self.fenced = True
@@ -119,6 +127,7 @@ class BrokerLifecycle:
                 incarnation_id=self.incarnation_id,
                 address=self.config.client_address,
                 internal_address=self.peers.internal_address,
+                partition_capacity=self.partition_capacity,
                 rack=self.config.rack,
             ),
             timeout=CALL_TIMEOUT_S,

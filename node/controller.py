@@ -299,12 +299,25 @@ class ControllerDriver:
     # ------------------------------------------------------------------ brokers
 
     async def register(
-        self, node_id: int, incarnation_id: str, address: str, rack: str, internal_address: str
+        self,
+        node_id: int,
+        incarnation_id: str,
+        address: str,
+        rack: str,
+        internal_address: str,
+        partition_capacity: int = 0,
     ) -> int:
         self._last_heartbeat_ms[node_id] = monotonic_ms()
         broker_epoch, _ = await self.run(
             lambda image, epoch: decisions.register_broker(
-                image, epoch, node_id, incarnation_id, address, rack, internal_address
+                image,
+                epoch,
+                node_id,
+                incarnation_id,
+                address,
+                rack,
+                internal_address,
+                partition_capacity,
             )
         )
         self._last_heartbeat_ms[node_id] = monotonic_ms()

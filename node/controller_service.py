@@ -52,6 +52,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             request.address,
             request.rack,
             request.internal_address,
+            request.partition_capacity,
         )
         return pb.RegisterBrokerResponse(broker_epoch=epoch)
 

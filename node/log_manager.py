@@ -33,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+import resource
 import secrets
 import shutil
 import threading
@@ -55,6 +56,10 @@ META_FILE: Final = "meta.json"
 LOCK_FILE: Final = ".lock"
 RAFT_DIR: Final = "raft"
 DAMAGED_DIR: Final = "damaged"
+FILES_PER_PARTITION: Final = 3
+"""A hosted partition keeps its active segment, offset index and time index open."""
+FILES_RESERVED: Final = 512
+"""Open files kept for connections, the Raft journal and everything else."""
 SECRET_FILE: Final = "cluster.secret"  # noqa: S105 - a file name, not a secret
 PARTITION_META_FILE: Final = "partition.metadata"
 DELETE_SUFFIX: Final = "-delete"
@@ -118,6 +123,28 @@ class LogManager:
     @property
     def raft_dir(self) -> Path:
         return self.data_dir / RAFT_DIR
+
+    def partition_capacity(self) -> int:
+        """Most partition replicas this node can host: ``partitions_per_node_max``, or
+        fewer when its open-file limit allows fewer (FILES_PER_PARTITION each, after
+        FILES_RESERVED for connections, the Raft journal and the rest)."""
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            return self.config.partitions_per_node_max
+        by_files = max((soft - FILES_RESERVED) // FILES_PER_PARTITION, 0)
+        return min(self.config.partitions_per_node_max, by_files)
+
+    def _files_left(self) -> int:
+        """Files this process may still open before the reserve (a large number when the
+        count cannot be read)."""
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        try:
+            open_now = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            return 1 << 30
+        if soft == resource.RLIM_INFINITY:
+            return 1 << 30
+        return soft - FILES_RESERVED // 2 - open_now
 
     def cluster_secret(self) -> str:
         """``cluster_secret`` when configured; otherwise (a single node: the config
@@ -286,6 +313,17 @@ class LogManager:
                 _log.warning("removing %s: it holds topic id %s, not %s", folder, found, topic_id)
                 self._discard(folder, str(found))
         log_config = self.config.log_config(configs)
+        if self._files_left() < FILES_PER_PARTITION:
+            # Opening it could starve the node of files for connections and its own
+            # journal (a node out of files accepts nothing and cannot stop cleanly).
+            _log.error(
+                "cannot host %s-%d: the node is at its open-file limit (%d); raise the limit "
+                "(ulimit -n) or move partitions away",
+                topic,
+                index,
+                resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+            )
+            return None
         try:
             log = FileLog(folder, log_config, now_ms())
             if not meta.exists():

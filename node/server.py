@@ -172,7 +172,9 @@ class Node:
         assert self.logs is not None
         config, server = self.config, self.server
         if config.is_broker:
-            lifecycle = self.lifecycle = BrokerLifecycle(config, self.state, self.peers)
+            lifecycle = self.lifecycle = BrokerLifecycle(
+                config, self.state, self.peers, self.logs.partition_capacity()
+            )
             self.replicas = ReplicaManager(
                 config,
                 self.logs,

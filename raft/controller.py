@@ -109,6 +109,7 @@ def register_broker(
     address: str,
     rack: str,
     internal_address: str = "",
+    partition_capacity: int = 0,
 ) -> ControllerResult[int]:
     """Register a broker process; the response is its broker epoch.
 
@@ -121,12 +122,25 @@ def register_broker(
         return ControllerResult((), existing.broker_epoch)
     broker_epoch = image.broker_epoch_last + 1
     registered = BrokerState(
-        node_id, incarnation_id, broker_epoch, address, rack, internal_address=internal_address
+        node_id,
+        incarnation_id,
+        broker_epoch,
+        address,
+        rack,
+        internal_address=internal_address,
+        partition_capacity=partition_capacity,
     )
     after = _with_broker(image, registered)
     records: list[r.Record] = [
         r.RegisterBroker(
-            epoch, node_id, incarnation_id, broker_epoch, address, rack, internal_address
+            epoch,
+            node_id,
+            incarnation_id,
+            broker_epoch,
+            address,
+            rack,
+            internal_address,
+            partition_capacity,
         )
     ]
     if existing is not None:
@@ -222,12 +236,23 @@ def create_topics(
     records: list[r.Record] = []
     outcomes: list[TopicOutcome] = []
     taken = set(image.topics)
+    hosted = replicas_per_broker(image)
+    partitions_created = 0
     for request in requests:
         try:
             topic_records = _create_topic(image, epoch, request, limits, rng, taken)
+            new = [rec.replicas for rec in topic_records if isinstance(rec, r.PartitionCreated)]
+            if partitions_created + len(new) > limits.partitions_max:
+                raise HeadwaterError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"this request would create {partitions_created + len(new)} partitions in "
+                    f"all; at most {limits.partitions_max} (partitions_max) per request",
+                )
+            hosted = _within_capacity(image, hosted, new)
         except HeadwaterError as error:
             outcomes.append(TopicOutcome(request.name, error))
             continue
+        partitions_created += len(new)
         taken.add(request.name)
         created = topic_records[0]
         assert isinstance(created, r.TopicCreated)
@@ -288,6 +313,38 @@ def _create_topic(
     return records
 
 
+def replicas_per_broker(image: MetadataImage) -> dict[int, int]:
+    """How many partition replicas each broker hosts (a reassignment's adding and removing
+    replicas count: both hold the data until it completes)."""
+    counts: dict[int, int] = {}
+    for _topic, p in image.partitions():
+        for broker in p.replicas:
+            counts[broker] = counts.get(broker, 0) + 1
+    return counts
+
+
+def _within_capacity(
+    image: MetadataImage, hosted: Mapping[int, int], new: Sequence[Sequence[int]]
+) -> dict[int, int]:
+    """``hosted`` plus the ``new`` replica lists; INVALID_PARTITIONS when that puts a broker
+    over the partition capacity it registered (what its open-file limit allows)."""
+    after = dict(hosted)
+    for replicas in new:
+        for broker in replicas:
+            after[broker] = after.get(broker, 0) + 1
+    for broker_id, count in sorted(after.items()):
+        state = image.brokers.get(broker_id)
+        capacity = state.partition_capacity if state is not None else 0
+        if capacity and count > capacity and count > hosted.get(broker_id, 0):
+            raise HeadwaterError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"broker {broker_id} would host {count} partition replicas, over its capacity "
+                f"of {capacity} (partitions_per_node_max, or what its open-file limit allows "
+                "at 3 files per partition); add brokers or raise the limit",
+            )
+    return after
+
+
 def assign_replicas(
     brokers: Sequence[BrokerState],
     partitions: int,
@@ -339,6 +396,7 @@ def create_partitions(
             f"topic {name!r} has replication factor {rf} but only {len(live)} live broker(s)",
         )
     assignment = assign_replicas(live, total - current, rf, rng.randrange(len(live)), current)
+    _within_capacity(image, replicas_per_broker(image), assignment)
     records: list[r.Record] = [
         r.PartitionCreated(
             epoch, topic.topic_id, current + i, replicas, replicas, replicas[0], 0, 0
@@ -401,6 +459,7 @@ def reassign_partition(
             return ControllerResult((), None)
         return ControllerResult((_change(topic, state, epoch, replicas=target),), None)
     adding = tuple(b for b in target if b not in state.replicas)
+    _within_capacity(image, replicas_per_broker(image), [adding])
     removing = tuple(b for b in state.replicas if b not in target)
     replicas = target + removing
     change = _change(

@@ -45,6 +45,8 @@ class BrokerState:
     shutting_down: bool = False
     internal_address: str = ""
     """Its inter-broker listener (Replica service); ``address`` is for clients."""
+    partition_capacity: int = 0
+    """Most partition replicas it can host, as it registered (0: no limit stated)."""
 
     @property
     def live(self) -> bool:
@@ -185,6 +187,7 @@ def snapshot_records(image: MetadataImage) -> list[r.Record]:
                 b.address,
                 b.rack,
                 b.internal_address,
+                b.partition_capacity,
             )
         )
         if not b.fenced:
@@ -292,6 +295,7 @@ class _Builder:
                     record.address,
                     record.rack,
                     internal_address=record.internal_address,
+                    partition_capacity=record.partition_capacity,
                 )
             case r.FenceBroker() | r.UnfenceBroker() | r.BrokerShuttingDown():
                 broker = self._broker(record.node_id, record.broker_epoch)

@@ -64,6 +64,8 @@ class RegisterBroker:
     rack: str
     internal_address: str = ""
     """The broker's inter-broker listener (Replica service); ``address`` is for clients."""
+    partition_capacity: int = 0
+    """Most partition replicas the broker can host (0: not stated, no limit)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -553,3 +553,31 @@ def test_alter_partition_checks_epochs_membership_and_liveness() -> None:
             now.isr,
         )
     assert info.value.code is ErrorCode.FENCED_LEADER_EPOCH
+
+
+# ----------------------------------------------------------- issue 11: partition limits
+
+
+def test_no_broker_gets_more_partitions_than_it_registered_capacity_for() -> None:
+    """One CreateTopics of 100,000 partitions exhausted a node's file descriptors."""
+    rng = random.Random(3)
+    image = commit(MetadataImage(), c.activate(MetadataImage(), EPOCH, 1, "n1:1", rng))
+    for node, capacity in ((1, 10), (2, 10), (3, 0)):  # 0: no limit stated
+        result = c.register_broker(image, EPOCH, node, f"i{node}", f"n{node}:1", "", "", capacity)
+        image = commit(image, result)
+        image = commit(image, c.heartbeat(image, EPOCH, node, result.response))
+    assert image.brokers[1].partition_capacity == 10
+    image = create(image, "fits", 9, 2)  # 6 replicas on each broker
+    refused = c.create_topics(image, EPOCH, [c.NewTopic("over", 9, 3)], LIMITS, rng)
+    (outcome,) = refused.response
+    assert outcome.error is not None and outcome.error.code is ErrorCode.INVALID_PARTITIONS
+    assert "over its capacity of 10" in outcome.error.message and not refused.records
+    with pytest.raises(HeadwaterError, match="capacity"):
+        c.create_partitions(image, EPOCH, "fits", 30, LIMITS, rng)
+    # A request may create at most partitions_max partitions in all.
+    small = dataclasses.replace(LIMITS, partitions_max=10)
+    both = c.create_topics(
+        cluster(3), EPOCH, [c.NewTopic("a", 6, 1), c.NewTopic("b", 6, 1)], small, rng
+    )
+    assert both.response[0].error is None
+    assert both.response[1].error is not None and "per request" in both.response[1].error.message

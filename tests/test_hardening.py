@@ -26,6 +26,7 @@ import grpc
 import pytest
 
 from headwater.client import Admin, Producer
+from headwater.errors import HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.node import cluster_auth
 from headwater.v1 import headwater_pb2 as pb
@@ -321,5 +322,36 @@ def test_a_damaged_partition_metadata_file_sets_the_partition_aside(tmp_path: Pa
         # The node serves on, with the replica started again (empty: it had no other copy).
         with Admin(node.address) as admin:
             admin.create_topic("other", partitions=1)
+    finally:
+        node.kill()
+
+
+def test_one_create_topics_of_100000_partitions_is_refused_and_the_node_stays_up(
+    tmp_path: Path,
+) -> None:
+    """One CreateTopics of 100,000 partitions exhausted file descriptors (3 per
+    partition): the node accepted no connection, ignored SIGTERM, and failed the same way
+    on every restart."""
+    node = NodeProcess(tmp_path / "data", env={"HEADWATER_PARTITIONS_PER_NODE_MAX": "500"})
+    node.start()
+    try:
+        started = time.monotonic()
+        with grpc.insecure_channel(node.address) as channel:
+            response = pb_grpc.AdminStub(channel).CreateTopics(
+                pb.CreateTopicsRequest(
+                    topics=[pb.NewTopic(name=f"huge{i}", partitions=10_000) for i in range(10)]
+                ),
+                timeout=60,
+            )
+        errors = [r.error_message for r in response.results]
+        assert all(errors) and "over its capacity of 500" in errors[0], errors[:2]
+        assert time.monotonic() - started < 30
+        with Admin(node.address) as admin:
+            assert not [t for t in admin.list_topics() if t.name.startswith("huge")]
+            admin.create_topic("fits", partitions=400)
+            with pytest.raises(HeadwaterError, match="capacity of 500"):
+                admin.create_topic("too-many", partitions=200)
+        node.kill(signal.SIGTERM)
+        assert node.process.wait(timeout=30) == 0
     finally:
         node.kill()

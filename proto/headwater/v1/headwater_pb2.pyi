@@ -1621,6 +1621,7 @@ class RegisterBrokerRequest(_message.Message):
     ADDRESS_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
     INTERNAL_ADDRESS_FIELD_NUMBER: _builtins.int
+    PARTITION_CAPACITY_FIELD_NUMBER: _builtins.int
     node_id: _builtins.int
     incarnation_id: _builtins.str
     """Unique per process start: a new incarnation replaces the old registration."""
@@ -1629,6 +1630,10 @@ class RegisterBrokerRequest(_message.Message):
     rack: _builtins.str
     internal_address: _builtins.str
     """HOST:PORT of the broker's inter-broker listener (where followers fetch from it)."""
+    partition_capacity: _builtins.int
+    """Most partition replicas the broker can host (its open-file limit allows; 0: no
+    limit stated). The controller places no more on it.
+    """
     def __init__(
         self,
         *,
@@ -1637,10 +1642,11 @@ class RegisterBrokerRequest(_message.Message):
         address: _builtins.str = ...,
         rack: _builtins.str = ...,
         internal_address: _builtins.str = ...,
+        partition_capacity: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "incarnation_id", b"incarnation_id", "internal_address", b"internal_address", "node_id", b"node_id", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "incarnation_id", b"incarnation_id", "internal_address", b"internal_address", "node_id", b"node_id", "partition_capacity", b"partition_capacity", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
