@@ -315,8 +315,9 @@ def decompress(
     compression: Compression,
     size: int,
     max_size: int = UNCOMPRESSED_BYTES_MAX,
-) -> bytes:
-    """Decompress a body, checking it yields exactly ``size`` bytes.
+) -> bytes | memoryview:
+    """Decompress a body, checking it yields exactly ``size`` bytes (an uncompressed body
+    is returned as a view of ``stored``, not copied).
 
     ``size`` (the header's uncompressed_body_length) must not exceed ``max_size``, and no
     codec is allowed to produce more than ``size`` bytes: decompression stops there, so
@@ -327,6 +328,7 @@ def decompress(
             f"uncompressed_body_length {size} exceeds the limit of {max_size} bytes "
             "(max_message_bytes)"
         )
+    raw: bytes | memoryview
     try:
         if compression is Compression.ZSTD:
             declared = zstandard.frame_content_size(stored)
@@ -352,7 +354,7 @@ def decompress(
             if len(raw) == size and not decompressor.eof:
                 raise CorruptBatchError(f"lz4 body decompresses to more than {size} bytes")
         else:
-            raw = bytes(stored)
+            raw = memoryview(stored)
     except (zstandard.ZstdError, RuntimeError, ValueError, KeyError) as exc:
         raise CorruptBatchError(
             f"{compression.name.lower()} body does not decompress: {exc}"
@@ -557,7 +559,7 @@ class DecodedBatch:
 class _BodyReader:
     """Cuts the body into 8-aligned sections, checking every length against what is left."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes | memoryview) -> None:
         self.body = body
         self.view = memoryview(body)
         self.position = 0
@@ -584,15 +586,19 @@ class _BodyReader:
             )
         return buffer, last
 
-    def binary(self, count: int, what: str, with_validity: bool = True) -> pa.Array:
+    def binary(
+        self, count: int, what: str, with_validity: bool = True, validate: bool = True
+    ) -> pa.Array:
         """A binary column, fully validated (every offset non-decreasing and within its
         data) before anything reads through its offsets: a cast or a slice of an array
-        with a bad middle offset reads outside its buffers."""
+        with a bad middle offset reads outside its buffers. With ``validate`` False the
+        caller validates it (as part of a parent array) before any such use."""
         validity = self.take(_bitmap_bytes(count), f"{what} validity") if with_validity else None
         offsets, data_size = self.offsets(count, what)
         data = self.take(data_size, f"{what} data")
         array = pa.Array.from_buffers(pa.binary(), count, [validity, offsets, data])
-        _validate(array, what)
+        if validate:
+            _validate(array, what)
         return array
 
 
@@ -625,7 +631,7 @@ class _Columns:
     headers: pa.Array
 
 
-def _decode_columns(header: BatchHeader, body: bytes) -> _Columns:
+def _decode_columns(header: BatchHeader, body: bytes | memoryview) -> _Columns:
     """Cut an uncompressed body into validated columns (zero-copy views into ``body``).
 
     Order matters: every length is checked against the body before a buffer is taken,
@@ -642,7 +648,8 @@ def _decode_columns(header: BatchHeader, body: bytes) -> _Columns:
         if header.has_headers:
             list_offsets, header_count = reader.offsets(count, "header list")
             header_keys = reader.binary(header_count, "header key", with_validity=False)
-            header_values = reader.binary(header_count, "header value")
+            # Validated with the list below: nothing reads through its offsets before.
+            header_values = reader.binary(header_count, "header value", validate=False)
             entries = pa.StructArray.from_arrays(
                 [header_keys.cast(pa.string()), header_values],
                 fields=list(_HEADERS_TYPE.value_type),
@@ -662,7 +669,7 @@ def _decode_columns(header: BatchHeader, body: bytes) -> _Columns:
     return _Columns(keys, values, deltas, headers)
 
 
-def decode_body(header: BatchHeader, body: bytes) -> pa.RecordBatch:
+def decode_body(header: BatchHeader, body: bytes | memoryview) -> pa.RecordBatch:
     """Decode an uncompressed body into an Arrow RecordBatch of RECORD_SCHEMA.
 
     Every section is checked against the body and every offsets array validated
