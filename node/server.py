@@ -25,12 +25,17 @@ from headwater.node.cluster_auth import RequireClusterSecret
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import LEADER_FALLBACK_ELECTIONS, ControllerDriver
 from headwater.node.controller_service import ControllerService
-from headwater.node.log_manager import LogManager, now_ms
+from headwater.node.log_manager import DataDirError, LogManager, now_ms
 from headwater.node.peers import Peers
 from headwater.node.replica_manager import ReplicaManager, ReplicaService
 from headwater.node.service import BrokerService
 from headwater.raft.image import MetadataImage
-from headwater.raft.quorum import MetadataQuorum, QuorumBindError, QuorumTimings
+from headwater.raft.quorum import (
+    MetadataQuorum,
+    QuorumBindError,
+    QuorumJournalError,
+    QuorumTimings,
+)
 from headwater.runtime_tuning import tune_runtime
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -162,6 +167,8 @@ class Node:
                     leader_fallback_s=election_s * LEADER_FALLBACK_ELECTIONS,
                 ),
             )
+        except QuorumJournalError as exc:
+            raise DataDirError(str(exc)) from exc
         except QuorumBindError as exc:
             raise ListenError(
                 f"cannot bind the Raft address {own} of node {config.node_id}: {exc}; "

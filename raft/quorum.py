@@ -1,9 +1,10 @@
 """The metadata quorum: replicates metadata record batches with Raft (pysyncobj).
 
-This is the only module that imports pysyncobj. Voters (nodes with the controller role)
-each run one ``MetadataQuorum``. Its Raft leader is the active controller; it proposes
-record batches with ``propose``; every voter applies each committed batch, in log order,
-in pysyncobj's thread, and hands the new image to ``on_applied``.
+This module and ``journal_check`` are the only ones that import pysyncobj. Voters (nodes
+with the controller role) each run one ``MetadataQuorum``. Its Raft leader is the active
+controller; it proposes record batches with ``propose``; every voter applies each
+committed batch, in log order, in pysyncobj's thread, and hands the new image to
+``on_applied``.
 
 Transport: pysyncobj's own TCP protocol, bound to this voter's quorum address and
 encrypted and authenticated with ``secret`` (Fernet, a key derived from the secret; a
@@ -41,6 +42,7 @@ import dataclasses
 import logging
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +61,7 @@ from pysyncobj.tcp_connection import TcpConnection
 
 from headwater.raft.follower_append import AppendAction, plan_append
 from headwater.raft.image import ApplyResult, MetadataImage, apply
+from headwater.raft.journal_check import DamagedBatchError, frame, journal_problem, unframe
 from headwater.raft.records import RecordFormatError, decode_batch
 
 _log = logging.getLogger(__name__)
@@ -69,6 +72,40 @@ _FAIL_NAMES: Final = {
 
 class QuorumBindError(Exception):
     """The Raft address cannot be bound (in use, or not an address of this machine)."""
+
+
+class QuorumJournalError(Exception):
+    """The journal of a quorum of one is damaged: the message says what and what to do."""
+
+
+def _check_journal(data_dir: Path, alone: bool) -> None:
+    """Check the journal before pysyncobj replays it (``journal_problem``). A damaged one is
+    never replayed: a voter of a larger quorum sets ``data_dir`` aside (into ``damaged/``
+    next to it) and starts empty, to copy the metadata from the other voters again; a
+    quorum of one holds the only copy, so it refuses to start and changes nothing."""
+    journal = data_dir / "journal"
+    if not journal.exists():
+        return
+    problem = journal_problem(journal.read_bytes())
+    if problem is None:
+        return
+    if alone:
+        raise QuorumJournalError(
+            f"the metadata journal {journal} is damaged ({problem}). This node holds the only "
+            "copy of the cluster's metadata, so it does not start, and nothing was changed: "
+            f"restore {data_dir} from a backup"
+        )
+    aside = data_dir.parent / "damaged" / f"{data_dir.name}.{time.time_ns() // 1_000_000}"
+    aside.parent.mkdir(exist_ok=True)
+    data_dir.rename(aside)
+    data_dir.mkdir()
+    _log.error(
+        "the metadata journal %s is damaged (%s): set aside in %s; this voter starts empty "
+        "and copies the metadata from the other voters",
+        journal,
+        problem,
+        aside,
+    )
 
 
 class ProposalFailedError(Exception):
@@ -101,6 +138,8 @@ class _MetadataLog(SyncObjConsumer):  # type: ignore[misc]
 
     def __init__(self, on_applied: Callable[[MetadataImage, str | None], None]) -> None:
         self._on_applied = on_applied
+        self.damaged = ""
+        """Why this voter stopped applying metadata ("" while it applies)."""
         super().__init__()
         self.image = MetadataImage()
 
@@ -108,8 +147,18 @@ class _MetadataLog(SyncObjConsumer):  # type: ignore[misc]
     def apply_batch(self, payload: bytes) -> tuple[str | None, int]:
         """Apply one committed batch; return (why it was refused or None, the image's offset
         after it)."""
+        if self.damaged:
+            return self.damaged, self.image.offset
         try:
-            result = apply(self.image, decode_batch(payload))
+            batch = unframe(payload)
+        except DamagedBatchError as exc:
+            # Never skip it: every later batch assumes it. This voter's metadata stops
+            # here (a journal is checked before replay, so this is damage in transit).
+            self.damaged = f"committed metadata batch {self.image.offset + 1} is damaged: {exc}"
+            _log.critical("%s; this node applies no more metadata", self.damaged)
+            return self.damaged, self.image.offset
+        try:
+            result = apply(self.image, decode_batch(batch))
         except RecordFormatError as exc:
             refused = dataclasses.replace(self.image, offset=self.image.offset + 1)
             result = ApplyResult(refused, f"undecodable batch: {exc}")
@@ -311,6 +360,7 @@ class MetadataQuorum:
         timings: QuorumTimings = QuorumTimings(),
     ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
+        _check_journal(data_dir, alone=not partner_addresses)
         bound_raft_reads()
         self.self_address = self_address
         self._log = _MetadataLog(on_applied)
@@ -373,7 +423,7 @@ class MetadataQuorum:
             else:
                 done(None, -1, ProposalFailedError(_FAIL_NAMES.get(error, str(error))))
 
-        self._log.apply_batch(payload, callback=callback)
+        self._log.apply_batch(frame(payload), callback=callback)
 
     def close(self) -> None:
         if not self._closed.is_set():

@@ -355,3 +355,53 @@ def test_one_create_topics_of_100000_partitions_is_refused_and_the_node_stays_up
         assert node.process.wait(timeout=30) == 0
     finally:
         node.kill()
+
+
+def _flip_in_a_batch(journal: Path, needle: bytes) -> None:
+    data = bytearray(journal.read_bytes())
+    data[data.index(needle)] ^= 0x40  # "t3" becomes "43": a valid name, another topic
+    journal.write_bytes(bytes(data))
+
+
+def test_a_damaged_journal_of_a_lone_node_is_never_replayed(tmp_path: Path) -> None:
+    """A 1-byte change in the metadata journal renamed a topic on replay, and the node
+    removed the real topic's partition folders as strays."""
+    node = NodeProcess(tmp_path / "data")
+    node.start()
+    with Admin(node.address) as admin:
+        for i in range(5):
+            admin.create_topic(f"t{i}", partitions=2)
+    node.kill(signal.SIGTERM)
+    node.process.wait(timeout=30)
+    folders = sorted(p.name for p in node.data_dir.iterdir())
+    _flip_in_a_batch(node.data_dir / "raft" / "journal", b'"t3"')
+    node.start(wait=False)
+    assert node.process.wait(timeout=60) != 0
+    assert "journal" in node.log() and "is damaged" in node.log()
+    assert "restore" in node.log().splitlines()[-1]
+    assert sorted(p.name for p in node.data_dir.iterdir()) == folders  # nothing removed
+
+
+@pytest.mark.slow
+def test_a_voter_with_a_damaged_journal_sets_it_aside_and_catches_up(
+    cluster3: LocalCluster,
+) -> None:
+    with Admin(cluster3.bootstrap()) as admin:
+        for i in range(5):
+            admin.create_topic(f"t{i}", partitions=2, replication_factor=3)
+    victim = cluster3.nodes[3]
+    victim.kill(signal.SIGTERM)
+    victim.process.wait(timeout=60)
+    _flip_in_a_batch(victim.data_dir / "raft" / "journal", b'"t3"')
+    victim.start()
+    [aside] = (victim.data_dir / "damaged").glob("raft.*")
+    assert (aside / "journal").exists()
+    assert "is damaged" in victim.log() and "copies the metadata from the other voters" in (
+        victim.log()
+    )
+    wait_until(
+        lambda: {t.name for t in cluster3.metadata(victim).topics} >= {f"t{i}" for i in range(5)},
+        DEADLINE_S,
+        "the voter to copy the metadata again",
+    )
+    assert (victim.data_dir / "t3-0").exists() and (victim.data_dir / "t3-1").exists()
