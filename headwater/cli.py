@@ -573,6 +573,12 @@ def debug_compare_replicas(topic: str, as_json: bool, bootstrap: str | None) -> 
                 )
         _out.print(table)
         for c in comparisons:
+            for view in c.views:
+                if view.damage:
+                    _out.print(
+                        f"partition {c.partition}: node {view.node_id} set aside: {view.damage}",
+                        markup=False,
+                    )
             for node_id, error in c.errors:
                 _out.print(f"partition {c.partition}: node {node_id}: {error}", markup=False)
             if c.differences:

@@ -328,6 +328,7 @@ class AdminService(pb_grpc.AdminServicer):
             log_end_offset=local.log.log_end_offset,
             leader_epoch=local.leader_epoch,
             is_leader=local.is_leader,
+            damage="; ".join(filter(None, (local.damage, getattr(local.log, "damage", "")))),
         )
         hashed = await asyncio.to_thread(
             hash_log_range, local.log, request.start_offset, request.end_offset

@@ -291,6 +291,7 @@ class LogManager:
     ) -> Partition | None:
         folder = self._partition_dir(topic, index)
         meta = folder / PARTITION_META_FILE
+        damage = ""
         if folder.exists():
             found = read_partition_metadata(meta)
             if found is None and not meta.exists() and _holds_no_records(folder):
@@ -299,6 +300,7 @@ class LogManager:
                 if not may_delete:
                     return None  # decide once the image is current
                 aside = self._set_aside(folder)
+                damage = f"unreadable partition metadata: the folder was set aside in {aside}"
                 _log.error(
                     "the partition metadata of %s-%d is unreadable: its folder is set aside in "
                     "%s (not deleted) and the replica starts empty (a follower fetches it "
@@ -331,7 +333,7 @@ class LogManager:
         except OSError as exc:
             _log.error("cannot open the log of %s-%d: %s", topic, index, exc)
             return None
-        return Partition(
+        partition = Partition(
             topic,
             index,
             log,
@@ -343,6 +345,8 @@ class LogManager:
             ),
             directory=folder,
         )
+        partition.damage = damage
+        return partition
 
     def _remove(self, partition: Partition) -> None:
         partition.close()

@@ -319,9 +319,13 @@ def test_a_damaged_partition_metadata_file_sets_the_partition_aside(tmp_path: Pa
         ]
         assert values == [f"v{i}".encode() for i in range(40)]
         assert "partition metadata of kept-0 is unreadable" in node.log()
-        # The node serves on, with the replica started again (empty: it had no other copy).
+        # The node serves on, with the replica started again (empty: it had no other copy),
+        # and says what it set aside.
         with Admin(node.address) as admin:
             admin.create_topic("other", partitions=1)
+            described = admin.describe_replica_log(node.address, "kept", 0)
+        assert "unreadable partition metadata" in described.damage
+        assert str(aside) in described.damage
     finally:
         node.kill()
 

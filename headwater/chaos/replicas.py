@@ -45,6 +45,8 @@ class ReplicaView:
     size_bytes: int
     sha256: str
     """Hex digest."""
+    damage: str = ""
+    """What the node set aside from this replica when it opened it ("" when nothing)."""
 
     @property
     def fingerprint(self) -> tuple[int, int, int, int, str]:
@@ -110,6 +112,7 @@ def _view(answer: Any) -> ReplicaView:
         batch_count=answer.batch_count,
         size_bytes=answer.size_bytes,
         sha256=bytes(answer.sha256).hex(),
+        damage=answer.damage,
     )
 
 
@@ -289,6 +292,7 @@ def comparison_json(comparison: PartitionComparison) -> dict[str, Any]:
                 "batch_count": v.batch_count,
                 "size_bytes": v.size_bytes,
                 "sha256": v.sha256,
+                "damage": v.damage,
             }
             for v in comparison.views
         ],

@@ -1881,6 +1881,7 @@ class DescribeReplicaLogResponse(_message.Message):
     BATCH_COUNT_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     SHA256_FIELD_NUMBER: _builtins.int
+    DAMAGE_FIELD_NUMBER: _builtins.int
     node_id: _builtins.int
     log_start_offset: _builtins.int
     high_watermark: _builtins.int
@@ -1898,6 +1899,10 @@ class DescribeReplicaLogResponse(_message.Message):
     batch_count: _builtins.int
     size_bytes: _builtins.int
     sha256: _builtins.bytes
+    damage: _builtins.str
+    """What this node set aside from its replica when it opened it (a log cut by recovery,
+    an unreadable partition metadata file) and where; empty when nothing.
+    """
     def __init__(
         self,
         *,
@@ -1912,10 +1917,11 @@ class DescribeReplicaLogResponse(_message.Message):
         batch_count: _builtins.int = ...,
         size_bytes: _builtins.int = ...,
         sha256: _builtins.bytes = ...,
+        damage: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_count", b"batch_count", "covered_end_offset", b"covered_end_offset", "covered_start_offset", b"covered_start_offset", "high_watermark", b"high_watermark", "is_leader", b"is_leader", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "node_id", b"node_id", "sha256", b"sha256", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_count", b"batch_count", "covered_end_offset", b"covered_end_offset", "covered_start_offset", b"covered_start_offset", "damage", b"damage", "high_watermark", b"high_watermark", "is_leader", b"is_leader", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "node_id", b"node_id", "sha256", b"sha256", "size_bytes", b"size_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
