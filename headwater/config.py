@@ -43,12 +43,15 @@ def parse_address(text: str, what: str) -> tuple[str, int]:
 
 def parse_quorum(text: str, node_id: int, listen: str) -> dict[int, str]:
     """``ID@HOST:PORT,...`` as {id: "HOST:PORT"}; empty means {node_id: "LISTEN_HOST:0"}, a
-    quorum of this node alone on a port the system picks (no other node needs to reach it).
+    quorum of this node alone on a port the system picks (no other node needs to reach it,
+    so a wildcard listen host gives loopback: the Raft port is never bound to a wildcard
+    unless the operator names one).
 
     Raises INVALID_CONFIG naming the bad entry.
     """
     if not text.strip():
         host, port = parse_address(listen, "listen")
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
         return {node_id: f"{host}:0"}
     voters: dict[int, str] = {}
     for entry in (e.strip() for e in text.split(",") if e.strip()):
@@ -235,7 +238,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "",
         "Raft voters of the metadata quorum, as ID@HOST:PORT,... (the Raft addresses of the "
         "controller nodes, on the cluster network). Empty: a quorum of this node alone, on the "
-        "listen host and a port the system picks.",
+        "listen host (loopback when that is a wildcard) and a port the system picks.",
     ),
     Setting(
         "roles",

@@ -110,3 +110,8 @@ def test_a_cluster_beyond_loopback_needs_the_cluster_secret() -> None:
     # One machine: a loopback quorum may run without one (it derives a key, with a warning).
     local = "1@127.0.0.1:7701,2@127.0.0.1:7711,3@127.0.0.1:7721"
     assert load(None, {}, {"quorum": local}).cluster_secret == ""
+
+
+def test_a_lone_node_never_binds_its_raft_port_to_a_wildcard() -> None:
+    assert load(None, {}, {"listen": "0.0.0.0:7700"}).quorum_voters == {1: "127.0.0.1:0"}
+    assert load(None, {}, {"listen": "10.1.2.3:7700"}).quorum_voters == {1: "10.1.2.3:0"}
