@@ -121,9 +121,22 @@ def assemble(header: bytes, stored: bytes, fix_lengths: bool, fix_crc: bool) -> 
     if fix_lengths:
         struct.pack_into("<i", data, 8, len(data) - bf.LENGTH_PREFIX_BYTES)
         struct.pack_into("<i", data, 36, len(stored))
-    if fix_crc:
-        struct.pack_into("<I", data, 20, crc32c.crc32c(bytes(data[bf.CRC_START :])))
+    return rechecksummed(data) if fix_crc else bytes(data)
+
+
+def rechecksummed(data: bytearray) -> bytes:
+    """``data`` with its CRC field recomputed over what it now holds."""
+    struct.pack_into("<I", data, 20, crc32c.crc32c(bytes(data[bf.CRC_START :])))
     return bytes(data)
+
+
+def compressed_batch(codec: bf.Compression, stored: bytes, declared: int) -> bytes:
+    """A one-record batch of ``codec`` whose stored body is ``stored`` and whose header
+    declares ``declared`` uncompressed bytes, lengths and CRC consistent: how a
+    decompression bomb reaches the checks past the CRC."""
+    header = bytearray(bf.encode_batch([b"x"], compression=codec)[: bf.HEADER_BYTES])
+    struct.pack_into("<i", header, 72, declared)
+    return assemble(bytes(header), stored, fix_lengths=True, fix_crc=True)
 
 
 def mutate_bytes(rng: random.Random, data: bytearray) -> None:
@@ -183,11 +196,7 @@ class CaseMaker:
     def case(self, index: int) -> bytes:
         rng = random.Random(self.seed * 1_000_003 + index)
         if rng.random() < 0.02:
-            codec, stored, declared = rng.choice(self.bombs)
-            template = bf.encode_batch([b"x"], compression=codec)
-            bomb_header = bytearray(template[: bf.HEADER_BYTES])
-            struct.pack_into("<i", bomb_header, 72, declared)
-            return assemble(bytes(bomb_header), stored, True, True)
+            return compressed_batch(*rng.choice(self.bombs))
         codec, header, body = rng.choice(self.seeds)
         raw = bytearray(body)
         if rng.random() < 0.7:

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as bf
+from tests.fuzz_batch import compressed_batch
+from tests.fuzz_batch import rechecksummed as _rechecksummed
 
 VECTORS = json.loads(
     (Path(__file__).parent.parent / "docs/testvectors/record-batches.json").read_text()
@@ -139,11 +141,6 @@ def test_vectors_file_is_current(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- malformed input
-
-
-def _rechecksummed(data: bytearray) -> bytes:
-    struct.pack_into("<I", data, 20, crc32c.crc32c(bytes(data[bf.CRC_START :])))
-    return bytes(data)
 
 
 SAMPLE = bf.encode_batch(
@@ -324,15 +321,6 @@ def test_header_key_offsets_are_checked_before_the_utf8_cast() -> None:
     assert header.record_count == 2
 
 
-def _compressed_batch(codec: bf.Compression, stored: bytes, declared: int) -> bytes:
-    data = bytearray(bf.encode_batch([b"x"], compression=codec)[: bf.HEADER_BYTES])
-    data += stored + bytes(-len(stored) % 8)
-    struct.pack_into("<i", data, 8, len(data) - bf.LENGTH_PREFIX_BYTES)
-    struct.pack_into("<i", data, 36, len(stored))
-    struct.pack_into("<i", data, 72, declared)
-    return _rechecksummed(data)
-
-
 def test_a_zstd_bomb_declaring_2_gib_is_refused_before_allocating() -> None:
     import tracemalloc
 
@@ -340,7 +328,7 @@ def test_a_zstd_bomb_declaring_2_gib_is_refused_before_allocating() -> None:
 
     # 65 KB of zstd, expanding to 2 GiB - 8; its frame says so, and so does the header.
     stored = zstandard.ZstdCompressor(level=19).compress(bytes(64 << 20))
-    bomb = _compressed_batch(bf.Compression.ZSTD, stored, (1 << 31) - 8)
+    bomb = compressed_batch(bf.Compression.ZSTD, stored, (1 << 31) - 8)
     tracemalloc.start()
     try:
         with pytest.raises(bf.CorruptBatchError, match="exceeds the limit of 1048576"):
@@ -365,10 +353,10 @@ def test_a_body_that_expands_past_its_declared_size_stops_there(codec: bf.Compre
         if codec is bf.Compression.ZSTD
         else lz4.frame.compress(zeros, store_size=False)
     )
-    bomb = _compressed_batch(codec, stored, 4096)
+    bomb = compressed_batch(codec, stored, 4096)
     with pytest.raises(bf.CorruptBatchError, match="more than 4096 bytes"):
         bf.validate_batch(bomb)
-    lying = _compressed_batch(
+    lying = compressed_batch(
         codec,
         zstandard.ZstdCompressor().compress(zeros)
         if codec is bf.Compression.ZSTD

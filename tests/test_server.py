@@ -500,16 +500,13 @@ def test_hostile_batches_are_refused_and_the_node_stays_up(shared_node: NodeProc
     stored and then broke every records-format fetch of the partition."""
     import struct
 
-    import crc32c
     import zstandard
+
+    from tests.fuzz_batch import compressed_batch, rechecksummed
 
     with Admin(shared_node.address) as admin:
         topic = new_topic(admin)
     stub = broker(shared_node)
-
-    def rechecksummed(data: bytearray) -> bytes:
-        struct.pack_into("<I", data, 20, crc32c.crc32c(bytes(data[batch_format.CRC_START :])))
-        return bytes(data)
 
     def produce_error(**fields) -> str:
         with pytest.raises(grpc.RpcError) as info:
@@ -529,13 +526,9 @@ def test_hostile_batches_are_refused_and_the_node_stays_up(shared_node: NodeProc
     assert "CORRUPT_MESSAGE" in produce_error(batch=rechecksummed(crafted))
 
     stored = zstandard.ZstdCompressor(level=19).compress(bytes(64 << 20))
-    bomb = bytearray(batch_format.encode_batch([b"x"], compression=batch_format.Compression.ZSTD))
-    bomb = bomb[: batch_format.HEADER_BYTES] + stored + bytes(-len(stored) % 8)
-    struct.pack_into("<i", bomb, 8, len(bomb) - 12)
-    struct.pack_into("<i", bomb, 36, len(stored))
-    struct.pack_into("<i", bomb, 72, (1 << 31) - 8)
+    bomb = compressed_batch(batch_format.Compression.ZSTD, stored, (1 << 31) - 8)
     started = time.monotonic()
-    details = produce_error(batch=rechecksummed(bomb))
+    details = produce_error(batch=bomb)
     assert "exceeds the limit of 8388608" in details and time.monotonic() - started < 2
 
     for stamp in ((1 << 63) - 1, -(1 << 63), int(time.time() * 1000) + 2 * 3600_000):
