@@ -98,6 +98,12 @@ def read_partition_metadata(path: Path) -> str | None:
     return topic_id if legacy else None
 
 
+def _open_files_limit() -> int | None:
+    """The soft RLIMIT_NOFILE in force, None when unlimited."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 def _holds_no_records(folder: Path) -> bool:
     return all(p.stat().st_size == 0 for p in folder.glob("*.log"))
 
@@ -128,23 +134,21 @@ class LogManager:
         """Most partition replicas this node can host: ``partitions_per_node_max``, or
         fewer when its open-file limit allows fewer (FILES_PER_PARTITION each, after
         FILES_RESERVED for connections, the Raft journal and the rest)."""
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if soft == resource.RLIM_INFINITY:
+        limit = _open_files_limit()
+        if limit is None:
             return self.config.partitions_per_node_max
-        by_files = max((soft - FILES_RESERVED) // FILES_PER_PARTITION, 0)
+        by_files = max((limit - FILES_RESERVED) // FILES_PER_PARTITION, 0)
         return min(self.config.partitions_per_node_max, by_files)
 
     def _files_left(self) -> int:
-        """Files this process may still open before the reserve (a large number when the
-        count cannot be read)."""
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        """Files this process may still open before the reserve (a large number when
+        there is no limit or the count cannot be read)."""
+        limit = _open_files_limit()
         try:
             open_now = len(os.listdir("/proc/self/fd"))
         except OSError:
             return 1 << 30
-        if soft == resource.RLIM_INFINITY:
-            return 1 << 30
-        return soft - FILES_RESERVED // 2 - open_now
+        return 1 << 30 if limit is None else limit - FILES_RESERVED // 2 - open_now
 
     def cluster_secret(self) -> str:
         """``cluster_secret`` when configured; otherwise (a single node: the config
@@ -323,7 +327,7 @@ class LogManager:
                 "(ulimit -n) or move partitions away",
                 topic,
                 index,
-                resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                _open_files_limit(),
             )
             return None
         try:

@@ -140,21 +140,22 @@ class ReplicaService(pb_grpc.ReplicaServicer):
         self.state = state
         self.may_lead = may_lead
 
-    def _check_registration(self, replica_id: int, broker_epoch: int) -> None:
-        """Raise STALE_BROKER_EPOCH unless ``broker_epoch`` is ``replica_id``'s current
-        registration in this node's image: a fetch from an old process of that node (or
-        from anything that is not its current registration) never counts as the
-        replica's progress, so it can neither hold up nor advance the high watermark,
+    def _stale_registration(self, replica_id: int, broker_epoch: int) -> HeadwaterError | None:
+        """STALE_BROKER_EPOCH unless ``broker_epoch`` is ``replica_id``'s current
+        registration in this node's image (None when it is): a fetch from an old process of
+        that node (or from anything that is not its current registration) never counts as
+        the replica's progress, so it can neither hold up nor advance the high watermark,
         nor bring the replica into the ISR. (Joining the ISR also needs the controller,
         which admits only registered, unfenced brokers.)"""
         broker = self.state.image.brokers.get(replica_id)
-        if broker is None or broker.broker_epoch != broker_epoch:
-            current = "none" if broker is None else str(broker.broker_epoch)
-            raise HeadwaterError(
-                ErrorCode.STALE_BROKER_EPOCH,
-                f"node {replica_id} fetched with broker epoch {broker_epoch}; its current "
-                f"registration here has {current}",
-            )
+        if broker is not None and broker.broker_epoch == broker_epoch:
+            return None
+        current = "none" if broker is None else str(broker.broker_epoch)
+        return HeadwaterError(
+            ErrorCode.STALE_BROKER_EPOCH,
+            f"node {replica_id} fetched with broker epoch {broker_epoch}; its current "
+            f"registration here has {current}",
+        )
 
     def _leader_partition(
         self, topic: str, index: int, leader_epoch: int, replica_id: int
@@ -233,39 +234,36 @@ class ReplicaService(pb_grpc.ReplicaServicer):
             gone = session.pop((ref.topic, ref.partition), None)
             if gone is not None:
                 gone.partition.replica_listeners.discard(listener)
+        # The same for every position of the request: checked once.
+        stale = self._stale_registration(request.replica_id, request.broker_epoch)
         for position in request.positions:
             key = (position.topic, position.partition)
-            try:
-                self._check_registration(request.replica_id, request.broker_epoch)
-                partition = self._leader_partition(
-                    position.topic,
-                    position.partition,
-                    position.leader_epoch,
-                    request.replica_id,
-                )
-            except HeadwaterError as error:
+            error = stale
+            if error is None:
+                try:
+                    partition = self._leader_partition(
+                        position.topic,
+                        position.partition,
+                        position.leader_epoch,
+                        request.replica_id,
+                    )
+                except HeadwaterError as refused:
+                    error = refused
+                else:
+                    if position.fetch_offset > partition.log.log_end_offset:
+                        # A replica cannot hold records its leader does not have: it must
+                        # truncate (OffsetForLeaderEpoch) before it fetches, and never
+                        # counts as caught up.
+                        error = HeadwaterError(
+                            ErrorCode.OFFSET_OUT_OF_RANGE,
+                            f"fetch offset {position.fetch_offset} is past the leader's log "
+                            f"end offset {partition.log.log_end_offset}; truncate first",
+                        )
+            if error is not None:
                 old = session.pop(key, None)
                 if old is not None:
                     old.partition.replica_listeners.discard(listener)
                 errors.append(_error_data(position.topic, position.partition, error))
-                continue
-            if position.fetch_offset > partition.log.log_end_offset:
-                # A replica cannot hold records its leader does not have: it must truncate
-                # (OffsetForLeaderEpoch) before it fetches, and never counts as caught up.
-                old = session.pop(key, None)
-                if old is not None:
-                    old.partition.replica_listeners.discard(listener)
-                errors.append(
-                    _error_data(
-                        position.topic,
-                        position.partition,
-                        HeadwaterError(
-                            ErrorCode.OFFSET_OUT_OF_RANGE,
-                            f"fetch offset {position.fetch_offset} is past the leader's log "
-                            f"end offset {partition.log.log_end_offset}; truncate first",
-                        ),
-                    )
-                )
                 continue
             partition.on_follower_fetch(request.replica_id, position.fetch_offset, now)
             old = session.get(key)
