@@ -73,7 +73,13 @@ class ControllerService(pb_grpc.ControllerServicer):
     ) -> pb.AlterPartitionResponse:
         state = await self._active().alter_partition(request)
         return pb.AlterPartitionResponse(
-            isr=state.isr, leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch
+            isr=state.isr,
+            leader_epoch=state.leader_epoch,
+            partition_epoch=state.partition_epoch,
+            leader=state.leader,
+            replicas=state.replicas,
+            adding_replicas=state.adding_replicas,
+            removing_replicas=state.removing_replicas,
         )
 
     async def FetchMetadata(

@@ -34,7 +34,7 @@ from typing import Final
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import AppendInfo, LogConfig, PartitionLog, ReadResult
-from headwater.log.file_log import write_atomically
+from headwater.log.file_log import read_checked_offset, write_checked_offset
 from headwater.node import replication
 from headwater.raft.image import PartitionState
 
@@ -105,6 +105,14 @@ class Partition:
         leadership the metadata gives this node is not taken; the replica neither serves
         nor follows until the node may lead again (a restarted node is a follower until
         the controller's current image names it leader)."""
+        if (
+            self.state is not None
+            and state.leader_epoch == self.state.leader_epoch
+            and state.partition_epoch < self.state.partition_epoch
+        ):
+            # An image older than the state the controller answered this leader with
+            # (``take_committed_state``): the role may change, the state does not go back.
+            state = self.state
         leads = state.leader == node_id and may_lead
         if state == self.state and node_id == self.node_id and leads == self.is_leader:
             return
@@ -142,6 +150,39 @@ class Partition:
         if self.is_leader:
             self._maybe_advance_high_watermark()
         self._notify_replicas()
+
+    def take_committed_state(self, state: PartitionState) -> bool:
+        """The controller's answer to this leader's ISR change: the partition's committed
+        state, taken at once rather than when this node's image shows it (a node whose
+        metadata lags, or is cut off from the metadata quorum, must not be left with an
+        ISR it can never correct). Taken only while this replica leads at the answer's
+        leader epoch and the answer is not older than what it holds; True when taken.
+
+        Invariant: the state only moves forward (partition epochs only grow), here and in
+        ``become``."""
+        current = self.state
+        if (
+            current is None
+            or not self.is_leader
+            or state.leader != self.node_id
+            or state.leader_epoch != current.leader_epoch
+            or state.partition_epoch < current.partition_epoch
+        ):
+            return False
+        # The controller has decided: the followers whose joining was in flight are in
+        # the answer's ISR or they did not join, and no longer hold the high watermark.
+        self._isr_joining = frozenset()
+        if state.partition_epoch > current.partition_epoch:
+            self.state = state
+        self._maybe_advance_high_watermark()
+        self._notify_replicas()
+        return True
+
+    @property
+    def damage_report(self) -> str:
+        """Everything the node set aside from this replica when it opened it: its folder
+        (unreadable partition metadata) and its log's recovery cut ("" when nothing)."""
+        return "; ".join(part for part in (self.damage, self.log.damage) if part)
 
     def check_leader(self) -> None:
         """Raise NOT_LEADER_OR_FOLLOWER unless this replica leads the partition."""
@@ -206,12 +247,13 @@ class Partition:
         self._set_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
 
     def _read_high_watermark(self) -> int:
+        """The checkpoint, or 0 when it is missing or damaged: a high watermark read too
+        high would show uncommitted records as committed and forbid truncating a divergent
+        tail, so a damaged one counts as unknown (the leader computes it again)."""
         if self.directory is None:
             return 0
-        try:
-            return int((self.directory / HIGH_WATERMARK_FILE).read_text().strip())
-        except (OSError, ValueError):
-            return 0
+        found = read_checked_offset(self.directory / HIGH_WATERMARK_FILE)
+        return 0 if found is None else found
 
     def maybe_checkpoint_high_watermark(self) -> None:
         """Write the high watermark when it moved since the last write (any thread)."""
@@ -219,7 +261,7 @@ class Partition:
         if self.directory is None or value == self._checkpointed_high_watermark:
             return
         try:
-            write_atomically(self.directory / HIGH_WATERMARK_FILE, str(value).encode())
+            write_checked_offset(self.directory / HIGH_WATERMARK_FILE, value)
         except OSError as exc:
             _log.warning("cannot checkpoint the high watermark of %s: %s", self.directory, exc)
             return

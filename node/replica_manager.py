@@ -21,8 +21,13 @@ moves to the leader's log start if it is behind it, and then joins the session.
 **ISR maintenance** (``ReplicaManager.tick``, every ``ISR_CHECK_S``). A leader asks the
 active controller (``Controller.AlterPartition``) to drop followers that have lagged for
 ``replica_lag_ms_max`` and to add back followers that have caught up
-(``headwater.node.replication``). The change takes effect when the leader sees it in the
-metadata. One request per partition is in flight at a time.
+(``headwater.node.replication``). The controller's answer is the partition's committed
+state, which the leader takes at once (``Partition.take_committed_state``), without waiting
+for its own metadata to show it: a node whose image lags, or stands still while it is cut
+off from the metadata quorum, still takes back followers that caught up. Whether a
+follower may join (is it a live broker?) is the controller's decision: the leader also
+proposes a follower its image shows fenced once that follower has fetched since the image
+first showed it so (``_may_join``). One request per partition is in flight at a time.
 
 Everything here runs on the node's event loop.
 """
@@ -79,6 +84,9 @@ ISR_CHANGE_REFUSALS: Final = frozenset(
 # every data response carries the news, and a follower no longer costs two round trips
 # per batch (data, then the high watermark its own next request moved).
 HW_NEWS_LINGER_S: Final = 0.02
+# How often a fetch session counts as a fetch of its partitions the follower did not
+# report (see ReplicaService._refresh_session); well within replica_lag_ms_max.
+SESSION_REFRESH_MS: Final = 1000
 STREAM_END: Final[object] = grpc.aio.EOF  # type: ignore[attr-defined]
 _log = logging.getLogger(__name__)
 Key = tuple[str, int]
@@ -193,9 +201,14 @@ class ReplicaService(pb_grpc.ReplicaServicer):
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
         session: dict[Key, _SessionPartition] = {}
+        refreshed_ms = 0
         try:
             async for request in requests:
                 errors = self._update_session(session, request, wake.set)
+                now_wall = now_ms()
+                if not errors and now_wall - refreshed_ms >= SESSION_REFRESH_MS:
+                    refreshed_ms = now_wall
+                    self._refresh_session(session, request, now_wall)
                 if errors:
                     yield pb.ReplicaFetchResponse(partitions=errors)
                     continue
@@ -277,6 +290,26 @@ class ReplicaService(pb_grpc.ReplicaServicer):
                 old.sent_high_watermark if old is not None else -1,
             )
         return errors
+
+    @staticmethod
+    def _refresh_session(
+        session: dict[Key, _SessionPartition], request: pb.ReplicaFetchRequest, now: int
+    ) -> None:
+        """Count a request as a fetch of every partition of the session at the position
+        the follower last reported (a follower reports a partition only when its position
+        moves, so silence means "still there"). Without this, a follower that caught up and
+        then sat idle had "not fetched" for longer than ``replica_lag_ms_max`` and was
+        never proposed for the ISR again: an idle partition whose acks=all writes are
+        refused below ``min_insync_replicas`` stayed so until a leader change."""
+        reported = {(p.topic, p.partition) for p in request.positions}
+        for key, entry in session.items():
+            partition = entry.partition
+            if (
+                key not in reported
+                and partition.is_leader
+                and partition.leader_epoch == entry.leader_epoch
+            ):
+                partition.on_follower_fetch(request.replica_id, entry.fetch_offset, now)
 
     def _collect(
         self,
@@ -687,6 +720,7 @@ class ReplicaManager:
         self._fetchers: dict[int, LeaderFetcher] = {}
         self._followed: dict[Key, int] = {}  # partition -> leader id
         self._altering: dict[Key, float] = {}  # partition -> when the request may repeat
+        self._fenced_since: dict[int, int] = {}  # broker -> when the image showed it fenced
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -742,6 +776,7 @@ class ReplicaManager:
         now = now_ms()
         clock = time.monotonic()
         image = self.state.image
+        self._note_fenced(image, now)
         for partition in self.logs.hosted():
             state = partition.state
             if not partition.is_leader or state is None:
@@ -772,13 +807,41 @@ class ReplicaManager:
                 wanted = tuple(
                     b
                     for b in wanted
-                    if b in state.isr or (b in image.brokers and image.brokers[b].live)
+                    if b in state.isr or self._may_join(image, b, partition.followers.get(b))
                 )
             if wanted == state.isr:
                 continue
             self._altering[key] = clock + ALTER_RETRY_S
             partition.expect_isr(wanted)
             asyncio.get_running_loop().create_task(self._alter(partition, state, wanted))
+
+    def _note_fenced(self, image: MetadataImage, now: int) -> None:
+        """Remember when this node's image first showed each broker not live."""
+        for broker_id, broker in image.brokers.items():
+            if broker.live:
+                self._fenced_since.pop(broker_id, None)
+            else:
+                self._fenced_since.setdefault(broker_id, now)
+
+    def _may_join(
+        self, image: MetadataImage, broker_id: int, progress: replication.FollowerProgress | None
+    ) -> bool:
+        """Is a caught-up follower worth proposing for the ISR? A live broker is. So is one
+        this node's image shows fenced but that has fetched since the image first showed
+        it: the image may be behind the controller's (the broker was unfenced since), and
+        the controller decides. A follower that has not fetched since it was fenced (a
+        dead broker's last fetch) is not."""
+        broker = image.brokers.get(broker_id)
+        if broker is None:
+            return False
+        if broker.live:
+            return True
+        fenced_since = self._fenced_since.get(broker_id)
+        return (
+            progress is not None
+            and fenced_since is not None
+            and (progress.last_fetch_ms > fenced_since)
+        )
 
     async def _alter(
         self, partition: Partition, state: PartitionState, isr: tuple[int, ...]
@@ -789,7 +852,7 @@ class ReplicaManager:
         try:
             if not address:
                 raise HeadwaterError(ErrorCode.NOT_CONTROLLER, "no active controller known")
-            await self.peers.controller(address).AlterPartition(
+            answer = await self.peers.controller(address).AlterPartition(
                 pb.AlterPartitionRequest(
                     broker_id=self.config.node_id,
                     broker_epoch=self.broker_epoch(),
@@ -810,12 +873,28 @@ class ReplicaManager:
                 # keep counting until the metadata decides.
                 partition.expect_isr(None)
             return
-        if shrink:
-            self.counters.isr_shrinks += 1
-        else:
-            self.counters.isr_expands += 1
-        _log.info("%s-%d: ISR %s -> %s", key[0], key[1], list(state.isr), list(isr))
-        self._altering[key] = time.monotonic() + ISR_CHECK_S  # the image change comes next
+        committed = PartitionState(
+            partition=partition.index,
+            replicas=tuple(answer.replicas),
+            isr=tuple(answer.isr),
+            leader=answer.leader,
+            leader_epoch=answer.leader_epoch,
+            partition_epoch=answer.partition_epoch,
+            adding_replicas=tuple(answer.adding_replicas),
+            removing_replicas=tuple(answer.removing_replicas),
+        )
+        if committed.isr != state.isr:
+            if shrink:
+                self.counters.isr_shrinks += 1
+            else:
+                self.counters.isr_expands += 1
+            _log.info("%s-%d: ISR %s -> %s", key[0], key[1], list(state.isr), list(committed.isr))
+        # Taken now: this node's image may lag behind the controller's, or stand still.
+        partition.take_committed_state(committed)
+        # Joining brokers the controller does not consider live were left out: ask again
+        # after a pause, not on the next check.
+        wait_s = ISR_CHECK_S if set(isr) <= set(committed.isr) else ALTER_RETRY_S
+        self._altering[key] = time.monotonic() + wait_s
 
     def under_replicated(self) -> int:
         return sum(

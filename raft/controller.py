@@ -589,8 +589,15 @@ def alter_partition_isr(
 ) -> ControllerResult[PartitionState]:
     """A leader's ISR change (Kafka's AlterPartition). Refused unless the requester is the
     current leader, with the current broker, leader and partition epochs, and the new ISR
-    holds the leader, lies within the replicas, and adds only live brokers. The response
-    is the partition's state after the change."""
+    holds the leader and lies within the replicas. Joining brokers that are not live are
+    left out (the others still join). The response is the partition's committed state
+    after the change, which the leader takes as it is.
+
+    A request whose ISR is the partition's ISR already, from the current leader at the
+    current leader epoch, is answered with that state whatever partition epoch it names:
+    it repeats a change that committed (the first answer was lost, or the leader's own
+    metadata has not shown it yet, as on a node cut off from the metadata quorum), and
+    refusing it would leave the leader with an ISR it can never correct."""
     _current_broker(image, broker_id, broker_epoch)
     topic = image.topic_by_id(topic_id)
     if topic is None or not 0 <= partition < len(topic.partitions):
@@ -598,6 +605,9 @@ def alter_partition_isr(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition} of topic id {topic_id}"
         )
     p = topic.partitions[partition]
+    isr = tuple(dict.fromkeys(new_isr))
+    if p.leader == broker_id and p.leader_epoch == leader_epoch and isr == p.isr:
+        return ControllerResult((), p)
     if (
         p.leader != broker_id
         or p.leader_epoch != leader_epoch
@@ -609,18 +619,13 @@ def alter_partition_isr(
             f"{p.leader_epoch}, partition epoch {p.partition_epoch}; the request assumed "
             f"{broker_id}, {leader_epoch}, {partition_epoch}",
         )
-    isr = tuple(dict.fromkeys(new_isr))
     if broker_id not in isr or not set(isr) <= set(p.replicas):
         raise HeadwaterError(
             ErrorCode.INVALID_REQUEST,
             f"ISR {list(isr)} must hold the leader {broker_id} and lie within the replicas "
             f"{list(p.replicas)}",
         )
-    joining = [b for b in isr if b not in p.isr and not _live(image, b)]
-    if joining:
-        raise HeadwaterError(
-            ErrorCode.INVALID_REQUEST, f"broker(s) {joining} cannot join the ISR: not live"
-        )
+    isr = tuple(b for b in isr if b in p.isr or _live(image, b))
     if isr == p.isr:
         return ControllerResult((), p)
     change = _change(topic, p, epoch, isr=isr)

@@ -524,22 +524,26 @@ def test_alter_partition_checks_epochs_membership_and_liveness() -> None:
     result = c.alter_partition_isr(image, *args, p.leader_epoch, p.partition_epoch, shrunk)
     assert result.response.isr == shrunk
     image = commit(image, result)
-    # The same request again is stale: its partition epoch is old.
-    with pytest.raises(HeadwaterError) as info:
-        c.alter_partition_isr(image, *args, p.leader_epoch, p.partition_epoch, shrunk)
-    assert info.value.code is ErrorCode.FENCED_LEADER_EPOCH
     (now,) = image.topics["t"].partitions
+    # The same request again (its answer lost, or the leader's image behind) gets the
+    # committed state, and commits nothing.
+    again = c.alter_partition_isr(image, *args, p.leader_epoch, p.partition_epoch, shrunk)
+    assert again.records == () and again.response == now
+    # Any other request with the old partition epoch is stale.
+    with pytest.raises(HeadwaterError) as info:
+        c.alter_partition_isr(image, *args, p.leader_epoch, p.partition_epoch, p.isr)
+    assert info.value.code is ErrorCode.FENCED_LEADER_EPOCH
     for isr, fragment in [((follower,), "hold the leader"), ((p.leader, 9), "within the replicas")]:
         with pytest.raises(HeadwaterError) as info:
             c.alter_partition_isr(image, *args, now.leader_epoch, now.partition_epoch, isr)
         assert fragment in info.value.message
     image = fence(image, follower)
     (now,) = image.topics["t"].partitions
-    with pytest.raises(HeadwaterError) as info:
-        c.alter_partition_isr(
-            image, *args, now.leader_epoch, now.partition_epoch, (*now.isr, follower)
-        )
-    assert "not live" in info.value.message
+    # A joining broker that is not live is left out; the answer says what was committed.
+    left_out = c.alter_partition_isr(
+        image, *args, now.leader_epoch, now.partition_epoch, (*now.isr, follower)
+    )
+    assert left_out.records == () and left_out.response.isr == now.isr
     with pytest.raises(HeadwaterError) as info:
         c.alter_partition_isr(
             image,
@@ -553,6 +557,32 @@ def test_alter_partition_checks_epochs_membership_and_liveness() -> None:
             now.isr,
         )
     assert info.value.code is ErrorCode.FENCED_LEADER_EPOCH
+
+
+def test_alter_partition_adds_the_live_joiners_and_leaves_out_the_others() -> None:
+    image = create(cluster(3), "t", 1, 3)
+    topic = image.topics["t"]
+    (p,) = topic.partitions
+    live, fenced = (b for b in p.replicas if b != p.leader)
+    image = fence(image, live, fenced)
+    image = commit(image, c.heartbeat(image, EPOCH, live, image.brokers[live].broker_epoch, False))
+    (now,) = image.topics["t"].partitions
+    assert now.isr == (p.leader,)
+    leader = image.brokers[p.leader]
+    result = c.alter_partition_isr(
+        image,
+        EPOCH,
+        p.leader,
+        leader.broker_epoch,
+        topic.topic_id,
+        0,
+        now.leader_epoch,
+        now.partition_epoch,
+        (p.leader, live, fenced),
+    )
+    assert result.response.isr == (p.leader, live)
+    assert result.response.partition_epoch == now.partition_epoch + 1
+    assert commit(image, result).topics["t"].partitions[0] == result.response
 
 
 # ----------------------------------------------------------- issue 11: partition limits

@@ -337,3 +337,56 @@ def test_a_restarted_node_does_not_take_a_leadership_it_may_not_hold() -> None:
     partition.become(state(1, 7), 1, NOW_MS, may_lead=True)
     assert partition.is_leader
     assert partition.leader_epoch == 7
+
+
+# ------------------------------------------- issue 11: the controller's answer is taken
+
+
+def _state(isr: tuple[int, ...], partition_epoch: int, leader_epoch: int = 3) -> PartitionState:
+    return PartitionState(0, (1, 2, 3), isr, 1, leader_epoch, partition_epoch)
+
+
+def test_a_leader_takes_the_committed_isr_and_an_older_image_does_not_take_it_back() -> None:
+    leader = replica(1, [])
+    leader.become(_state((1, 3), 7), 1, 0)
+    leader.check_min_insync()
+    leader.min_insync_replicas = 3
+    with pytest.raises(HeadwaterError):
+        leader.check_min_insync()
+    # The answer to its AlterPartition: follower 2 is back, at partition epoch 8.
+    assert leader.take_committed_state(_state((1, 3, 2), 8))
+    assert leader.isr == (1, 3, 2)
+    leader.check_min_insync()
+    # The node's image, still at partition epoch 7, arrives later: the ISR stays.
+    leader.become(_state((1, 3), 7), 1, 0)
+    assert leader.isr == (1, 3, 2) and leader.is_leader
+    # ... but a role change in it still counts: without the lease it steps down.
+    leader.become(_state((1, 3), 7), 1, 0, may_lead=False)
+    assert not leader.is_leader and leader.isr == (1, 3, 2)
+    # Older answers, or those of another leadership, are not taken.
+    leader.become(_state((1, 3, 2), 8), 1, 0)
+    assert not leader.take_committed_state(_state((1,), 7))
+    assert not leader.take_committed_state(_state((1,), 9, leader_epoch=4))
+    assert leader.isr == (1, 3, 2)
+    # A newer image moves on as always.
+    leader.become(_state((1, 2), 9), 1, 0)
+    assert leader.isr == (1, 2)
+
+
+def test_a_follower_never_takes_a_committed_state() -> None:
+    follower = replica(2, [])
+    follower.become(_state((1, 2, 3), 5), 2, 0)
+    assert not follower.take_committed_state(_state((1, 2), 6))
+    assert follower.isr == (1, 2, 3)
+
+
+def test_an_answer_that_adds_nobody_ends_the_wait_for_the_joining_follower() -> None:
+    """A follower being proposed for the ISR counts towards the high watermark until the
+    controller answers; an answer that leaves it out (not live) must end that, or the
+    high watermark would wait for a dead broker."""
+    leader = replica(1, [])
+    leader.become(_state((1, 3), 7), 1, 0)
+    leader.expect_isr((1, 3, 2))
+    assert leader.maximal_isr == (1, 3, 2)
+    assert leader.take_committed_state(_state((1, 3), 7))
+    assert leader.maximal_isr == (1, 3) and leader.isr == (1, 3)

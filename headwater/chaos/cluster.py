@@ -3,7 +3,8 @@ restarts by their own process ids.
 
 On loopback, node i listens on 127.0.0.1 with ports from ``headwater.ports``; in network
 namespaces (``headwater.chaos.netns``), node i runs inside ``<prefix>-n<i>`` and listens on
-its namespace's address, gRPC on 7700 and Raft on 7701. Each node keeps its data in
+its namespace's address: gRPC for clients on 7700, Raft on 7701 and the inter-broker
+listener on 7702. Each node keeps its data in
 ``ROOT/n<i>/data`` and appends its output to ``ROOT/n<i>.log`` (kept across restarts).
 
 Metadata questions (who leads a partition, which node is the controller, are the ISRs
@@ -37,6 +38,7 @@ from headwater.v1 import headwater_pb2 as pb
 
 NETNS_CLIENT_PORT: Final = 7700
 NETNS_RAFT_PORT: Final = 7701
+NETNS_INTERNAL_PORT: Final = 7702
 STOP_TIMEOUT_S: Final = 20.0
 METADATA_TIMEOUT_S: Final = 2.0
 HEALTH_TIMEOUT_S: Final = 1.0
@@ -70,6 +72,7 @@ class Node:
     data_dir: Path
     log_path: Path
     namespace: str | None
+    internal_port: int = 0
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
     starts: int = 0
@@ -95,8 +98,9 @@ class ChaosCluster:
         for i in range(1, size + 1):
             if topology is not None:
                 host, port, raft = topology.ip(i), NETNS_CLIENT_PORT, NETNS_RAFT_PORT
+                internal = NETNS_INTERNAL_PORT
             else:
-                host, port, raft = "127.0.0.1", free_port(), free_port()
+                host, port, raft, internal = "127.0.0.1", free_port(), free_port(), free_port()
             self.nodes[i] = Node(
                 i,
                 host,
@@ -105,6 +109,7 @@ class ChaosCluster:
                 root / f"n{i}" / "data",
                 root / f"n{i}.log",
                 topology.namespace(i) if topology is not None else None,
+                internal,
             )
         self.quorum = ",".join(f"{n.node_id}@{n.host}:{n.raft_port}" for n in self.nodes.values())
         self.env = {**os.environ, "HEADWATER_CLUSTER_SECRET": secrets.token_hex(16)}
@@ -144,6 +149,8 @@ class ChaosCluster:
                     str(node_id),
                     "--listen",
                     node.address,
+                    "--internal-listen",
+                    f"{node.host}:{node.internal_port}",
                     "--quorum",
                     self.quorum,
                     "--data-dir",

@@ -181,6 +181,31 @@ def cut(topology: Topology, side_a: tuple[int, ...], side_b: tuple[int, ...]) ->
             drop_from(topology, b, a)
 
 
+def cut_port(topology: Topology, node_id: int, port: int, peer: int | None = None) -> None:
+    """``node_id`` neither sends nor receives TCP to or from ``port``, on its side or the
+    other's, with ``peer`` (None: with any address): one service cut off (the Raft
+    transport, say, or the inter-broker listener between two nodes) while every other
+    connection of the node works."""
+    prefix = topology.exec_prefix(topology.namespace(node_id))
+    for chain, address in (("INPUT", "-s"), ("OUTPUT", "-d")):
+        only = [address, topology.ip(peer)] if peer is not None else []
+        for side in ("--dport", "--sport"):
+            _run(
+                *prefix,
+                "iptables",
+                "-w",
+                "-A",
+                chain,
+                *only,
+                "-p",
+                "tcp",
+                side,
+                str(port),
+                "-j",
+                "DROP",
+            )
+
+
 def heal(topology: Topology) -> None:
     """Remove every rule from every node namespace."""
     for node_id in topology.node_ids:

@@ -1231,6 +1231,7 @@ class PartitionDescription(_message.Message):
     ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
     REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
     FOLLOWERS_FIELD_NUMBER: _builtins.int
+    DAMAGED_REPLICAS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     leader: _builtins.int
     leader_epoch: _builtins.int
@@ -1256,6 +1257,12 @@ class PartitionDescription(_message.Message):
     def followers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaProgress]:
         """The leader's view of each follower (empty for partitions led elsewhere)."""
 
+    @_builtins.property
+    def damaged_replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaDamage]:
+        """Replicas whose node set something aside when it opened them (see ReplicaDamage);
+        empty when none did, or when their nodes could not be asked.
+        """
+
     def __init__(
         self,
         *,
@@ -1273,14 +1280,43 @@ class PartitionDescription(_message.Message):
         adding_replicas: _abc.Iterable[_builtins.int] | None = ...,
         removing_replicas: _abc.Iterable[_builtins.int] | None = ...,
         followers: _abc.Iterable[Global___ReplicaProgress] | None = ...,
+        damaged_replicas: _abc.Iterable[Global___ReplicaDamage] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "followers", b"followers", "high_watermark", b"high_watermark", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "segment_count", b"segment_count", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "damaged_replicas", b"damaged_replicas", "followers", b"followers", "high_watermark", b"high_watermark", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "segment_count", b"segment_count", "size_bytes", b"size_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartitionDescription: _TypeAlias = PartitionDescription  # noqa: Y015
+
+@_typing.final
+class ReplicaDamage(_message.Message):
+    """What a node set aside from its replica when it opened it: a log cut by recovery (the
+    rest kept in damaged/ in the partition's folder), or an unreadable partition metadata
+    file (the folder kept in DATA_DIR/damaged/). The replica fetches what it lacks from
+    the leader; a partition with no other copy keeps its readable records.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    DAMAGE_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    damage: _builtins.str
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.int = ...,
+        damage: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["damage", b"damage", "node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaDamage: _TypeAlias = ReplicaDamage  # noqa: Y015
 
 @_typing.final
 class ReplicaProgress(_message.Message):
@@ -1741,25 +1777,45 @@ Global___AlterPartitionRequest: _TypeAlias = AlterPartitionRequest  # noqa: Y015
 
 @_typing.final
 class AlterPartitionResponse(_message.Message):
+    """The partition's committed state after the request: the leader takes it at once (its own
+    metadata may lag). The ISR holds what was asked for, less joining brokers the controller
+    does not consider live; a repeat of a request already committed gets the same answer.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ISR_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
+    REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
     leader_epoch: _builtins.int
     partition_epoch: _builtins.int
+    leader: _builtins.int
     @_builtins.property
     def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def adding_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def removing_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
         isr: _abc.Iterable[_builtins.int] | None = ...,
         leader_epoch: _builtins.int = ...,
         partition_epoch: _builtins.int = ...,
+        leader: _builtins.int = ...,
+        replicas: _abc.Iterable[_builtins.int] | None = ...,
+        adding_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        removing_replicas: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["isr", b"isr", "leader_epoch", b"leader_epoch", "partition_epoch", b"partition_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1894,6 +1950,8 @@ class DescribeReplicaLogResponse(_message.Message):
     (the first may begin before the range asked, the last end after it; both -1 when
     nothing was hashed), their count and total bytes, and the SHA-256 of those bytes as
     stored (batch headers included: replicas store the leader's batches unchanged).
+    One call hashes at most 256 MiB: a covered_end_offset below the end asked for means
+    "ask again from there" (replicas that agree stop at the same batch).
     """
     covered_end_offset: _builtins.int
     batch_count: _builtins.int
