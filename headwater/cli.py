@@ -268,6 +268,9 @@ def describe_json(description: Any) -> dict[str, Any]:
                     }
                     for f in p.followers
                 ],
+                "damaged_replicas": [
+                    {"node_id": d.node_id, "damage": d.damage} for d in p.damaged_replicas
+                ],
             }
             for p in description.partitions
         ],
@@ -279,7 +282,8 @@ def describe_json(description: Any) -> dict[str, Any]:
 @json_option
 @bootstrap_option
 def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
-    """Show NAME's partitions (leader, replicas, ISR, offsets, size) and configs."""
+    """Show NAME's partitions (leader, replicas, ISR, offsets, size, replicas a node set
+    aside damage from) and configs."""
     from headwater.client import Admin
 
     with Admin(bootstrap) as admin:
@@ -300,6 +304,7 @@ def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
         "high watermark",
         "bytes",
         "segments",
+        "damaged",
     )
     for p in data["partitions"]:
         table.add_row(
@@ -317,8 +322,14 @@ def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
                     "segment_count",
                 )
             ),
+            ",".join(str(d["node_id"]) for d in p["damaged_replicas"]),
         )
     _out.print(table)
+    for p in data["partitions"]:
+        for d in p["damaged_replicas"]:
+            _out.print(
+                f"partition {p['partition']}, node {d['node_id']}: {d['damage']}", markup=False
+            )
     configs = Table("config", "value")
     for key, value in data["configs"].items():
         configs.add_row(key, value)

@@ -96,6 +96,10 @@ class PartitionLog(Protocol):
     @property
     def segment_count(self) -> int: ...
 
+    @property
+    def damage(self) -> str:
+        """What recovery cut and set aside when the log was opened ("" when nothing)."""
+
     def append(self, batch: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
         """Append one verified batch at log_end_offset (its base offset is rewritten)."""
 

@@ -46,6 +46,10 @@ class MemoryLog:
     def segment_count(self) -> int:
         return max(len(self._batches), 1)
 
+    @property
+    def damage(self) -> str:
+        return ""  # nothing on disk to damage
+
     def append(self, batch: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:  # noqa: ARG002
         header = batch_format.read_header(batch)
         if header.total_size != len(batch):

@@ -8,7 +8,7 @@ node sees its change.
 
 Reads (list, describe) answer from this node's image; DescribeTopics asks each partition's
 leader for the log figures (start and end offsets, high watermark, size), which only the
-leader knows.
+leader knows, and every replica's node for what it set aside from its replica.
 
 DescribeReplicaLog answers for this node's own replica (never forwarded): its offsets and
 a SHA-256 of its stored batches over a range, so that a caller asking every replica's
@@ -53,6 +53,10 @@ METADATA_WAIT_S: Final = 5.0
 DESCRIBE_PEER_TIMEOUT_S: Final = 2.0
 REPLICA_READ_BYTES: Final = 1 << 20
 """Bytes read per step while hashing a replica (DescribeReplicaLog)."""
+REPLICA_HASH_BYTES_MAX: Final = 256 << 20
+"""Bytes one DescribeReplicaLog hashes at most; the caller asks again for the rest."""
+REPLICA_HASHES_AT_ONCE: Final = 2
+"""DescribeReplicaLog calls hashing at once on a node; more are refused (retriable)."""
 
 
 class AdminService(pb_grpc.AdminServicer):
@@ -69,6 +73,7 @@ class AdminService(pb_grpc.AdminServicer):
         self.state = state
         self.peers = peers
         self.controller = controller
+        self._hashing = 0  # DescribeReplicaLog calls hashing now
 
     async def _decide(
         self,
@@ -239,7 +244,7 @@ class AdminService(pb_grpc.AdminServicer):
         local_only = is_local_only(context)
         described = [self._describe_local(topic, any_replica=local_only) for topic in topics]
         if not local_only:
-            await self._fill_from_leaders(image, topics, described)
+            await self._fill_from_replicas(image, topics, described)
         return pb.DescribeTopicsResponse(topics=described)
 
     def _describe_local(self, topic: TopicImage, any_replica: bool) -> pb.TopicDescription:
@@ -261,6 +266,10 @@ class AdminService(pb_grpc.AdminServicer):
                 _fill_log_figures(description, local.log, local.high_watermark)
             if local is not None and local.is_leader:
                 description.followers.extend(_followers(local))
+            if local is not None and local.damage_report:
+                description.damaged_replicas.append(
+                    pb.ReplicaDamage(node_id=self.config.node_id, damage=local.damage_report)
+                )
             partitions.append(description)
         return pb.TopicDescription(
             name=topic.name,
@@ -269,43 +278,59 @@ class AdminService(pb_grpc.AdminServicer):
             partitions=partitions,
         )
 
-    async def _fill_from_leaders(
+    async def _fill_from_replicas(
         self,
         image: MetadataImage,
         topics: list[TopicImage],
         described: list[pb.TopicDescription],
     ) -> None:
-        """Ask every other leader for the log figures of the partitions it leads."""
+        """Ask every other node that hosts a replica of the topics: for the log figures of
+        the partitions it leads (only the leader knows them), and for what it set aside
+        from any replica it hosts (``damaged_replicas``). One call per node, in parallel."""
         wanted: dict[int, set[str]] = {}
         for topic in topics:
             for p in topic.partitions:
-                if p.leader >= 0 and p.leader != self.config.node_id:
-                    wanted.setdefault(p.leader, set()).add(topic.name)
+                for node_id in {p.leader, *p.replicas}:
+                    if node_id >= 0 and node_id != self.config.node_id:
+                        wanted.setdefault(node_id, set()).add(topic.name)
+        answers = await asyncio.gather(
+            *(self._describe_on(image, node_id, names) for node_id, names in wanted.items())
+        )
         by_name = {d.name: d for d in described}
-        for leader, names in sorted(wanted.items()):
-            address = image.broker_address(leader)
-            if not address:
-                continue
-            try:
-                answer = await self.peers.admin(address).DescribeTopics(
-                    pb.DescribeTopicsRequest(names=sorted(names)),
-                    metadata=((LOCAL_ONLY_KEY, "1"),),
-                    timeout=DESCRIBE_PEER_TIMEOUT_S,
-                )
-            except grpc.RpcError:
-                continue  # the figures of an unreachable leader stay -1
-            for theirs in answer.topics:
+        for node_id, answer in zip(wanted, answers, strict=True):
+            for theirs in answer.topics if answer is not None else ():
                 ours = by_name.get(theirs.name)
                 if ours is None or ours.topic_id != theirs.topic_id:
                     continue
                 for mine, remote in zip(ours.partitions, theirs.partitions, strict=False):
-                    if mine.leader == leader and remote.high_watermark >= 0:
+                    mine.damaged_replicas.extend(
+                        d for d in remote.damaged_replicas if d.node_id == node_id
+                    )
+                    if mine.leader == node_id and remote.high_watermark >= 0:
                         mine.log_start_offset = remote.log_start_offset
                         mine.log_end_offset = remote.log_end_offset
                         mine.high_watermark = remote.high_watermark
                         mine.size_bytes = remote.size_bytes
                         mine.segment_count = remote.segment_count
                         mine.followers.extend(remote.followers)
+
+    async def _describe_on(
+        self, image: MetadataImage, node_id: int, names: set[str]
+    ) -> pb.DescribeTopicsResponse | None:
+        """``names`` as the node ``node_id`` describes its own replicas (None when it
+        cannot be asked: its figures stay -1)."""
+        address = image.broker_address(node_id)
+        if not address:
+            return None
+        try:
+            answer: pb.DescribeTopicsResponse = await self.peers.admin(address).DescribeTopics(
+                pb.DescribeTopicsRequest(names=sorted(names)),
+                metadata=((LOCAL_ONLY_KEY, "1"),),
+                timeout=DESCRIBE_PEER_TIMEOUT_S,
+            )
+        except grpc.RpcError:
+            return None
+        return answer
 
     @rpc_handler
     async def DescribeReplicaLog(
@@ -328,11 +353,29 @@ class AdminService(pb_grpc.AdminServicer):
             log_end_offset=local.log.log_end_offset,
             leader_epoch=local.leader_epoch,
             is_leader=local.is_leader,
-            damage="; ".join(filter(None, (local.damage, getattr(local.log, "damage", "")))),
+            damage=local.damage_report,
         )
-        hashed = await asyncio.to_thread(
-            hash_log_range, local.log, request.start_offset, request.end_offset
-        )
+        if request.end_offset <= request.start_offset:
+            response.covered_start_offset = response.covered_end_offset = -1
+            response.sha256 = hashlib.sha256().digest()
+            return response
+        if self._hashing >= REPLICA_HASHES_AT_ONCE:
+            raise HeadwaterError(
+                ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                f"node {self.config.node_id} is hashing {self._hashing} replica ranges, the "
+                f"most it hashes at once ({REPLICA_HASHES_AT_ONCE}); retry shortly",
+            )
+        self._hashing += 1
+        try:
+            hashed = await asyncio.to_thread(
+                hash_log_range,
+                local.log,
+                request.start_offset,
+                request.end_offset,
+                REPLICA_HASH_BYTES_MAX,
+            )
+        finally:
+            self._hashing -= 1
         response.covered_start_offset = hashed.covered_start_offset
         response.covered_end_offset = hashed.covered_end_offset
         response.batch_count = hashed.batch_count
@@ -353,16 +396,20 @@ class ReplicaHash:
     sha256: bytes
 
 
-def hash_log_range(log: PartitionLog, start_offset: int, end_offset: int) -> ReplicaHash:
+def hash_log_range(
+    log: PartitionLog, start_offset: int, end_offset: int, bytes_max: int
+) -> ReplicaHash:
     """SHA-256 of the stored batches holding offsets in [start_offset, end_offset), cut to
-    the log's [log_start_offset, log_end_offset): whole batches, bytes as stored."""
+    the log's [log_start_offset, log_end_offset): whole batches, bytes as stored. It stops
+    at the first read that reaches ``bytes_max`` bytes (the covered end says where), so
+    two replicas holding the same batches stop at the same one."""
     digest = hashlib.sha256()
     offset = max(start_offset, log.log_start_offset)
     bound = min(end_offset, log.log_end_offset)
     first = last = -1
     batches = size = 0
     while offset < bound:
-        read = log.read(offset, REPLICA_READ_BYTES, upper_bound=bound)
+        read = log.read(offset, min(REPLICA_READ_BYTES, bytes_max - size), upper_bound=bound)
         if not read.data or read.next_offset <= offset:
             break
         for _position, header in batch_format.iter_headers(read.data, verify_crc=False):
@@ -372,6 +419,8 @@ def hash_log_range(log: PartitionLog, start_offset: int, end_offset: int) -> Rep
         digest.update(read.data)
         size += len(read.data)
         offset = read.next_offset
+        if size >= bytes_max:
+            break
     return ReplicaHash(first, last, batches, size, digest.digest())
 
 

@@ -14,15 +14,21 @@ from headwater.chaos.replicas import (
     ReplicaView,
     common_range,
     differences,
+    fold_pages,
     metadata_differences,
 )
 from headwater.log.api import LogConfig, PartitionLog
 from headwater.log.batch import encode_batch
 from headwater.log.file_log import FileLog
 from headwater.log.memory_log import MemoryLog
-from headwater.node.admin_service import hash_log_range
+from headwater.node.admin_service import ReplicaHash, hash_log_range
+from headwater.v1 import headwater_pb2 as pb
 
 LogFactory = Callable[[str], PartitionLog]
+
+
+def hash_range(log: PartitionLog, start: int, end: int) -> ReplicaHash:
+    return hash_log_range(log, start, end, 1 << 30)
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -55,23 +61,58 @@ def test_equal_logs_hash_equal_and_ranges_are_whole_batches(new_log: LogFactory)
     one, two = new_log("one"), new_log("two")
     fill(one, BATCHES)
     fill(two, BATCHES)
-    whole = hash_log_range(one, 0, 7)
-    assert whole == hash_log_range(two, 0, 7)
+    whole = hash_range(one, 0, 7)
+    assert whole == hash_range(two, 0, 7)
     assert (whole.covered_start_offset, whole.covered_end_offset, whole.batch_count) == (0, 7, 4)
     assert whole.size_bytes == sum(len(encode_batch(v, timestamps_ms=1000)) for v in BATCHES)
     # A range that starts and ends inside batches covers those whole batches.
-    inner = hash_log_range(one, 1, 4)
+    inner = hash_range(one, 1, 4)
     assert (inner.covered_start_offset, inner.covered_end_offset, inner.batch_count) == (0, 6, 3)
     # Cut to the log: nothing past its end, nothing before its start.
-    assert hash_log_range(one, -5, 100) == whole
+    assert hash_range(one, -5, 100) == whole
+
+
+def test_a_capped_hash_stops_at_the_same_batch_and_the_pages_fold_into_one_view(
+    new_log: LogFactory,
+) -> None:
+    one, two = new_log("one"), new_log("two")
+    fill(one, BATCHES)
+    fill(two, BATCHES)
+    first = hash_log_range(one, 0, 7, 1)
+    assert first == hash_log_range(two, 0, 7, 1)
+    assert (first.covered_start_offset, first.covered_end_offset, first.batch_count) == (0, 2, 1)
+    pages = []
+    offset = 0
+    while offset < 7:
+        page = hash_log_range(one, offset, 7, 1)
+        pages.append(page)
+        offset = page.covered_end_offset
+    assert len(pages) == 4
+    answers = [
+        pb.DescribeReplicaLogResponse(
+            node_id=1,
+            covered_start_offset=p.covered_start_offset,
+            covered_end_offset=p.covered_end_offset,
+            batch_count=p.batch_count,
+            size_bytes=p.size_bytes,
+            sha256=p.sha256,
+        )
+        for p in pages
+    ]
+    folded = fold_pages(answers)
+    whole = hash_range(one, 0, 7)
+    assert (folded.covered_start_offset, folded.covered_end_offset) == (0, 7)
+    assert (folded.batch_count, folded.size_bytes) == (whole.batch_count, whole.size_bytes)
+    assert fold_pages(answers[:1]).sha256 == pages[0].sha256.hex()
+    assert folded.sha256 != fold_pages(answers[:3]).sha256
 
 
 def test_an_empty_range_hashes_nothing(new_log: LogFactory) -> None:
     log = new_log("log")
     fill(log, BATCHES)
-    empty = hash_log_range(log, 3, 3)
+    empty = hash_range(log, 3, 3)
     assert (empty.covered_start_offset, empty.covered_end_offset, empty.batch_count) == (-1, -1, 0)
-    assert empty == hash_log_range(new_log("other"), 0, 10)
+    assert empty == hash_range(new_log("other"), 0, 10)
 
 
 def test_different_bytes_or_epochs_hash_differently(new_log: LogFactory) -> None:
@@ -79,7 +120,7 @@ def test_different_bytes_or_epochs_hash_differently(new_log: LogFactory) -> None
     fill(base, BATCHES)
     fill(other_value, [*BATCHES[:2], [b"d", b"E", b"f"], BATCHES[3]])
     fill(other_epoch, BATCHES, epoch=2)
-    digests = {hash_log_range(log, 0, 7).sha256 for log in (base, other_value, other_epoch)}
+    digests = {hash_range(log, 0, 7).sha256 for log in (base, other_value, other_epoch)}
     assert len(digests) == 3
 
 

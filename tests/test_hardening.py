@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import signal
@@ -32,7 +33,7 @@ from headwater.node import cluster_auth
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.local_cluster import CLUSTER_SECRET, LocalCluster
-from tests.node_process import NodeProcess, wait_until
+from tests.node_process import NodeProcess, run_cli, wait_until
 
 DEADLINE_S = 60
 
@@ -326,8 +327,61 @@ def test_a_damaged_partition_metadata_file_sets_the_partition_aside(tmp_path: Pa
             described = admin.describe_replica_log(node.address, "kept", 0)
         assert "unreadable partition metadata" in described.damage
         assert str(aside) in described.damage
+        shown = run_cli("topics", "describe", "kept", "--json", "--bootstrap", node.address)
+        assert shown.returncode == 0, shown.stderr
+        [partition] = json.loads(shown.stdout)["partitions"]
+        assert partition["damaged_replicas"] == [{"node_id": 1, "damage": described.damage}]
     finally:
         node.kill()
+
+
+@pytest.mark.slow
+def test_a_follower_sets_a_damaged_segment_aside_and_fetches_it_again(
+    cluster3: LocalCluster,
+) -> None:
+    """A byte flip in the middle of a replica's segment cut that segment at start-up and
+    deleted the rest, with only a warning. Now the rest is set aside (kept), the follower
+    fetches what it lost from its leader, `topics describe` names the damaged replica
+    through any node, and the replicas end identical."""
+    bootstrap = cluster3.bootstrap()
+    with Admin(bootstrap) as admin:
+        admin.create_topic("mended", partitions=1, replication_factor=3)
+    with Producer(bootstrap, acks="all", linger_ms=0) as producer:
+        for i in range(40):  # one batch each
+            producer.send("mended", f"v{i}".encode(), partition=0).result(timeout=30)
+    survivor = cluster3.nodes[1]
+    (p,) = cluster3.partitions(survivor, "mended")
+    follower_id = next(r for r in p.replicas if r != p.leader)
+    follower = cluster3.nodes[follower_id]
+    with Admin(follower.address) as admin:
+        wait_until(
+            lambda: admin.describe_replica_log(follower.address, "mended", 0).log_end_offset == 40,
+            DEADLINE_S,
+            "the follower to hold every record",
+        )
+    follower.kill()  # SIGKILL: the next start recovers the active segment
+    segment = follower.data_dir / "mended-0" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    follower.start()
+    [aside] = (follower.data_dir / "mended-0" / "damaged").iterdir()
+    assert sum(f.stat().st_size for f in aside.iterdir()) > 0
+    assert "set aside in" in follower.log()
+    with Admin(follower.address) as admin:
+        wait_until(
+            lambda: admin.describe_replica_log(follower.address, "mended", 0).high_watermark == 40,
+            DEADLINE_S,
+            "the follower to fetch what it lost",
+        )
+    via = next(n for i, n in cluster3.nodes.items() if i != follower_id)
+    shown = run_cli("topics", "describe", "mended", "--json", "--bootstrap", via.address)
+    assert shown.returncode == 0, shown.stderr
+    [partition] = json.loads(shown.stdout)["partitions"]
+    [damaged] = partition["damaged_replicas"]
+    assert damaged["node_id"] == follower_id and str(aside) in damaged["damage"]
+    compared = run_cli("debug", "compare-replicas", "mended", "--bootstrap", via.address)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
 
 
 def test_one_create_topics_of_100000_partitions_is_refused_and_the_node_stays_up(

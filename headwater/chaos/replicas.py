@@ -20,6 +20,7 @@ end of a chaos run.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,21 +100,45 @@ def differences(views: Sequence[ReplicaView]) -> tuple[str, ...]:
     )
 
 
-def _view(answer: Any) -> ReplicaView:
+def fold_pages(answers: Sequence[Any]) -> ReplicaView:
+    """One view of a range a node hashed in pages (a DescribeReplicaLog call hashes at most
+    256 MiB): offsets and damage from the last answer, the covered range from the first
+    page's start to the last page's end, batches and bytes summed, and the digest of the
+    one page, or else the SHA-256 of the pages' digests in order (replicas that agree
+    page at the same batches, so they fold to the same view)."""
+    first, last = answers[0], answers[-1]
+    digests = [bytes(a.sha256) for a in answers]
+    digest = digests[0] if len(digests) == 1 else hashlib.sha256(b"".join(digests)).digest()
     return ReplicaView(
-        node_id=answer.node_id,
-        log_start_offset=answer.log_start_offset,
-        high_watermark=answer.high_watermark,
-        log_end_offset=answer.log_end_offset,
-        leader_epoch=answer.leader_epoch,
-        is_leader=answer.is_leader,
-        covered_start_offset=answer.covered_start_offset,
-        covered_end_offset=answer.covered_end_offset,
-        batch_count=answer.batch_count,
-        size_bytes=answer.size_bytes,
-        sha256=bytes(answer.sha256).hex(),
-        damage=answer.damage,
+        node_id=last.node_id,
+        log_start_offset=last.log_start_offset,
+        high_watermark=last.high_watermark,
+        log_end_offset=last.log_end_offset,
+        leader_epoch=last.leader_epoch,
+        is_leader=last.is_leader,
+        covered_start_offset=first.covered_start_offset,
+        covered_end_offset=last.covered_end_offset,
+        batch_count=sum(a.batch_count for a in answers),
+        size_bytes=sum(a.size_bytes for a in answers),
+        sha256=digest.hex(),
+        damage=last.damage,
     )
+
+
+def hash_replica(
+    admin: Admin, address: str, topic: str, partition: int, start: int, end: int
+) -> ReplicaView:
+    """The node's hash of its replica over [start, end), asked for page by page until the
+    covered range reaches ``end`` (or the node's log ends first)."""
+    answers = []
+    offset = start
+    while True:
+        answer = admin.describe_replica_log(address, topic, partition, offset, end)
+        answers.append(answer)
+        covered = answer.covered_end_offset
+        if covered < 0 or covered >= end or covered <= offset:
+            return fold_pages(answers)
+        offset = covered
 
 
 def compare_partition(
@@ -140,11 +165,9 @@ def compare_partition(
     views = []
     for node_id in figures:
         try:
-            answer = admin.describe_replica_log(addresses[node_id], topic, partition, start, end)
+            views.append(hash_replica(admin, addresses[node_id], topic, partition, start, end))
         except HeadwaterError as error:
             errors.append((node_id, str(error)))
-            continue
-        views.append(_view(answer))
     return PartitionComparison(
         partition, tuple(replicas), start, end, tuple(views), tuple(errors), differences(views)
     )
