@@ -5,7 +5,8 @@ Directory layout (one directory per partition)::
     00000000000000000000.log        segments named by base offset (see segment.py)
     00000000000000000000.index
     00000000000000000000.timeindex
-    recovery-point                  decimal offset below which everything was fsynced
+    recovery-point                  offset below which everything was fsynced (checked
+                                    offset format: ``write_checked_offset``)
     clean-shutdown                  present only between a clean close and the next open
     leader-epoch-checkpoint         the leader-epoch cache (see leader_epochs.py)
 
@@ -46,6 +47,7 @@ import threading
 from pathlib import Path
 from typing import Final
 
+import crc32c
 import pyarrow.compute as pc
 
 from headwater.errors import ErrorCode, HeadwaterError
@@ -82,6 +84,34 @@ def write_atomically(path: Path, data: bytes) -> None:
     fsync_directory(path.parent)
 
 
+def write_checked_offset(path: Path, value: int) -> None:
+    """Write an offset checkpoint atomically as ``"<value> <crc>\\n"``: the decimal value
+    and the CRC32C of its digits in 8 hex digits."""
+    digits = str(value).encode()
+    write_atomically(path, digits + b" %08x\n" % crc32c.crc32c(digits))
+
+
+def read_checked_offset(path: Path) -> int | None:
+    """The offset of a checkpoint written by ``write_checked_offset``; None when the file
+    is missing or damaged (its checksum does not match, or it holds no offset), logged
+    when damaged. A bare decimal offset (the format before checksums) is read as is."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _log.error("cannot read %s: %s", path, exc)
+        return None
+    parts = text.split()
+    if len(parts) == 2 and parts[0].isdigit() and len(parts[0]) <= 19:
+        if parts[1] == b"%08x" % crc32c.crc32c(parts[0]):
+            return int(parts[0])
+    elif len(parts) == 1 and parts[0].isdigit() and len(parts[0]) <= 19:
+        return int(parts[0])
+    _log.error("%s is damaged (%r): it is ignored", path, text[:64])
+    return None
+
+
 def fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -106,16 +136,16 @@ class FileLog:
         self._damaged_from = NO_DAMAGE
         self._last_flush_ms = now_ms
         self._epochs = LeaderEpochCache()
-        self._load(now_ms)
-        self._load_epochs()
+        with self._lock:  # the bounded set of sealed handles takes it before closing one
+            self._load(now_ms)
+            self._load_epochs()
 
     # ------------------------------------------------------------------ opening
 
     def _read_recovery_point(self) -> int:
-        try:
-            return int((self.directory / RECOVERY_POINT_FILE).read_text().strip())
-        except (OSError, ValueError):
-            return 0
+        """0 when unknown: everything is scanned again."""
+        found = read_checked_offset(self.directory / RECOVERY_POINT_FILE)
+        return 0 if found is None else found
 
     def _load(self, now_ms: int) -> None:
         for stray in self.directory.glob("*.tmp"):
@@ -131,7 +161,7 @@ class FileLog:
                 orphan.unlink()
                 orphan.with_suffix(".timeindex").unlink(missing_ok=True)
         for i, base in enumerate(bases):
-            segment = Segment(self.directory, base, self.config.index_interval_bytes)
+            segment = Segment(self.directory, base, self.config.index_interval_bytes, self._lock)
             segment.created_ms = now_ms
             next_base = bases[i + 1] if i + 1 < len(bases) else None
             trusted = clean or (
@@ -166,6 +196,8 @@ class FileLog:
         if not self._segments:
             start = self._read_recovery_point() if not bases else 0
             self._segments.append(self._new_segment(start, now_ms))
+        for sealed in self._segments[:-1]:
+            sealed.seal()
         if clean:
             marker.unlink()
             fsync_directory(self.directory)
@@ -232,7 +264,7 @@ class FileLog:
         write_atomically(self.directory / EPOCH_CHECKPOINT_FILE, self._epochs.to_text().encode())
 
     def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
-        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes, self._lock)
         segment.created_ms = now_ms
         segment.next_offset = base_offset
         fsync_directory(self.directory)
@@ -350,6 +382,7 @@ class FileLog:
                 return offset
             while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                 self._segments.pop().delete()
+            self._segments[-1].unseal()
             self._segments[-1].truncate_at_offset(offset)
             fsync_directory(self.directory)
             _log.warning("log %s: truncated to offset %d", self.directory, self.log_end_offset)
@@ -392,11 +425,12 @@ class FileLog:
         self._segments.append(self._new_segment(self.log_end_offset, now_ms))
         self._segments[-2].release_reserve()
         self._segments[-2].flush()
+        self._segments[-2].seal()
         self._recovery_point = self._segments[-1].base_offset
         self._write_recovery_point()
 
     def _write_recovery_point(self) -> None:
-        write_atomically(self.directory / RECOVERY_POINT_FILE, str(self._recovery_point).encode())
+        write_checked_offset(self.directory / RECOVERY_POINT_FILE, self._recovery_point)
 
     def _flush_locked(self) -> None:
         if self._recovery_point == self.log_end_offset:

@@ -12,7 +12,14 @@ appends ~8x faster (0.7 GB/s -> 6 GB/s). The file size stays the logical end, so
 and recovery never see the reserve; closing, rolling and opening a segment give unused
 blocks back (``release_reserve``), so an idle partition holds at most a few MiB.
 
-Thread-safety: none; the owning FileLog serializes access.
+Open files: the active segment holds its ``.log`` and both index writers open. A sealed
+segment (``seal``: no longer written) closes its index writers, and its ``.log`` handle
+joins ``headwater.log.sealed_files.SEALED_FILES``, a bounded set that closes the least
+recently used handles and lets the next read open them again; so a log's open files do
+not grow with its segment count.
+
+Thread-safety: none of its own; every use holds the owning FileLog's lock
+(``owner_lock``), which the bounded set also takes before it closes a handle.
 """
 
 from __future__ import annotations
@@ -21,13 +28,15 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.index import IndexCorruptError, SegmentIndex, parse_index_files
+from headwater.log.sealed_files import SEALED_FILES
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
@@ -90,26 +99,94 @@ class ScanResult:
 
 
 class Segment:
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        owner_lock: threading.RLock | None = None,
+    ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
+        self._owner_lock = owner_lock if owner_lock is not None else threading.RLock()
         stem = directory / segment_name(base_offset)
         self.log_path = stem.with_suffix(LOG_SUFFIX)
         self.index_path = stem.with_suffix(INDEX_SUFFIX)
         self.time_index_path = stem.with_suffix(TIME_INDEX_SUFFIX)
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        self.sealed = False
+        """No longer written: no index writers, and a handle from the bounded set."""
+        self._fd: int | None = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self._fd).st_size
         # Blocks reserved up to this byte (past ``size`` only while the segment is active).
         self._reserved = self.size
         self.release_reserve()  # a crash may have left a reserve behind
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.index = SegmentIndex()
-        self._index_file = open(self.index_path, "ab", buffering=64 * 1024)  # noqa: SIM115
-        self._time_file = open(self.time_index_path, "ab", buffering=64 * 1024)  # noqa: SIM115
+        # Opened by the first index entry written (see _index_writers).
+        self._index_file: BinaryIO | None = None
+        self._time_file: BinaryIO | None = None
         self._last_indexed_position = -1
         self.created_ms = 0
+
+    # ------------------------------------------------------------------ open files
+
+    @property
+    def owner_lock(self) -> threading.RLock:
+        return self._owner_lock
+
+    @property
+    def fd(self) -> int:
+        """The ``.log`` handle, opened again if the bounded set closed it."""
+        fd = self._fd
+        if fd is None:
+            fd = self._fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+            if self.sealed:
+                SEALED_FILES.opened(self)
+        elif self.sealed:
+            SEALED_FILES.touched(self)
+        return fd
+
+    def drop_handle(self) -> None:
+        """Close the ``.log`` handle of a sealed segment (the bounded set's eviction)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _index_writers(self) -> tuple[BinaryIO, BinaryIO]:
+        if self._index_file is None or self._time_file is None:
+            self._close_index_writers()
+            self._index_file = open(self.index_path, "ab", buffering=64 * 1024)  # noqa: SIM115
+            self._time_file = open(self.time_index_path, "ab", buffering=64 * 1024)  # noqa: SIM115
+        return self._index_file, self._time_file
+
+    def _close_index_writers(self) -> None:
+        for file in (self._index_file, self._time_file):
+            if file is not None:
+                file.close()
+        self._index_file = self._time_file = None
+
+    def seal(self) -> None:
+        """The segment will not be written again (a later one is active): give back its
+        reserve, close its index writers (after writing them out), and let its ``.log``
+        handle join the bounded set."""
+        if self.sealed:
+            return
+        self.release_reserve()
+        for file in (self._index_file, self._time_file):
+            if file is not None:
+                file.flush()
+        self._close_index_writers()
+        self.sealed = True
+        if self._fd is not None:
+            SEALED_FILES.opened(self)
+
+    def unseal(self) -> None:
+        """The segment is the active one again (a truncation removed the later ones)."""
+        if self.sealed:
+            self.sealed = False
+            SEALED_FILES.forget(self)
 
     # ------------------------------------------------------------------ loading
 
@@ -214,22 +291,20 @@ class Segment:
             return b""
         self._last_indexed_position = position
         relative = header.base_offset - self.base_offset
+        index_file, time_file = self._index_writers()
         entry = self.index.maybe_add_offset(relative, position)
-        self._index_file.write(entry)
+        index_file.write(entry)
         time_entry = self.index.maybe_add_time(
             max(self.max_timestamp, header.max_timestamp), relative
         )
         if time_entry:
-            self._time_file.write(time_entry)
+            time_file.write(time_entry)
         return entry
 
     def rewrite_index_files(self) -> None:
-        self._index_file.close()
-        self._time_file.close()
+        self._close_index_writers()
         self.index_path.write_bytes(self.index.offset_file_bytes())
         self.time_index_path.write_bytes(self.index.time_file_bytes())
-        self._index_file = open(self.index_path, "ab", buffering=64 * 1024)  # noqa: SIM115
-        self._time_file = open(self.time_index_path, "ab", buffering=64 * 1024)  # noqa: SIM115
 
     # ------------------------------------------------------------------ writing
 
@@ -266,7 +341,9 @@ class Segment:
 
     def release_reserve(self) -> None:
         """Give reserved blocks past the end back to the file system."""
-        os.ftruncate(self.fd, self.size)
+        if self._fd is None:
+            return  # a sealed segment's handle, closed: it holds no reserve
+        os.ftruncate(self._fd, self.size)
         self._reserved = self.size
 
     def truncate(self, valid_bytes: int) -> None:
@@ -298,8 +375,9 @@ class Segment:
     def flush(self) -> None:
         os.fdatasync(self.fd)
         for file in (self._index_file, self._time_file):
-            file.flush()
-            os.fdatasync(file.fileno())
+            if file is not None:
+                file.flush()
+                os.fdatasync(file.fileno())
 
     # ------------------------------------------------------------------ reading
 
@@ -364,10 +442,10 @@ class Segment:
         return chunk[first:end], next_offset
 
     def close(self) -> None:
+        SEALED_FILES.forget(self)
         self.release_reserve()
-        self._index_file.close()
-        self._time_file.close()
-        os.close(self.fd)
+        self._close_index_writers()
+        self.drop_handle()
 
     def delete(self) -> None:
         self.close()

@@ -48,6 +48,7 @@ from headwater.config import NodeConfig
 from headwater.errors import HeadwaterError
 from headwater.log.api import FlushPolicy
 from headwater.log.file_log import FileLog, write_atomically
+from headwater.log.sealed_files import SEALED_FILES_DEFAULT
 from headwater.node.partition import Partition
 from headwater.raft.controller import UNCLEAN_ELECTION_KEY
 from headwater.raft.image import MetadataImage, PartitionState
@@ -57,9 +58,11 @@ LOCK_FILE: Final = ".lock"
 RAFT_DIR: Final = "raft"
 DAMAGED_DIR: Final = "damaged"
 FILES_PER_PARTITION: Final = 3
-"""A hosted partition keeps its active segment, offset index and time index open."""
-FILES_RESERVED: Final = 512
-"""Open files kept for connections, the Raft journal and everything else."""
+"""A hosted partition keeps its active segment, offset index and time index open (its
+sealed segments share the bounded set of ``headwater.log.sealed_files``)."""
+FILES_RESERVED: Final = 512 + SEALED_FILES_DEFAULT
+"""Open files kept for connections, the Raft journal and everything else (512), and for
+the sealed segments' handles."""
 SECRET_FILE: Final = "cluster.secret"  # noqa: S105 - a file name, not a secret
 PARTITION_META_FILE: Final = "partition.metadata"
 DELETE_SUFFIX: Final = "-delete"

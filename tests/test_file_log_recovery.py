@@ -15,8 +15,12 @@ from headwater.log.file_log import (
     DAMAGED_DIR,
     RECOVERY_POINT_FILE,
     FileLog,
+    read_checked_offset,
+    write_checked_offset,
 )
 from headwater.log.index import SegmentIndex
+from headwater.log.memory_log import MemoryLog
+from headwater.node.partition import HIGH_WATERMARK_FILE, Partition
 from tests.test_log_conformance import read_all
 
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256)
@@ -161,13 +165,15 @@ def test_garbage_appended_to_the_log_is_cut_off(tmp_path: Path) -> None:
     recovered.close()
 
 
+@pytest.mark.parametrize("suffix", [".index", ".timeindex"])
 @pytest.mark.parametrize("damage", ["missing", "garbage", "truncated", "points-past-end"])
-def test_bad_index_files_are_rebuilt(tmp_path: Path, damage: str) -> None:
+def test_bad_index_files_are_rebuilt(tmp_path: Path, damage: str, suffix: str) -> None:
     log = FileLog(tmp_path, CONFIG, now_ms=0)
     values = fill(log, 60)
+    stamps = [log.offset_for_timestamp(t) for t in (0, 1_000, 10**13)]
     log.close()  # clean: indexes would be trusted
     first = segments(tmp_path)[0]
-    index = first.with_suffix(".index")
+    index = first.with_suffix(suffix)
     good_index = index.read_bytes()
     if damage == "missing":
         index.unlink()
@@ -175,16 +181,21 @@ def test_bad_index_files_are_rebuilt(tmp_path: Path, damage: str) -> None:
         index.write_bytes(os.urandom(len(good_index)))
     elif damage == "truncated":
         index.write_bytes(good_index[:-3])
-    else:
+    elif suffix == ".index":  # an entry past the segment's end
         index.write_bytes(good_index + (1).to_bytes(4, "little") + (10**6).to_bytes(4, "little"))
+    else:  # an entry for an offset the segment does not hold
+        index.write_bytes(
+            good_index + (10**13).to_bytes(8, "little") + (10**6).to_bytes(4, "little")
+        )
     reopened = FileLog(tmp_path, CONFIG, now_ms=0)
     assert [v for _, v in read_all(reopened, 0)] == values
     for offset in range(0, len(values), 7):
         result = reopened.read(offset, 1)
         first_header = bf.read_header(result.data)
         assert first_header.base_offset <= offset < first_header.next_offset
+    assert [reopened.offset_for_timestamp(t) for t in (0, 1_000, 10**13)] == stamps
     reopened.close()
-    assert first.with_suffix(".index").read_bytes() == good_index
+    assert first.with_suffix(suffix).read_bytes() == good_index
 
 
 def test_only_segments_past_the_recovery_point_are_scanned(tmp_path: Path) -> None:
@@ -209,12 +220,61 @@ def test_only_segments_past_the_recovery_point_are_scanned(tmp_path: Path) -> No
     rescanned.close()
 
 
+def test_offset_checkpoints_carry_a_checksum_and_a_damaged_one_is_ignored(
+    tmp_path: Path,
+) -> None:
+    """Issue 11: the recovery point and high watermark files were bare numbers, so one
+    flipped digit raised them silently: a raised recovery point skips the scan of
+    unflushed data, and a raised high watermark shows uncommitted records as committed
+    and forbids truncating a divergent tail."""
+    path = tmp_path / "checkpoint"
+    write_checked_offset(path, 123456)
+    assert read_checked_offset(path) == 123456
+    good = path.read_bytes()
+    for flipped in (good.replace(b"3", b"9", 1), good[:-3] + b"00\n", b"x", b"1 2 3", b""):
+        path.write_bytes(flipped)
+        assert read_checked_offset(path) is None, flipped
+    path.write_bytes(b"77\n")  # the format before checksums
+    assert read_checked_offset(path) == 77
+    assert read_checked_offset(tmp_path / "missing") is None
+
+
+def test_a_damaged_recovery_point_means_a_full_scan(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=4096, index_interval_bytes=256, flush_policy=FlushPolicy.OS)
+    log = FileLog(tmp_path, config, now_ms=0)
+    fill(log, 60)
+    assert log.recovery_point > 0
+    log.abandon()
+    first = segments(tmp_path)[0]
+    data = bytearray(first.read_bytes())
+    data[-20] ^= 0xFF  # below the recovery point: trusted while the checkpoint is sound
+    first.write_bytes(bytes(data))
+    point = tmp_path / RECOVERY_POINT_FILE
+    point.write_bytes(point.read_bytes().replace(b" ", b"1 ", 1))  # a digit more
+    rescanned = FileLog(tmp_path, config, now_ms=0)
+    assert len(segments(tmp_path)) == 1 and "CRC32C mismatch" in rescanned.damage
+    rescanned.close()
+
+
+def test_a_damaged_high_watermark_checkpoint_counts_as_unknown(tmp_path: Path) -> None:
+    log = MemoryLog()
+    for _ in range(5):
+        log.append(bf.encode_batch([b"x"]), 0, 0)
+    partition = Partition("t", 0, log, CONFIG, directory=tmp_path)
+    partition.follower_high_watermark(4)
+    partition.maybe_checkpoint_high_watermark()
+    assert Partition("t", 0, log, CONFIG, directory=tmp_path).high_watermark == 4
+    checkpoint = tmp_path / HIGH_WATERMARK_FILE
+    checkpoint.write_bytes(checkpoint.read_bytes().replace(b"4", b"5", 1))
+    assert Partition("t", 0, log, CONFIG, directory=tmp_path).high_watermark == 0
+
+
 def test_flush_policy_ack_advances_the_recovery_point_on_every_append(tmp_path: Path) -> None:
     log = FileLog(tmp_path, LogConfig(flush_policy=FlushPolicy.ACK), now_ms=0)
     for i in range(5):
         log.append(bf.encode_batch([b"x"]), 0, 0)
         assert log.recovery_point == i + 1
-        assert (tmp_path / RECOVERY_POINT_FILE).read_text() == str(i + 1)
+        assert read_checked_offset(tmp_path / RECOVERY_POINT_FILE) == i + 1
     log.close()
 
 

@@ -1,0 +1,105 @@
+"""Open files of a log with many segments (issue 11: "segments' files opened lazily or
+through a bounded cache, so a node with many partitions stays within its limit").
+
+Each segment used to keep three files open for as long as its log was open, so a node's
+open files grew with segments, not partitions: 100 partitions of 300 segments each took
+90,000 files. Now a sealed segment keeps its index in memory and its ``.log`` handle in
+the process's bounded set (``headwater.log.sealed_files``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from headwater.log import batch as batch_format
+from headwater.log import sealed_files
+from headwater.log.api import LogConfig
+from headwater.log.file_log import FileLog
+
+SEGMENTS = 120
+CAPACITY = 4
+
+
+def open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def small_set(monkeypatch: pytest.MonkeyPatch) -> sealed_files.SealedFiles:
+    files = sealed_files.SealedFiles(CAPACITY)
+    monkeypatch.setattr(sealed_files, "SEALED_FILES", files)
+    monkeypatch.setattr("headwater.log.segment.SEALED_FILES", files)
+    return files
+
+
+def many_segments(directory: Path) -> FileLog:
+    """A log whose every batch rolls a segment (SEGMENTS segments of one record)."""
+    log = FileLog(directory, LogConfig(segment_bytes=1024), now_ms=0)
+    for i in range(SEGMENTS):
+        log.append(batch_format.encode_batch([b"v%d" % i + b"x" * 900]), 1, now_ms=i)
+    assert log.segment_count == SEGMENTS
+    return log
+
+
+def values(log: FileLog, offset: int) -> list[bytes]:
+    data = log.read(offset, 1 << 20).data
+    return [
+        v for d in batch_format.decode_batches(data) for v in d.records.column("value").to_pylist()
+    ]
+
+
+def test_a_log_of_many_segments_keeps_few_files_open(
+    tmp_path: Path, small_set: sealed_files.SealedFiles
+) -> None:
+    before = open_files()
+    log = many_segments(tmp_path / "log")
+    # The active segment's three files, and at most CAPACITY sealed handles.
+    assert open_files() - before <= 3 + CAPACITY
+    for offset in range(SEGMENTS):  # every sealed segment reads, handles come and go
+        assert values(log, offset)[0].startswith(b"v%d" % offset)
+    assert open_files() - before <= 3 + CAPACITY
+    assert small_set.closed_total >= SEGMENTS - CAPACITY
+    log.close()
+    assert open_files() == before and len(small_set) == 0
+    # Reopened (a clean start), it is the same log, and as frugal.
+    again = FileLog(tmp_path / "log", LogConfig(segment_bytes=1024), now_ms=0)
+    assert open_files() - before <= 3 + CAPACITY
+    assert values(again, 57)[0].startswith(b"v57")
+    # Truncating into a sealed segment makes it the active one again, written as before.
+    again.truncate_to(30, now_ms=0)
+    again.append(batch_format.encode_batch([b"after"]), 2, now_ms=0)
+    assert values(again, 30) == [b"after"]
+    again.close()
+    assert open_files() == before
+
+
+def test_handles_are_never_closed_under_a_read_in_another_thread(
+    tmp_path: Path, small_set: sealed_files.SealedFiles
+) -> None:
+    logs = [many_segments(tmp_path / f"log{i}") for i in range(3)]
+    failures: list[BaseException] = []
+
+    def reader(log: FileLog, seed: int) -> None:
+        try:
+            for step in range(600):
+                offset = (step * 37 + seed) % SEGMENTS
+                assert values(log, offset)[0].startswith(b"v%d" % offset)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [
+        threading.Thread(target=reader, args=(log, seed))
+        for seed, log in enumerate(logs * 2)  # two readers per log
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not failures, failures[:3]
+    assert small_set.closed_total > 0
+    for log in logs:
+        log.close()
