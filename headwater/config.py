@@ -174,6 +174,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         high=100_000,
     ),
     Setting(
+        "stream_buffer_bytes_max",
+        64 * MiB,
+        "Bytes of requests one ProduceStream holds in progress (read, being appended or "
+        "waiting for replicas); beyond it the stream reads nothing more until earlier "
+        "requests are answered (one request is always taken, whatever its size).",
+        unit="bytes",
+        low=1 * MiB,
+        high=INT32_MAX,
+    ),
+    Setting(
         "request_bytes_max",
         256 * MiB,
         "Largest gRPC message the node sends or accepts.",
@@ -479,6 +489,7 @@ class NodeConfig:
     concurrent_calls_max: int = 1024
     streams_max: int = 896
     streams_per_connection_max: int = 100
+    stream_buffer_bytes_max: int = 64 * MiB
     request_bytes_max: int = 256 * MiB
     fetch_bytes_max: int = 64 * MiB
     fetch_bytes_default: int = 4 * MiB

@@ -196,9 +196,10 @@ class BrokerService(pb_grpc.BrokerServicer):
 
         Requests are pipelined: each is appended as soon as the one before it on the stream
         has been appended (appends keep the stream's order), and waits for its replicas
-        (acks=all) alongside the requests after it. Up to PRODUCE_PIPELINE_MAX requests are
-        in progress; beyond that the stream stops reading (gRPC flow control). The stream
-        holds one of the node's long-call slots (``headwater.node.limits``)."""
+        (acks=all) alongside the requests after it. Up to PRODUCE_PIPELINE_MAX requests,
+        and ``stream_buffer_bytes_max`` bytes of them, are in progress; beyond that the
+        stream stops reading (gRPC flow control). The stream holds one of the node's
+        long-call slots (``headwater.node.limits``)."""
         forwarded = is_forwarded(context)
         try:
             with self.long_calls.hold(context.peer(), forwarded):
@@ -214,12 +215,27 @@ class BrokerService(pb_grpc.BrokerServicer):
         answers: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue(
             PRODUCE_PIPELINE_MAX
         )
+        budget = self.config.stream_buffer_bytes_max
+        buffered = 0  # bytes of the requests whose answer is not done
+        freed = asyncio.Event()
+
+        def release(size: int) -> None:
+            nonlocal buffered
+            buffered -= size
+            freed.set()
 
         async def accept() -> None:
+            nonlocal buffered
             try:
                 async for request in requests:
+                    size = request.ByteSize()
+                    while buffered and buffered + size > budget:
+                        freed.clear()
+                        await freed.wait()
                     appended: asyncio.Future[None] = loop.create_future()
                     answer = loop.create_task(self._answer(request, forwarded, appended))
+                    buffered += size
+                    answer.add_done_callback(functools.partial(_release_on_done, release, size))
                     await asyncio.wait((answer, appended), return_when=asyncio.FIRST_COMPLETED)
                     await answers.put(answer)
             finally:
@@ -710,3 +726,9 @@ def _resolved(result: pb.PartitionProduceResult) -> asyncio.Future[pb.PartitionP
     done: asyncio.Future[pb.PartitionProduceResult] = asyncio.get_running_loop().create_future()
     done.set_result(result)
     return done
+
+
+def _release_on_done(
+    release: Callable[[int], None], size: int, _done: asyncio.Task[pb.ProduceResponse]
+) -> None:
+    release(size)

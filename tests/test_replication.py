@@ -365,6 +365,75 @@ def test_followers_hold_the_leaders_bytes(cluster3: LocalCluster) -> None:
     assert len(set(logs.values())) == 1 and len(logs[1]) > 75_000
 
 
+STREAM_BUDGET_BYTES = 2 << 20
+
+
+# The stopped follower stays in the ISR (and its broker unfenced) for the whole test.
+@pytest.mark.parametrize(
+    "cluster3",
+    [
+        {
+            "HEADWATER_REPLICA_LAG_MS_MAX": "120000",
+            "HEADWATER_BROKER_SESSION_TIMEOUT_MS": "120000",
+            "HEADWATER_STREAM_BUFFER_BYTES_MAX": str(STREAM_BUDGET_BYTES),
+        }
+    ],
+    indirect=True,
+)
+def test_a_produce_stream_holds_at_most_its_byte_budget_in_progress(
+    cluster3: LocalCluster,
+) -> None:
+    """Issue 11 (limits on bytes buffered per stream): a ProduceStream took up to 32
+    requests in progress whatever their size (32 x 256 MiB). With acks=all held up by a
+    stopped follower, the leader now appends only what fits in stream_buffer_bytes_max
+    (one request more at most) and reads nothing further until answers go out."""
+    topic = "budget"
+    with Admin(cluster3.bootstrap()) as admin:
+        admin.create_topic(topic, partitions=1, replication_factor=3)
+    (state,) = cluster3.partitions(cluster3.alive()[0], topic)
+    leader = cluster3.nodes[state.leader]
+    controller = cluster3.wait_controller()
+    stopped = next(i for i in cluster3.nodes if i not in (state.leader, controller))
+    value = b"x" * (700 << 10)  # three requests pass 2 MiB
+    requests = [
+        pb.ProduceRequest(
+            topic=topic,
+            partition=0,
+            records=pb.RecordList(records=[pb.Record(value=value)]),
+            acks=pb.ACKS_ALL,
+            timeout_ms=DEADLINE_S * 1000,
+        )
+        for _ in range(12)
+    ]
+
+    def log_end() -> int:
+        with grpc.insecure_channel(leader.address) as channel:
+            response = pb_grpc.AdminStub(channel).DescribeTopics(
+                pb.DescribeTopicsRequest(names=[topic]),
+                metadata=((LOCAL_ONLY_KEY, "1"),),
+                timeout=2,
+            )
+        return int(response.topics[0].partitions[0].log_end_offset)
+
+    cluster3.pause(stopped)
+    try:
+        with grpc.insecure_channel(leader.address) as channel:
+            answers = pb_grpc.BrokerStub(channel).ProduceStream(
+                iter(requests), timeout=DEADLINE_S * 2
+            )
+            wait_until(lambda: log_end() >= 2, DEADLINE_S / 3, "the first appends")
+            # Whatever the client has sent, the leader holds at most the budget (plus the
+            # one request it always takes) until the stopped follower comes back.
+            held = [log_end() for _ in range(10)]
+            assert max(held) <= STREAM_BUDGET_BYTES // len(value) + 1, held
+            cluster3.resume(stopped)
+            answered = list(answers)
+    finally:
+        cluster3.resume(stopped)
+    assert [a.error_code for a in answered] == [pb.NONE] * len(requests)
+    assert log_end() == len(requests)
+
+
 # The stopped follower stays in the ISR (and its broker unfenced) for the whole test.
 @pytest.mark.parametrize(
     "cluster3",
