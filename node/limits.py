@@ -16,12 +16,15 @@ inter-broker listener, which has its own call limit. A call forwarded by another
 (the ``headwater-forwarded`` key) counts for this node only: the node it came through
 counted it against its client's connection.
 
+``StreamBudget`` bounds the bytes one ProduceStream holds in progress.
+
 Pure bookkeeping, used on the event loop only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from headwater.errors import ErrorCode, HeadwaterError
@@ -69,3 +72,34 @@ class LongCallSlots:
                     self._by_connection[connection] = left
                 else:
                     del self._by_connection[connection]
+
+
+class StreamBudget:
+    """Bytes of one stream's requests in progress (``stream_buffer_bytes_max``): each
+    request's batches are charged when the request has read them (``charge``, which
+    returns the release) and released when it is answered; the stream reads its next
+    request only while the charge is within the budget (``wait_for_room``), so it holds at
+    most the budget and one request. Used on the event loop only."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.held = 0
+        self._freed = asyncio.Event()
+
+    def charge(self, size: int) -> Callable[[], None]:
+        self.held += size
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.held -= size
+                self._freed.set()
+
+        return release
+
+    async def wait_for_room(self) -> None:
+        while self.held > self.budget:
+            self._freed.clear()
+            await self._freed.wait()

@@ -34,7 +34,7 @@ from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import abort
 from headwater.log import batch as batch_format
 from headwater.node.cluster_state import ClusterState
-from headwater.node.limits import LongCallSlots
+from headwater.node.limits import LongCallSlots, StreamBudget
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
 from headwater.node.peers import FORWARDED, Peers, is_forwarded, peer_error
@@ -215,29 +215,16 @@ class BrokerService(pb_grpc.BrokerServicer):
         answers: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue(
             PRODUCE_PIPELINE_MAX
         )
-        budget = self.config.stream_buffer_bytes_max
-        buffered = 0  # bytes of the requests whose answer is not done
-        freed = asyncio.Event()
-
-        def release(size: int) -> None:
-            nonlocal buffered
-            buffered -= size
-            freed.set()
+        budget = StreamBudget(self.config.stream_buffer_bytes_max)
 
         async def accept() -> None:
-            nonlocal buffered
             try:
                 async for request in requests:
-                    size = request.ByteSize()
-                    while buffered and buffered + size > budget:
-                        freed.clear()
-                        await freed.wait()
                     appended: asyncio.Future[None] = loop.create_future()
-                    answer = loop.create_task(self._answer(request, forwarded, appended))
-                    buffered += size
-                    answer.add_done_callback(functools.partial(_release_on_done, release, size))
+                    answer = loop.create_task(self._answer(request, forwarded, appended, budget))
                     await asyncio.wait((answer, appended), return_when=asyncio.FIRST_COMPLETED)
                     await answers.put(answer)
+                    await budget.wait_for_room()
             finally:
                 await answers.put(None)
 
@@ -254,11 +241,15 @@ class BrokerService(pb_grpc.BrokerServicer):
                     left.cancel()
 
     async def _answer(
-        self, request: pb.ProduceRequest, forwarded: bool, appended: asyncio.Future[None]
+        self,
+        request: pb.ProduceRequest,
+        forwarded: bool,
+        appended: asyncio.Future[None],
+        budget: StreamBudget,
     ) -> pb.ProduceResponse:
         """_produce's response, or the error response it ended with."""
         try:
-            return await self._produce(request, forwarded, appended)
+            return await self._produce(request, forwarded, appended, budget)
         except HeadwaterError as error:
             return pb.ProduceResponse(
                 error_code=pb.ErrorCode.ValueType(error.code), error_message=error.message
@@ -275,9 +266,11 @@ class BrokerService(pb_grpc.BrokerServicer):
         request: pb.ProduceRequest,
         forwarded: bool,
         appended: asyncio.Future[None] | None = None,
+        budget: StreamBudget | None = None,
     ) -> pb.ProduceResponse:
         """Append the request's batches, set ``appended``, then wait for their
-        acknowledgement level (acks=all: the in-sync replicas) and answer."""
+        acknowledgement level (acks=all: the in-sync replicas) and answer. The batches'
+        bytes are charged to ``budget`` (a ProduceStream's) until the answer."""
         if request.acks not in ACKS_VALID:
             raise _invalid(
                 f"acks is {request.acks}; valid: 0 (default = all), 1 (none), 2 (leader), 3 (all)",
@@ -307,6 +300,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         else:
             raise _invalid("ProduceRequest has neither `batch` nor `records`")
         acknowledgements: list[asyncio.Future[pb.PartitionProduceResult]] = []
+        release = budget.charge(sum(map(len, batches.values()))) if budget else None
         try:
             for index, data in sorted(batches.items()):
                 acknowledgements.append(
@@ -318,6 +312,8 @@ class BrokerService(pb_grpc.BrokerServicer):
         finally:
             for acknowledgement in acknowledgements:
                 acknowledgement.cancel()  # no-op once done; after a failure, stop waiting
+            if release is not None:
+                release()
         return pb.ProduceResponse(results=results)
 
     async def _produce_one(
@@ -726,9 +722,3 @@ def _resolved(result: pb.PartitionProduceResult) -> asyncio.Future[pb.PartitionP
     done: asyncio.Future[pb.PartitionProduceResult] = asyncio.get_running_loop().create_future()
     done.set_result(result)
     return done
-
-
-def _release_on_done(
-    release: Callable[[int], None], size: int, _done: asyncio.Task[pb.ProduceResponse]
-) -> None:
-    release(size)
