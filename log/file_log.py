@@ -137,8 +137,13 @@ class FileLog:
         self._last_flush_ms = now_ms
         self._epochs = LeaderEpochCache()
         with self._lock:  # the bounded set of sealed handles takes it before closing one
-            self._load(now_ms)
-            self._load_epochs()
+            try:
+                self._load(now_ms)
+                self._load_epochs()
+            except BaseException:
+                for segment in self._segments:
+                    segment.close()
+                raise
 
     # ------------------------------------------------------------------ opening
 
@@ -168,6 +173,11 @@ class FileLog:
                 recovery_point is not None and next_base is not None and next_base <= recovery_point
             )
             result = segment.load(trust_index=trusted)
+            if self._segments:
+                # Sealed as soon as a later one is open: opening a log of many segments
+                # never holds more than two of their files open at once, and the handles
+                # go to the bounded set.
+                self._segments[-1].seal()
             self._segments.append(segment)
             expected_next = next_base if next_base is not None else result.next_offset
             if result.problem is None and result.next_offset == expected_next:
@@ -196,8 +206,6 @@ class FileLog:
         if not self._segments:
             start = self._read_recovery_point() if not bases else 0
             self._segments.append(self._new_segment(start, now_ms))
-        for sealed in self._segments[:-1]:
-            sealed.seal()
         if clean:
             marker.unlink()
             fsync_directory(self.directory)
@@ -554,8 +562,10 @@ class FileLog:
             if self._closed:
                 return
             self._flush_locked()
+            # Sealed segments were flushed when they rolled; the active one holds the
+            # index entries written since.
+            self._segments[-1].flush()
             for segment in self._segments:
-                segment.flush()
                 segment.close()
             if self._damaged_from == NO_DAMAGE:
                 write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")

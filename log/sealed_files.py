@@ -70,7 +70,8 @@ class SealedFiles:
                     if self._open.pop(id(victim), None) is None:
                         continue  # closed or forgotten meanwhile
                 victim.drop_handle()
-                self.closed_total += 1
+                with self._lock:
+                    self.closed_total += 1
                 over -= 1
             finally:
                 victim.owner_lock.release()

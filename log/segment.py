@@ -141,7 +141,13 @@ class Segment:
         """The ``.log`` handle, opened again if the bounded set closed it."""
         fd = self._fd
         if fd is None:
-            fd = self._fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+            try:
+                fd = self._fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+            except OSError as exc:
+                raise HeadwaterError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"cannot open segment {self.log_path} again: {exc.strerror or exc}",
+                ) from exc
             if self.sealed:
                 SEALED_FILES.opened(self)
         elif self.sealed:

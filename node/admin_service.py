@@ -332,6 +332,9 @@ class AdminService(pb_grpc.AdminServicer):
             return None
         return answer
 
+    def _hash_done(self, _work: asyncio.Future[ReplicaHash]) -> None:
+        self._hashing -= 1
+
     @rpc_handler
     async def DescribeReplicaLog(
         self, request: pb.DescribeReplicaLogRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -366,16 +369,19 @@ class AdminService(pb_grpc.AdminServicer):
                 f"most it hashes at once ({REPLICA_HASHES_AT_ONCE}); retry shortly",
             )
         self._hashing += 1
-        try:
-            hashed = await asyncio.to_thread(
+        # Counted until the thread is done, not until the call is: a cancelled call leaves
+        # its thread hashing.
+        work = asyncio.ensure_future(
+            asyncio.to_thread(
                 hash_log_range,
                 local.log,
                 request.start_offset,
                 request.end_offset,
                 REPLICA_HASH_BYTES_MAX,
             )
-        finally:
-            self._hashing -= 1
+        )
+        work.add_done_callback(self._hash_done)
+        hashed = await asyncio.shield(work)
         response.covered_start_offset = hashed.covered_start_offset
         response.covered_end_offset = hashed.covered_end_offset
         response.batch_count = hashed.batch_count

@@ -156,24 +156,24 @@ class Partition:
         state, taken at once rather than when this node's image shows it (a node whose
         metadata lags, or is cut off from the metadata quorum, must not be left with an
         ISR it can never correct). Taken only while this replica leads at the answer's
-        leader epoch and the answer is not older than what it holds; True when taken.
+        leader epoch and the answer is newer than what it holds; True when taken.
 
-        Invariant: the state only moves forward (partition epochs only grow), here and in
-        ``become``."""
+        Invariants: the state only moves forward (partition epochs only grow), here and in
+        ``become``; and the followers whose joining was asked for stop holding the high
+        watermark only with a state newer than the one the request was made at, since
+        the controller commits a request only at the partition epoch it was made at (see
+        ``raft.controller.alter_partition_isr``): no copy of it can commit later."""
         current = self.state
         if (
             current is None
             or not self.is_leader
             or state.leader != self.node_id
             or state.leader_epoch != current.leader_epoch
-            or state.partition_epoch < current.partition_epoch
+            or state.partition_epoch <= current.partition_epoch
         ):
             return False
-        # The controller has decided: the followers whose joining was in flight are in
-        # the answer's ISR or they did not join, and no longer hold the high watermark.
+        self.state = state
         self._isr_joining = frozenset()
-        if state.partition_epoch > current.partition_epoch:
-            self.state = state
         self._maybe_advance_high_watermark()
         self._notify_replicas()
         return True

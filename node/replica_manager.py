@@ -71,12 +71,13 @@ CALL_TIMEOUT_S: Final = 2.0
 TRUNCATION_ROUNDS_MAX: Final = 64
 ALTER_RETRY_S: Final = 2.0
 # Answers to AlterPartition that mean the change was not, and will not be, committed.
+# (A timeout, an unreachable controller or NOT_CONTROLLER leaves the outcome unknown: a
+# controller that lost its term mid-proposal may still see it committed by the next.)
 ISR_CHANGE_REFUSALS: Final = frozenset(
     {
         ErrorCode.FENCED_LEADER_EPOCH,
         ErrorCode.INVALID_REQUEST,
         ErrorCode.STALE_BROKER_EPOCH,
-        ErrorCode.NOT_CONTROLLER,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     }
 )
@@ -720,6 +721,8 @@ class ReplicaManager:
         self._fetchers: dict[int, LeaderFetcher] = {}
         self._followed: dict[Key, int] = {}  # partition -> leader id
         self._altering: dict[Key, float] = {}  # partition -> when the request may repeat
+        # partition -> the ISR change whose outcome is unknown (state it was made at, ISR)
+        self._unresolved: dict[Key, tuple[PartitionState, tuple[int, ...]]] = {}
         self._fenced_since: dict[int, int] = {}  # broker -> when the image showed it fenced
         self._task: asyncio.Task[None] | None = None
 
@@ -784,6 +787,19 @@ class ReplicaManager:
             key = (partition.topic, partition.index)
             if clock < self._altering.get(key, 0.0):
                 continue
+            unresolved = self._unresolved.get(key)
+            if unresolved is not None:
+                made_at, asked = unresolved
+                if (
+                    made_at.leader_epoch == state.leader_epoch
+                    and made_at.partition_epoch >= state.partition_epoch
+                ):
+                    # Its outcome is unknown: ask the same again, never another change,
+                    # until an answer says what was committed.
+                    self._altering[key] = clock + ALTER_RETRY_S
+                    asyncio.get_running_loop().create_task(self._alter(partition, made_at, asked))
+                    continue
+                del self._unresolved[key]  # the partition moved on: it can never commit
             end = partition.log.log_end_offset
             wanted = replication.isr_after_shrink(
                 self.config.node_id,
@@ -849,6 +865,8 @@ class ReplicaManager:
         key = (partition.topic, partition.index)
         address = self.state.image.controller_internal_address
         shrink = len(isr) < len(state.isr)
+        request = (state, isr)
+        self._unresolved[key] = request
         try:
             if not address:
                 raise HeadwaterError(ErrorCode.NOT_CONTROLLER, "no active controller known")
@@ -867,12 +885,17 @@ class ReplicaManager:
         except (grpc.RpcError, HeadwaterError) as exc:
             error = from_rpc_error(exc, address) if isinstance(exc, grpc.RpcError) else exc
             _log.info("%s-%d: ISR change to %s failed: %s", key[0], key[1], list(isr), error)
-            if partition.state is state and error.code in ISR_CHANGE_REFUSALS:
-                # Refused, so never committed: the joining followers stop counting towards
-                # the high watermark. After a timeout the change may still commit; they
-                # keep counting until the metadata decides.
-                partition.expect_isr(None)
+            if error.code in ISR_CHANGE_REFUSALS:
+                # Refused for good (no copy of it can commit): the joining followers stop
+                # counting towards the high watermark. Otherwise the outcome is unknown:
+                # they keep counting, and the same request is made again (tick).
+                if self._unresolved.get(key) is request:
+                    del self._unresolved[key]
+                if partition.state is state:
+                    partition.expect_isr(None)
             return
+        if self._unresolved.get(key) is request:
+            del self._unresolved[key]
         committed = PartitionState(
             partition=partition.index,
             replicas=tuple(answer.replicas),

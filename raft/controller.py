@@ -587,17 +587,24 @@ def alter_partition_isr(
     partition_epoch: int,
     new_isr: Sequence[int],
 ) -> ControllerResult[PartitionState]:
-    """A leader's ISR change (Kafka's AlterPartition). Refused unless the requester is the
-    current leader, with the current broker, leader and partition epochs, and the new ISR
-    holds the leader and lies within the replicas. Joining brokers that are not live are
-    left out (the others still join). The response is the partition's committed state
-    after the change, which the leader takes as it is.
+    """A leader's ISR change (Kafka's AlterPartition), decided so that the leader can take
+    every answer as the partition's committed state:
 
-    A request whose ISR is the partition's ISR already, from the current leader at the
-    current leader epoch, is answered with that state whatever partition epoch it names:
-    it repeats a change that committed (the first answer was lost, or the leader's own
-    metadata has not shown it yet, as on a node cut off from the metadata quorum), and
-    refusing it would leave the leader with an ISR it can never correct."""
+    - Refused (FENCED_LEADER_EPOCH) unless the requester is the current leader at the
+      current leader epoch, with its current broker epoch; refused (INVALID_REQUEST)
+      unless the new ISR holds the leader and lies within the replicas.
+    - A request made at an older partition epoch (its answer was lost, a copy of it was
+      decided since, or the leader's own metadata lags or stands still, as on a node cut
+      off from the metadata quorum) is answered with the current state and commits
+      nothing: no copy of it can ever commit, so the leader may decide again.
+    - Otherwise it commits: the new ISR, less joining brokers that are not live. When
+      some were left out, the record is still written (the same ISR at a new partition
+      epoch): the answer's partition epoch is then always past the request's, which is
+      what tells the leader that no copy of its request can commit later (a copy decided
+      later, with the broker live by then, would otherwise add a follower that the high
+      watermark stopped waiting for).
+
+    The response is the partition's state after the decision."""
     _current_broker(image, broker_id, broker_epoch)
     topic = image.topic_by_id(topic_id)
     if topic is None or not 0 <= partition < len(topic.partitions):
@@ -605,13 +612,10 @@ def alter_partition_isr(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition} of topic id {topic_id}"
         )
     p = topic.partitions[partition]
-    isr = tuple(dict.fromkeys(new_isr))
-    if p.leader == broker_id and p.leader_epoch == leader_epoch and isr == p.isr:
-        return ControllerResult((), p)
     if (
         p.leader != broker_id
         or p.leader_epoch != leader_epoch
-        or p.partition_epoch != partition_epoch
+        or p.partition_epoch < partition_epoch
     ):
         raise HeadwaterError(
             ErrorCode.FENCED_LEADER_EPOCH,
@@ -619,17 +623,20 @@ def alter_partition_isr(
             f"{p.leader_epoch}, partition epoch {p.partition_epoch}; the request assumed "
             f"{broker_id}, {leader_epoch}, {partition_epoch}",
         )
+    if p.partition_epoch > partition_epoch:
+        return ControllerResult((), p)
+    isr = tuple(dict.fromkeys(new_isr))
     if broker_id not in isr or not set(isr) <= set(p.replicas):
         raise HeadwaterError(
             ErrorCode.INVALID_REQUEST,
             f"ISR {list(isr)} must hold the leader {broker_id} and lie within the replicas "
             f"{list(p.replicas)}",
         )
-    isr = tuple(b for b in isr if b in p.isr or _live(image, b))
     if isr == p.isr:
-        return ControllerResult((), p)
-    change = _change(topic, p, epoch, isr=isr)
-    after = dataclasses.replace(p, isr=isr, partition_epoch=change.partition_epoch)
+        return ControllerResult((), p)  # nothing asked
+    kept = tuple(b for b in isr if b in p.isr or _live(image, b))
+    change = _change(topic, p, epoch, isr=kept)
+    after = dataclasses.replace(p, isr=kept, partition_epoch=change.partition_epoch)
     return ControllerResult((change,), after)
 
 

@@ -525,13 +525,14 @@ def test_alter_partition_checks_epochs_membership_and_liveness() -> None:
     assert result.response.isr == shrunk
     image = commit(image, result)
     (now,) = image.topics["t"].partitions
-    # The same request again (its answer lost, or the leader's image behind) gets the
-    # committed state, and commits nothing.
-    again = c.alter_partition_isr(image, *args, p.leader_epoch, p.partition_epoch, shrunk)
-    assert again.records == () and again.response == now
-    # Any other request with the old partition epoch is stale.
+    # A request at an older partition epoch (the same one again, its answer lost, or
+    # another made on a lagging image) gets the current state and commits nothing.
+    for isr in (shrunk, p.isr):
+        stale = c.alter_partition_isr(image, *args, p.leader_epoch, p.partition_epoch, isr)
+        assert stale.records == () and stale.response == now
+    # One at a partition epoch the controller never reached is refused.
     with pytest.raises(HeadwaterError) as info:
-        c.alter_partition_isr(image, *args, p.leader_epoch, p.partition_epoch, p.isr)
+        c.alter_partition_isr(image, *args, p.leader_epoch, now.partition_epoch + 1, p.isr)
     assert info.value.code is ErrorCode.FENCED_LEADER_EPOCH
     for isr, fragment in [((follower,), "hold the leader"), ((p.leader, 9), "within the replicas")]:
         with pytest.raises(HeadwaterError) as info:
@@ -539,11 +540,15 @@ def test_alter_partition_checks_epochs_membership_and_liveness() -> None:
         assert fragment in info.value.message
     image = fence(image, follower)
     (now,) = image.topics["t"].partitions
-    # A joining broker that is not live is left out; the answer says what was committed.
+    # A joining broker that is not live is left out; the record is still written, so that
+    # the answer is newer than the request and no copy of it can commit later.
     left_out = c.alter_partition_isr(
         image, *args, now.leader_epoch, now.partition_epoch, (*now.isr, follower)
     )
-    assert left_out.records == () and left_out.response.isr == now.isr
+    assert left_out.response.isr == now.isr
+    assert left_out.response.partition_epoch == now.partition_epoch + 1
+    image = commit(image, left_out)
+    (now,) = image.topics["t"].partitions
     with pytest.raises(HeadwaterError) as info:
         c.alter_partition_isr(
             image,

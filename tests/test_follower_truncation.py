@@ -380,13 +380,17 @@ def test_a_follower_never_takes_a_committed_state() -> None:
     assert follower.isr == (1, 2, 3)
 
 
-def test_an_answer_that_adds_nobody_ends_the_wait_for_the_joining_follower() -> None:
+def test_a_joining_follower_holds_the_high_watermark_until_a_newer_state_is_taken() -> None:
     """A follower being proposed for the ISR counts towards the high watermark until the
-    controller answers; an answer that leaves it out (not live) must end that, or the
-    high watermark would wait for a dead broker."""
+    controller has decided. An answer at the partition epoch the request was made at
+    does not end that (a copy of the request could still commit and add the follower);
+    the controller's answer to a decided request is always newer, and ends it, also when
+    it left the follower out (not live), so a dead broker does not hold it for long."""
     leader = replica(1, [])
     leader.become(_state((1, 3), 7), 1, 0)
     leader.expect_isr((1, 3, 2))
     assert leader.maximal_isr == (1, 3, 2)
-    assert leader.take_committed_state(_state((1, 3), 7))
+    assert not leader.take_committed_state(_state((1, 3), 7))
+    assert leader.maximal_isr == (1, 3, 2)
+    assert leader.take_committed_state(_state((1, 3), 8))  # left out, at a new epoch
     assert leader.maximal_isr == (1, 3) and leader.isr == (1, 3)

@@ -10,6 +10,7 @@ the process's bounded set (``headwater.log.sealed_files``).
 from __future__ import annotations
 
 import os
+import resource
 import threading
 from pathlib import Path
 
@@ -103,3 +104,21 @@ def test_handles_are_never_closed_under_a_read_in_another_thread(
     assert small_set.closed_total > 0
     for log in logs:
         log.close()
+
+
+def test_opening_a_log_of_many_segments_fits_in_a_few_files(
+    tmp_path: Path, small_set: sealed_files.SealedFiles
+) -> None:
+    """Opening held every segment's handle until the last one was loaded: a node sized
+    by its partition capacity ran out of files at start-up on a log of many segments."""
+    many_segments(tmp_path / "log").close()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    room = open_files() + 3 + CAPACITY + 8
+    resource.setrlimit(resource.RLIMIT_NOFILE, (room, hard))
+    try:
+        log = FileLog(tmp_path / "log", LogConfig(segment_bytes=1024), now_ms=0)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert log.segment_count == SEGMENTS
+    assert values(log, 3)[0].startswith(b"v3")
+    log.close()

@@ -24,10 +24,13 @@ import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from headwater.client import Admin
 from headwater.errors import ErrorCode, HeadwaterError
+
+HASH_BUSY_RETRIES: Final = 10
+HASH_BUSY_PAUSE_S: Final = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +132,25 @@ def hash_replica(
     admin: Admin, address: str, topic: str, partition: int, start: int, end: int
 ) -> ReplicaView:
     """The node's hash of its replica over [start, end), asked for page by page until the
-    covered range reaches ``end`` (or the node's log ends first)."""
-    answers = []
+    covered range reaches ``end`` (or the node's log ends first: a page that covers
+    nothing ends it). A node hashing as many ranges as it allows at once is asked again
+    after a pause, up to HASH_BUSY_RETRIES times."""
+    answers: list[Any] = []
     offset = start
+    busy = 0
     while True:
-        answer = admin.describe_replica_log(address, topic, partition, offset, end)
-        answers.append(answer)
+        try:
+            answer = admin.describe_replica_log(address, topic, partition, offset, end)
+        except HeadwaterError as error:
+            if error.code is not ErrorCode.THROTTLING_QUOTA_EXCEEDED or busy >= HASH_BUSY_RETRIES:
+                raise
+            busy += 1
+            time.sleep(HASH_BUSY_PAUSE_S * busy)
+            continue
         covered = answer.covered_end_offset
+        if covered < 0 and answers:
+            return fold_pages(answers)  # the log ended (was cut) since the last page
+        answers.append(answer)
         if covered < 0 or covered >= end or covered <= offset:
             return fold_pages(answers)
         offset = covered
