@@ -269,8 +269,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "Shared secret of the cluster's nodes: it encrypts and authenticates the Raft "
         "transport and signs every call on the inter-broker listener. Required (the same on "
         "every node) by broker-only nodes and by a quorum that reaches beyond loopback; a "
-        "single node with none generates one into its data directory (cluster.secret); a "
-        "loopback-only quorum with none derives a key any local user could (with a warning). "
+        "single node with none generates one into its data directory (cluster.secret); the "
+        "nodes of a loopback-only quorum with none share one they generate into a file only "
+        "their user may read ($XDG_RUNTIME_DIR or the temporary folder, headwater-UID/), "
+        "with a warning. "
         "HEADWATER_RAFT_SECRET and raft_secret are read as older names of it.",
     ),
     Setting(
@@ -593,7 +595,7 @@ class NodeConfig:
     def needs_cluster_secret(self) -> bool:
         """A broker-only node, or a voter of a quorum that reaches beyond this machine.
         (A quorum of several voters all on loopback may run without one: the nodes then
-        derive a shared key from the quorum, which keeps nothing from a local user;
+        share one generated into a file only their user may read;
         ``headwater serve`` warns. One node alone generates a real one.)"""
         if not self.is_controller:
             return True

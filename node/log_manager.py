@@ -36,6 +36,8 @@ import os
 import resource
 import secrets
 import shutil
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -107,6 +109,56 @@ def _open_files_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
+def loopback_secret_path(quorum: str) -> Path:
+    """Where the nodes of a loopback-only quorum with no cluster_secret share one: a file
+    named after the quorum in ``headwater-<uid>``, a folder of this user's only, in
+    ``$XDG_RUNTIME_DIR`` or else the temporary folder."""
+    base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
+    name = hashlib.sha256(quorum.encode()).hexdigest()[:32]
+    return base / f"headwater-{os.getuid()}" / f"loopback-{name}.secret"
+
+
+def _check_private(path: Path, is_dir: bool) -> None:
+    """DataDirError unless ``path`` is this user's own folder or file (not a link) that
+    no one else may read or write."""
+    info = path.lstat()
+    kind_ok = stat.S_ISDIR(info.st_mode) if is_dir else stat.S_ISREG(info.st_mode)
+    if not kind_ok or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise DataDirError(
+            f"{path} is not private to this user (owner {info.st_uid}, mode "
+            f"{stat.S_IMODE(info.st_mode):o}): remove it, or set HEADWATER_CLUSTER_SECRET"
+        )
+
+
+def shared_secret(path: Path) -> str:
+    """The secret in ``path``, created by whichever node comes first (32 random bytes as
+    hex, mode 0600, written whole before it appears: a link from a finished temporary
+    file), in a folder of mode 0700; both must be this user's and private."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _check_private(path.parent, is_dir=True)
+        if not path.exists():
+            temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as file:
+                file.write(secrets.token_hex(32) + "\n")
+                file.flush()
+                os.fsync(file.fileno())
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                pass  # another node of the cluster was first
+            finally:
+                temporary.unlink()
+        _check_private(path, is_dir=False)
+        secret = path.read_text().strip()
+    except OSError as exc:
+        raise DataDirError(f"cannot read or create {path}: {exc.strerror or exc}") from exc
+    if len(secret) != 64:
+        raise DataDirError(f"{path} does not hold a secret: remove it and start again")
+    return secret
+
+
 def _holds_no_records(folder: Path) -> bool:
     return all(p.stat().st_size == 0 for p in folder.glob("*.log"))
 
@@ -162,12 +214,15 @@ class LogManager:
             return self.config.cluster_secret
         voters = self.config.quorum_voters
         if len(voters) > 1:  # all on loopback, or the config would have refused it
-            _log.warning(
-                "cluster_secret is not set: this loopback-only cluster derives its key from "
-                "the quorum, which any local user can do; set HEADWATER_CLUSTER_SECRET"
-            )
             quorum = ",".join(f"{i}@{a}" for i, a in sorted(voters.items()))
-            return hashlib.sha256(f"headwater-loopback-cluster\0{quorum}".encode()).hexdigest()
+            shared = loopback_secret_path(quorum)
+            _log.warning(
+                "cluster_secret is not set: this loopback-only cluster shares the secret in "
+                "%s (readable by this user only, so every node must run as this user); set "
+                "HEADWATER_CLUSTER_SECRET for anything else",
+                shared,
+            )
+            return shared_secret(shared)
         path = self.data_dir / SECRET_FILE
         try:
             existing = path.read_text().strip() if path.exists() else ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from headwater.config import (
     render_markdown,
 )
 from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.log_manager import DataDirError, loopback_secret_path, shared_secret
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,7 +110,7 @@ def test_a_cluster_beyond_loopback_needs_the_cluster_secret() -> None:
     assert legacy.cluster_secret == "old"
     both = {"HEADWATER_RAFT_SECRET": "old", "HEADWATER_CLUSTER_SECRET": "new"}
     assert load(None, both, {"quorum": wide, "listen": "10.0.0.1:7700"}).cluster_secret == "new"
-    # One machine: a loopback quorum may run without one (it derives a key, with a warning).
+    # One machine: a loopback quorum may run without one (its nodes share a generated one).
     local = "1@127.0.0.1:7701,2@127.0.0.1:7711,3@127.0.0.1:7721"
     assert load(None, {}, {"quorum": local}).cluster_secret == ""
 
@@ -115,3 +118,32 @@ def test_a_cluster_beyond_loopback_needs_the_cluster_secret() -> None:
 def test_a_lone_node_never_binds_its_raft_port_to_a_wildcard() -> None:
     assert load(None, {}, {"listen": "0.0.0.0:7700"}).quorum_voters == {1: "127.0.0.1:0"}
     assert load(None, {}, {"listen": "10.1.2.3:7700"}).quorum_voters == {1: "10.1.2.3:0"}
+
+
+def test_a_loopback_cluster_without_a_secret_shares_a_private_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11: the nodes of a loopback-only cluster with no cluster_secret derived their
+    key from the quorum, which any local user could compute; they now share a random one
+    in a file of their user's only."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    quorum = "1@127.0.0.1:7701,2@127.0.0.1:7711,3@127.0.0.1:7721"
+    path = loopback_secret_path(quorum)
+    assert path.parent == tmp_path / f"headwater-{os.getuid()}"
+    first = shared_secret(path)
+    assert len(first) == 64 and shared_secret(path) == first  # every node reads the same
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert loopback_secret_path(quorum.replace("7721", "7722")) != path
+    # Anything another user could read or swap is refused, not used.
+    path.chmod(0o644)
+    with pytest.raises(DataDirError) as info:
+        shared_secret(path)
+    assert "not private" in str(info.value) and "HEADWATER_CLUSTER_SECRET" in str(info.value)
+    path.unlink()
+    target = tmp_path / "elsewhere"
+    target.write_text("a" * 64)
+    target.chmod(0o600)
+    path.symlink_to(target)
+    with pytest.raises(DataDirError):
+        shared_secret(path)

@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.raft import controller as c
 from headwater.raft import records as r
-from headwater.raft.image import MetadataImage, apply, image_digest, snapshot_records
+from headwater.raft.image import (
+    MetadataImage,
+    PartitionState,
+    apply,
+    image_digest,
+    snapshot_records,
+)
 
 LIMITS = c.TopicLimits(
     partitions_max=10_000, topics_max=100, default_partitions=1, default_replication_factor=1
@@ -62,22 +68,28 @@ def fence(image: MetadataImage, *nodes: int, now_ms: int = 10_000) -> MetadataIm
     return commit(image, result)
 
 
+def ask_isr(
+    image: MetadataImage, topic: str, p: PartitionState, isr: tuple[int, ...]
+) -> c.ControllerResult[PartitionState]:
+    """``p``'s leader asks for ``isr`` at ``p``'s epochs (AlterPartition)."""
+    return c.alter_partition_isr(
+        image,
+        EPOCH,
+        p.leader,
+        image.brokers[p.leader].broker_epoch,
+        image.topics[topic].topic_id,
+        p.partition,
+        p.leader_epoch,
+        p.partition_epoch,
+        isr,
+    )
+
+
 def rejoin(image: MetadataImage, topic: str, node: int) -> MetadataImage:
     """Each leader asks for ``node`` back in its ISR (it caught up), as AlterPartition."""
     for p in image.topics[topic].partitions:
         if node in p.replicas and node not in p.isr and p.leader >= 0:
-            leader = image.brokers[p.leader]
-            result = c.alter_partition_isr(
-                image,
-                EPOCH,
-                p.leader,
-                leader.broker_epoch,
-                image.topics[topic].topic_id,
-                p.partition,
-                p.leader_epoch,
-                p.partition_epoch,
-                (*p.isr, node),
-            )
+            result = ask_isr(image, topic, p, (*p.isr, node))
             image = commit(image, result)
     return image
 
@@ -573,18 +585,7 @@ def test_alter_partition_adds_the_live_joiners_and_leaves_out_the_others() -> No
     image = commit(image, c.heartbeat(image, EPOCH, live, image.brokers[live].broker_epoch, False))
     (now,) = image.topics["t"].partitions
     assert now.isr == (p.leader,)
-    leader = image.brokers[p.leader]
-    result = c.alter_partition_isr(
-        image,
-        EPOCH,
-        p.leader,
-        leader.broker_epoch,
-        topic.topic_id,
-        0,
-        now.leader_epoch,
-        now.partition_epoch,
-        (p.leader, live, fenced),
-    )
+    result = ask_isr(image, "t", now, (p.leader, live, fenced))
     assert result.response.isr == (p.leader, live)
     assert result.response.partition_epoch == now.partition_epoch + 1
     assert commit(image, result).topics["t"].partitions[0] == result.response
