@@ -174,6 +174,15 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         high=100_000,
     ),
     Setting(
+        "sealed_segment_files_max",
+        256,
+        "Open .log handles of sealed segments (no longer written) the node keeps for reads; "
+        "beyond it the least recently used is closed and opened again by its next read. "
+        "Each partition's active segment keeps its 3 files open besides.",
+        low=16,
+        high=1_000_000,
+    ),
+    Setting(
         "stream_buffer_bytes_max",
         64 * MiB,
         "Bytes of requests one ProduceStream holds in progress (read, being appended or "
@@ -491,6 +500,7 @@ class NodeConfig:
     concurrent_calls_max: int = 1024
     streams_max: int = 896
     streams_per_connection_max: int = 100
+    sealed_segment_files_max: int = 256
     stream_buffer_bytes_max: int = 64 * MiB
     request_bytes_max: int = 256 * MiB
     fetch_bytes_max: int = 64 * MiB

@@ -7,7 +7,7 @@ index lives in memory, and its ``.log`` handle is opened by the first read that 
 and held here. When more than ``capacity`` sealed segments hold a handle, the least
 recently used one that is not in use is closed; its next read opens it again. So a node's
 open files grow with its partitions, not with their segments (``LogManager`` counts
-``capacity`` in the files it keeps in reserve).
+``capacity``, the node's ``sealed_segment_files_max``, in the files it keeps in reserve).
 
 "Not in use": a handle is closed only by a thread that takes its segment's owner lock
 (the lock of the ``FileLog`` that serializes every use of the segment) without waiting.

@@ -50,7 +50,7 @@ from headwater.config import NodeConfig
 from headwater.errors import HeadwaterError
 from headwater.log.api import FlushPolicy
 from headwater.log.file_log import FileLog, write_atomically
-from headwater.log.sealed_files import SEALED_FILES_DEFAULT
+from headwater.log.sealed_files import SEALED_FILES
 from headwater.node.partition import Partition
 from headwater.raft.controller import UNCLEAN_ELECTION_KEY
 from headwater.raft.image import MetadataImage, PartitionState
@@ -62,9 +62,9 @@ DAMAGED_DIR: Final = "damaged"
 FILES_PER_PARTITION: Final = 3
 """A hosted partition keeps its active segment, offset index and time index open (its
 sealed segments share the bounded set of ``headwater.log.sealed_files``)."""
-FILES_RESERVED: Final = 512 + SEALED_FILES_DEFAULT
-"""Open files kept for connections, the Raft journal and everything else (512), and for
-the sealed segments' handles."""
+FILES_RESERVED: Final = 512
+"""Open files kept for connections, the Raft journal and everything else (the sealed
+segments' handles, ``sealed_segment_files_max``, are kept besides)."""
 SECRET_FILE: Final = "cluster.secret"  # noqa: S105 - a file name, not a secret
 PARTITION_META_FILE: Final = "partition.metadata"
 DELETE_SUFFIX: Final = "-delete"
@@ -170,6 +170,7 @@ class DataDirError(Exception):
 class LogManager:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
+        SEALED_FILES.capacity = config.sealed_segment_files_max
         self.data_dir = Path(config.data_dir).resolve()
         self._lock_fd = self._open_data_dir()
         self._check_meta()
@@ -188,11 +189,13 @@ class LogManager:
     def partition_capacity(self) -> int:
         """Most partition replicas this node can host: ``partitions_per_node_max``, or
         fewer when its open-file limit allows fewer (FILES_PER_PARTITION each, after
-        FILES_RESERVED for connections, the Raft journal and the rest)."""
+        FILES_RESERVED for connections, the Raft journal and the rest, and the sealed
+        segments' handles)."""
         limit = _open_files_limit()
         if limit is None:
             return self.config.partitions_per_node_max
-        by_files = max((limit - FILES_RESERVED) // FILES_PER_PARTITION, 0)
+        reserved = FILES_RESERVED + self.config.sealed_segment_files_max
+        by_files = max((limit - reserved) // FILES_PER_PARTITION, 0)
         return min(self.config.partitions_per_node_max, by_files)
 
     def _files_left(self) -> int:
@@ -203,7 +206,9 @@ class LogManager:
             open_now = len(os.listdir("/proc/self/fd"))
         except OSError:
             return 1 << 30
-        return 1 << 30 if limit is None else limit - FILES_RESERVED // 2 - open_now
+        if limit is None:
+            return 1 << 30
+        return limit - (FILES_RESERVED + self.config.sealed_segment_files_max) // 2 - open_now
 
     def cluster_secret(self) -> str:
         """``cluster_secret`` when configured; otherwise (a single node: the config
