@@ -25,6 +25,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from headwater.client.producer import BatchResult
 from headwater.errors import ErrorCode, HeadwaterError
+from headwater.lazy_commands import LazyGroup
 from headwater.runtime_tuning import tune_runtime
 
 _err = Console(stderr=True, highlight=False)
@@ -168,7 +169,14 @@ def with_produce_options(function: Any) -> Any:
     return with_common(function)
 
 
-@click.group()
+@click.group(
+    cls=LazyGroup,
+    lazy_subcommands={
+        "cluster": "headwater.bench_cluster:bench_cluster",
+        "replication": "headwater.bench_cluster:bench_replication",
+        "spark": "headwater.bench_spark:bench_spark",
+    },
+)
 def bench() -> None:
     """Measure produce, consume and end-to-end performance against running nodes."""
     tune_runtime()

@@ -23,6 +23,7 @@ from rich.table import Table
 from headwater import __version__
 from headwater.config import load as load_config
 from headwater.errors import HeadwaterError
+from headwater.lazy_commands import LazyGroup
 
 F = TypeVar("F", bound=Callable[..., Any])
 _out = Console(highlight=False)
@@ -33,8 +34,9 @@ def fail(message: str, status: int = 1) -> NoReturn:
     sys.exit(status)
 
 
-class ErrorReportingGroup(click.Group):
-    """Turns HeadwaterError (and anything unexpected) into one line on stderr."""
+class ErrorReportingGroup(LazyGroup):
+    """Turns HeadwaterError (and anything unexpected) into one line on stderr. The
+    ``bench`` commands are loaded only when asked for (they import pyspark)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -68,7 +70,11 @@ def json_option(function: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(function)
 
 
-@click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=ErrorReportingGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    lazy_subcommands={"bench": "headwater.bench:bench"},
+)
 @click.version_option(__version__, prog_name="headwater")
 def main() -> None:
     """Headwater: a partitioned, replicated commit-log broker with a gRPC API."""
@@ -645,18 +651,6 @@ def debug_compare_metadata(wait: float, as_json: bool, bootstrap: str | None) ->
         )
     if not comparison.identical:
         sys.exit(1)
-
-
-# ---------------------------------------------------------------------- bench
-
-from headwater.bench import bench  # noqa: E402  (registers the bench group's commands)
-from headwater.bench_cluster import bench_cluster, bench_replication  # noqa: E402
-from headwater.bench_spark import bench_spark  # noqa: E402
-
-bench.add_command(bench_cluster)
-bench.add_command(bench_replication)
-bench.add_command(bench_spark)
-main.add_command(bench)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from headwater.ports import free_port
@@ -223,3 +225,21 @@ def test_readme_python_example_runs(node: NodeProcess) -> None:
     assert result.returncode == 0, result.stderr
     assert b"RecordMetadata(topic='events'" in result.stdout
     assert b"b'clicked'" in result.stdout
+
+
+def test_the_command_loads_the_benchmarks_and_spark_only_for_bench() -> None:
+    """Issue 12: `import headwater.cli` imported every benchmark and, through the Spark one,
+    pyspark, so `headwater serve` loaded Spark."""
+    probe = (
+        "import sys, headwater.cli\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('pyspark', 'headwater.bench')))\n"
+        "print(','.join(loaded))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == ""
+    listed = run_cli("bench", "--help")
+    assert listed.returncode == 0
+    for command in (b"produce", b"consume", b"e2e", b"cluster", b"replication", b"spark"):
+        assert b"  " + command + b" " in listed.stdout, command

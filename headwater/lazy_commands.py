@@ -1,0 +1,36 @@
+"""A click group whose subcommands are imported only when one of them is asked for.
+
+``headwater serve`` must not import the benchmarks, and through them pyspark: the ``bench``
+group and its Spark and cluster commands are registered by name and ``module:attribute``
+(``LazyGroup(lazy_subcommands={"spark": "headwater.bench_spark:bench_spark"})``) and
+loaded by ``get_command``, which click calls for the command being run and for help.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+
+class LazyGroup(click.Group):
+    def __init__(
+        self, *args: Any, lazy_subcommands: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_subcommands = dict(lazy_subcommands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.lazy_subcommands.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, attribute = target.split(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command
