@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from headwater.client import Admin, Consumer, Producer
 from headwater.errors import HeadwaterError
+from headwater.log.api import FlushPolicy, LogConfig
+from headwater.log.batch import encode_batch
+from headwater.log.file_log import FileLog
 from tests.node_process import NodeProcess, wait_until
 
 
@@ -103,3 +108,53 @@ def test_sigkill_with_os_flush_keeps_data_written_before_the_crash(tmp_path: Pat
         assert acknowledged <= set(values)
     finally:
         node.kill()
+
+
+def _unsynced_after_each_append(directory: Path, policy: FlushPolicy, monkeypatch: Any) -> int:
+    """Appends 30 batches (rolling segments) to a log with ``policy``, recording every
+    write and fdatasync the process makes; returns how many appends returned while a
+    file they wrote had not been fdatasync'ed since the write."""
+    events: list[tuple[str, str]] = []
+    real_writev, real_fdatasync = os.writev, os.fdatasync
+
+    def path_of(fd: int) -> str:
+        return os.readlink(f"/proc/self/fd/{fd}")
+
+    def writev(fd: int, parts: Any) -> int:
+        events.append(("write", path_of(fd)))
+        return real_writev(fd, parts)
+
+    def fdatasync(fd: int) -> None:
+        events.append(("sync", path_of(fd)))
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "writev", writev)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    log = FileLog(directory, LogConfig(flush_policy=policy, segment_bytes=4096), now_ms=0)
+    unsynced = 0
+    try:
+        for i in range(30):
+            events.clear()
+            log.append(encode_batch([b"%d" % i * 200]), 0, 0)
+            pending = set()
+            for kind, path in events:
+                if kind == "write":
+                    pending.add(path)
+                else:
+                    pending.discard(path)
+            unsynced += bool(pending) or not any(kind == "write" for kind, _ in events)
+    finally:
+        monkeypatch.undo()
+        log.close()
+    return unsynced
+
+
+def test_flush_policy_ack_syncs_each_batch_before_the_append_returns(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Issue 12: the SIGKILL test above passes with the fsync removed (a killed process
+    leaves its writes in the page cache). This one sees the system calls: with
+    flush_policy ack every batch's bytes are fdatasync'ed before the append returns, and
+    the same check finds the gap when they are not (flush_policy os)."""
+    assert _unsynced_after_each_append(tmp_path / "ack", FlushPolicy.ACK, monkeypatch) == 0
+    assert _unsynced_after_each_append(tmp_path / "os", FlushPolicy.OS, monkeypatch) == 30
