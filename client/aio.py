@@ -49,7 +49,7 @@ from headwater.client.producer import OUTCOME_UNKNOWN, RecordMetadata, parse_ack
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import Compression, encode_batch
-from headwater.node.topics import check_partition
+from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 

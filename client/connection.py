@@ -19,10 +19,10 @@ from typing import Final, TypeVar
 
 import grpc
 
-from headwater.config import DEFAULT_LISTEN, parse_address
+from headwater.addresses import DEFAULT_LISTEN, parse_address
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
-from headwater.node.topics import check_partition
+from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 

@@ -48,7 +48,7 @@ from headwater.client.produce_stream import ProduceStream
 from headwater.client.retry import RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import Compression, HeaderPairs, encode_batch
-from headwater.node.topics import check_partition
+from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 
 RECORD_OVERHEAD_BYTES: Final = 12

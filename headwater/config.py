@@ -20,25 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from headwater.addresses import DEFAULT_LISTEN, parse_address
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.api import FlushPolicy, LogConfig
 from headwater.log.batch import HEADER_BYTES
 
-DEFAULT_PORT: Final = 7700
-DEFAULT_LISTEN: Final = f"127.0.0.1:{DEFAULT_PORT}"
 INT32_MAX: Final = (1 << 31) - 1
 INT64_MAX: Final = (1 << 63) - 1
 MiB: Final = 1 << 20
 DAY_MS: Final = 24 * 3600 * 1000
-
-
-def parse_address(text: str, what: str) -> tuple[str, int]:
-    """Split HOST:PORT (IPv6 hosts in brackets); raise INVALID_CONFIG naming ``what``."""
-    host, sep, port_text = text.strip().rpartition(":")
-    port = _parse_int(port_text)
-    if not sep or not host or port is None or not 0 <= port <= 65535:
-        raise _invalid(f"{what} must be HOST:PORT with a port in [0, 65535], got {text!r}")
-    return host.strip("[]"), port
 
 
 def parse_quorum(text: str, node_id: int, listen: str) -> dict[int, str]:

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.node.topics import check_topic_name, unknown_topic
 from headwater.raft import records as r
 from headwater.raft.image import BrokerState, MetadataImage, PartitionState, TopicImage
+from headwater.topics import check_topic_name, unknown_topic
 
 if TYPE_CHECKING:
     import random

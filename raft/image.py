@@ -26,8 +26,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from headwater.node.topics import check_partition, unknown_topic
 from headwater.raft import records as r
+from headwater.topics import check_partition, unknown_topic
 
 BROKER_RUNNING: Final = "running"
 BROKER_FENCED: Final = "fenced"

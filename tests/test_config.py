@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from headwater.addresses import DEFAULT_LISTEN
 from headwater.config import (
-    DEFAULT_LISTEN,
     SETTINGS,
     NodeConfig,
     load,

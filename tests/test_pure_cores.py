@@ -25,7 +25,7 @@ PURE_MODULES = [
     "client/partitioner.py",
     "client/retry.py",
     "headwater/errors.py",
-    "node/topics.py",
+    "headwater/topics.py",
     "raft/records.py",
     "raft/image.py",
     "raft/controller.py",

@@ -1,0 +1,98 @@
+"""The layer contract: which top-level folders may import which (issue 12).
+
+Folders map to packages (``pyproject.toml``): ``client/`` is ``headwater.client``,
+``node/`` is ``headwater.node``, and so on. The rules:
+
+- the client library (``client/``) imports no server code (``node``, ``raft``, the server's
+  ``config``), no Spark, no Raft library, no command-line or benchmark module: a user who
+  wants a client needs neither pysyncobj nor pyspark;
+- the metadata core (``raft/``) and the log (``log/``) import no node code and no client;
+- the shared core (``headwater/errors.py``, ``topics.py``, ``addresses.py``) imports only
+  itself;
+- the Spark connector imports no server code;
+- the node imports no Spark connector and no command-line module.
+
+``violations`` reads imports with ``ast`` (``if TYPE_CHECKING:`` blocks included: an
+annotation import still ties the layers), so a new import that breaks a rule fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER = ("headwater.node", "headwater.raft", "headwater.config")
+COMMANDS = ("headwater.cli", "headwater.bench", "headwater.chaos")
+SHARED_CORE = ("headwater/errors.py", "headwater/topics.py", "headwater/addresses.py")
+
+RULES: dict[str, tuple[str, ...]] = {
+    "client": (*SERVER, "headwater.sparkconnector", *COMMANDS, "pysyncobj", "pyspark"),
+    "raft": ("headwater.node", "headwater.client", "headwater.sparkconnector", *COMMANDS),
+    "log": ("headwater.node", "headwater.raft", "headwater.client", *COMMANDS),
+    "sparkconnector": ("headwater.node", "headwater.raft", "pysyncobj"),
+    "node": ("headwater.sparkconnector", *COMMANDS, "pyspark"),
+}
+
+
+def imported_modules(source: str) -> set[str]:
+    """Every module a source file imports (``from a.b import c`` gives a.b and a.b.c)."""
+    names: set[str] = set()
+    for statement in ast.walk(ast.parse(source)):
+        if isinstance(statement, ast.Import):
+            names.update(alias.name for alias in statement.names)
+        elif isinstance(statement, ast.ImportFrom) and statement.module:
+            names.add(statement.module)
+            names.update(f"{statement.module}.{alias.name}" for alias in statement.names)
+    return names
+
+
+def _forbidden(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def violations(root: Path) -> list[str]:
+    """One line per import that breaks a rule, under ``root`` laid out like the project."""
+    found = []
+    for folder, forbidden in RULES.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            found.extend(
+                f"{path.relative_to(root)} imports {module}"
+                for module in sorted(imported_modules(path.read_text()))
+                if _forbidden(module, forbidden)
+            )
+    core = ("headwater.errors", "headwater.topics", "headwater.addresses")
+    for name in SHARED_CORE:
+        path = root / name
+        if path.exists():
+            found.extend(
+                f"{name} imports {module}"
+                for module in sorted(imported_modules(path.read_text()))
+                if module.startswith("headwater") and not _forbidden(module, core)
+            )
+    return found
+
+
+def test_the_project_keeps_its_layers() -> None:
+    assert violations(ROOT) == []
+
+
+def test_a_deliberate_violation_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "client").mkdir()
+    (tmp_path / "client" / "bad.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from headwater.topics import check_partition\n"
+        "if TYPE_CHECKING:\n"
+        "    from headwater.node.partition import Partition\n"
+    )
+    (tmp_path / "raft").mkdir()
+    (tmp_path / "raft" / "worse.py").write_text("import headwater.node.topics\n")
+    (tmp_path / "headwater").mkdir()
+    (tmp_path / "headwater" / "topics.py").write_text("from headwater.log import batch\n")
+    assert violations(tmp_path) == [
+        "client/bad.py imports headwater.node.partition",
+        "client/bad.py imports headwater.node.partition.Partition",
+        "raft/worse.py imports headwater.node.topics",
+        "headwater/topics.py imports headwater.log",
+        "headwater/topics.py imports headwater.log.batch",
+    ]
