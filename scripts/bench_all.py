@@ -18,7 +18,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,13 +28,9 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from headwater.ports import free_port  # below the ephemeral range (see headwater.ports)
+
 CLI = [sys.executable, "-m", "headwater.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def serving(address: str) -> bool:
