@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -44,7 +45,7 @@ from headwater.client.connection import (
     resolve_bootstrap,
 )
 from headwater.client.consumer import FetchedBatch, PollResult, TopicPartition, fetched_from
-from headwater.client.partitioner import partition_for_key
+from headwater.client.partitioner import StickyPartitioner, partition_for_key
 from headwater.client.producer import OUTCOME_UNKNOWN, RecordMetadata, parse_acks
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
@@ -159,7 +160,9 @@ class AsyncProducer:
         self._streams: dict[str, _ProduceStream] = {}
         self._leaders: dict[tuple[str, int], str] = {}  # where each in-use partition goes
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
-        self._sticky: dict[str, int] = {}
+        # Keyless records stick to a partition until its batch leaves (Kafka's KIP-480).
+        self._sticky = StickyPartitioner(random.Random())
+        self._partition_counts: dict[str, int] = {}
 
     async def __aenter__(self) -> AsyncProducer:
         return self
@@ -176,12 +179,12 @@ class AsyncProducer:
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; await the returned future for its metadata."""
         leaders = await self._router.leaders(topic)
-        count = len(leaders)
+        count = self._partition_counts[topic] = len(leaders)
         if partition is None:
             partition = (
                 partition_for_key(key, count)
                 if key is not None
-                else self._sticky.setdefault(topic, 0)
+                else self._sticky.partition(topic, count)
             )
         else:
             check_partition(topic, partition, count)
@@ -215,6 +218,7 @@ class AsyncProducer:
             return
         values, keys, stamps, futures = queue.values, queue.keys, queue.stamps, queue.futures
         queue.values, queue.keys, queue.stamps, queue.futures = [], [], [], []
+        self._sticky.on_batch_sent(slot[0], slot[1], self._partition_counts.get(slot[0], 1))
         try:
             batch = encode_batch(
                 values, keys=keys, timestamps_ms=stamps, compression=self.compression

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -122,3 +123,26 @@ def test_async_consumer_resumes_after_the_node_restarts(node: NodeProcess) -> No
     records = asyncio.run(run())
     assert [r.offset for r in records] == list(range(200))
     assert [r.value for r in records] == [b"%d" % i for i in range(200)]
+
+
+def test_async_keyless_records_spread_over_partitions(shared_node: NodeProcess) -> None:
+    """Issue 12: the asyncio producer sent every keyless record to partition 0 (its sticky
+    partition never moved). Now, as in the threaded producer, keyless records stick to one
+    partition until their batch leaves, then move to another."""
+    with Admin(shared_node.address) as admin:
+        admin.create_topic("aio-spread", 4)
+
+    async def run() -> list[int]:
+        partitions = []
+        async with AsyncProducer(shared_node.address, acks=1) as producer:
+            for round_ in range(8):  # one batch per round: each round's records leave together
+                futures = [
+                    await producer.send("aio-spread", f"{round_}-{i}".encode()) for i in range(5)
+                ]
+                metadata = await asyncio.gather(*futures)
+                assert len({m.partition for m in metadata}) == 1  # one batch, one partition
+                partitions.append(metadata[0].partition)
+        return partitions
+
+    partitions = asyncio.run(run())
+    assert all(a != b for a, b in itertools.pairwise(partitions)), partitions
