@@ -43,7 +43,7 @@ from headwater.node.peers import (
     peer_error,
 )
 from headwater.node.service import partition_fields, rpc_handler
-from headwater.raft import controller as decisions
+from headwater.raft import decisions
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc

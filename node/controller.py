@@ -1,4 +1,4 @@
-"""The controller driver: runs the pure decisions of ``headwater.raft.controller`` on the
+"""The controller driver: runs the pure decisions of ``headwater.raft.decisions`` on the
 node's event loop and commits their records through the quorum.
 
 A voter is the *active* controller while (1) its Raft state is leader, and (2) its image
@@ -29,7 +29,7 @@ from headwater.config import NodeConfig, parse_topic_configs
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.cluster_state import ClusterState
 from headwater.node.tasks import cancel_and_wait
-from headwater.raft import controller as decisions
+from headwater.raft import decisions
 from headwater.raft.image import MetadataImage, PartitionState
 from headwater.raft.quorum import MetadataQuorum, ProposalFailedError
 from headwater.raft.records import Record, encode_batch

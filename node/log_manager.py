@@ -52,7 +52,7 @@ from headwater.log.api import FlushPolicy
 from headwater.log.file_log import FileLog, write_atomically
 from headwater.log.sealed_files import SEALED_FILES
 from headwater.node.partition import Partition
-from headwater.raft.controller import UNCLEAN_ELECTION_KEY
+from headwater.raft.decisions import UNCLEAN_ELECTION_KEY
 from headwater.raft.image import MetadataImage, PartitionState
 
 META_FILE: Final = "meta.json"

@@ -162,7 +162,7 @@ class Partition:
         ``become``; and the followers whose joining was asked for stop holding the high
         watermark only with a state newer than the one the request was made at, since
         the controller commits a request only at the partition epoch it was made at (see
-        ``raft.controller.alter_partition_isr``): no copy of it can commit later."""
+        ``raft.decisions.alter_partition_isr``): no copy of it can commit later."""
         current = self.state
         if (
             current is None

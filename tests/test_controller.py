@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.raft import controller as c
+from headwater.raft import decisions as c
 from headwater.raft import records as r
 from headwater.raft.image import (
     MetadataImage,

@@ -28,7 +28,7 @@ PURE_MODULES = [
     "headwater/topics.py",
     "raft/records.py",
     "raft/image.py",
-    "raft/controller.py",
+    "raft/decisions.py",
     "node/replication.py",
     "log/leader_epochs.py",
     "sparkconnector/planning.py",
