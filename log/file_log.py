@@ -103,11 +103,13 @@ def read_checked_offset(path: Path) -> int | None:
         _log.error("cannot read %s: %s", path, exc)
         return None
     parts = text.split()
-    if len(parts) == 2 and parts[0].isdigit() and len(parts[0]) <= 19:
-        if parts[1] == b"%08x" % crc32c.crc32c(parts[0]):
-            return int(parts[0])
-    elif len(parts) == 1 and parts[0].isdigit() and len(parts[0]) <= 19:
-        return int(parts[0])
+    digits = parts[0] if parts else b""
+    if (
+        digits.isdigit()
+        and len(digits) <= 19
+        and (len(parts) == 1 or (len(parts) == 2 and parts[1] == b"%08x" % crc32c.crc32c(digits)))
+    ):
+        return int(digits)
     _log.error("%s is damaged (%r): it is ignored", path, text[:64])
     return None
 

@@ -109,7 +109,8 @@ class Segment:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self._owner_lock = owner_lock if owner_lock is not None else threading.RLock()
+        self.owner_lock = owner_lock if owner_lock is not None else threading.RLock()
+        """The lock every use of the ``.log`` handle holds (the owning FileLog's)."""
         stem = directory / segment_name(base_offset)
         self.log_path = stem.with_suffix(LOG_SUFFIX)
         self.index_path = stem.with_suffix(INDEX_SUFFIX)
@@ -131,10 +132,6 @@ class Segment:
         self.created_ms = 0
 
     # ------------------------------------------------------------------ open files
-
-    @property
-    def owner_lock(self) -> threading.RLock:
-        return self._owner_lock
 
     @property
     def fd(self) -> int:
@@ -180,10 +177,7 @@ class Segment:
         if self.sealed:
             return
         self.release_reserve()
-        for file in (self._index_file, self._time_file):
-            if file is not None:
-                file.flush()
-        self._close_index_writers()
+        self._close_index_writers()  # closing writes them out
         self.sealed = True
         if self._fd is not None:
             SEALED_FILES.opened(self)

@@ -64,10 +64,10 @@ class Partition:
         self.index = index
         self.log = log
         self.log_config = log_config
+        """The topic's settings: what a produced batch is checked against."""
         self.damage = ""
         """What the node set aside from this replica when it opened it ("" when nothing;
         the log's own recovery cuts are in ``log.damage``)."""
-        """The topic's settings: what a produced batch is checked against."""
         self.max_message_bytes = log_config.max_message_bytes
         self.fsync_on_append = fsync_on_append
         self.min_insync_replicas = min_insync_replicas
