@@ -29,7 +29,7 @@ test: $(STAMP) lint
 typecheck-tree:
 	@rm -rf .build/typecheck && mkdir -p .build/typecheck/headwater
 	@for f in headwater/*.py headwater/py.typed; do ln -s ../../../$$f .build/typecheck/headwater/; done
-	@ln -s ../../../headwater/chaos .build/typecheck/headwater/chaos
+	@for d in chaos benchmarks; do ln -s ../../../headwater/$$d .build/typecheck/headwater/$$d; done
 	@for d in log node raft client sparkconnector; do ln -s ../../../$$d .build/typecheck/headwater/$$d; done
 	@ln -s ../../../$(PROTO_DIR) .build/typecheck/headwater/v1
 

@@ -12,7 +12,7 @@ with Consumer("127.0.0.1:7700", auto_offset_reset="earliest") as consumer:
         print(record.partition, record.offset, record.value)
 """
 
-from headwater.client.admin import Admin
+from headwater.client.admin import Admin, NewTopic
 from headwater.client.consumer import (
     Consumer,
     ConsumerRecord,
@@ -20,6 +20,7 @@ from headwater.client.consumer import (
     PollResult,
     TopicPartition,
 )
+from headwater.client.health import node_serving
 from headwater.client.producer import (
     BatchFuture,
     BatchMetadata,
@@ -27,6 +28,7 @@ from headwater.client.producer import (
     RecordFuture,
     RecordMetadata,
 )
+from headwater.client.reader import FetchedRange, LogReader
 
 __all__ = [
     "Admin",
@@ -35,9 +37,13 @@ __all__ = [
     "Consumer",
     "ConsumerRecord",
     "FetchedBatch",
+    "FetchedRange",
+    "LogReader",
+    "NewTopic",
     "PollResult",
     "Producer",
     "RecordFuture",
     "RecordMetadata",
     "TopicPartition",
+    "node_serving",
 ]

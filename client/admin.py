@@ -6,19 +6,39 @@ Results are the protobuf messages of headwater.v1 (documented in the .proto file
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
+from headwater.client import offsets
 from headwater.client.connection import Cluster, call
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
 
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create: None takes the node's default (``partitions``,
+    ``replication_factor``); ``configs`` are topic settings (docs/configuration.md)."""
+
+    name: str
+    partitions: int | None = None
+    replication_factor: int | None = None
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
 class Admin:
     def __init__(
-        self, bootstrap: str | Sequence[str] | None = None, *, request_timeout_s: float = 30.0
+        self,
+        bootstrap: str | Sequence[str] | None = None,
+        *,
+        request_timeout_s: float = 30.0,
+        cluster: Cluster | None = None,
     ) -> None:
-        self.cluster = Cluster(bootstrap, request_timeout_s=request_timeout_s)
-        self._timeout = request_timeout_s
+        """``cluster`` shares another client's connections and metadata cache (then its
+        ``request_timeout_s`` applies); closing this Admin does not close a shared one."""
+        self._owns_cluster = cluster is None
+        self.cluster = cluster or Cluster(bootstrap, request_timeout_s=request_timeout_s)
+        self._timeout = self.cluster.request_timeout_s
 
     def __enter__(self) -> Admin:
         return self
@@ -27,7 +47,8 @@ class Admin:
         self.close()
 
     def close(self) -> None:
-        self.cluster.close()
+        if self._owns_cluster:
+            self.cluster.close()
 
     def create_topic(
         self,
@@ -38,14 +59,23 @@ class Admin:
         validate_only: bool = False,
     ) -> str:
         """Create one topic; return its topic id. None means the node's default."""
+        new = NewTopic(name, partitions, replication_factor, dict(configs or {}))
+        return self.create_topics([new], validate_only)[name]
+
+    def create_topics(
+        self, topics: Sequence[NewTopic], validate_only: bool = False
+    ) -> dict[str, str]:
+        """Create many topics in one request (one metadata write); return {name: topic
+        id}. Raises the first topic's error, after the others were created."""
         request = pb.CreateTopicsRequest(
             topics=[
                 pb.NewTopic(
-                    name=name,
-                    partitions=partitions,
-                    replication_factor=replication_factor,
-                    configs=dict(configs or {}),
+                    name=t.name,
+                    partitions=t.partitions,
+                    replication_factor=t.replication_factor,
+                    configs=dict(t.configs),
                 )
+                for t in topics
             ],
             validate_only=validate_only,
         )
@@ -53,10 +83,10 @@ class Admin:
             lambda a: self.cluster.admin(a).CreateTopics(request, timeout=self._timeout),
             retry_s=self._timeout,
         )
-        result = response.results[0]
-        if result.error_code != pb.NONE:
-            raise HeadwaterError(ErrorCode(result.error_code), result.error_message)
-        return result.topic_id
+        for result in response.results:
+            if result.error_code != pb.NONE:
+                raise HeadwaterError(ErrorCode(result.error_code), result.error_message)
+        return {r.name: r.topic_id for r in response.results}
 
     def delete_topic(self, name: str) -> None:
         response: pb.DeleteTopicsResponse = self.cluster.call_any(
@@ -128,6 +158,28 @@ class Admin:
             retry_s=self._timeout,
         )
         return {o.partition: o.offset for o in response.offsets}
+
+    def beginning_offsets(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        """{(topic, partition): log start offset} for partitions of any topics."""
+        return offsets.beginning_offsets(self.cluster, partitions, retry_s=self._timeout)
+
+    def end_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """{(topic, partition): high watermark} for partitions of any topics."""
+        return offsets.end_offsets(self.cluster, partitions, retry_s=self._timeout)
+
+    def offsets_for_times(
+        self, timestamps: Mapping[tuple[str, int], int]
+    ) -> dict[tuple[str, int], int]:
+        """{(topic, partition): the first offset with a timestamp at or after the one given
+        (ms since the epoch), else the high watermark}."""
+        return offsets.offsets_for_times(self.cluster, timestamps, retry_s=self._timeout)
+
+    def partition_counts(self, topics: Sequence[str] = ()) -> dict[str, int]:
+        """{topic: partition count} of ``topics`` (all topics when empty) that exist."""
+        response = self.cluster.refresh(topics, retry_s=self._timeout)
+        return {t.name: len(t.partitions) for t in response.topics}
 
     def metadata(self, topics: Sequence[str] = ()) -> pb.MetadataResponse:
         return self.cluster.refresh(topics)

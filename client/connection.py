@@ -180,11 +180,14 @@ class Cluster:
 
     # ------------------------------------------------------------------ metadata
 
-    def refresh(self, topics: Sequence[str] = ()) -> pb.MetadataResponse:
+    def refresh(self, topics: Sequence[str] = (), retry_s: float = 0.0) -> pb.MetadataResponse:
+        """Metadata of ``topics`` (all when empty) from any node, cached; ``retry_s`` as in
+        ``call_any``."""
         response: pb.MetadataResponse = self.call_any(
             lambda a: self.broker(a).Metadata(
                 pb.MetadataRequest(topics=list(topics)), timeout=self.request_timeout_s
-            )
+            ),
+            retry_s=retry_s,
         )
         brokers = broker_addresses(response)
         with self._lock:

@@ -47,7 +47,13 @@ from headwater.client.partitioner import StickyPartitioner, partition_for_key
 from headwater.client.produce_stream import ProduceStream
 from headwater.client.retry import RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.log.batch import Compression, HeaderPairs, encode_batch
+from headwater.log.batch import (
+    Compression,
+    CorruptBatchError,
+    HeaderPairs,
+    encode_batch,
+    read_header,
+)
 from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 
@@ -201,6 +207,14 @@ class BatchFuture:
 
     def add_done_callback(self, callback: Callable[[BatchResult], None]) -> None:
         self._batch.add_callback(callback)
+
+    def exception(self, timeout: float | None = None) -> HeadwaterError | None:
+        """The error the batch failed with, or None once it is acknowledged."""
+        try:
+            self._batch.wait(timeout)
+        except HeadwaterError as error:
+            return error
+        return None
 
 
 class _OpenBatch:
@@ -428,6 +442,44 @@ class Producer:
                     stamp,
                 )
         return futures
+
+    def send_encoded(self, topic: str, partition: int, batch: bytes) -> BatchFuture:
+        """Queue one batch encoded beforehand (``headwater.log.batch.encode_batch``, with
+        its producer id, base sequence and timestamps as the caller set them) for
+        ``partition``, after what is already queued for it; it is sent as it is, with the
+        same retries, order and acknowledgement as batches this producer encodes. The
+        broker checks it as any produced batch (docs/record-batch-format.md).
+
+        Raises CORRUPT_MESSAGE when ``batch`` is not exactly one batch with a sound header;
+        UNKNOWN_TOPIC_OR_PARTITION for a partition the topic does not have.
+        """
+        header = read_header(batch)
+        if header.total_size != len(batch):
+            raise CorruptBatchError(
+                f"send_encoded takes one batch: its header says {header.total_size} bytes, "
+                f"{len(batch)} were given"
+            )
+        check_partition(topic, partition, self.cluster.layout(topic).partitions)
+        result = BatchResult(topic, partition)
+        result.record_count = header.record_count
+        pending = _Pending(
+            result=result,
+            values=(),
+            keys=None,
+            headers=None,
+            timestamps=0,
+            size=len(batch),
+            deadline=time.monotonic() + self.delivery_timeout_s,
+            payload=batch,
+        )
+        slot = (topic, partition)
+        with self._cond:
+            self._reserve(len(batch))
+            if slot in self._open:
+                self._close_open(slot)  # keep the partition's records in send order
+            self._ready.setdefault(slot, deque()).append(pending)
+            self._cond.notify_all()
+        return BatchFuture(result)
 
     def _queue_records(
         self,

@@ -73,7 +73,7 @@ def json_option(function: F) -> F:
 @click.group(
     cls=ErrorReportingGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
-    lazy_subcommands={"bench": "headwater.bench:bench"},
+    lazy_subcommands={"bench": "headwater.benchmarks.perf:bench"},
 )
 @click.version_option(__version__, prog_name="headwater")
 def main() -> None:

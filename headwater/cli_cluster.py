@@ -3,29 +3,31 @@
 ``dev-cluster`` runs N combined nodes (controller and broker) on loopback, each a child
 ``headwater serve`` process: node i (1-based) serves gRPC on ``base_port + 2(i-1)`` and
 Raft on the port after it, keeps its data in ``DIR/node-i`` and its log in
-``DIR/node-i.log``. The nodes share a random Raft secret. Ctrl-C (or SIGTERM) stops them
+``DIR/node-i.log``. The nodes share a random Raft secret. The nodes are
+``headwater.devcluster``'s, as the tests' and the benchmarks' are. Ctrl-C (or SIGTERM) stops them
 all with SIGTERM (controlled shutdown) and waits for them.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import click
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rich.console import Console
 from rich.table import Table
 
+from headwater.devcluster import (
+    LocalCluster,
+    NodeExitedError,
+    PortPlan,
+    WaitTimeoutError,
+)
 from headwater.errors import ErrorCode, HeadwaterError
 
 READY_DEADLINE_S: Final = 60.0
@@ -77,39 +79,37 @@ def print_status(data: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------- dev-cluster
 
 
-@dataclass
-class DevNode:
-    node_id: int
-    address: str
-    raft_address: str
-    data_dir: Path
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = None
+def dev_layout(root: Path, node_id: int) -> tuple[Path, Path]:
+    """``dev-cluster``'s node folders: data in ``DIR/node-i``, log in ``DIR/node-i.log``."""
+    return root / f"node-{node_id}", root / f"node-{node_id}.log"
 
 
-def plan(nodes: int, base_port: int, data_dir: Path) -> list[DevNode]:
-    if base_port + 2 * nodes > 65535:
-        raise HeadwaterError(
-            ErrorCode.INVALID_CONFIG,
-            f"--base-port {base_port} leaves no room for {nodes} nodes (2 ports each)",
-        )
-    return [
-        DevNode(
-            node_id=i,
-            address=f"127.0.0.1:{base_port + 2 * (i - 1)}",
-            raft_address=f"127.0.0.1:{base_port + 2 * (i - 1) + 1}",
-            data_dir=data_dir / f"node-{i}",
-            log_path=data_dir / f"node-{i}.log",
-        )
-        for i in range(1, nodes + 1)
-    ]
+def start_dev_cluster(
+    nodes: int, base_port: int, data_dir: Path, stopping: Callable[[], bool]
+) -> LocalCluster:
+    """Start ``nodes`` nodes on the fixed port plan and wait until each serves (or
+    ``stopping()``); on failure every node is killed and HeadwaterError names the cause."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    cluster = LocalCluster(
+        data_dir,
+        nodes,
+        ports=PortPlan(base_port),
+        internal_listener=False,
+        layout=dev_layout,
+    )
+    try:
+        cluster.start(wait=False, own_session=True)  # Ctrl-C reaches this process only
+        cluster.wait_serving(READY_DEADLINE_S, stopping)
+    except (NodeExitedError, WaitTimeoutError) as error:
+        cluster.close()
+        raise HeadwaterError(ErrorCode.UNKNOWN_SERVER_ERROR, str(error)) from None
+    except BaseException:  # a Ctrl-C while waiting: no node outlives this process
+        cluster.close()
+        raise
+    return cluster
 
 
 def run_dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
-    cluster = plan(nodes, base_port, data_dir)
-    quorum = ",".join(f"{n.node_id}@{n.raft_address}" for n in cluster)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HEADWATER_CLUSTER_SECRET": secrets.token_hex(16)}
     stopping = False
 
     def on_signal(_signum: int, _frame: object) -> None:
@@ -118,104 +118,35 @@ def run_dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    cluster = start_dev_cluster(nodes, base_port, data_dir, lambda: stopping)
     try:
-        for node in cluster:
-            node.process = spawn(node, quorum, env)
-        wait_ready(cluster, lambda: stopping)
-        bootstrap = ",".join(n.address for n in cluster)
-        for node in cluster:
+        for node in cluster.nodes.values():
             click.echo(
                 f"node {node.node_id}: {node.address} (raft {node.raft_address}, data "
                 f"{node.data_dir}, log {node.log_path})"
             )
-        click.echo(f"bootstrap: {bootstrap}")
-        click.echo(f"export HEADWATER_BOOTSTRAP={bootstrap}")
+        click.echo(f"bootstrap: {cluster.bootstrap(list(cluster.nodes.values()))}")
+        click.echo(f"export HEADWATER_BOOTSTRAP={cluster.bootstrap(list(cluster.nodes.values()))}")
         click.echo("Ctrl-C stops the cluster.")
         sys.stdout.flush()
         reported: set[int] = set()
         while not stopping:
-            for node in cluster:
+            for node in cluster.nodes.values():
                 code = node.process.poll() if node.process else None
                 if code is not None and node.node_id not in reported:
                     reported.add(node.node_id)
                     click.echo(f"node {node.node_id} exited with status {code}")
             time.sleep(0.2)
     finally:
-        stop_all(cluster)
+        stop(cluster)
 
 
-def spawn(node: DevNode, quorum: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    node.data_dir.mkdir(parents=True, exist_ok=True)
-    log: IO[bytes] = open(node.log_path, "ab")  # noqa: SIM115 (the child keeps it)
-    try:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "headwater.cli",
-                "serve",
-                "--node-id",
-                str(node.node_id),
-                "--listen",
-                node.address,
-                "--quorum",
-                quorum,
-                "--data-dir",
-                str(node.data_dir),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # Ctrl-C reaches this process, which stops the nodes
-        )
-    finally:
-        log.close()
-
-
-def wait_ready(cluster: list[DevNode], stopping: Any) -> None:
-    deadline = time.monotonic() + READY_DEADLINE_S
-    pending = {n.node_id: n for n in cluster}
-    while pending and not stopping():
-        for node in list(pending.values()):
-            assert node.process is not None
-            if node.process.poll() is not None:
-                raise HeadwaterError(
-                    ErrorCode.UNKNOWN_SERVER_ERROR,
-                    f"node {node.node_id} exited with status {node.process.returncode}; "
-                    f"see {node.log_path}",
-                )
-            try:
-                with grpc.insecure_channel(node.address) as channel:
-                    reply = health_pb2_grpc.HealthStub(channel).Check(
-                        health_pb2.HealthCheckRequest(), timeout=1
-                    )
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    del pending[node.node_id]
-            except grpc.RpcError:
-                pass
-        if time.monotonic() > deadline:
-            raise HeadwaterError(
-                ErrorCode.REQUEST_TIMED_OUT,
-                f"node(s) {sorted(pending)} not ready after {READY_DEADLINE_S:g} s; see their logs",
-            )
-        time.sleep(0.1)
-
-
-def stop_all(cluster: list[DevNode]) -> None:
-    running = [n for n in cluster if n.process is not None and n.process.poll() is None]
-    for node in running:
-        assert node.process is not None
-        node.process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_DEADLINE_S
-    for node in running:
-        assert node.process is not None
-        try:
-            node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            node.process.kill()
-            node.process.wait()
-    if running:
-        _out.print(f"stopped {len(running)} node(s)", markup=False)
+def stop(cluster: LocalCluster) -> None:
+    """Stop every node with SIGTERM (controlled shutdown), SIGKILL after STOP_DEADLINE_S."""
+    stopped = cluster.stop_all(STOP_DEADLINE_S)
+    cluster.close()
+    if stopped:
+        _out.print(f"stopped {stopped} node(s)", markup=False)
 
 
 def print_json(data: Any) -> None:

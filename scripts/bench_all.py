@@ -2,7 +2,7 @@
 
 Usage: python scripts/bench_all.py [--quick]
 
-Starts ``headwater serve`` on a free loopback port with data in a temporary folder, runs
+Starts ``headwater serve`` (headwater.devcluster) on a free loopback port with data in a temporary folder, runs
 ``headwater bench`` for each figure (one client process at a time), measures bytes on disk
 per record and the restart time after SIGKILL with a 1 GiB log, and prints a Markdown table
 with the machine and the date. --quick uses smaller counts (a smoke run, not for the record).
@@ -25,36 +25,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from headwater.ports import free_port  # below the ephemeral range (see headwater.ports)
+from headwater.devcluster import LocalNode, wait_until
 
 CLI = [sys.executable, "-m", "headwater.cli"]
 
 
-def serving(address: str) -> bool:
-    try:
-        with grpc.insecure_channel(address) as channel:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=0.5
-            )
-            return reply.status == health_pb2.HealthCheckResponse.SERVING
-    except grpc.RpcError:
-        return False
-
-
-def start_node(data_dir: Path, address: str, quorum: str) -> tuple[subprocess.Popen[bytes], float]:
+def start_node(node: LocalNode) -> float:
+    """Start ``node`` and return the seconds until it serves (health polled every 10 ms)."""
     began = time.monotonic()
-    process = subprocess.Popen(
-        [*CLI, "serve", "--data-dir", str(data_dir), "--listen", address, "--quorum", quorum],
-        stderr=subprocess.DEVNULL,
-    )
-    while not serving(address):
-        if process.poll() is not None or time.monotonic() - began > 120:
-            raise SystemExit("node did not start")
-        time.sleep(0.01)
-    return process, time.monotonic() - began
+    node.start(wait=False)
+    wait_until(node.serving, 120, "the node to serve", interval_s=0.01)
+    return time.monotonic() - began
 
 
 def bench(address: str, *args: str) -> dict[str, Any]:
@@ -109,9 +90,9 @@ def main() -> None:
 def single_node_bench(quick: bool) -> None:
     scale = 10 if quick else 1
     root = Path(tempfile.mkdtemp(prefix="hwbench-"))
-    address = f"127.0.0.1:{free_port()}"
-    quorum = f"1@127.0.0.1:{free_port()}"
-    node, _ = start_node(root / "data", address, quorum)
+    node = LocalNode(root / "data")
+    address = node.address
+    start_node(node)
     rows: list[tuple[str, dict[str, Any], str]] = []
     try:
         n = 5_000_000 // scale
@@ -224,12 +205,10 @@ def single_node_bench(quick: bool) -> None:
             "1",
         )
         log_bytes = sum(p["size_bytes"] for p in describe(address, "gib")["partitions"])
-        node.send_signal(signal.SIGKILL)
-        node.wait()
-        node, restart_s = start_node(root / "data", address, quorum)
+        node.kill(signal.SIGKILL)
+        restart_s = start_node(node)
     finally:
         node.kill()
-        node.wait()
         shutil.rmtree(root, ignore_errors=True)
     print(
         f"Machine: {machine()}; date {datetime.date.today()}; one node process, one client process.\n"

@@ -17,9 +17,7 @@ Ctrl-C (or ``--duration``) stops the queries, the generator and the nodes, in th
 from __future__ import annotations
 
 import json
-import os
 import random
-import secrets
 import signal
 import sys
 import threading
@@ -30,7 +28,7 @@ from typing import Any, Final
 import click
 from pyspark.sql import functions as f
 
-from headwater.cli_cluster import plan, spawn, stop_all, wait_ready
+from headwater.cli_cluster import start_dev_cluster, stop
 from headwater.client import Admin, Producer
 from headwater.errors import HeadwaterError
 from headwater.sparkconnector.session import local_session
@@ -119,21 +117,15 @@ def start_queries(spark: Any, bootstrap: str, data_dir: Path) -> list[Any]:
 
 
 def run_demo(base_port: int, data_dir: Path, rate: int, duration_s: float) -> None:
-    nodes = plan(3, base_port, data_dir)
-    quorum = ",".join(f"{n.node_id}@{n.raft_address}" for n in nodes)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HEADWATER_CLUSTER_SECRET": secrets.token_hex(16)}
-    bootstrap = ",".join(n.address for n in nodes)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     generator_stop = threading.Event()
     generator: threading.Thread | None = None
     spark: Any = None
     queries: list[Any] = []
+    cluster = start_dev_cluster(3, base_port, data_dir, stopping.is_set)
+    bootstrap = cluster.bootstrap(list(cluster.nodes.values()))
     try:
-        for node in nodes:
-            node.process = spawn(node, quorum, env)
-        wait_ready(nodes, stopping.is_set)
         click.echo(f"cluster up: {bootstrap} (logs in {data_dir})")
         with Admin(bootstrap) as admin:
             existing = {t.name for t in admin.list_topics()}
@@ -182,7 +174,7 @@ def run_demo(base_port: int, data_dir: Path, rate: int, duration_s: float) -> No
         generator_stop.set()
         if generator is not None:
             generator.join(timeout=30)
-        stop_all(nodes)
+        stop(cluster)
 
 
 def _report(bootstrap: str) -> None:

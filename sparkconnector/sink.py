@@ -46,13 +46,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from headwater.client.connection import Cluster
+from headwater.client import Admin, BatchFuture, LogReader
 from headwater.client.partitioner import partition_for_key
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import decode_batches, encode_batch, iter_headers
 from headwater.sparkconnector import planning
-from headwater.sparkconnector.source import CALL_RETRY_S, cluster_for, fetch, list_offsets
-from headwater.v1 import headwater_pb2 as pb
+from headwater.sparkconnector.source import CALL_RETRY_S, Clients, clients_for
 
 STATE_TOPIC_PREFIX: Final = "headwater-sink-state."
 STATE_TOPIC_CONFIGS: Final = {
@@ -143,12 +142,14 @@ def state_topic(sink_id: str) -> str:
 # --------------------------------------------------------------------------- cluster I/O
 
 
-def _latest_offsets(cluster: Cluster, topics: Sequence[str]) -> dict[Key, int]:
+def _latest_offsets(admin: Admin, topics: Sequence[str]) -> dict[Key, int]:
     """High watermarks of every partition of ``topics``."""
     partitions = [
-        (topic, p) for topic in sorted(set(topics)) for p in range(cluster.layout(topic).partitions)
+        (topic, p)
+        for topic in sorted(set(topics))
+        for p in range(admin.cluster.layout(topic).partitions)
     ]
-    return list_offsets(cluster, partitions, pb.OFFSET_SPEC_LATEST)
+    return admin.end_offsets(partitions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,91 +170,67 @@ class SinkState:
         return SinkState(int(parsed["batch"]), {(t, int(p)): int(o) for t, p, o in parsed["ends"]})
 
 
-def read_state(cluster: Cluster, sink_id: str) -> SinkState | None:
+def read_state(clients: Clients, sink_id: str) -> SinkState | None:
     topic = state_topic(sink_id)
     try:
-        end = _latest_offsets(cluster, [topic])[(topic, 0)]
+        end = _latest_offsets(clients.admin, [topic])[(topic, 0)]
     except HeadwaterError as error:
         if error.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             return None
         raise
     if end == 0:
         return None
-    response = fetch(
-        cluster, pb.FetchRequest(topic=topic, partition=0, offset=end - 1, max_bytes=1 << 20)
-    )
-    last = decode_batches(response.records)[-1].records.column("value")[-1].as_py()
+    fetched = clients.reader.fetch(topic, 0, end - 1)
+    last = decode_batches(fetched.records)[-1].records.column("value")[-1].as_py()
     return SinkState.decode(last)
 
 
-def write_state(cluster: Cluster, sink_id: str, state: SinkState) -> None:
+def write_state(clients: Clients, sink_id: str, state: SinkState) -> None:
     topic = state_topic(sink_id)
     try:
-        cluster.layout(topic)
+        clients.admin.cluster.layout(topic)
     except HeadwaterError as error:
         if error.code is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             raise
-        _create_state_topic(cluster, topic)
-    _produce(cluster, topic, 0, encode_batch([state.encode()]))
+        _create_state_topic(clients.admin, topic)
+    clients.producer().send_encoded(topic, 0, encode_batch([state.encode()])).result()
 
 
-def _create_state_topic(cluster: Cluster, topic: str) -> None:
-    metadata: pb.MetadataResponse = cluster.call_any(
-        lambda a: cluster.broker(a).Metadata(pb.MetadataRequest(topics=[]), timeout=30),
-        retry_s=CALL_RETRY_S,
-    )
-    request = pb.CreateTopicsRequest(
-        topics=[
-            pb.NewTopic(
-                name=topic,
-                partitions=1,
-                replication_factor=min(3, max(len(metadata.brokers), 1)),
-                configs=STATE_TOPIC_CONFIGS,
-            )
-        ]
-    )
-    response: pb.CreateTopicsResponse = cluster.call_any(
-        lambda a: cluster.admin(a).CreateTopics(request, timeout=30), retry_s=CALL_RETRY_S
-    )
-    for result in response.results:
-        if result.error_code not in (pb.NONE, pb.TOPIC_ALREADY_EXISTS):
-            raise HeadwaterError(ErrorCode(result.error_code), result.error_message)
-    cluster.invalidate(topic)
+def _create_state_topic(admin: Admin, topic: str) -> None:
+    brokers = len(admin.cluster.refresh(retry_s=CALL_RETRY_S).brokers)
+    try:
+        admin.create_topic(
+            topic,
+            partitions=1,
+            replication_factor=min(3, max(brokers, 1)),
+            configs=STATE_TOPIC_CONFIGS,
+        )
+    except HeadwaterError as error:
+        if error.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
+            raise
+    admin.cluster.invalidate(topic)
 
 
-def _produce(cluster: Cluster, topic: str, partition: int, batch: bytes) -> None:
-    request = pb.ProduceRequest(topic=topic, partition=partition, batch=batch, acks=pb.ACKS_ALL)
-    cluster.call_leader(
-        topic,
-        partition,
-        lambda a: cluster.broker(a).Produce(request, timeout=30),
-        retry_s=CALL_RETRY_S,
-    )
-
-
-def written_chunks(cluster: Cluster, key: Key, from_offset: int, producer: int) -> set[int]:
+def written_chunks(reader: LogReader, key: Key, from_offset: int, producer: int) -> set[int]:
     """Base sequences of the batches ``producer`` wrote to ``key`` at or after
     ``from_offset`` (headers only: the bodies are not decoded)."""
     topic, partition = key
     found: set[int] = set()
     position = from_offset
     while True:
-        request = pb.FetchRequest(
-            topic=topic, partition=partition, offset=position, max_bytes=8 << 20
-        )
         try:
-            response = fetch(cluster, request)
+            fetched = reader.fetch(topic, partition, position, max_bytes=8 << 20)
         except HeadwaterError as error:
             if error.code is ErrorCode.OFFSET_OUT_OF_RANGE:  # below the log start
-                position = list_offsets(cluster, [key], pb.OFFSET_SPEC_EARLIEST)[key]
+                position = Admin(cluster=reader.cluster).beginning_offsets([key])[key]
                 continue
             raise
-        for _position, header in iter_headers(response.records, verify_crc=False):
+        for _position, header in iter_headers(fetched.records, verify_crc=False):
             if header.producer_id == producer:
                 found.add(header.base_sequence)
-        if response.next_offset <= position or response.next_offset >= response.high_watermark:
+        if fetched.next_offset <= position or fetched.next_offset >= fetched.high_watermark:
             return found
-        position = response.next_offset
+        position = fetched.next_offset
 
 
 # --------------------------------------------------------------------------- writing
@@ -295,17 +272,25 @@ class _TaskWriter:
         context = TaskContext.get()
         self.spark_partition = context.partitionId() if context is not None else 0
         self.options = options
-        self.cluster = cluster_for(options.bootstrap)
+        self.clients = clients_for(options.bootstrap)
         self.producer = producer_id(options.sink_id, self.spark_partition, batch_id)
         self.lower_bounds = lower_bounds  # None: this task cannot be a repeat
         self.chunk_numbers: dict[Key, int] = {}
         self.already: dict[Key, set[int]] = {}
         self.commit = SinkCommit()
+        self.sent: list[BatchFuture] = []
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
-        for batch in batches:
-            if batch.num_rows:
-                self._write_batch(batch)
+        """Append every row; return once every chunk is acknowledged (acks=all), else
+        raise the first chunk's error (a retried task skips the chunks that landed)."""
+        try:
+            for batch in batches:
+                if batch.num_rows:
+                    self._write_batch(batch)
+        finally:
+            errors = [e for e in (f.exception() for f in self.sent) if e is not None]
+        if errors:
+            raise errors[0]
         return self.commit
 
     def _write_batch(self, batch: pa.RecordBatch) -> None:
@@ -323,7 +308,7 @@ class _TaskWriter:
                 for topic in sorted(pc.unique(topics).to_pylist())
             ]
         for topic, rows in by_topic:
-            count = self.cluster.layout(topic).partitions
+            count = self.clients.admin.cluster.layout(topic).partitions
             partitions = self._partitions(topic, rows, names, count)
             for partition in sorted(pc.unique(partitions).to_pylist()):
                 selected = rows.filter(pc.equal(partitions, partition))
@@ -371,7 +356,7 @@ class _TaskWriter:
                 producer_epoch=0,
                 base_sequence=number,
             )
-            _produce(self.cluster, key[0], key[1], encoded)
+            self.sent.append(self.clients.producer().send_encoded(key[0], key[1], encoded))
             self.commit.records[key] = self.commit.records.get(key, 0) + end - start
 
     def _already_written(self, key: Key) -> set[int]:
@@ -380,7 +365,7 @@ class _TaskWriter:
         found = self.already.get(key)
         if found is None:
             found = self.already[key] = written_chunks(
-                self.cluster, key, self.lower_bounds.get(key, 0), self.producer
+                self.clients.reader, key, self.lower_bounds.get(key, 0), self.producer
             )
         return found
 
@@ -421,8 +406,8 @@ class HeadwaterBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = _sink_options(options)
         check_input_schema(schema, self.options)
-        cluster = cluster_for(self.options.bootstrap)
-        self.ends = _latest_offsets(cluster, [self.options.topic]) if self.options.topic else {}
+        admin = clients_for(self.options.bootstrap).admin
+        self.ends = _latest_offsets(admin, [self.options.topic]) if self.options.topic else {}
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = TaskContext.get()
@@ -440,12 +425,12 @@ class HeadwaterStreamWriter(DataSourceStreamArrowWriter):
         check_input_schema(schema, self.options)
         self.state: SinkState | None = None
         if self.options.sink_id is not None:
-            cluster = cluster_for(self.options.bootstrap)
-            self.state = read_state(cluster, self.options.sink_id)
+            clients = clients_for(self.options.bootstrap)
+            self.state = read_state(clients, self.options.sink_id)
             if self.state is None:  # the query's first start
                 topics = [self.options.topic] if self.options.topic else []
-                self.state = SinkState(-1, _latest_offsets(cluster, topics))
-                write_state(cluster, self.options.sink_id, self.state)
+                self.state = SinkState(-1, _latest_offsets(clients.admin, topics))
+                write_state(clients, self.options.sink_id, self.state)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = TaskContext.get()
@@ -462,7 +447,7 @@ class HeadwaterStreamWriter(DataSourceStreamArrowWriter):
         if batch_id == self.state.batch_id + 1:
             bounds = self.state.ends  # the batch a restarted query may be repeating
         elif retry:
-            latest = read_state(cluster_for(self.options.bootstrap), self.options.sink_id)
+            latest = read_state(clients_for(self.options.bootstrap), self.options.sink_id)
             bounds = latest.ends if latest is not None else {}
         return _TaskWriter(self.options, batch_id, bounds).write(iterator)
 
@@ -475,9 +460,9 @@ class HeadwaterStreamWriter(DataSourceStreamArrowWriter):
             topics |= {t for t, _ in self.state.ends}
         if self.options.topic:
             topics.add(self.options.topic)
-        cluster = cluster_for(self.options.bootstrap)
-        ends = _latest_offsets(cluster, sorted(topics))
-        write_state(cluster, self.options.sink_id, SinkState(batchId, ends))
+        clients = clients_for(self.options.bootstrap)
+        ends = _latest_offsets(clients.admin, sorted(topics))
+        write_state(clients, self.options.sink_id, SinkState(batchId, ends))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: what the tasks wrote stays, and a retry of the micro-batch

@@ -10,7 +10,7 @@ column from the fetched batches (no per-record Python). Reads stop at the range 
 which is never above the high watermark at planning time, so only committed records are
 read and a replayed micro-batch reads the same records.
 
-gRPC connections are cached per process (``cluster_for``): the reader objects stay
+gRPC connections are cached per process (``clients_for``): the reader objects stay
 picklable and Spark's reused Python workers keep their channels.
 """
 
@@ -38,12 +38,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from headwater.client import Admin, LogReader, Producer
 from headwater.client.connection import Cluster
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import decode_batches
 from headwater.sparkconnector import planning
 from headwater.sparkconnector.planning import Key, OffsetRange, SourceOptions
-from headwater.v1 import headwater_pb2 as pb
 
 READ_SCHEMA_DDL: Final = (
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
@@ -60,17 +60,42 @@ FETCH_WAIT_MS: Final = 500
 READ_PATIENCE_S: Final = 60.0
 CALL_RETRY_S: Final = 30.0
 _log = logging.getLogger(__name__)
-_clusters: dict[str, Cluster] = {}
-_clusters_lock = threading.Lock()
+_clients: dict[str, Clients] = {}
+_clients_lock = threading.Lock()
 
 
-def cluster_for(bootstrap: str) -> Cluster:
-    """This process's connection to ``bootstrap`` (shared by every read and write)."""
-    with _clusters_lock:
-        cluster = _clusters.get(bootstrap)
-        if cluster is None:
-            cluster = _clusters[bootstrap] = Cluster(bootstrap)
-        return cluster
+class Clients:
+    """One process's clients of one cluster: an Admin and a LogReader sharing connections
+    and metadata, and an acks=all Producer made on first use (the sink's). They live as
+    long as the process: Spark reuses its Python workers, and they keep their channels."""
+
+    def __init__(self, bootstrap: str) -> None:
+        cluster = Cluster(bootstrap, request_timeout_s=CALL_RETRY_S)
+        self.admin = Admin(cluster=cluster)
+        self.reader = LogReader(cluster=cluster, retry_s=CALL_RETRY_S)
+        self._producer: Producer | None = None
+        self._lock = threading.Lock()
+
+    def producer(self) -> Producer:
+        """acks=all, no linger, retrying each batch for up to CALL_RETRY_S."""
+        with self._lock:
+            if self._producer is None:
+                self._producer = Producer(
+                    self.admin.cluster.bootstrap,
+                    acks="all",
+                    linger_ms=0,
+                    delivery_timeout_ms=int(CALL_RETRY_S * 1000),
+                )
+            return self._producer
+
+
+def clients_for(bootstrap: str) -> Clients:
+    """This process's clients of ``bootstrap`` (shared by every read and write)."""
+    with _clients_lock:
+        clients = _clients.get(bootstrap)
+        if clients is None:
+            clients = _clients[bootstrap] = Clients(bootstrap)
+        return clients
 
 
 def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -93,31 +118,10 @@ class Facts:
     latest: dict[Key, int]  # high watermarks: the end of what consumers may read
 
 
-def fetch(cluster: Cluster, request: pb.FetchRequest) -> pb.FetchResponse:
-    """One fetch from the partition's leader, retried while leadership moves."""
-
-    def run(address: str) -> pb.FetchResponse:
-        response: pb.FetchResponse = cluster.broker(address).Fetch(request, timeout=30)
-        return response
-
-    return cluster.call_leader(request.topic, request.partition, run, retry_s=CALL_RETRY_S)
-
-
-def call_list_offsets(cluster: Cluster, request: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
-    def run(address: str) -> pb.ListOffsetsResponse:
-        response: pb.ListOffsetsResponse = cluster.broker(address).ListOffsets(request, timeout=30)
-        return response
-
-    return cluster.call_any(run, retry_s=CALL_RETRY_S)
-
-
 def fetch_facts(options: SourceOptions) -> Facts:
     """Topics, partitions, ids and offset bounds of the subscription, from the cluster."""
-    cluster = cluster_for(options.bootstrap)
-    metadata: pb.MetadataResponse = cluster.call_any(
-        lambda a: cluster.broker(a).Metadata(pb.MetadataRequest(), timeout=30),
-        retry_s=CALL_RETRY_S,
-    )
+    admin = clients_for(options.bootstrap).admin
+    metadata = admin.cluster.refresh(retry_s=CALL_RETRY_S)
     counts = {t.name: len(t.partitions) for t in metadata.topics}
     ids = {t.name: t.topic_id for t in metadata.topics}
     missing = [t for t in options.subscription.named_topics() if t not in counts]
@@ -127,35 +131,9 @@ def fetch_facts(options: SourceOptions) -> Facts:
             f"topic(s) {', '.join(repr(t) for t in missing)} do not exist",
         )
     partitions = options.subscription.partitions_from(counts)
-    earliest = list_offsets(cluster, partitions, pb.OFFSET_SPEC_EARLIEST)
-    latest = list_offsets(cluster, partitions, pb.OFFSET_SPEC_LATEST)
+    earliest = admin.beginning_offsets(partitions)
+    latest = admin.end_offsets(partitions)
     return Facts(partitions, {t: ids[t] for t, _ in partitions}, earliest, latest)
-
-
-def list_offsets(
-    cluster: Cluster,
-    partitions: list[Key],
-    spec: pb.OffsetSpec.ValueType,
-    timestamps: Mapping[Key, int] | None = None,
-) -> dict[Key, int]:
-    """Offsets of ``partitions`` for ``spec`` (for timestamps: the first offset at or after
-    each partition's timestamp, else the high watermark)."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-    result: dict[Key, int] = {}
-    for topic, indexes in by_topic.items():
-        groups = [[i] for i in indexes] if timestamps is not None else [indexes]
-        for group in groups:
-            request = pb.ListOffsetsRequest(
-                topic=topic,
-                partitions=group,
-                spec=spec,
-                timestamp_ms=timestamps[(topic, group[0])] if timestamps is not None else 0,
-            )
-            response = call_list_offsets(cluster, request)
-            result.update({(topic, o.partition): o.offset for o in response.offsets})
-    return result
 
 
 def starting_offsets(options: SourceOptions, facts: Facts) -> dict[Key, int]:
@@ -167,9 +145,7 @@ def starting_offsets(options: SourceOptions, facts: Facts) -> dict[Key, int]:
             for k in facts.partitions
             if spec.kind == "timestamp" or k in spec.per_partition
         }
-        by_timestamp = list_offsets(
-            cluster_for(options.bootstrap), list(stamps), pb.OFFSET_SPEC_TIMESTAMP, stamps
-        )
+        by_timestamp = clients_for(options.bootstrap).admin.offsets_for_times(stamps)
     return planning.resolve_start(
         spec, facts.partitions, facts.earliest, facts.latest, by_timestamp
     )
@@ -249,27 +225,24 @@ def to_output(
 
 def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Fetch ``offset_range`` from the partition's leader, as Arrow record batches."""
-    cluster = cluster_for(options.bootstrap)
+    clients = clients_for(options.bootstrap)
     schema = output_schema(options.include_headers)
     topic, partition = offset_range.topic, offset_range.partition
     position = offset_range.from_offset
     patience_until = time.monotonic() + READ_PATIENCE_S
     while position < offset_range.until_offset:
-        request = pb.FetchRequest(
-            topic=topic,
-            partition=partition,
-            offset=position,
-            max_bytes=options.fetch_max_bytes,
-            max_wait_ms=FETCH_WAIT_MS,
-            min_bytes=1,
-            replica_id=-1,
-        )
         try:
-            response = fetch(cluster, request)
+            response = clients.reader.fetch(
+                topic,
+                partition,
+                position,
+                max_bytes=options.fetch_max_bytes,
+                max_wait_ms=FETCH_WAIT_MS,
+            )
         except HeadwaterError as error:
             if error.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
                 raise
-            position = _skip_lost(options, cluster, offset_range, position, error)
+            position = _skip_lost(options, clients.admin, offset_range, position, error)
             continue
         batch, after = to_output(response.records, offset_range, position, schema)
         if batch is not None:
@@ -287,7 +260,7 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
 
 def _skip_lost(
     options: SourceOptions,
-    cluster: Cluster,
+    admin: Admin,
     offset_range: OffsetRange,
     position: int,
     cause: HeadwaterError,
@@ -295,7 +268,7 @@ def _skip_lost(
     """Records from ``position`` are gone: fail (failOnDataLoss, the default) or warn and
     go on from the partition's log start."""
     key = (offset_range.topic, offset_range.partition)
-    start = list_offsets(cluster, [key], pb.OFFSET_SPEC_EARLIEST)[key]
+    start = admin.beginning_offsets([key])[key]
     message = (
         f"{key[0]}-{key[1]}: offsets from {position} are no longer available "
         f"(the log starts at {start}; {cause.message})"

@@ -9,7 +9,9 @@ Folders map to packages (``pyproject.toml``): ``client/`` is ``headwater.client`
 - the metadata core (``raft/``) and the log (``log/``) import no node code and no client;
 - the shared core (``headwater/errors.py``, ``topics.py``, ``addresses.py``) imports only
   itself;
-- the Spark connector imports no server code;
+- the Spark connector imports no server code and no protobuf: it speaks the client API;
+- the benchmarks (``headwater/benchmarks/``, ``scripts/bench_all.py``) and the local-cluster
+  harness (``headwater/devcluster.py``) import no server code and no protobuf either;
 - the node imports no Spark connector and no command-line module.
 
 ``violations`` reads imports with ``ast`` (``if TYPE_CHECKING:`` blocks included: an
@@ -23,15 +25,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ("headwater.node", "headwater.raft", "headwater.config")
-COMMANDS = ("headwater.cli", "headwater.bench", "headwater.chaos")
+COMMANDS = ("headwater.cli", "headwater.benchmarks", "headwater.chaos")
 SHARED_CORE = ("headwater/errors.py", "headwater/topics.py", "headwater/addresses.py")
+PROTOBUF = ("headwater.v1", "grpc_health", "google.protobuf")
+"""Generated stubs and messages: only the gRPC edges (client, node) touch them."""
 
 RULES: dict[str, tuple[str, ...]] = {
     "client": (*SERVER, "headwater.sparkconnector", *COMMANDS, "pysyncobj", "pyspark"),
     "raft": ("headwater.node", "headwater.client", "headwater.sparkconnector", *COMMANDS),
     "log": ("headwater.node", "headwater.raft", "headwater.client", *COMMANDS),
-    "sparkconnector": ("headwater.node", "headwater.raft", "pysyncobj"),
+    "sparkconnector": ("headwater.node", "headwater.raft", "pysyncobj", *PROTOBUF),
     "node": ("headwater.sparkconnector", *COMMANDS, "pyspark"),
+    "headwater/benchmarks": ("headwater.node", "headwater.raft", *PROTOBUF),
+    "headwater/devcluster.py": (*SERVER, "headwater.sparkconnector", *COMMANDS, *PROTOBUF),
+    "scripts/bench_all.py": ("headwater.node", "headwater.raft", *PROTOBUF),
 }
 
 
@@ -55,7 +62,8 @@ def violations(root: Path) -> list[str]:
     """One line per import that breaks a rule, under ``root`` laid out like the project."""
     found = []
     for folder, forbidden in RULES.items():
-        for path in sorted((root / folder).rglob("*.py")):
+        place = root / folder
+        for path in [place] if place.is_file() else sorted(place.rglob("*.py")):
             found.extend(
                 f"{path.relative_to(root)} imports {module}"
                 for module in sorted(imported_modules(path.read_text()))
@@ -89,10 +97,16 @@ def test_a_deliberate_violation_is_caught(tmp_path: Path) -> None:
     (tmp_path / "raft" / "worse.py").write_text("import headwater.node.topics\n")
     (tmp_path / "headwater").mkdir()
     (tmp_path / "headwater" / "topics.py").write_text("from headwater.log import batch\n")
+    (tmp_path / "sparkconnector").mkdir()
+    (tmp_path / "sparkconnector" / "raw.py").write_text("from headwater.v1 import headwater_pb2\n")
+    (tmp_path / "headwater" / "devcluster.py").write_text("import grpc_health.v1.health_pb2\n")
     assert violations(tmp_path) == [
         "client/bad.py imports headwater.node.partition",
         "client/bad.py imports headwater.node.partition.Partition",
         "raft/worse.py imports headwater.node.topics",
+        "sparkconnector/raw.py imports headwater.v1",
+        "sparkconnector/raw.py imports headwater.v1.headwater_pb2",
+        "headwater/devcluster.py imports grpc_health.v1.health_pb2",
         "headwater/topics.py imports headwater.log",
         "headwater/topics.py imports headwater.log.batch",
     ]

@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headwater.chaos.netns import Topology
-from headwater.client import Admin
+from headwater.client import Admin, node_serving
 from headwater.errors import HeadwaterError
 from headwater.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
@@ -249,11 +248,7 @@ class ChaosCluster:
         node = self.nodes[node_id]
         if not node.running or node.paused:
             return False
-        with grpc.insecure_channel(node.address) as channel:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=HEALTH_TIMEOUT_S
-            )
-        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+        return node_serving(node.address, HEALTH_TIMEOUT_S)
 
     def wait_serving(self, node_ids: Iterable[int], deadline_s: float) -> list[int]:
         """Wait until the nodes serve; return those that did not by the deadline."""

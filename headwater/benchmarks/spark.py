@@ -24,10 +24,10 @@ from typing import Any
 
 import click
 
-from headwater.bench import percentile
-from headwater.bench_cluster import BenchCluster, run_bench
+from headwater.benchmarks.cluster import bench_cluster_of, run_bench, wait_all_running
+from headwater.benchmarks.perf import percentile
+from headwater.client import NewTopic
 from headwater.sparkconnector.session import local_session
-from headwater.v1 import headwater_pb2 as pb
 
 LATENCY_INTERVAL_S = 0.1
 
@@ -41,20 +41,17 @@ def _timed(run: Any) -> float:
 def run_spark_bench(records: int, partitions: int, rounds: int, samples: int) -> dict[str, Any]:
     results: dict[str, Any] = {"records": records, "partitions": partitions, "value_bytes": 100}
     root = Path(tempfile.mkdtemp(prefix="headwater-bench-spark-"))
-    cluster = BenchCluster(1, root)
+    cluster = bench_cluster_of(1, root)
     try:
-        cluster.start()
-        cluster.wait_all_running()
+        cluster.start(wait=False)
+        wait_all_running(cluster)
         bootstrap = cluster.nodes[1].address
-        cluster.admin(1).CreateTopics(
-            pb.CreateTopicsRequest(
-                topics=[
-                    pb.NewTopic(name="ingest", partitions=partitions, replication_factor=1),
-                    pb.NewTopic(name="sink", partitions=partitions, replication_factor=1),
-                    pb.NewTopic(name="latency", partitions=1, replication_factor=1),
-                ]
-            ),
-            timeout=60,
+        cluster.admin(1).create_topics(
+            [
+                NewTopic("ingest", partitions, 1),
+                NewTopic("sink", partitions, 1),
+                NewTopic("latency", 1, 1),
+            ]
         )
         produced = run_bench(
             bootstrap,

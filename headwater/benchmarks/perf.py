@@ -172,9 +172,9 @@ def with_produce_options(function: Any) -> Any:
 @click.group(
     cls=LazyGroup,
     lazy_subcommands={
-        "cluster": "headwater.bench_cluster:bench_cluster",
-        "replication": "headwater.bench_cluster:bench_replication",
-        "spark": "headwater.bench_spark:bench_spark",
+        "cluster": "headwater.benchmarks.cluster:bench_cluster",
+        "replication": "headwater.benchmarks.cluster:bench_replication",
+        "spark": "headwater.benchmarks.spark:bench_spark",
     },
 )
 def bench() -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,14 +30,11 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import click
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from headwater.bench import percentile
-from headwater.cli_cluster import DevNode, spawn
-from headwater.ports import free_port
-from headwater.v1 import headwater_pb2 as pb
-from headwater.v1 import headwater_pb2_grpc as pb_grpc
+from headwater.benchmarks.perf import percentile
+from headwater.client import Admin, NewTopic, Producer
+from headwater.devcluster import LocalCluster, WaitTimeoutError, wait_until
+from headwater.errors import HeadwaterError
 
 T = TypeVar("T")
 POLL_S: Final = 0.005
@@ -46,181 +42,99 @@ READY_DEADLINE_S: Final = 120.0
 
 
 def _until(condition: Callable[[], T | None], deadline_s: float, what: str) -> T:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        try:
-            value = condition()
-        except grpc.RpcError:
-            value = None
-        if value:
-            return value
-        time.sleep(POLL_S)
-    raise click.ClickException(f"timed out after {deadline_s:g} s waiting for {what}")
+    try:
+        return wait_until(condition, deadline_s, what, interval_s=POLL_S)
+    except WaitTimeoutError as error:
+        raise click.ClickException(str(error)) from None
 
 
-class BenchCluster:
-    def __init__(self, size: int, root: Path) -> None:
-        self.nodes = {
-            i: DevNode(
-                node_id=i,
-                address=f"127.0.0.1:{free_port()}",
-                raft_address=f"127.0.0.1:{free_port()}",
-                data_dir=root / f"node-{i}",
-                log_path=root / f"node-{i}.log",
-            )
-            for i in range(1, size + 1)
-        }
-        self.quorum = ",".join(f"{n.node_id}@{n.raft_address}" for n in self.nodes.values())
-        self.env = {**os.environ, "HEADWATER_CLUSTER_SECRET": "bench"}
-        self._channels: dict[str, grpc.Channel] = {}
-
-    def start(self, node_id: int | None = None) -> None:
-        for node in self.nodes.values():
-            if node_id is None or node.node_id == node_id:
-                node.process = spawn(node, self.quorum, self.env)
-
-    def kill(self, node_id: int) -> None:
-        process = self.nodes[node_id].process
-        assert process is not None
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-
-    def close(self) -> None:
-        for node in self.nodes.values():
-            if node.process is not None and node.process.poll() is None:
-                node.process.kill()
-                node.process.wait()
-        for channel in self._channels.values():
-            channel.close()
-
-    def stub(self, node_id: int) -> pb_grpc.BrokerStub:
-        address = self.nodes[node_id].address
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = grpc.insecure_channel(
-                address, options=[("grpc.max_receive_message_length", 256 << 20)]
-            )
-        return pb_grpc.BrokerStub(channel)
-
-    def admin(self, node_id: int) -> pb_grpc.AdminStub:
-        self.stub(node_id)
-        return pb_grpc.AdminStub(self._channels[self.nodes[node_id].address])
-
-    def metadata(self, node_id: int, timeout_s: float = 2.0) -> pb.MetadataResponse:
-        response: pb.MetadataResponse = self.stub(node_id).Metadata(
-            pb.MetadataRequest(), timeout=timeout_s
-        )
-        return response
-
-    def serving(self, node_id: int) -> bool:
-        self.stub(node_id)
-        channel = self._channels[self.nodes[node_id].address]
-        reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(), timeout=2
-        )
-        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
-
-    def live(self) -> list[int]:
-        return [
-            i for i, n in self.nodes.items() if n.process is not None and n.process.poll() is None
-        ]
-
-    def wait_all_running(self) -> int:
-        """Wait until every node sees the same controller and every broker running;
-        return the controller's id."""
-
-        def settled() -> int | None:
-            if not all(self.serving(i) for i in self.nodes):
-                return None
-            views = [self.metadata(i) for i in self.nodes]
-            controllers = {v.controller_id for v in views}
-            states = {b.state for v in views for b in v.brokers}
-            brokers = {len(v.brokers) for v in views}
-            settled = len(controllers) == 1 and -1 not in controllers and states == {"running"}
-            if settled and brokers == {len(self.nodes)}:
-                return views[0].controller_id
-            return None
-
-        return _until(settled, READY_DEADLINE_S, "every node running under one controller")
+def bench_cluster_of(size: int, root: Path) -> LocalCluster:
+    """The benchmarks' cluster: ``size`` nodes with data under ``root`` (not started)."""
+    return LocalCluster(root, size)
 
 
-def controller_failover(cluster: BenchCluster, trials: int) -> list[float]:
+def metadata(cluster: LocalCluster, node_id: int) -> Any:
+    """Node ``node_id``'s own view of the cluster (its Metadata answer)."""
+    return cluster.admin(node_id).node_metadata(
+        cluster.nodes[node_id].address, include_digest=False
+    )
+
+
+def wait_all_running(cluster: LocalCluster) -> int:
+    try:
+        return cluster.wait_settled(READY_DEADLINE_S)
+    except WaitTimeoutError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def controller_failover(cluster: LocalCluster, trials: int) -> list[float]:
     times_ms = []
     for _ in range(trials):
-        old = cluster.wait_all_running()
+        old = wait_all_running(cluster)
         survivors = [i for i in cluster.nodes if i != old]
         began = time.perf_counter()
-        cluster.kill(old)
+        cluster.nodes[old].kill()
 
         def moved(survivors: list[int] = survivors, old: int = old) -> bool:
-            return any(cluster.metadata(i, 0.5).controller_id not in (-1, old) for i in survivors)
+            return any(metadata(cluster, i).controller_id not in (-1, old) for i in survivors)
 
         _until(moved, 30, "a new controller")
         times_ms.append((time.perf_counter() - began) * 1000)
-        cluster.start(old)
+        cluster.start([old], wait=False)
     return times_ms
 
 
-def leader_failover(cluster: BenchCluster, trials: int) -> list[float]:
-    controller = cluster.wait_all_running()
-    cluster.admin(controller).CreateTopics(
-        pb.CreateTopicsRequest(
-            topics=[pb.NewTopic(name="bench-failover", partitions=1, replication_factor=3)]
-        ),
-        timeout=30,
-    )
-    request = pb.ProduceRequest(
-        topic="bench-failover",
-        partition=0,
-        records=pb.RecordList(records=[pb.Record(value=b"x" * 100)]),
-        acks=pb.ACKS_LEADER,
-    )
+def leader_failover(cluster: LocalCluster, trials: int) -> list[float]:
+    controller = wait_all_running(cluster)
+    cluster.admin(controller).create_topic("bench-failover", 1, 3)
     times_ms = []
     for _ in range(trials):
-        controller = cluster.wait_all_running()
+        controller = wait_all_running(cluster)
         (partition,) = [
             p
-            for t in cluster.metadata(controller).topics
+            for t in metadata(cluster, controller).topics
             if t.name == "bench-failover"
             for p in t.partitions
         ]
         leader = partition.leader
         via = next(i for i in cluster.nodes if i != leader)
-        cluster.stub(via).Produce(request, timeout=10)  # the path works before the kill
-        began = time.perf_counter()
-        cluster.kill(leader)
+        # No retries: each attempt is one produce, and the clock runs until one succeeds.
+        with Producer(
+            cluster.nodes[via].address,
+            acks="1",
+            linger_ms=0,
+            retries=0,
+            request_timeout_ms=1000,
+            delivery_timeout_ms=1000,
+        ) as producer:
 
-        def produced(via: int = via) -> bool:
-            return bool(cluster.stub(via).Produce(request, timeout=1).results)
+            def produced(producer: Producer = producer) -> bool:
+                try:
+                    producer.send("bench-failover", b"x" * 100, partition=0).result(2)
+                except HeadwaterError:
+                    producer.cluster.invalidate("bench-failover")
+                    return False
+                return True
 
-        _until(produced, 60, "a produce to the new leader")
-        times_ms.append((time.perf_counter() - began) * 1000)
-        cluster.start(leader)
+            _until(produced, 10, "a produce before the kill")
+            began = time.perf_counter()
+            cluster.nodes[leader].kill()
+            _until(produced, 60, "a produce to the new leader")
+            times_ms.append((time.perf_counter() - began) * 1000)
+        cluster.start([leader], wait=False)
     return times_ms
 
 
-def topic_creations(cluster: BenchCluster, count: int) -> dict[str, float]:
-    controller = cluster.wait_all_running()
+def topic_creations(cluster: LocalCluster, count: int) -> dict[str, float]:
+    controller = wait_all_running(cluster)
     admin = cluster.admin(controller)
     began = time.perf_counter()
     for i in range(count):
-        admin.CreateTopics(
-            pb.CreateTopicsRequest(
-                topics=[pb.NewTopic(name=f"rate-{i}", partitions=1, replication_factor=3)]
-            ),
-            timeout=30,
-        )
+        admin.create_topic(f"rate-{i}", 1, 3)
     one_per_request = count / (time.perf_counter() - began)
     began = time.perf_counter()
-    admin.CreateTopics(
-        pb.CreateTopicsRequest(
-            topics=[
-                pb.NewTopic(name=f"batch-{i}", partitions=1, replication_factor=3)
-                for i in range(count)
-            ]
-        ),
-        timeout=120,
-    )
+    with Admin(cluster.nodes[controller].address, request_timeout_s=120) as slow_admin:
+        slow_admin.create_topics([NewTopic(f"batch-{i}", 1, 3) for i in range(count)])
     many_per_request = count / (time.perf_counter() - began)
     return {
         "one_per_request_per_s": round(one_per_request, 1),
@@ -228,11 +142,11 @@ def topic_creations(cluster: BenchCluster, count: int) -> dict[str, float]:
     }
 
 
-def metadata_latency(cluster: BenchCluster, node_id: int, calls: int = 100) -> dict[str, float]:
+def metadata_latency(cluster: LocalCluster, node_id: int, calls: int = 100) -> dict[str, float]:
     samples = []
     for _ in range(calls):
         began = time.perf_counter()
-        cluster.metadata(node_id, 10)
+        metadata(cluster, node_id)
         samples.append((time.perf_counter() - began) * 1000)
     samples.sort()
     return {
@@ -241,26 +155,22 @@ def metadata_latency(cluster: BenchCluster, node_id: int, calls: int = 100) -> d
     }
 
 
-def big_cluster(cluster: BenchCluster, partitions: int) -> dict[str, Any]:
-    controller = cluster.wait_all_running()
+def big_cluster(cluster: LocalCluster, partitions: int) -> dict[str, Any]:
+    controller = wait_all_running(cluster)
     began = time.perf_counter()
-    cluster.admin(controller).CreateTopics(
-        pb.CreateTopicsRequest(
-            topics=[pb.NewTopic(name="bench-big", partitions=partitions, replication_factor=3)]
-        ),
-        timeout=300,
-    )
+    with Admin(cluster.nodes[controller].address, request_timeout_s=300) as slow_admin:
+        slow_admin.create_topic("bench-big", partitions, 3)
     created_s = time.perf_counter() - began
     other = next(i for i in cluster.nodes if i != controller)
     before = metadata_latency(cluster, other)
-    for node_id in list(cluster.live()):
-        cluster.kill(node_id)
+    for node in cluster.alive():
+        node.kill()
     began = time.perf_counter()
-    cluster.start()
-    cluster.wait_all_running()
+    cluster.start(wait=False)
+    wait_all_running(cluster)
     restart_s = time.perf_counter() - began
     after = metadata_latency(cluster, other)
-    total = sum(len(t.partitions) for t in cluster.metadata(other).topics)
+    total = sum(len(t.partitions) for t in metadata(cluster, other).topics)
     return {
         "partitions": partitions,
         "partitions_in_cluster": total,
@@ -284,9 +194,9 @@ def summary(samples_ms: list[float]) -> dict[str, float]:
 def run(trials: int, topics: int, partitions: int) -> dict[str, Any]:
     results: dict[str, Any] = {"nodes": 3, "broker_session_timeout_ms": 3000}
     with tempfile.TemporaryDirectory(prefix="headwater-bench-") as root:
-        cluster = BenchCluster(3, Path(root))
+        cluster = bench_cluster_of(3, Path(root))
         try:
-            cluster.start()
+            cluster.start(wait=False)
             results["controller_failover"] = summary(controller_failover(cluster, trials))
             results["leader_failover"] = summary(leader_failover(cluster, trials))
             results["topic_creations"] = topic_creations(cluster, topics)
@@ -336,7 +246,7 @@ class LagSampler:
     """Samples, every 100 ms, the records each follower of ``topic`` lacks (as its
     leaders report them in DescribeTopics)."""
 
-    def __init__(self, cluster: BenchCluster, via: int, topic: str) -> None:
+    def __init__(self, cluster: LocalCluster, via: int, topic: str) -> None:
         self.cluster = cluster
         self.via = via
         self.topic = topic
@@ -354,22 +264,23 @@ class LagSampler:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        admin = self.cluster.admin(self.via)
-        while not self._stop.wait(0.1):
-            try:
-                described = admin.DescribeTopics(
-                    pb.DescribeTopicsRequest(names=[self.topic]), timeout=2
-                )
-            except grpc.RpcError:
-                continue
-            for partition in described.topics[0].partitions:
-                for follower in partition.followers:
-                    if follower.lag_records >= 0:
-                        self.lags.append(follower.lag_records)
-                        self.caught_up_ms.append(follower.caught_up_ms_ago)
+        with Admin(self.cluster.nodes[self.via].address, request_timeout_s=2) as admin:
+            while not self._stop.wait(0.1):
+                try:
+                    (described,) = admin.describe_topics([self.topic])
+                except HeadwaterError:
+                    continue
+                self._note(described)
+
+    def _note(self, described: Any) -> None:
+        for partition in described.partitions:
+            for follower in partition.followers:
+                if follower.lag_records >= 0:
+                    self.lags.append(follower.lag_records)
+                    self.caught_up_ms.append(follower.caught_up_ms_ago)
 
 
-def node_cpu_s(cluster: BenchCluster) -> float:
+def node_cpu_s(cluster: LocalCluster) -> float:
     """CPU seconds (user + system) the cluster's node processes have used so far."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0.0
@@ -383,7 +294,7 @@ def node_cpu_s(cluster: BenchCluster) -> float:
 
 
 def _measured_produce(
-    cluster: BenchCluster, bootstrap: str, records: int, *args: str
+    cluster: LocalCluster, bootstrap: str, records: int, *args: str
 ) -> dict[str, Any]:
     """One produce run, with the node CPU seconds it cost per million records. Runs start
     with no dirty pages: the writeback of the previous run's data (gigabytes, three times
@@ -406,28 +317,18 @@ def run_replication(
     rf1_runs: list[dict[str, Any]] = []
     rf3_runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="headwater-bench-") as root:
-        cluster = BenchCluster(3, Path(root))
+        cluster = bench_cluster_of(3, Path(root))
         try:
-            cluster.start()
-            controller = cluster.wait_all_running()
-            bootstrap = ",".join(n.address for n in cluster.nodes.values())
-            topics = [
-                pb.NewTopic(name="rf1", partitions=partitions, replication_factor=1),
-                pb.NewTopic(
-                    name="rf3",
-                    partitions=partitions,
-                    replication_factor=3,
-                    configs={"min_insync_replicas": "2"},
-                ),
-                pb.NewTopic(
-                    name="rf3-latency",
-                    partitions=1,
-                    replication_factor=3,
-                    configs={"min_insync_replicas": "2"},
-                ),
-            ]
-            cluster.admin(controller).CreateTopics(
-                pb.CreateTopicsRequest(topics=topics), timeout=60
+            cluster.start(wait=False)
+            controller = wait_all_running(cluster)
+            bootstrap = cluster.bootstrap()
+            two = {"min_insync_replicas": "2"}
+            cluster.admin(controller).create_topics(
+                [
+                    NewTopic("rf1", partitions, 1),
+                    NewTopic("rf3", partitions, 3, two),
+                    NewTopic("rf3-latency", 1, 3, two),
+                ]
             )
             common = ["--records", str(records), "--partitions", str(partitions)]
             with LagSampler(cluster, controller, "rf3") as under_load:

@@ -1,0 +1,76 @@
+"""Offsets of many partitions, across topics: earliest, latest, or by timestamp.
+
+One ListOffsets request per topic (per partition for timestamps, which a request carries
+one of), sent to any node (a node that leads none of them forwards to the leaders) and
+retried while leadership moves. Keys are (topic, partition) pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from headwater.client.connection import Cluster
+from headwater.v1 import headwater_pb2 as pb
+
+PartitionKey = tuple[str, int]
+
+
+def list_offsets(
+    cluster: Cluster,
+    partitions: Iterable[PartitionKey],
+    spec: pb.OffsetSpec.ValueType,
+    timestamps: Mapping[PartitionKey, int] | None = None,
+    retry_s: float = 30.0,
+) -> dict[PartitionKey, int]:
+    """{(topic, partition): offset} for ``spec``: the log start (earliest), the high
+    watermark (latest), or, with ``timestamps``, the first offset whose record has a
+    timestamp at or after the partition's timestamp (else the high watermark)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    result: dict[PartitionKey, int] = {}
+    for topic, indexes in by_topic.items():
+        groups = [[i] for i in indexes] if timestamps is not None else [indexes]
+        for group in groups:
+            request = pb.ListOffsetsRequest(
+                topic=topic,
+                partitions=group,
+                spec=spec,
+                timestamp_ms=timestamps[(topic, group[0])] if timestamps is not None else 0,
+            )
+
+            def run(
+                address: str, request: pb.ListOffsetsRequest = request
+            ) -> pb.ListOffsetsResponse:
+                response: pb.ListOffsetsResponse = cluster.broker(address).ListOffsets(
+                    request, timeout=cluster.request_timeout_s
+                )
+                return response
+
+            response = cluster.call_any(run, retry_s=retry_s)
+            result.update({(topic, o.partition): o.offset for o in response.offsets})
+    return result
+
+
+def beginning_offsets(
+    cluster: Cluster, partitions: Iterable[PartitionKey], retry_s: float = 30.0
+) -> dict[PartitionKey, int]:
+    """Each partition's log start offset (the first offset a read can return)."""
+    return list_offsets(cluster, partitions, pb.OFFSET_SPEC_EARLIEST, retry_s=retry_s)
+
+
+def end_offsets(
+    cluster: Cluster, partitions: Iterable[PartitionKey], retry_s: float = 30.0
+) -> dict[PartitionKey, int]:
+    """Each partition's high watermark: the offset after the last record consumers may read."""
+    return list_offsets(cluster, partitions, pb.OFFSET_SPEC_LATEST, retry_s=retry_s)
+
+
+def offsets_for_times(
+    cluster: Cluster, timestamps: Mapping[PartitionKey, int], retry_s: float = 30.0
+) -> dict[PartitionKey, int]:
+    """Each partition's first offset with a timestamp at or after its entry in
+    ``timestamps`` (milliseconds since the epoch), else its high watermark."""
+    return list_offsets(
+        cluster, list(timestamps), pb.OFFSET_SPEC_TIMESTAMP, timestamps, retry_s=retry_s
+    )
