@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[server,spark,dev]'
 	@# pyspark finds data sources by walking sys.path for pyspark_* modules, which an
 	@# editable install's import hook hides: put the discovery module's folder on the path.
 	$(BIN)/python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'headwater-spark-discovery.pth').write_text(str(pathlib.Path('sparkconnector/discovery').resolve()) + '\n')"

@@ -26,6 +26,14 @@ from headwater.errors import HeadwaterError
 from headwater.lazy_commands import LazyGroup
 
 F = TypeVar("F", bound=Callable[..., Any])
+EXTRA_OF_MODULE = {
+    "pysyncobj": "server",
+    "cryptography": "server",
+    "grpc_reflection": "server",
+    "pyspark": "spark",
+}
+"""Packages of the install extras (pyproject.toml): a command that needs a missing one
+names the extra to install."""
 _out = Console(highlight=False)
 
 
@@ -45,6 +53,14 @@ class ErrorReportingGroup(LazyGroup):
             fail(str(error))
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
+        except ModuleNotFoundError as missing:
+            extra = EXTRA_OF_MODULE.get((missing.name or "").partition(".")[0])
+            if extra is None:
+                raise
+            fail(
+                f"this command needs the {extra} extra: pip install 'headwater[{extra}]' "
+                f"(module {missing.name} is not installed)"
+            )
         except KeyboardInterrupt:
             sys.exit(130)
         except BrokenPipeError:
