@@ -33,6 +33,7 @@ from headwater.log.api import PartitionLog
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import ControllerDriver, not_controller
 from headwater.node.log_manager import LogManager, now_ms
+from headwater.node.metadata_answers import partition_fields
 from headwater.node.partition import Partition
 from headwater.node.peers import (
     FORWARDED,
@@ -42,7 +43,7 @@ from headwater.node.peers import (
     is_local_only,
     peer_error,
 )
-from headwater.node.service import partition_fields, rpc_handler
+from headwater.node.service import rpc_handler
 from headwater.raft import decisions
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.v1 import headwater_pb2 as pb

@@ -27,7 +27,8 @@ from headwater.node.controller import LEADER_FALLBACK_ELECTIONS, ControllerDrive
 from headwater.node.controller_service import ControllerService
 from headwater.node.log_manager import DataDirError, LogManager, now_ms
 from headwater.node.peers import Peers
-from headwater.node.replica_manager import ReplicaManager, ReplicaService
+from headwater.node.replica_manager import ReplicaManager
+from headwater.node.replica_service import ReplicaService
 from headwater.node.service import BrokerService
 from headwater.raft.image import MetadataImage
 from headwater.raft.quorum import (

@@ -7,6 +7,11 @@ response. Operating errors
 become gRPC statuses in ``headwater.grpc_errors``; anything unexpected is logged here
 with its traceback and reaches the client as UNKNOWN_SERVER_ERROR without one.
 
+The handlers delegate the parts that do not depend on the request's routing: forwarding
+to a partition's leader (``headwater.node.forwarding``), the server-side encoding of plain
+records and decoding of batches (``headwater.node.record_encoding``), and the Metadata
+answers with their per-image cache (``headwater.node.metadata_answers``).
+
 Every handler runs on the node's asyncio event loop (grpc.aio), so a produced batch
 reaches a waiting fetch without crossing threads. Work done on the loop is short and
 bounded: batch validation, page-cache writes and preads of at most fetch_bytes_max.
@@ -25,20 +30,20 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, TypeVar
 
 import grpc
-import pyarrow.compute as pc
 
-from headwater.cancellation import task_is_stopping
-from headwater.client.partitioner import partition_for_key
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import abort
 from headwater.log import batch as batch_format
 from headwater.node.cluster_state import ClusterState
+from headwater.node.forwarding import Forwarder
 from headwater.node.limits import LongCallSlots, StreamBudget
 from headwater.node.log_manager import LogManager, now_ms
+from headwater.node.metadata_answers import MetadataAnswers
 from headwater.node.partition import Partition
-from headwater.node.peers import FORWARDED, Peers, is_forwarded, peer_error
-from headwater.raft.image import MetadataImage, PartitionState, TopicImage, image_digest
+from headwater.node.peers import Peers, is_forwarded
+from headwater.node.record_encoding import decoded_records, encode_records
+from headwater.raft.image import MetadataImage, TopicImage
 from headwater.raft.records import NO_LEADER
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -94,24 +99,11 @@ class BrokerService(pb_grpc.BrokerServicer):
         self.config = config
         self.logs = logs
         self.state = state
-        self.peers = peers
+        self.forwarding = Forwarder(config, peers)
         self.long_calls = LongCallSlots(config.streams_per_connection_max, config.streams_max)
-        self.quorum_status = quorum_status
+        self.metadata_answers = MetadataAnswers(config.node_id, quorum_status)
         self.may_lead = may_lead
         self._round_robin = itertools.count()
-        # TopicMetadata messages built from the image at offset _metadata_offset.
-        self._metadata_offset = -1
-        self._metadata_cache: dict[str, pb.TopicMetadata] = {}
-
-    def _topic_metadata(self, image: MetadataImage, topic: TopicImage) -> pb.TopicMetadata:
-        """Built once per image (a 3,000-partition topic costs ~10 ms to build)."""
-        if image.offset != self._metadata_offset:
-            self._metadata_offset = image.offset
-            self._metadata_cache = {}
-        cached = self._metadata_cache.get(topic.name)
-        if cached is None:
-            cached = self._metadata_cache[topic.name] = _topic_metadata(topic)
-        return cached
 
     # ------------------------------------------------------------------ routing
 
@@ -161,23 +153,6 @@ class BrokerService(pb_grpc.BrokerServicer):
                 f"partition {index} of {topic.name!r} is becoming led by this node; retry",
             )
         return local
-
-    def _leader_address(
-        self, image: MetadataImage, topic: TopicImage, index: int, forwarded: bool
-    ) -> str:
-        leader = topic.partitions[index].leader
-        if forwarded:
-            raise HeadwaterError(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                f"node {self.config.node_id} does not lead partition {index} of {topic.name!r} "
-                f"(the leader is node {leader}); refresh metadata",
-            )
-        address = image.broker_address(leader)
-        if not address:
-            raise HeadwaterError(
-                ErrorCode.LEADER_NOT_AVAILABLE, f"the leader of partition {index} is unknown"
-            )
-        return address
 
     # ------------------------------------------------------------------ Produce
 
@@ -331,33 +306,9 @@ class BrokerService(pb_grpc.BrokerServicer):
         local = await self._leader_replica(image, topic, index)
         if local is not None:
             return await self._append(local, batch, request)
-        return _resolved(await self._forward(image, topic, index, batch, request, forwarded))
-
-    async def _forward(
-        self,
-        image: MetadataImage,
-        topic: TopicImage,
-        index: int,
-        batch: bytes,
-        request: pb.ProduceRequest,
-        forwarded: bool,
-    ) -> pb.PartitionProduceResult:
-        address = self._leader_address(image, topic, index, forwarded)
-        forward = pb.ProduceRequest(
-            topic=topic.name,
-            partition=index,
-            batch=batch,
-            acks=request.acks,
-            timeout_ms=request.timeout_ms,
-            deadline_unix_ms=request.deadline_unix_ms,
+        return _resolved(
+            await self.forwarding.produce(image, topic, index, batch, request, forwarded)
         )
-        try:
-            response = await self.peers.broker(address).Produce(
-                forward, metadata=FORWARDED, timeout=self.peers.timeout_s
-            )
-        except grpc.RpcError as error:
-            raise peer_error(error, address) from None
-        return response.results[0]
 
     async def _append(
         self, partition: Partition, batch: bytes, request: pb.ProduceRequest
@@ -400,7 +351,9 @@ class BrokerService(pb_grpc.BrokerServicer):
     def _encode_records(
         self, request: pb.ProduceRequest, partitions: int, topic: TopicImage
     ) -> dict[int, bytes]:
-        """Plain records, grouped by target partition and encoded as one batch each."""
+        """Check the request's plain records and choose the partition of its keyless ones
+        (the next in turn when the request leaves it to the broker), then group and encode
+        them (``record_encoding.encode_records``)."""
         records = request.records.records
         if not records:
             raise _invalid("`records` is empty; send at least one record")
@@ -412,42 +365,10 @@ class BrokerService(pb_grpc.BrokerServicer):
             )
         if request.partition != -1:
             topic.check_partition(request.partition)
-        groups: dict[int, list[pb.Record]] = {}
         keyless_target = (
             request.partition if request.partition != -1 else next(self._round_robin) % partitions
         )
-        for record in records:
-            if request.partition != -1:
-                target = request.partition
-            elif record.HasField("key"):
-                target = partition_for_key(record.key, partitions)
-            else:
-                target = keyless_target
-            groups.setdefault(target, []).append(record)
-        now = now_ms()
-        stamps = [r.timestamp_ms if r.HasField("timestamp_ms") else now for r in records]
-        if max(stamps) - min(stamps) >= 1 << 31:
-            raise HeadwaterError(
-                ErrorCode.INVALID_TIMESTAMP,
-                f"record timestamps {min(stamps)}..{max(stamps)} (the current time for records "
-                "without one) span 2^31 ms (24.8 days) or more; one batch cannot hold them: "
-                "send such records in separate requests",
-            )
-        return {
-            target: batch_format.encode_batch(
-                [r.value if r.HasField("value") else None for r in group],
-                keys=[r.key if r.HasField("key") else None for r in group],
-                headers=[
-                    [(h.key, h.value if h.HasField("value") else None) for h in r.headers]
-                    for r in group
-                ],
-                timestamps_ms=[
-                    r.timestamp_ms if r.HasField("timestamp_ms") else now for r in group
-                ],
-                compression=batch_format.Compression(request.compression),
-            )
-            for target, group in groups.items()
-        }
+        return encode_records(request, partitions, keyless_target, now_ms())
 
     # ------------------------------------------------------------------ Fetch
 
@@ -465,16 +386,10 @@ class BrokerService(pb_grpc.BrokerServicer):
                 return await self._fetch(local, request, request.offset)
             with self.long_calls.hold(context.peer(), is_forwarded(context)):
                 return await self._fetch(local, request, request.offset)
-        address = self._leader_address(image, topic, request.partition, is_forwarded(context))
-        try:
-            response: pb.FetchResponse = await self.peers.broker(address).Fetch(
-                request,
-                metadata=FORWARDED,
-                timeout=self.peers.timeout_s + request.max_wait_ms / 1000,
-            )
-        except grpc.RpcError as error:
-            raise peer_error(error, address) from None
-        return response
+        address = self.forwarding.leader_address(
+            image, topic, request.partition, is_forwarded(context)
+        )
+        return await self.forwarding.fetch(address, request)
 
     async def FetchStream(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -498,8 +413,10 @@ class BrokerService(pb_grpc.BrokerServicer):
         topic.check_partition(request.partition)
         local = await self._leader_replica(image, topic, request.partition)
         if local is None:
-            address = self._leader_address(image, topic, request.partition, is_forwarded(context))
-            async for response in self._proxy_fetch_stream(address, request):
+            address = self.forwarding.leader_address(
+                image, topic, request.partition, is_forwarded(context)
+            )
+            async for response in self.forwarding.fetch_stream(address, request):
                 yield response
             return
         offset = request.offset
@@ -507,26 +424,6 @@ class BrokerService(pb_grpc.BrokerServicer):
             response = await self._fetch(local, request, offset)
             offset = response.next_offset
             yield response
-
-    async def _proxy_fetch_stream(
-        self, address: str, request: pb.FetchRequest
-    ) -> AsyncIterator[pb.FetchResponse]:
-        call = self.peers.broker(address).FetchStream(request, metadata=FORWARDED)
-        try:
-            async for response in call:
-                yield response
-        except grpc.RpcError as error:
-            raise peer_error(error, address) from None
-        except asyncio.CancelledError:
-            if task_is_stopping():
-                raise  # the client went away
-            # grpc.aio raises CancelledError for a call cancelled under it: the client
-            # gets a retriable error, not a stream that looks cancelled by itself.
-            raise HeadwaterError(
-                ErrorCode.BROKER_NOT_AVAILABLE, f"the fetch stream from node at {address} ended"
-            ) from None
-        finally:
-            call.cancel()
 
     def _check_fetch(self, request: pb.FetchRequest) -> None:
         config = self.config
@@ -571,7 +468,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             next_offset=result.next_offset,
         )
         if request.format == pb.RECORD_FORMAT_RECORDS:
-            response.decoded.extend(_decoded_records(result.data, offset))
+            response.decoded.extend(decoded_records(result.data, offset))
         else:
             response.records = result.data
         return response
@@ -603,23 +500,12 @@ class BrokerService(pb_grpc.BrokerServicer):
             topic.check_partition(index)
             local = await self._leader_replica(image, topic, index)
             if local is None:
-                address = self._leader_address(image, topic, index, is_forwarded(context))
+                address = self.forwarding.leader_address(image, topic, index, is_forwarded(context))
                 remote.setdefault(address, []).append(index)
             else:
                 found[index] = _offset_of(local, request)
         for address, subset in remote.items():
-            forward = pb.ListOffsetsRequest(
-                topic=request.topic,
-                partitions=subset,
-                spec=request.spec,
-                timestamp_ms=request.timestamp_ms,
-            )
-            try:
-                answer = await self.peers.broker(address).ListOffsets(
-                    forward, metadata=FORWARDED, timeout=self.peers.timeout_s
-                )
-            except grpc.RpcError as error:
-                raise peer_error(error, address) from None
+            answer = await self.forwarding.list_offsets(address, request, subset)
             found.update({o.partition: o for o in answer.offsets})
         return pb.ListOffsetsResponse(offsets=[found[i] for i in indexes])
 
@@ -631,29 +517,10 @@ class BrokerService(pb_grpc.BrokerServicer):
     ) -> pb.MetadataResponse:
         image = self.state.image
         names = list(request.topics) or sorted(image.topics)
-        topics = [self._topic_metadata(image, self._topic(image, name)) for name in names]
-        brokers = [
-            pb.BrokerInfo(
-                node_id=b.node_id,
-                address=b.address,
-                rack=b.rack,
-                state=b.state,
-                broker_epoch=b.broker_epoch,
-            )
-            for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
+        topics = [
+            self.metadata_answers.topic_metadata(image, self._topic(image, name)) for name in names
         ]
-        term, commit_index = self.quorum_status()
-        return pb.MetadataResponse(
-            brokers=brokers,
-            controller_id=image.controller_id,
-            cluster_id=image.cluster_id,
-            topics=topics,
-            raft_term=term,
-            raft_commit_index=commit_index,
-            metadata_offset=image.offset,
-            node_id=self.config.node_id,
-            metadata_digest=image_digest(image) if request.include_digest else b"",
-        )
+        return self.metadata_answers.response(image, topics, request.include_digest)
 
 
 def _offset_of(partition: Partition, request: pb.ListOffsetsRequest) -> pb.PartitionOffset:
@@ -669,52 +536,6 @@ def _offset_of(partition: Partition, request: pb.ListOffsetsRequest) -> pb.Parti
         else:
             offset = partition.high_watermark
     return pb.PartitionOffset(partition=partition.index, offset=offset, timestamp_ms=timestamp)
-
-
-def partition_fields(p: PartitionState) -> dict[str, Any]:
-    """The fields PartitionMetadata and PartitionDescription share, from the image."""
-    return {
-        "partition": p.partition,
-        "leader": p.leader,
-        "leader_epoch": p.leader_epoch,
-        "replicas": p.replicas,
-        "isr": p.isr,
-        "partition_epoch": p.partition_epoch,
-        "adding_replicas": p.adding_replicas,
-        "removing_replicas": p.removing_replicas,
-    }
-
-
-def _topic_metadata(topic: TopicImage) -> pb.TopicMetadata:
-    return pb.TopicMetadata(
-        name=topic.name,
-        topic_id=topic.topic_id,
-        partitions=[pb.PartitionMetadata(**partition_fields(p)) for p in topic.partitions],
-    )
-
-
-def _decoded_records(data: bytes, first_offset: int) -> list[pb.ConsumedRecord]:
-    out = []
-    for decoded in batch_format.decode_batches(data):
-        records = decoded.records
-        if decoded.header.base_offset < first_offset:
-            records = records.filter(pc.greater_equal(records.column("offset"), first_offset))
-        for row, stamp in zip(
-            batch_format.rows_without_timestamps(records),
-            batch_format.timestamps_ms(records),
-            strict=True,
-        ):
-            record = pb.ConsumedRecord(
-                offset=row["offset"],
-                timestamp_ms=stamp,
-                headers=[pb.Header(key=h["key"], value=h["value"]) for h in row["headers"] or []],
-            )
-            if row["key"] is not None:
-                record.key = row["key"]
-            if row["value"] is not None:
-                record.value = row["value"]
-            out.append(record)
-    return out
 
 
 def _resolved(result: pb.PartitionProduceResult) -> asyncio.Future[pb.PartitionProduceResult]:

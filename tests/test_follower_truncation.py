@@ -25,8 +25,10 @@ from headwater.log import batch as batch_format
 from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
 from headwater.node import replication
+from headwater.node.follower_fetcher import LeaderFetcher
 from headwater.node.partition import Partition
-from headwater.node.replica_manager import LeaderFetcher, ReplicaManager, ReplicaService
+from headwater.node.replica_manager import ReplicaManager
+from headwater.node.replica_service import ReplicaService
 from headwater.raft.image import BrokerState, MetadataImage, PartitionState
 from headwater.v1 import headwater_pb2 as pb
 

@@ -1,0 +1,88 @@
+"""Server-side record encoding of the ``headwater.v1.Broker`` servicer, for thin clients
+that send and read plain records instead of encoded batches (pure: no I/O, no clock).
+
+Produce with ``records``: the records are grouped by target partition (the request's
+partition when it names one; otherwise a keyed record goes by its key's hash,
+``headwater.client.partitioner``, and a keyless one to the partition the caller chose for
+the request's keyless records) and each group is encoded as one batch
+(``headwater.log.batch``), which the caller then validates and appends like a batch a
+client encoded. A record without a timestamp gets the time the caller passes in; the
+timestamps of one request must span less than 2^31 ms, the most one batch can hold.
+
+Fetch with ``RECORD_FORMAT_RECORDS``: the stored batches read for the request are decoded
+into ``ConsumedRecord`` messages, leaving out the records of the first batch that come
+before the fetch offset.
+
+The caller (``headwater.node.service``) checks the request's fields first; these
+functions run on its thread, the node's event loop.
+"""
+
+from __future__ import annotations
+
+import pyarrow.compute as pc
+
+from headwater.client.partitioner import partition_for_key
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log import batch as batch_format
+from headwater.v1 import headwater_pb2 as pb
+
+
+def encode_records(
+    request: pb.ProduceRequest, partitions: int, keyless_target: int, now: int
+) -> dict[int, bytes]:
+    """Plain records, grouped by target partition and encoded as one batch each."""
+    records = request.records.records
+    groups: dict[int, list[pb.Record]] = {}
+    for record in records:
+        if request.partition != -1:
+            target = request.partition
+        elif record.HasField("key"):
+            target = partition_for_key(record.key, partitions)
+        else:
+            target = keyless_target
+        groups.setdefault(target, []).append(record)
+    stamps = [r.timestamp_ms if r.HasField("timestamp_ms") else now for r in records]
+    if max(stamps) - min(stamps) >= 1 << 31:
+        raise HeadwaterError(
+            ErrorCode.INVALID_TIMESTAMP,
+            f"record timestamps {min(stamps)}..{max(stamps)} (the current time for records "
+            "without one) span 2^31 ms (24.8 days) or more; one batch cannot hold them: "
+            "send such records in separate requests",
+        )
+    return {
+        target: batch_format.encode_batch(
+            [r.value if r.HasField("value") else None for r in group],
+            keys=[r.key if r.HasField("key") else None for r in group],
+            headers=[
+                [(h.key, h.value if h.HasField("value") else None) for h in r.headers]
+                for r in group
+            ],
+            timestamps_ms=[r.timestamp_ms if r.HasField("timestamp_ms") else now for r in group],
+            compression=batch_format.Compression(request.compression),
+        )
+        for target, group in groups.items()
+    }
+
+
+def decoded_records(data: bytes, first_offset: int) -> list[pb.ConsumedRecord]:
+    out = []
+    for decoded in batch_format.decode_batches(data):
+        records = decoded.records
+        if decoded.header.base_offset < first_offset:
+            records = records.filter(pc.greater_equal(records.column("offset"), first_offset))
+        for row, stamp in zip(
+            batch_format.rows_without_timestamps(records),
+            batch_format.timestamps_ms(records),
+            strict=True,
+        ):
+            record = pb.ConsumedRecord(
+                offset=row["offset"],
+                timestamp_ms=stamp,
+                headers=[pb.Header(key=h["key"], value=h["value"]) for h in row["headers"] or []],
+            )
+            if row["key"] is not None:
+                record.key = row["key"]
+            if row["value"] is not None:
+                record.value = row["value"]
+            out.append(record)
+    return out
