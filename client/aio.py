@@ -7,8 +7,10 @@ event loop, for latency-sensitive programs (``headwater bench e2e`` uses them).
 
 AsyncProducer: records of a partition accumulate while a request of that partition is in
 flight (one at a time, so records are stored in send order) and leave as one batch when
-it is answered. Records sent in the same loop iteration leave together. Errors fail the
-records' futures (no retries: callers that want them use the threaded Producer).
+it is answered. Records sent in the same loop iteration leave together. Retries, limits
+and errors are the threaded Producer's (the retry decisions are one pure policy,
+``headwater.client.retry``); tests/test_client_engines.py runs one behaviour suite
+against both.
 
 AsyncConsumer: one FetchStream per assigned partition, each read by a task into one
 bounded asyncio queue; ``poll`` waits on that queue. A stream that ends or fails with a
@@ -46,17 +48,21 @@ from headwater.client.connection import (
 )
 from headwater.client.consumer import FetchedBatch, PollResult, TopicPartition, fetched_from
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
-from headwater.client.producer import OUTCOME_UNKNOWN, RecordMetadata, parse_acks
+from headwater.client.producer import (
+    RECORD_OVERHEAD_BYTES,
+    RecordMetadata,
+    check_producer_limits,
+    parse_acks,
+)
+from headwater.client.retry import OUTCOME_UNKNOWN, RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
-from headwater.log.batch import Compression, encode_batch
+from headwater.log.batch import Compression, HeaderPairs, encode_batch
 from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 ARRIVALS_MAX: Final = 64
-# Margin for node clocks behind this client's, added to a failed request's append deadline.
-CLOCK_MARGIN_MS: Final = 100
 # flush() polls at this period while a partition waits out a failed request's deadline.
 FLUSH_POLL_S: Final = 0.005
 # How long a partition's reader retries a stream that keeps failing without progress.
@@ -72,13 +78,16 @@ _OPTIONS: Final = [
 class _Router:
     """Where each partition's requests go: its leader's address, from Metadata asked of
     the bootstrap node (cached per topic until ``invalidate``), and one channel per node.
-    A partition without a leader goes to the bootstrap node, which forwards or explains."""
+    A partition without a leader goes to the bootstrap node, which forwards or explains.
+    An invalidated layout is kept as stale: when the metadata cannot be had (the node is
+    down), the stale layout still routes, so sends queue and retries go on."""
 
     def __init__(self, bootstrap_address: str, timeout_s: float) -> None:
         self.bootstrap_address = bootstrap_address
         self.timeout_s = timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._layouts: dict[str, list[str]] = {}  # topic -> leader address by partition
+        self._stale: dict[str, list[str]] = {}  # invalidated layouts, the fallback
 
     def stub(self, address: str) -> pb_grpc.BrokerAsyncStub:
         channel = self._channels.get(address)
@@ -87,7 +96,8 @@ class _Router:
         return pb_grpc.BrokerStub(channel)
 
     async def leaders(self, topic: str) -> list[str]:
-        """The leader address of each partition of ``topic`` (its length: the count)."""
+        """The leader address of each partition of ``topic`` (its length: the count).
+        Raises when the topic's metadata cannot be had and none was known before."""
         layout = self._layouts.get(topic)
         if layout is None:
             try:
@@ -95,15 +105,21 @@ class _Router:
                     pb.MetadataRequest(topics=[topic]), timeout=self.timeout_s
                 )
             except grpc.RpcError as exc:
+                stale = self._stale.get(topic)
+                if stale is not None:
+                    return stale
                 raise from_rpc_error(exc, topic) from None
             (described,) = response.topics
             leaders = partition_leaders(described, broker_addresses(response))
             layout = [address or self.bootstrap_address for address in leaders]
             self._layouts[topic] = layout
+            self._stale.pop(topic, None)
         return layout
 
     def invalidate(self, topic: str) -> None:
-        self._layouts.pop(topic, None)
+        layout = self._layouts.pop(topic, None)
+        if layout is not None:
+            self._stale[topic] = layout
 
     async def close(self) -> None:
         for channel in self._channels.values():
@@ -112,57 +128,105 @@ class _Router:
 
 
 @dataclass(slots=True)
+class _Batch:
+    """Records of one partition encoded as one batch, from their first attempt until they
+    are acknowledged or fail for good."""
+
+    slot: tuple[str, int]
+    payload: bytes
+    futures: list[asyncio.Future[RecordMetadata]]
+    stamps: list[int]
+    size: int  # bytes of the producer's buffer its records hold
+    delivery_deadline_s: float  # monotonic: no retry after it
+    retries: int = 0
+    # ProduceRequest.deadline_unix_ms of the latest attempt: no node appends it later.
+    append_deadline_unix_ms: int = 0
+    sent_s: float = 0.0  # monotonic time of the latest attempt
+
+
+@dataclass(slots=True)
 class _ProduceStream:
-    """One ProduceStream to a node: its outgoing requests and, in order, what each answer
-    settles."""
+    """One ProduceStream to a node: its outgoing requests and, in order, the batch each
+    answer settles."""
 
     call: grpc.aio.StreamStreamCall[pb.ProduceRequest, pb.ProduceResponse]
     outgoing: asyncio.Queue[pb.ProduceRequest | None]
-    answers: deque[tuple[tuple[str, int], list[asyncio.Future[RecordMetadata]], list[int]]]
+    answers: deque[_Batch]
     reader: asyncio.Task[None] | None = None
+    watchdog: asyncio.TimerHandle | None = None
 
 
 @dataclass(slots=True)
 class _PartitionQueue:
-    """Records waiting for a partition, and whether a request of it is in flight."""
+    """Records waiting for a partition, and the batch of it in flight or waiting to be
+    retried (one at a time: records are stored in send order, retries included)."""
 
     values: list[bytes | None] = field(default_factory=list)
     keys: list[bytes | None] = field(default_factory=list)
+    headers: list[HeaderPairs | None] | None = None  # None until a record has headers
     stamps: list[int] = field(default_factory=list)
     futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
-    in_flight: bool = False
+    size: int = 0
+    first_queued_s: float = 0.0
+    in_flight: bool = False  # a batch is sent, waiting for its retry, or waiting out a deadline
     scheduled: bool = False
-    # ProduceRequest.deadline_unix_ms of the request in flight; after a failure whose
-    # outcome is unknown, the next request waits until it has passed (send order).
+    retry: _Batch | None = None
+    # The append deadline of the batch that failed last with an unknown outcome: the next
+    # batch is not sent before it has passed (send order).
     append_deadline_unix_ms: int = 0
 
 
 class AsyncProducer:
+    """Options, limits, retries and errors as the threaded Producer's (see its module):
+    ``retries`` with exponential backoff within ``delivery_timeout_ms``, a retry after an
+    unknown outcome only once the failed attempt's append deadline has passed, at most
+    ``buffer_bytes_max`` bytes of records waiting (``send`` waits up to ``max_block_ms``
+    for room, then raises REQUEST_TIMED_OUT). There is no ``linger_ms``: records sent while
+    their partition has a batch in flight leave together when it is answered."""
+
     def __init__(
         self,
         bootstrap: str | Sequence[str] | None = None,
         *,
         acks: str | int = "all",
         compression: str = "none",
+        retries: int = 10,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1000,
+        delivery_timeout_ms: int = 120_000,
         request_timeout_ms: int = 30_000,
+        buffer_bytes_max: int = 256 << 20,
+        max_block_ms: int = 60_000,
         append_timeout_ms: int = 5_000,
     ) -> None:
-        if append_timeout_ms < 1:
-            raise HeadwaterError(
-                ErrorCode.INVALID_CONFIG, f"append_timeout_ms is {append_timeout_ms}; must be >= 1"
-            )
+        check_producer_limits(
+            append_timeout_ms=append_timeout_ms,
+            retries=retries,
+            request_timeout_ms=request_timeout_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+            buffer_bytes_max=buffer_bytes_max,
+            max_block_ms=max_block_ms,
+        )
         self.address = resolve_bootstrap(bootstrap)[0]
         self.append_timeout_ms = min(append_timeout_ms, request_timeout_ms)
         self.acks = parse_acks(acks)
         self.compression = Compression.parse(compression)
         self.timeout_s = request_timeout_ms / 1000
+        self.retry = RetryPolicy(retries, retry_backoff_ms, retry_backoff_max_ms)
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self.buffer_bytes_max = buffer_bytes_max
+        self.max_block_s = max_block_ms / 1000
         self._router = _Router(self.address, self.timeout_s)
         self._streams: dict[str, _ProduceStream] = {}
         self._leaders: dict[tuple[str, int], str] = {}  # where each in-use partition goes
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
+        self._rng = random.Random()
         # Keyless records stick to a partition until its batch leaves (Kafka's KIP-480).
-        self._sticky = StickyPartitioner(random.Random())
+        self._sticky = StickyPartitioner(self._rng)
         self._partition_counts: dict[str, int] = {}
+        self._buffered_bytes = 0
+        self._room = asyncio.Event()
+        self._closing = False
 
     async def __aenter__(self) -> AsyncProducer:
         return self
@@ -175,7 +239,9 @@ class AsyncProducer:
         topic: str,
         value: bytes | None,
         key: bytes | None = None,
+        headers: HeaderPairs | None = None,
         partition: int | None = None,
+        timestamp_ms: int | None = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; await the returned future for its metadata."""
         leaders = await self._router.leaders(topic)
@@ -188,18 +254,52 @@ class AsyncProducer:
             )
         else:
             check_partition(topic, partition, count)
+        size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0)
+        if key is not None:
+            size += len(key)
+        await self._reserve(size)
         slot = (topic, partition)
         self._leaders[slot] = leaders[partition]
         queue = self._queues.setdefault(slot, _PartitionQueue())
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        if not queue.values:
+            queue.first_queued_s = time.monotonic()
+        if headers and queue.headers is None:
+            queue.headers = [None] * len(queue.values)
+        if queue.headers is not None:
+            queue.headers.append(headers)
         queue.values.append(value)
         queue.keys.append(key)
-        queue.stamps.append(time.time_ns() // 1_000_000)
+        queue.stamps.append(time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms)
         queue.futures.append(future)
+        queue.size += size
         if not queue.in_flight and not queue.scheduled:
             queue.scheduled = True  # records sent in this loop iteration leave together
             asyncio.get_running_loop().call_soon(self._dispatch, slot)
         return future
+
+    async def _reserve(self, size: int) -> None:
+        """Wait until ``size`` more bytes fit the buffer (an oversized record is let in
+        when the buffer is empty), for up to ``max_block_ms``."""
+        if self._closing:
+            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "producer is closed")
+        deadline = time.monotonic() + self.max_block_s
+        while self._buffered_bytes + size > self.buffer_bytes_max and self._buffered_bytes > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise HeadwaterError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"producer buffer full ({self._buffered_bytes} of {self.buffer_bytes_max} "
+                    f"bytes) for max_block_ms={int(self.max_block_s * 1000)}",
+                )
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), remaining)
+        self._buffered_bytes += size
+
+    def _release(self, size: int) -> None:
+        self._buffered_bytes -= size
+        self._room.set()
 
     def _stream(self, address: str) -> _ProduceStream:
         """The live ProduceStream to ``address``, opened (again) when needed."""
@@ -212,64 +312,147 @@ class AsyncProducer:
         return stream
 
     def _dispatch(self, slot: tuple[str, int]) -> None:
+        """Send the partition's waiting records as one batch, unless one is in flight."""
         queue = self._queues[slot]
         queue.scheduled = False
         if queue.in_flight or not queue.values:
             return
-        values, keys, stamps, futures = queue.values, queue.keys, queue.stamps, queue.futures
-        queue.values, queue.keys, queue.stamps, queue.futures = [], [], [], []
+        values, keys, headers = queue.values, queue.keys, queue.headers
+        stamps, futures, size = queue.stamps, queue.futures, queue.size
+        queue.values, queue.keys, queue.headers, queue.stamps = [], [], None, []
+        queue.futures, queue.size = [], 0
         self._sticky.on_batch_sent(slot[0], slot[1], self._partition_counts.get(slot[0], 1))
         try:
-            batch = encode_batch(
-                values, keys=keys, timestamps_ms=stamps, compression=self.compression
+            payload = encode_batch(
+                values,
+                keys=keys,
+                headers=headers,
+                timestamps_ms=stamps,
+                compression=self.compression,
             )
         except ValueError as exc:
             _fail(futures, HeadwaterError(ErrorCode.INVALID_RECORD, str(exc)))
+            self._release(size)
             return
+        deadline_s = queue.first_queued_s + self.delivery_timeout_s
+        self._send(_Batch(slot, payload, futures, stamps, size, deadline_s))
+
+    def _send(self, batch: _Batch) -> None:
+        """Send one attempt of ``batch`` to its partition's leader."""
+        slot = batch.slot
+        queue = self._queues[slot]
         queue.in_flight = True
-        queue.append_deadline_unix_ms = time.time_ns() // 1_000_000 + self.append_timeout_ms
+        batch.sent_s = time.monotonic()
+        batch.append_deadline_unix_ms = time.time_ns() // 1_000_000 + self.append_timeout_ms
         request = pb.ProduceRequest(
             topic=slot[0],
             partition=slot[1],
-            batch=batch,
+            batch=batch.payload,
             acks=self.acks,
             timeout_ms=int(self.timeout_s * 1000),
-            deadline_unix_ms=queue.append_deadline_unix_ms,
+            deadline_unix_ms=batch.append_deadline_unix_ms,
         )
         stream = self._stream(self._leaders[slot])
-        stream.answers.append((slot, futures, stamps))
+        stream.answers.append(batch)
         stream.outgoing.put_nowait(request)  # at most one request per partition waits here
+        if stream.watchdog is None:
+            self._watch(stream)
+
+    def _watch(self, stream: _ProduceStream) -> None:
+        """Cancel ``stream`` once its oldest request has waited ``request_timeout_ms`` for
+        an answer (a node that stopped answering): its batches fail with a retriable
+        error whose outcome is unknown, and are retried."""
+        stream.watchdog = None
+        if stream.call.done() or not stream.answers:
+            return
+        waited_s = time.monotonic() - stream.answers[0].sent_s
+        if waited_s >= self.timeout_s:
+            stream.call.cancel()
+            return
+        stream.watchdog = asyncio.get_running_loop().call_later(
+            self.timeout_s - waited_s, self._watch, stream
+        )
 
     async def _read(self, address: str, stream: _ProduceStream) -> None:
         error: HeadwaterError
         try:
             async for response in stream.call:
-                slot, futures, stamps = stream.answers.popleft()
+                batch = stream.answers.popleft()
                 if response.error_code != pb.NONE:
                     failure = HeadwaterError(ErrorCode(response.error_code), response.error_message)
-                    if failure.retriable:  # e.g. the leader moved: ask again next time
-                        self._router.invalidate(slot[0])
-                    _fail(futures, failure)
-                    if failure.code in OUTCOME_UNKNOWN:
-                        self._settled(slot, outcome_known=False)
-                        continue
-                else:
-                    base = response.results[0].base_offset
-                    for i, (future, stamp) in enumerate(zip(futures, stamps, strict=True)):
-                        if not future.done():
-                            future.set_result(RecordMetadata(slot[0], slot[1], base + i, stamp))
-                self._settled(slot)
+                    self._failed(batch, failure, answered=True)
+                    continue
+                base = response.results[0].base_offset
+                topic, partition = batch.slot
+                for i, (future, stamp) in enumerate(zip(batch.futures, batch.stamps, strict=True)):
+                    if not future.done():
+                        future.set_result(RecordMetadata(topic, partition, base + i, stamp))
+                self._release(batch.size)
+                self._settled(batch.slot)
             error = HeadwaterError(ErrorCode.NETWORK_EXCEPTION, f"{address}: produce stream closed")
         except grpc.RpcError as exc:
             error = from_rpc_error(exc, address)
+        except asyncio.CancelledError:
+            if task_is_stopping():
+                raise
+            # grpc.aio raises CancelledError for a call cancelled under it (the watchdog).
+            error = HeadwaterError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{address}: no answer within request_timeout_ms={int(self.timeout_s * 1000)}",
+            )
         while stream.answers:
-            slot, futures, _stamps = stream.answers.popleft()
-            self._router.invalidate(slot[0])
-            _fail(futures, error)
-            self._settled(slot, outcome_known=False)
+            self._failed(stream.answers.popleft(), error, answered=False)
+
+    def _failed(self, batch: _Batch, error: HeadwaterError, answered: bool) -> None:
+        """An attempt of ``batch`` failed: retry it (before anything queued after it) or
+        fail its records (RetryPolicy.retry_after_s decides)."""
+        if error.retriable:  # e.g. the leader moved: ask again
+            self._router.invalidate(batch.slot[0])
+        now_unix_ms = time.time_ns() // 1_000_000
+        wait_s = None
+        if self.acks != pb.ACKS_NONE and not self._closing:
+            wait_s = self.retry.retry_after_s(
+                error,
+                answered,
+                batch.retries,
+                time.monotonic(),
+                batch.delivery_deadline_s,
+                batch.append_deadline_unix_ms - now_unix_ms,
+                self._rng,
+            )
+        if wait_s is not None:
+            batch.retries += 1
+            queue = self._queues[batch.slot]
+            queue.retry = batch
+            asyncio.get_running_loop().call_later(wait_s, self._start_retry, batch.slot)
+            return
+        _fail(batch.futures, error)
+        self._release(batch.size)
+        outcome_known = answered and error.code not in OUTCOME_UNKNOWN
+        if not outcome_known:
+            self._queues[batch.slot].append_deadline_unix_ms = batch.append_deadline_unix_ms
+        self._settled(batch.slot, outcome_known)
+
+    def _start_retry(self, slot: tuple[str, int]) -> None:
+        batch = self._queues[slot].retry
+        if batch is not None:
+            self._queues[slot].retry = None
+            asyncio.get_running_loop().create_task(self._resend(batch))
+
+    async def _resend(self, batch: _Batch) -> None:
+        """The retry of ``batch``: to the partition's leader as the metadata names it now."""
+        topic, partition = batch.slot
+        try:
+            leaders = await self._router.leaders(topic)
+            check_partition(topic, partition, len(leaders))
+        except HeadwaterError as error:  # nothing sent: the outcome is known
+            self._failed(batch, error, answered=True)
+            return
+        self._leaders[batch.slot] = leaders[partition]
+        self._send(batch)
 
     def _settled(self, slot: tuple[str, int], outcome_known: bool = True) -> None:
-        """The request in flight for ``slot`` is answered; send the next one. After a
+        """The batch in flight for ``slot`` is done; send the next one. After a final
         failure whose outcome is unknown, the next one waits until the failed one's append
         deadline has passed (plus a margin for node clocks behind this one's), so the
         failed request, delayed somewhere, can never be appended after it."""
@@ -277,7 +460,7 @@ class AsyncProducer:
         wait_ms = 0
         if not outcome_known:
             now_unix_ms = time.time_ns() // 1_000_000
-            wait_ms = queue.append_deadline_unix_ms + CLOCK_MARGIN_MS - now_unix_ms
+            wait_ms = queue.append_deadline_unix_ms + self.retry.backoff_base_ms - now_unix_ms
         if wait_ms > 0:
             asyncio.get_running_loop().call_later(wait_ms / 1000, self._settled, slot)
             return
@@ -285,28 +468,35 @@ class AsyncProducer:
         if queue.values:
             self._dispatch(slot)
 
+    def _pending(self) -> list[asyncio.Future[RecordMetadata]]:
+        """Futures of every record not yet answered: queued, in flight or to be retried."""
+        waiting = [f for q in self._queues.values() for f in q.futures]
+        waiting += [f for q in self._queues.values() if q.retry for f in q.retry.futures]
+        waiting += [f for s in self._streams.values() for b in s.answers for f in b.futures]
+        return [f for f in waiting if not f.done()]
+
     async def flush(self) -> None:
-        """Wait until every queued record is answered."""
+        """Wait until every queued record is answered (acknowledged or failed for good)."""
         while any(q.in_flight or q.values for q in self._queues.values()):
-            waiting = [f for q in self._queues.values() for f in q.futures]
-            waiting += [
-                f
-                for stream in self._streams.values()
-                for _slot, futures, _s in stream.answers
-                for f in futures
-            ]
-            await asyncio.wait(waiting) if waiting else await asyncio.sleep(FLUSH_POLL_S)
+            waiting = self._pending()
+            if waiting:
+                await asyncio.wait(waiting, timeout=FLUSH_POLL_S * 20)
+            else:
+                await asyncio.sleep(FLUSH_POLL_S)
 
     async def close(self) -> None:
+        """Flush, then close the streams and channels (later sends raise)."""
         with contextlib.suppress(HeadwaterError):
             await self.flush()
+        self._closing = True
         for stream in self._streams.values():
-            if not stream.call.done():
-                stream.outgoing.put_nowait(None)
+            stream.outgoing.put_nowait(None)  # ends the request iterator, even of a dead call
         for stream in self._streams.values():
             if stream.reader is not None:
                 with contextlib.suppress(asyncio.CancelledError, grpc.RpcError, TimeoutError):
                     await asyncio.wait_for(stream.reader, self.timeout_s)
+            if stream.watchdog is not None:
+                stream.watchdog.cancel()
         await self._router.close()
 
 

@@ -36,6 +36,7 @@ RECONNECT_OPTIONS: Final = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+TRANSPORT_ERRORS: Final = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
 RETRY_BACKOFF_MIN_S: Final = 0.05
 RETRY_BACKOFF_MAX_S: Final = 1.0
 T = TypeVar("T")
@@ -90,6 +91,7 @@ class Cluster:
         self._brokers_stubs: dict[str, pb_grpc.BrokerStub] = {}
         self._admin_stubs: dict[str, pb_grpc.AdminStub] = {}
         self._layouts: dict[str, TopicLayout] = {}
+        self._stale: dict[str, TopicLayout] = {}  # invalidated layouts, the fallback
         self._brokers: dict[int, str] = {}
         self._rng = random.Random()
         self._closed = False
@@ -140,13 +142,13 @@ class Cluster:
                     error = from_rpc_error(exc, address)
                 except HeadwaterError as exc:
                     error = exc
-                transport = error.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT)
+                transport = error.code in TRANSPORT_ERRORS
                 if not transport and not (retry_s > 0 and error.retriable):
                     raise error
                 last = error
             assert last is not None
             if time.monotonic() + backoff_s > deadline:
-                if last.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
+                if last.code in TRANSPORT_ERRORS:
                     raise HeadwaterError(
                         last.code,
                         f"no node reachable at {','.join(self.bootstrap)} "
@@ -203,12 +205,21 @@ class Cluster:
         Raises UNKNOWN_TOPIC_OR_PARTITION when the topic does not exist."""
         layout = self._layouts.get(topic)
         if layout is None:
-            self.refresh([topic])
+            try:
+                self.refresh([topic])
+            except HeadwaterError as error:
+                # No node answers: route by the layout known before (a send queues and its
+                # retries go on while a node restarts), if there was one.
+                stale = self._stale.get(topic)
+                if stale is None or error.code not in TRANSPORT_ERRORS:
+                    raise
+                return stale
             layout = self._layouts.get(topic)
             if layout is None:
                 raise HeadwaterError(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist"
                 )
+            self._stale.pop(topic, None)
         return layout
 
     def cached_partitions(self, topic: str) -> int:
@@ -226,8 +237,12 @@ class Cluster:
         return layout.leaders[partition] or self.bootstrap[0]
 
     def invalidate(self, topic: str) -> None:
+        """Ask for ``topic``'s layout again on next use; the old one is kept as the
+        fallback while no node answers (``layout``)."""
         with self._lock:
-            self._layouts.pop(topic, None)
+            layout = self._layouts.pop(topic, None)
+            if layout is not None:
+                self._stale[topic] = layout
 
     def close(self) -> None:
         with self._lock:

@@ -76,18 +76,24 @@ _INVALIDATING: Final = frozenset(
 )
 
 
-# Failures after which a request may still be appended later (the node or the link went
-# quiet, or a forwarding node lost its answer): a retry waits until the request's append
-# deadline has passed. Every other error answer means that nothing was appended, or that
-# the batch is already in the log (a replication timeout), before anything sent later.
-OUTCOME_UNKNOWN: Final = frozenset(
-    {
-        ErrorCode.REQUEST_TIMED_OUT,
-        ErrorCode.NETWORK_EXCEPTION,
-        ErrorCode.BROKER_NOT_AVAILABLE,
-        ErrorCode.UNKNOWN_SERVER_ERROR,
-    }
-)
+_SETTING_MINIMUM: Final = {
+    "append_timeout_ms": 1,
+    "linger_ms": 0,
+    "batch_bytes": 1,
+    "retries": 0,
+    "request_timeout_ms": 1,
+    "delivery_timeout_ms": 1,
+    "buffer_bytes_max": 1,
+    "max_block_ms": 0,
+}
+
+
+def check_producer_limits(**settings: int) -> None:
+    """Raise INVALID_CONFIG naming the first producer setting below its minimum."""
+    for name, value in settings.items():
+        low = _SETTING_MINIMUM[name]
+        if value < low:
+            raise HeadwaterError(ErrorCode.INVALID_CONFIG, f"{name} is {value}; must be >= {low}")
 
 
 def parse_acks(acks: str | int) -> pb.Acks.ValueType:
@@ -271,20 +277,16 @@ class Producer:
         max_block_ms: int = 60_000,
         append_timeout_ms: int = 5_000,
     ) -> None:
-        for name, value, low in (
-            ("append_timeout_ms", append_timeout_ms, 1),
-            ("linger_ms", linger_ms, 0),
-            ("batch_bytes", batch_bytes, 1),
-            ("retries", retries, 0),
-            ("request_timeout_ms", request_timeout_ms, 1),
-            ("delivery_timeout_ms", delivery_timeout_ms, 1),
-            ("buffer_bytes_max", buffer_bytes_max, 1),
-            ("max_block_ms", max_block_ms, 0),
-        ):
-            if value < low:
-                raise HeadwaterError(
-                    ErrorCode.INVALID_CONFIG, f"{name} is {value}; must be >= {low}"
-                )
+        check_producer_limits(
+            append_timeout_ms=append_timeout_ms,
+            linger_ms=linger_ms,
+            batch_bytes=batch_bytes,
+            retries=retries,
+            request_timeout_ms=request_timeout_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+            buffer_bytes_max=buffer_bytes_max,
+            max_block_ms=max_block_ms,
+        )
         self.acks = parse_acks(acks)
         self.compression = Compression.parse(compression)
         self.linger_s = linger_ms / 1000
@@ -634,13 +636,6 @@ class Producer:
         pending.append_deadline_unix_ms = time.time_ns() // 1_000_000 + self.append_timeout_ms
         return pending.append_deadline_unix_ms
 
-    def _until_append_deadline_s(self, pending: _Pending) -> float:
-        """Seconds until the last attempt of ``pending`` can no longer be appended
-        anywhere, plus one backoff base as the margin for node clocks behind this one's."""
-        now_unix_ms = time.time_ns() // 1_000_000
-        left_ms = pending.append_deadline_unix_ms - now_unix_ms + self.retry.backoff_base_ms
-        return max(left_ms, 0) / 1000
-
     def _stream(self, address: str) -> ProduceStream[tuple[tuple[str, int], _Pending]]:
         """The live ProduceStream to ``address``, opened (again) when needed."""
         with self._streams_lock:
@@ -678,11 +673,17 @@ class Producer:
         if error.code in _INVALIDATING:
             self.cluster.invalidate(slot[0])
         now = time.monotonic()
-        if error.retriable and pending.attempts < self.retry.retries and now < pending.deadline:
+        wait_s = self.retry.retry_after_s(
+            error,
+            response is not None,
+            pending.attempts,
+            now,
+            pending.deadline,
+            pending.append_deadline_unix_ms - time.time_ns() // 1_000_000,
+            self._rng,
+        )
+        if wait_s is not None:
             pending.attempts += 1
-            wait_s = self.retry.backoff_ms(pending.attempts, self._rng) / 1000
-            if response is None or error.code in OUTCOME_UNKNOWN:
-                wait_s = max(wait_s, self._until_append_deadline_s(pending))
             pending.not_before = now + wait_s
             with self._cond:
                 self._ready.setdefault(slot, deque()).appendleft(pending)

@@ -77,7 +77,7 @@ def test_async_producer_fails_pending_records_when_the_node_dies(node: NodeProce
         admin.create_topic("aio-dies", 1)
 
     async def run() -> None:
-        producer = AsyncProducer(node.address, request_timeout_ms=5000)
+        producer = AsyncProducer(node.address, request_timeout_ms=5000, delivery_timeout_ms=3000)
         assert (await (await producer.send("aio-dies", b"first"))).offset == 0
         node.kill()
         doomed = await producer.send("aio-dies", b"lost")
