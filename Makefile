@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PROTO_DIR := proto/headwater/v1
 PYTEST_ARGS ?=
 
-.PHONY: run test lint proto bench typecheck-tree clean demo chaos chaos-short fuzz
+.PHONY: run test lint proto bench typecheck-tree clean demo chaos chaos-short fuzz sim
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,13 @@ chaos-short: $(STAMP)
 FUZZ_ARGS ?=
 fuzz: $(STAMP)
 	$(BIN)/python -m tests.fuzz_batch --cases 1000000 $(FUZZ_ARGS)
+
+# The simulated cluster (tests/sim_cluster.py: brokers, controller and client in one
+# process on a virtual clock, seeded faults) for a long search; the tests run 8 seeds of
+# 3,000 steps. SIM_ARGS adds options, e.g. SIM_ARGS="--seed 42".
+SIM_ARGS ?=
+sim: $(STAMP)
+	$(BIN)/python -m tests.sim_cluster --seeds 200 --steps 20000 $(SIM_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_all.py

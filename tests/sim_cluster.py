@@ -1,0 +1,959 @@
+"""A simulated cluster: brokers, the active controller and a client in one process, on a
+virtual clock, over a network that drops, delays and cuts messages, with in-memory logs,
+driving the project's own replication and control code.
+
+What is the project's code and what is the simulation's:
+
+- **Shared**: every decision of the controller (``raft.decisions``: registration,
+  heartbeats and fencing, ISR changes, elections) applied to the metadata image
+  (``raft.image.apply``); each replica's ``node.partition.Partition`` over a
+  ``log.memory_log.MemoryLog`` (roles, leader epochs, the high watermark and its
+  checkpoint, follower progress, the follower's fencing check, the refusal to truncate
+  below the high watermark); the leader's check of a replica fetch
+  (``node.replica_service._leader_partition``); the follower's truncation rule
+  (``node.replication.truncation_step``); the ISR proposals and the handling of their
+  answers (``node.isr_proposals.IsrProposals``); the leadership lease
+  (``node.broker_lifecycle.leadership_lease_s``) and the node defaults (``NodeConfig``).
+- **Simulated**: the transport (each call is a message with a delivery time; a reply is a
+  message back; a call with no reply within ``CALL_TIMEOUT_MS`` failed with an unknown
+  outcome), the loops that make the calls (heartbeats, metadata, follower fetches, ISR
+  checks, as the node's loops make them), and the Raft quorum, which here is one
+  always-available, linearizable metadata log (Raft itself is pysyncobj, tested with real
+  processes).
+
+Faults: crash and restart (the log and the high watermark checkpoint survive, as after
+fsync), pause (a paused node keeps its inbox and answers everything late when resumed),
+network partitions between any nodes and the controller, message loss and delay.
+
+Invariants, checked after every step (``check``) and at the end (``check_final``):
+
+1. one leader per leader epoch, in the metadata and among the replicas acting as leader;
+2. replicas agree below the high watermark: any two replicas of a partition hold the same
+   records at every offset below both their high watermarks;
+3. no acknowledged acks=all record is lost: once the faults heal and the cluster settles,
+   every acknowledged record is in the leader's log at the offset it was acknowledged at.
+
+``python -m tests.sim_cluster --seeds 100 --steps 20000`` runs long searches; the tests
+run a few seeds of a few thousand steps. A failure names its seed; the run is replayed
+exactly from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from headwater.config import NodeConfig
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log import batch as batch_format
+from headwater.log.api import LogConfig
+from headwater.log.memory_log import MemoryLog
+from headwater.node import replication
+from headwater.node.broker_lifecycle import leadership_lease_s
+from headwater.node.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
+from headwater.node.partition import Partition
+from headwater.node.replica_service import _leader_partition
+from headwater.raft import decisions
+from headwater.raft import records as r
+from headwater.raft.image import MetadataImage, apply
+
+STEP_MS: Final = 10
+CALL_TIMEOUT_MS: Final = 2000
+METADATA_POLL_MS: Final = 50
+FOLLOWER_IDLE_MS: Final = 20
+CONTROLLER_TICK_MS: Final = 100
+PRODUCE_TIMEOUT_MS: Final = 5000
+HW_CHECKPOINT_MS: Final = 1000
+FETCH_BYTES: Final = 64 << 10
+CONTROLLER: Final = 0
+CLIENT: Final = -1
+TOPIC: Final = "sim"
+CONFIG: Final = NodeConfig()
+LEASE_MS: Final = int(leadership_lease_s(CONFIG) * 1000)
+
+
+class InvariantError(AssertionError):
+    pass
+
+
+# --------------------------------------------------------------------------- network
+
+
+@dataclass(order=True)
+class Envelope:
+    due_ms: int
+    seq: int
+    source: int = field(compare=False)
+    target: int = field(compare=False)
+    body: Any = field(compare=False)
+
+
+@dataclass
+class Call:
+    """A request; its reply is ``Reply(call_id, value, error)`` sent back to ``source``."""
+
+    call_id: int
+    kind: str
+    args: dict[str, Any]
+
+
+@dataclass
+class Reply:
+    call_id: int
+    value: Any = None
+    error: HeadwaterError | None = None
+
+
+class Network:
+    """Messages between endpoints (node ids, CONTROLLER, CLIENT), each delivered after a
+    random delay unless lost or its link is cut. Deterministic for a seed."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.queue: list[Envelope] = []
+        self.seq = 0
+        self.cut: set[frozenset[int]] = set()
+        self.loss = 0.0
+        self.delay_ms = (1, 5)
+
+    def send(self, now_ms: int, source: int, target: int, body: Any) -> None:
+        if frozenset((source, target)) in self.cut or self.rng.random() < self.loss:
+            return
+        self.seq += 1
+        due = now_ms + self.rng.randint(*self.delay_ms)
+        self.queue.append(Envelope(due, self.seq, source, target, body))
+
+    def due(self, now_ms: int) -> list[Envelope]:
+        ready = sorted(e for e in self.queue if e.due_ms <= now_ms)
+        self.queue = [e for e in self.queue if e.due_ms > now_ms]
+        return [e for e in ready if frozenset((e.source, e.target)) not in self.cut]
+
+
+class Endpoint:
+    """Something that makes calls: ids, pending calls and their timeouts."""
+
+    def __init__(self, endpoint_id: int, sim: Simulation) -> None:
+        self.id = endpoint_id
+        self.sim = sim
+        self.next_call = 0
+        self.pending: dict[int, tuple[int, Any]] = {}  # call id -> (deadline, continuation)
+
+    def call(self, target: int, kind: str, continuation: Any, **args: Any) -> None:
+        self.next_call += 1
+        self.pending[self.next_call] = (self.sim.now_ms + CALL_TIMEOUT_MS, continuation)
+        self.sim.network.send(self.sim.now_ms, self.id, target, Call(self.next_call, kind, args))
+
+    def take_reply(self, reply: Reply) -> None:
+        entry = self.pending.pop(reply.call_id, None)
+        if entry is not None:
+            entry[1](reply.value, reply.error)
+
+    def expire_calls(self) -> None:
+        for call_id, (deadline, continuation) in list(self.pending.items()):
+            if self.sim.now_ms >= deadline:
+                del self.pending[call_id]
+                continuation(
+                    None, HeadwaterError(ErrorCode.REQUEST_TIMED_OUT, f"call {call_id}: no reply")
+                )
+
+
+# --------------------------------------------------------------------------- controller
+
+
+class Controller(Endpoint):
+    """The active controller over the metadata log (the quorum, always available)."""
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__(CONTROLLER, sim)
+        self.epoch = 1
+        self.image = MetadataImage()
+        self.log: list[tuple[r.Record, ...]] = []
+        self.last_heartbeat_ms: dict[int, int] = {}
+        self.next_tick_ms = 0
+        self.commit(decisions.activate(self.image, self.epoch, CONTROLLER, "sim", sim.rng).records)
+
+    def commit(self, records: tuple[r.Record, ...]) -> None:
+        if not records:
+            return
+        result = apply(self.image, records)
+        assert result.refusal is None, result.refusal
+        self.image = result.image
+        self.log.append(records)
+        self.sim.note_metadata(records)
+
+    def decide(self, decision: decisions.ControllerResult[Any]) -> Any:
+        self.commit(decision.records)
+        return decision.response
+
+    def handle(self, source: int, call: Call) -> Reply:
+        a = call.args
+        try:
+            if call.kind == "register":
+                self.last_heartbeat_ms[source] = self.sim.now_ms
+                value = self.decide(
+                    decisions.register_broker(
+                        self.image, self.epoch, source, a["incarnation"], f"node-{source}", ""
+                    )
+                )
+                self.last_heartbeat_ms[source] = self.sim.now_ms
+            elif call.kind == "heartbeat":
+                self.last_heartbeat_ms[source] = self.sim.now_ms
+                value = self.decide(
+                    decisions.heartbeat(self.image, self.epoch, source, a["broker_epoch"])
+                )
+            elif call.kind == "alter":
+                value = self.decide(
+                    decisions.alter_partition_isr(self.image, self.epoch, source, **a)
+                )
+            elif call.kind == "metadata":
+                value = self.log[a["offset"] :]
+            else:
+                raise AssertionError(call.kind)
+        except HeadwaterError as error:
+            return Reply(call.call_id, None, error)
+        return Reply(call.call_id, value)
+
+    def tick(self) -> None:
+        if self.sim.now_ms < self.next_tick_ms:
+            return
+        self.next_tick_ms = self.sim.now_ms + CONTROLLER_TICK_MS
+        self.decide(
+            decisions.fence_expired(
+                self.image,
+                self.epoch,
+                self.last_heartbeat_ms,
+                self.sim.now_ms,
+                CONFIG.broker_session_timeout_ms,
+            )
+        )
+
+    def create_topic(self, partitions: int, replication_factor: int, min_insync: int) -> None:
+        limits = decisions.TopicLimits(
+            partitions_max=1000,
+            topics_max=1000,
+            default_partitions=1,
+            default_replication_factor=1,
+        )
+        request = decisions.NewTopic(
+            TOPIC, partitions, replication_factor, {"min_insync_replicas": str(min_insync)}
+        )
+        (outcome,) = self.decide(
+            decisions.create_topics(self.image, self.epoch, [request], limits, self.sim.rng)
+        )
+        assert outcome.error is None, outcome.error
+
+
+# --------------------------------------------------------------------------- brokers
+
+
+@dataclass
+class Disk:
+    """What survives a crash: each partition's log and high watermark checkpoint folder."""
+
+    logs: dict[tuple[str, int], MemoryLog] = field(default_factory=dict)
+    folder: Path | None = None
+
+
+@dataclass
+class Following:
+    leader: int
+    leader_epoch: int
+    ready: bool = False  # truncated to agreement with this leader
+    in_call: bool = False
+    next_fetch_ms: int = 0
+
+
+class Broker(Endpoint):
+    def __init__(self, node_id: int, sim: Simulation, disk: Disk, incarnation: int) -> None:
+        super().__init__(node_id, sim)
+        self.disk = disk
+        self.incarnation = f"{node_id}.{incarnation}"
+        self.image = MetadataImage()
+        self.image_batches = 0
+        self.broker_epoch = -1
+        self.lease_until_ms = 0
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.following: dict[tuple[str, int], Following] = {}
+        self.isr = IsrProposals(node_id, CONFIG.replica_lag_ms_max)
+        self.next_heartbeat_ms = 0
+        self.heartbeat_in_call = False
+        self.next_metadata_ms = 0
+        self.metadata_in_call = False
+        self.next_isr_ms = 0
+        self.next_checkpoint_ms = 0
+        self.acks: dict[int, tuple[Partition, int, int, int]] = {}  # produce id -> waiting ack
+        self.paused = False
+
+    # ------------------------------------------------------------------ leadership
+
+    def may_lead(self) -> bool:
+        """Leadership allowed (this registration unfenced in the node's image) and the
+        lease held, as ``NodeServer.may_lead``."""
+        broker = self.image.brokers.get(self.id)
+        return (
+            broker is not None
+            and broker.broker_epoch == self.broker_epoch
+            and broker.live
+            and self.sim.now_ms < self.lease_until_ms
+        )
+
+    def reconcile(self) -> None:
+        """Host the partitions the image assigns here and take their roles, as
+        ``LogManager.reconcile`` and ``Partition.become``."""
+        may_lead = self.may_lead()
+        for topic, state in self.image.partitions():
+            if self.id not in state.replicas:
+                continue
+            key = (topic.name, state.partition)
+            partition = self.partitions.get(key)
+            if partition is None:
+                partition = self._open(key, topic.topic_id, topic.configs)
+            partition.unclean_leader_election = (
+                topic.configs.get(decisions.UNCLEAN_ELECTION_KEY, "false") == "true"
+            )
+            if (
+                may_lead
+                and state.leader == self.id
+                and state.leader_epoch > partition.log.latest_epoch
+            ):
+                partition.log.assign_epoch(state.leader_epoch)
+            partition.become(state, self.id, self.sim.now_ms, may_lead)
+            self._follow(key, partition)
+
+    def _open(self, key: tuple[str, int], topic_id: str, configs: Any) -> Partition:
+        log = self.disk.logs.setdefault(key, MemoryLog())
+        assert self.disk.folder is not None
+        folder = self.disk.folder / f"{key[0]}-{key[1]}"
+        folder.mkdir(parents=True, exist_ok=True)
+        partition = Partition(
+            key[0],
+            key[1],
+            log,
+            LogConfig(),
+            topic_id=topic_id,
+            min_insync_replicas=int(configs.get("min_insync_replicas", "1")),
+            directory=folder,
+        )
+        self.partitions[key] = partition
+        return partition
+
+    def _follow(self, key: tuple[str, int], partition: Partition) -> None:
+        state = partition.state
+        if partition.is_leader or state is None or state.leader < 0 or state.leader == self.id:
+            self.following.pop(key, None)
+            return
+        current = self.following.get(key)
+        if current is None or (current.leader, current.leader_epoch) != (
+            state.leader,
+            state.leader_epoch,
+        ):
+            self.following[key] = Following(state.leader, state.leader_epoch)
+
+    # ------------------------------------------------------------------ loops
+
+    def step(self) -> None:
+        now = self.sim.now_ms
+        self.expire_calls()
+        if now >= self.next_heartbeat_ms and not self.heartbeat_in_call:
+            self._heartbeat()
+        if now >= self.next_metadata_ms and not self.metadata_in_call:
+            self.metadata_in_call = True
+            self.call(CONTROLLER, "metadata", self._on_metadata, offset=self.image_batches)
+        self.reconcile()
+        for key, entry in list(self.following.items()):
+            if not entry.in_call and now >= entry.next_fetch_ms:
+                self._fetch(key, entry)
+        if now >= self.next_isr_ms:
+            self.next_isr_ms = now + ISR_CHECK_MS
+            if self.may_lead():
+                for request in self.isr.due(self.image, self.partitions.values(), now, now):
+                    self._alter(request)
+        self._settle_acks()
+        if now >= self.next_checkpoint_ms:
+            self.next_checkpoint_ms = now + HW_CHECKPOINT_MS
+            for partition in self.partitions.values():
+                partition.maybe_checkpoint_high_watermark()
+
+    def _heartbeat(self) -> None:
+        self.heartbeat_in_call = True
+        sent_at = self.sim.now_ms
+        if self.broker_epoch < 0:
+
+            def registered(value: Any, error: HeadwaterError | None) -> None:
+                self.heartbeat_in_call = False
+                if error is None:
+                    self.broker_epoch = value  # heartbeat at once: it unfences
+                else:
+                    self.next_heartbeat_ms = self.sim.now_ms + 100
+
+            self.call(CONTROLLER, "register", registered, incarnation=self.incarnation)
+            return
+        epoch = self.broker_epoch
+
+        def answered(value: Any, error: HeadwaterError | None) -> None:
+            self.heartbeat_in_call = False
+            self.next_heartbeat_ms = self.sim.now_ms + (
+                CONFIG.broker_heartbeat_interval_ms if error is None else 100
+            )
+            if error is not None:
+                if error.code is ErrorCode.STALE_BROKER_EPOCH:
+                    self.broker_epoch = -1
+                    self.lease_until_ms = 0
+                return
+            if epoch == self.broker_epoch and not value.fenced:
+                self.lease_until_ms = max(self.lease_until_ms, sent_at + LEASE_MS)
+            elif value.fenced:
+                self.lease_until_ms = 0
+
+        self.call(CONTROLLER, "heartbeat", answered, broker_epoch=epoch)
+
+    def _on_metadata(self, batches: Any, error: HeadwaterError | None) -> None:
+        self.metadata_in_call = False
+        self.next_metadata_ms = self.sim.now_ms + METADATA_POLL_MS
+        if error is not None:
+            return
+        for records in batches:
+            result = apply(self.image, records)
+            assert result.refusal is None, result.refusal
+            self.image = result.image
+            self.image_batches += 1
+
+    def _alter(self, request: IsrRequest) -> None:
+        made_at = request.made_at
+
+        def answered(value: Any, error: HeadwaterError | None) -> None:
+            self.isr.answered(request, value, error, self.sim.now_ms)
+
+        self.call(
+            CONTROLLER,
+            "alter",
+            answered,
+            broker_epoch=self.broker_epoch,
+            topic_id=request.partition.topic_id,
+            partition=request.partition.index,
+            leader_epoch=made_at.leader_epoch,
+            partition_epoch=made_at.partition_epoch,
+            new_isr=request.isr,
+        )
+
+    # ------------------------------------------------------------------ follower
+
+    def _fetch(self, key: tuple[str, int], entry: Following) -> None:
+        partition = self.partitions[key]
+        log = partition.log
+        entry.in_call = True
+        if not entry.ready:
+            asked = log.latest_epoch
+
+            def truncate(value: Any, error: HeadwaterError | None) -> None:
+                entry.in_call = False
+                entry.next_fetch_ms = self.sim.now_ms + FOLLOWER_IDLE_MS
+                if error is not None or self.following.get(key) is not entry:
+                    return
+                try:
+                    partition.check_following(entry.leader, entry.leader_epoch)
+                except HeadwaterError:
+                    return
+                epoch, end_offset, log_start = value
+                assert epoch <= asked, (epoch, asked)
+                if asked < 0 and log.log_end_offset == log.log_start_offset:
+                    entry.ready = True
+                    return
+                step = replication.truncation_step(
+                    log.end_offset_for_epoch,
+                    log.log_end_offset,
+                    partition.high_watermark,
+                    epoch,
+                    end_offset,
+                )
+                try:
+                    partition.truncate_as_follower(
+                        entry.leader, entry.leader_epoch, step.offset, self.sim.now_ms
+                    )
+                except HeadwaterError as refused:
+                    self.sim.refusals.append(str(refused))
+                    return
+                if step.done:
+                    if log.log_end_offset < log_start:
+                        log.reset_to(log_start, self.sim.now_ms)
+                    entry.ready = True
+
+            self.call(
+                entry.leader,
+                "epoch",
+                truncate,
+                topic=key[0],
+                partition=key[1],
+                current_leader_epoch=entry.leader_epoch,
+                leader_epoch=asked,
+            )
+            return
+        offset = log.log_end_offset
+
+        def fetched(value: Any, error: HeadwaterError | None) -> None:
+            entry.in_call = False
+            entry.next_fetch_ms = self.sim.now_ms + FOLLOWER_IDLE_MS
+            if self.following.get(key) is not entry:
+                return
+            if error is not None:
+                if error.code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                    entry.ready = False
+                return
+            try:
+                partition.check_following(entry.leader, entry.leader_epoch)
+            except HeadwaterError:
+                return
+            data, high_watermark = value
+            if data:
+                assert log.log_end_offset == offset
+                partition.append_replicated(data, self.sim.now_ms)
+                entry.next_fetch_ms = self.sim.now_ms
+            partition.follower_high_watermark(high_watermark)
+
+        self.call(
+            entry.leader,
+            "fetch",
+            fetched,
+            topic=key[0],
+            partition=key[1],
+            leader_epoch=entry.leader_epoch,
+            broker_epoch=self.broker_epoch,
+            fetch_offset=offset,
+        )
+
+    # ------------------------------------------------------------------ serving
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        """For ``_leader_partition`` (the LogManager method it calls)."""
+        return self.partitions.get((topic, index))
+
+    def handle(self, source: int, call: Call) -> Reply | None:
+        a = call.args
+        try:
+            if call.kind == "fetch":
+                return Reply(call.call_id, self._serve_fetch(source, a))
+            if call.kind == "epoch":
+                return Reply(call.call_id, self._serve_epoch(source, a))
+            if call.kind == "produce":
+                self._serve_produce(source, call)
+                return None
+            raise AssertionError(call.kind)
+        except HeadwaterError as error:
+            return Reply(call.call_id, None, error)
+
+    def _leading(self, source: int, a: dict[str, Any]) -> Partition:
+        if not self.may_lead():
+            raise HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "may not lead now")
+        return _leader_partition(self, a["topic"], a["partition"], a["leader_epoch"], source)  # type: ignore[arg-type]
+
+    def _serve_fetch(self, source: int, a: dict[str, Any]) -> tuple[bytes, int]:
+        broker = self.image.brokers.get(source)
+        if broker is None or broker.broker_epoch != a["broker_epoch"]:
+            raise HeadwaterError(ErrorCode.STALE_BROKER_EPOCH, "stale registration")
+        partition = self._leading(source, a)
+        if a["fetch_offset"] > partition.log.log_end_offset:
+            raise HeadwaterError(ErrorCode.OFFSET_OUT_OF_RANGE, "past the leader's end")
+        partition.on_follower_fetch(source, a["fetch_offset"], self.sim.now_ms)
+        data = b""
+        if a["fetch_offset"] < partition.log.log_end_offset:
+            data = bytes(partition.read_for_replica(a["fetch_offset"], FETCH_BYTES).data)
+        return data, partition.high_watermark
+
+    def _serve_epoch(self, source: int, a: dict[str, Any]) -> tuple[int, int, int]:
+        partition = self._leading(source, {**a, "leader_epoch": a["current_leader_epoch"]})
+        epoch, end = partition.log.end_offset_for_epoch(a["leader_epoch"])
+        return epoch, end, partition.log.log_start_offset
+
+    def _serve_produce(self, source: int, call: Call) -> None:
+        a = call.args
+        partition = self.partitions.get((TOPIC, a["partition"]))
+        if partition is None or not self.may_lead():
+            raise HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader here")
+        partition.check_leader()
+        partition.check_min_insync()
+        batch = batch_format.encode_batch([a["value"]])
+        info = partition.append_now(batch, self.sim.now_ms)
+        self.acks[call.call_id] = (
+            partition,
+            partition.leader_epoch,
+            info.last_offset + 1,
+            self.sim.now_ms + PRODUCE_TIMEOUT_MS,
+        )
+        self._ack_source[call.call_id] = (source, info.base_offset)
+
+    _ack_source: dict[int, tuple[int, int]]
+
+    def _settle_acks(self) -> None:
+        """acks=all answers, as ``Partition.wait_for_replication`` gives them."""
+        for call_id, (partition, epoch, end, deadline) in list(self.acks.items()):
+            source, offset = self._ack_source[call_id]
+            if not partition.is_leader or partition.leader_epoch != epoch:
+                reply = Reply(
+                    call_id, None, HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved")
+                )
+            elif partition.high_watermark >= end:
+                if len(partition.isr) < partition.min_insync_replicas:
+                    error = HeadwaterError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, "shrank")
+                    reply = Reply(call_id, None, error)
+                else:
+                    reply = Reply(call_id, offset)
+            elif self.sim.now_ms >= deadline:
+                reply = Reply(call_id, None, HeadwaterError(ErrorCode.REQUEST_TIMED_OUT, "slow"))
+            else:
+                continue
+            del self.acks[call_id]
+            del self._ack_source[call_id]
+            self.sim.network.send(self.sim.now_ms, self.id, source, reply)
+
+
+# --------------------------------------------------------------------------- client
+
+
+class Client(Endpoint):
+    """Sends acks=all produce calls of unique values to the leader the controller names
+    and remembers what was acknowledged where."""
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__(CLIENT, sim)
+        self.sent = 0
+        self.acknowledged: dict[bytes, tuple[int, int]] = {}  # value -> (partition, offset)
+        self.in_flight = 0
+
+    def step(self) -> None:
+        self.expire_calls()
+        if self.in_flight >= 4 or self.sim.rng.random() < 0.5:
+            return
+        topic = self.sim.controller.image.topics.get(TOPIC)
+        if topic is None:
+            return
+        partition = self.sim.rng.randrange(len(topic.partitions))
+        leader = topic.partitions[partition].leader
+        if leader < 0:
+            return
+        self.sent += 1
+        value = b"v%d" % self.sent
+        self.in_flight += 1
+
+        def answered(offset: Any, error: HeadwaterError | None) -> None:
+            self.in_flight -= 1
+            if error is None:
+                self.acknowledged[value] = (partition, offset)
+
+        self.call(leader, "produce", answered, partition=partition, value=value)
+
+
+# --------------------------------------------------------------------------- simulation
+
+
+@dataclass
+class Metrics:
+    steps: int = 0
+    crashes: int = 0
+    pauses: int = 0
+    partitions: int = 0
+
+
+class Simulation:
+    def __init__(
+        self,
+        seed: int,
+        nodes: int = 3,
+        partitions: int = 2,
+        root: Path | None = None,
+    ) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.now_ms = 0
+        self.network = Network(self.rng)
+        self.refusals: list[str] = []
+        self.leaders_by_epoch: dict[tuple[str, int], dict[int, int]] = {}
+        self.metrics = Metrics()
+        self._root = root or Path(tempfile.mkdtemp(prefix="headwater-sim-"))
+        self.controller = Controller(self)
+        self.disks = {i: Disk(folder=self._root / f"n{i}") for i in range(1, nodes + 1)}
+        self.incarnations = dict.fromkeys(self.disks, 0)
+        self.brokers: dict[int, Broker | None] = {i: self._boot(i) for i in self.disks}
+        self.client = Client(self)
+        self._run_until(lambda: len(self.controller.image.live_broker_ids()) == nodes, 30_000)
+        self.controller.create_topic(partitions, min(3, nodes), min(2, nodes))
+
+    def _boot(self, node_id: int) -> Broker:
+        self.incarnations[node_id] += 1
+        broker = Broker(node_id, self, self.disks[node_id], self.incarnations[node_id])
+        broker._ack_source = {}
+        return broker
+
+    # ------------------------------------------------------------------ faults
+
+    def crash(self, node_id: int) -> None:
+        self.brokers[node_id] = None
+        self.metrics.crashes += 1
+
+    def restart(self, node_id: int) -> None:
+        if self.brokers[node_id] is None:
+            self.brokers[node_id] = self._boot(node_id)
+
+    def pause(self, node_id: int) -> None:
+        broker = self.brokers[node_id]
+        if broker is not None:
+            broker.paused = True
+            self.metrics.pauses += 1
+
+    def resume(self, node_id: int) -> None:
+        broker = self.brokers[node_id]
+        if broker is not None:
+            broker.paused = False
+
+    def isolate(self, node_id: int, from_ids: list[int]) -> None:
+        for other in from_ids:
+            self.network.cut.add(frozenset((node_id, other)))
+        self.metrics.partitions += 1
+
+    def heal(self) -> None:
+        self.network.cut.clear()
+        self.network.loss = 0.0
+        for node_id, broker in self.brokers.items():
+            if broker is None:
+                self.restart(node_id)
+            else:
+                broker.paused = False
+
+    def faulted(self) -> list[int]:
+        """Nodes down or paused."""
+        return [i for i, b in self.brokers.items() if b is None or b.paused]
+
+    def random_fault(self) -> None:
+        """One fault or one repair, chosen by the seed: half the time a repair while
+        anything is broken; at most ``len(nodes) - 1`` nodes down or paused at once."""
+        ids = list(self.disks)
+        broken = self.faulted()
+        if (broken or self.network.cut or self.network.loss) and self.rng.random() < 0.5:
+            repairs = [("node", i) for i in broken]
+            repairs += [("cut", 0)] if self.network.cut else []
+            repairs += [("loss", 0)] if self.network.loss else []
+            what, node_id = self.rng.choice(repairs)
+            if what == "node":
+                self.restart(node_id)
+                self.resume(node_id)
+            elif what == "cut":
+                self.network.cut.clear()
+            else:
+                self.network.loss = 0.0
+            return
+        node_id = self.rng.choice(ids)
+        choice = self.rng.random()
+        if choice < 0.5 and len(broken) < len(ids) - 1 and node_id not in broken:
+            if choice < 0.25:
+                self.crash(node_id)
+            else:
+                self.pause(node_id)
+        elif choice < 0.85:
+            others = [o for o in (CONTROLLER, CLIENT, *ids) if o != node_id]
+            self.isolate(node_id, self.rng.sample(others, self.rng.randint(1, 2)))
+        else:
+            self.network.loss = self.rng.choice((0.05, 0.2))
+
+    # ------------------------------------------------------------------ running
+
+    def live_brokers(self) -> Iterator[Broker]:
+        for broker in self.brokers.values():
+            if broker is not None and not broker.paused:
+                yield broker
+
+    def endpoint(self, endpoint_id: int) -> Endpoint | None:
+        if endpoint_id == CONTROLLER:
+            return self.controller
+        if endpoint_id == CLIENT:
+            return self.client
+        return self.brokers.get(endpoint_id)
+
+    def step(self, with_client: bool = True) -> None:
+        self.now_ms += STEP_MS
+        self.metrics.steps += 1
+        held: list[Envelope] = []
+        for envelope in self.network.due(self.now_ms):
+            target = self.endpoint(envelope.target)
+            if target is None:
+                continue  # a crashed node: lost
+            if isinstance(target, Broker) and target.paused:
+                held.append(envelope)  # waits in the paused process's socket buffers
+                continue
+            body = envelope.body
+            if isinstance(body, Reply):
+                target.take_reply(body)
+                continue
+            assert isinstance(target, Controller | Broker)
+            reply = target.handle(envelope.source, body)
+            if reply is not None:
+                self.network.send(self.now_ms, envelope.target, envelope.source, reply)
+        for envelope in held:
+            envelope.due_ms = self.now_ms + STEP_MS
+            self.network.queue.append(envelope)
+        self.controller.tick()
+        for broker in list(self.live_brokers()):
+            broker.step()
+        if with_client:
+            self.client.step()
+        self.check()
+
+    def _run_until(self, condition: Any, deadline_ms: int, with_client: bool = False) -> None:
+        end = self.now_ms + deadline_ms
+        while not condition():
+            if self.now_ms >= end:
+                raise InvariantError(f"seed {self.seed}: did not settle within {deadline_ms} ms")
+            self.step(with_client)
+
+    def run(self, steps: int, fault_every: int = 100) -> None:
+        for i in range(steps):
+            if i % fault_every == 0 and i:
+                self.random_fault()
+            self.step()
+
+    # ------------------------------------------------------------------ invariants
+
+    def note_metadata(self, records: tuple[r.Record, ...]) -> None:
+        """Invariant 1 in the metadata: one leader per (partition, leader epoch)."""
+        for record in records:
+            if isinstance(record, r.PartitionChanged | r.PartitionCreated):
+                key = (record.topic_id, record.partition)
+                leaders = self.leaders_by_epoch.setdefault(key, {})
+                known = leaders.setdefault(record.leader_epoch, record.leader)
+                if known != record.leader:
+                    raise InvariantError(
+                        f"seed {self.seed}: partition {key} has leaders {known} and "
+                        f"{record.leader} at leader epoch {record.leader_epoch}"
+                    )
+
+    def replicas(self, index: int) -> list[tuple[int, Partition]]:
+        found = []
+        for node_id, broker in self.brokers.items():
+            if broker is not None and (TOPIC, index) in broker.partitions:
+                found.append((node_id, broker.partitions[(TOPIC, index)]))
+        return found
+
+    def check(self) -> None:
+        topic = self.controller.image.topics.get(TOPIC)
+        if topic is None:
+            return
+        for index in range(len(topic.partitions)):
+            replicas = self.replicas(index)
+            acting = {}
+            for node_id, partition in replicas:
+                if partition.is_leader:
+                    other = acting.setdefault(partition.leader_epoch, node_id)
+                    if other != node_id:
+                        raise InvariantError(
+                            f"seed {self.seed} at {self.now_ms} ms: nodes {other} and {node_id} "
+                            f"both lead {TOPIC}-{index} at epoch {partition.leader_epoch}"
+                        )
+            views = [(n, p.high_watermark, p.log) for n, p in replicas]
+            for i, (a, hw_a, log_a) in enumerate(views):
+                for b, hw_b, log_b in views[i + 1 :]:
+                    below = min(hw_a, hw_b)
+                    if stored_below(log_a, below) != stored_below(log_b, below):
+                        raise InvariantError(
+                            f"seed {self.seed} at {self.now_ms} ms: {TOPIC}-{index} differs "
+                            f"between nodes {a} and {b} below their high watermarks "
+                            f"({hw_a}, {hw_b})"
+                        )
+
+    def settle(self, deadline_ms: int = 60_000) -> None:
+        """Heal every fault and run until each partition has a leader whose high watermark
+        covers its log and every replica has caught up with it."""
+        self.heal()
+
+        def settled() -> bool:
+            topic = self.controller.image.topics[TOPIC]
+            for state in topic.partitions:
+                if state.leader < 0 or len(state.isr) != len(state.replicas):
+                    return False
+                leader = self.brokers[state.leader]
+                if leader is None:
+                    return False
+                led = leader.partitions.get((TOPIC, state.partition))
+                if led is None or not led.is_leader:
+                    return False
+                end = led.log.log_end_offset
+                if led.high_watermark != end:
+                    return False
+                for _, replica in self.replicas(state.partition):
+                    if replica.log.log_end_offset != end or replica.high_watermark != end:
+                        return False
+            return True
+
+        self._run_until(settled, deadline_ms)
+
+    def check_final(self) -> None:
+        """Invariant 3, after ``settle``: every acknowledged record where it was put."""
+        logs = {}
+        for state in self.controller.image.topics[TOPIC].partitions:
+            leader = self.brokers[state.leader]
+            assert leader is not None
+            logs[state.partition] = values_of(leader.partitions[(TOPIC, state.partition)].log)
+        for value, (index, offset) in sorted(self.client.acknowledged.items()):
+            log = logs[index]
+            if offset >= len(log) or log[offset] != value:
+                found = log[offset] if offset < len(log) else None
+                raise InvariantError(
+                    f"seed {self.seed}: acknowledged {value!r} at {TOPIC}-{index} offset "
+                    f"{offset} is lost (now {found!r})"
+                )
+
+
+def stored_below(log: MemoryLog, offset: int) -> bytes:
+    """The stored batches below ``offset``, byte for byte (a follower stores the leader's
+    batches unchanged, so replicas that agree hold the same bytes)."""
+    if offset <= log.log_start_offset:
+        return b""
+    return bytes(log.read(log.log_start_offset, 1 << 62, upper_bound=offset).data)
+
+
+def values_of(log: MemoryLog) -> list[bytes | None]:
+    """The values at offsets [0, log end) (None below the log start)."""
+    values: list[bytes | None] = [None] * log.log_start_offset
+    position = log.log_start_offset
+    while position < log.log_end_offset:
+        result = log.read(position, 1 << 30)
+        for decoded in batch_format.decode_batches(result.data):
+            values.extend(decoded.records.column("value").to_pylist())
+            position = decoded.header.next_offset
+    return values
+
+
+def run_seed(seed: int, steps: int, root: Path | None = None) -> Simulation:
+    """One seeded run: faults every 100 steps, then heal, settle and check."""
+    sim = Simulation(seed, root=root)
+    sim.run(steps)
+    sim.settle()
+    sim.check_final()
+    return sim
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=None, help="first seed (default: random)")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=20_000)
+    options = parser.parse_args()
+    first = options.seed if options.seed is not None else random.randrange(1 << 30)
+    for seed in range(first, first + options.seeds):
+        with tempfile.TemporaryDirectory(prefix="headwater-sim-") as root:
+            sim = run_seed(seed, options.steps, Path(root))
+            m = sim.metrics
+            print(
+                f"seed {seed}: {m.steps} steps, {len(sim.client.acknowledged)} acknowledged of "
+                f"{sim.client.sent} sent, {m.crashes} crashes, {m.pauses} pauses, "
+                f"{m.partitions} partitions, {len(sim.refusals)} refused truncations: ok",
+                flush=True,
+            )
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
