@@ -245,7 +245,27 @@ def test_a_stopped_follower_leaves_the_isr_and_rejoins(cluster5: LocalCluster) -
     def write(acks: int) -> int:
         return produce_one(leader.address, topic, b"w%d" % next(counter), acks, timeout_s=4)
 
-    write(pb.ACKS_ALL)
+    def write_accepted(acks: int) -> None:
+        """A write that must be accepted: retried while the leader briefly may not lead
+        (a heartbeat answered late on a loaded machine ends its lease for a moment, a
+        retriable refusal), but never past a NOT_ENOUGH_REPLICAS refusal."""
+        refusals: list[str] = []
+
+        def accepted() -> bool:
+            try:
+                write(acks)
+            except grpc.RpcError as error:
+                details = error.details() or ""
+                if "NOT_ENOUGH_REPLICAS" in details:
+                    refusals.append(details)
+                    return True
+                return False
+            return True
+
+        wait_until(accepted, DEADLINE_S, f"an acks={acks} write to be accepted")
+        assert not refusals, refusals
+
+    write_accepted(pb.ACKS_ALL)
     cluster3.pause(first)
     try:
 
@@ -257,7 +277,7 @@ def test_a_stopped_follower_leaves_the_isr_and_rejoins(cluster5: LocalCluster) -
 
         wait_until(first_dropped, DEADLINE_S, f"node {first} to leave the ISR")
         for _ in range(5):
-            write(pb.ACKS_ALL)  # two in-sync replicas satisfy min_insync_replicas=2
+            write_accepted(pb.ACKS_ALL)  # two in-sync replicas satisfy min_insync_replicas=2
         cluster3.pause(second)
 
         def refused() -> bool:
@@ -269,14 +289,14 @@ def test_a_stopped_follower_leaves_the_isr_and_rejoins(cluster5: LocalCluster) -
 
         wait_until(refused, DEADLINE_S, "acks=all to fail with NOT_ENOUGH_REPLICAS")
         assert partition_state(cluster3, topic, leader).isr == [state.leader]
-        write(pb.ACKS_LEADER)  # acks=1 still works
+        write_accepted(pb.ACKS_LEADER)  # acks=1 still works
     finally:
         cluster3.resume(first)
         cluster3.resume(second)
     wait_until(
         lambda: in_sync(cluster3, topic), DEADLINE_S, "both followers to catch up and rejoin"
     )
-    write(pb.ACKS_ALL)
+    write_accepted(pb.ACKS_ALL)
     described = Admin(cluster3.bootstrap())
     try:
         (d,) = described.describe_topics([topic])
