@@ -7,10 +7,12 @@ event loop, for latency-sensitive programs (``headwater bench e2e`` uses them).
 
 AsyncProducer: records of a partition accumulate while a request of that partition is in
 flight (one at a time, so records are stored in send order) and leave as one batch when
-it is answered. Records sent in the same loop iteration leave together. Retries, limits
-and errors are the threaded Producer's (the retry decisions are one pure policy,
-``headwater.client.retry``); tests/test_client_engines.py runs one behaviour suite
-against both.
+it is answered (up to ``batch_bytes`` each). Records sent in the same loop iteration
+leave together. Partitioning, retries (one pure policy, ``headwater.client.retry``),
+limits, timeouts and errors are the threaded Producer's; tests/test_client_engines.py
+runs one behaviour suite against both. The differences: no ``linger_ms``, no
+``send_batch`` or ``send_encoded``, and with acks=0 a future completes when the node
+answers.
 
 AsyncConsumer: one FetchStream per assigned partition, each read by a task into one
 bounded asyncio queue; ``poll`` waits on that queue. A stream that ends or fails with a
@@ -42,6 +44,7 @@ from headwater.client.connection import (
     RECONNECT_OPTIONS,
     RETRY_BACKOFF_MAX_S,
     RETRY_BACKOFF_MIN_S,
+    TRANSPORT_ERRORS,
     broker_addresses,
     partition_leaders,
     resolve_bootstrap,
@@ -54,7 +57,7 @@ from headwater.client.producer import (
     check_producer_limits,
     parse_acks,
 )
-from headwater.client.retry import OUTCOME_UNKNOWN, RetryPolicy
+from headwater.client.retry import ANSWER_GRACE_S, OUTCOME_UNKNOWN, RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import Compression, HeaderPairs, encode_batch
@@ -79,8 +82,9 @@ class _Router:
     """Where each partition's requests go: its leader's address, from Metadata asked of
     the bootstrap node (cached per topic until ``invalidate``), and one channel per node.
     A partition without a leader goes to the bootstrap node, which forwards or explains.
-    An invalidated layout is kept as stale: when the metadata cannot be had (the node is
-    down), the stale layout still routes, so sends queue and retries go on."""
+    An invalidated layout is kept as stale: while no node answers (a transport error), the
+    stale layout still routes, so sends queue and retries go on; any answer, such as
+    "the topic does not exist", is taken as it is."""
 
     def __init__(self, bootstrap_address: str, timeout_s: float) -> None:
         self.bootstrap_address = bootstrap_address
@@ -105,10 +109,11 @@ class _Router:
                     pb.MetadataRequest(topics=[topic]), timeout=self.timeout_s
                 )
             except grpc.RpcError as exc:
+                error = from_rpc_error(exc, topic)
                 stale = self._stale.get(topic)
-                if stale is not None:
-                    return stale
-                raise from_rpc_error(exc, topic) from None
+                if stale is not None and error.code in TRANSPORT_ERRORS:
+                    return stale  # no node answers: route as before (never a deleted topic)
+                raise error from None
             (described,) = response.topics
             leaders = partition_leaders(described, broker_addresses(response))
             layout = [address or self.bootstrap_address for address in leaders]
@@ -166,8 +171,8 @@ class _PartitionQueue:
     headers: list[HeaderPairs | None] | None = None  # None until a record has headers
     stamps: list[int] = field(default_factory=list)
     futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
-    size: int = 0
-    first_queued_s: float = 0.0
+    sizes: list[int] = field(default_factory=list)  # each record's bytes of the buffer
+    first_queued_s: list[float] = field(default_factory=list)  # monotonic, per record
     in_flight: bool = False  # a batch is sent, waiting for its retry, or waiting out a deadline
     scheduled: bool = False
     retry: _Batch | None = None
@@ -190,6 +195,7 @@ class AsyncProducer:
         *,
         acks: str | int = "all",
         compression: str = "none",
+        batch_bytes: int = 1 << 20,
         retries: int = 10,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1000,
@@ -201,6 +207,8 @@ class AsyncProducer:
     ) -> None:
         check_producer_limits(
             append_timeout_ms=append_timeout_ms,
+            batch_bytes=batch_bytes,
+            retry_backoff_ms=retry_backoff_ms,
             retries=retries,
             request_timeout_ms=request_timeout_ms,
             delivery_timeout_ms=delivery_timeout_ms,
@@ -212,6 +220,7 @@ class AsyncProducer:
         self.acks = parse_acks(acks)
         self.compression = Compression.parse(compression)
         self.timeout_s = request_timeout_ms / 1000
+        self.batch_bytes = batch_bytes
         self.retry = RetryPolicy(retries, retry_backoff_ms, retry_backoff_max_ms)
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.buffer_bytes_max = buffer_bytes_max
@@ -227,6 +236,7 @@ class AsyncProducer:
         self._buffered_bytes = 0
         self._room = asyncio.Event()
         self._closing = False
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> AsyncProducer:
         return self
@@ -244,6 +254,8 @@ class AsyncProducer:
         timestamp_ms: int | None = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; await the returned future for its metadata."""
+        if self._closing:
+            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "producer is closed")
         leaders = await self._router.leaders(topic)
         count = self._partition_counts[topic] = len(leaders)
         if partition is None:
@@ -262,8 +274,6 @@ class AsyncProducer:
         self._leaders[slot] = leaders[partition]
         queue = self._queues.setdefault(slot, _PartitionQueue())
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        if not queue.values:
-            queue.first_queued_s = time.monotonic()
         if headers and queue.headers is None:
             queue.headers = [None] * len(queue.values)
         if queue.headers is not None:
@@ -272,7 +282,8 @@ class AsyncProducer:
         queue.keys.append(key)
         queue.stamps.append(time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms)
         queue.futures.append(future)
-        queue.size += size
+        queue.sizes.append(size)
+        queue.first_queued_s.append(time.monotonic())
         if not queue.in_flight and not queue.scheduled:
             queue.scheduled = True  # records sent in this loop iteration leave together
             asyncio.get_running_loop().call_soon(self._dispatch, slot)
@@ -317,10 +328,21 @@ class AsyncProducer:
         queue.scheduled = False
         if queue.in_flight or not queue.values:
             return
-        values, keys, headers = queue.values, queue.keys, queue.headers
-        stamps, futures, size = queue.stamps, queue.futures, queue.size
-        queue.values, queue.keys, queue.headers, queue.stamps = [], [], None, []
-        queue.futures, queue.size = [], 0
+        # The records that fit batch_bytes (at least one); the rest wait for the next batch.
+        count, size = 0, 0
+        for record_size in queue.sizes:
+            if count and size + record_size > self.batch_bytes:
+                break
+            count, size = count + 1, size + record_size
+        values, keys, stamps = queue.values[:count], queue.keys[:count], queue.stamps[:count]
+        headers = queue.headers[:count] if queue.headers is not None else None
+        futures, first_queued_s = queue.futures[:count], queue.first_queued_s[0]
+        del queue.values[:count], queue.keys[:count], queue.stamps[:count]
+        del queue.futures[:count], queue.sizes[:count], queue.first_queued_s[:count]
+        if queue.headers is not None:
+            del queue.headers[:count]
+            if not queue.values:
+                queue.headers = None
         self._sticky.on_batch_sent(slot[0], slot[1], self._partition_counts.get(slot[0], 1))
         try:
             payload = encode_batch(
@@ -334,7 +356,7 @@ class AsyncProducer:
             _fail(futures, HeadwaterError(ErrorCode.INVALID_RECORD, str(exc)))
             self._release(size)
             return
-        deadline_s = queue.first_queued_s + self.delivery_timeout_s
+        deadline_s = first_queued_s + self.delivery_timeout_s
         self._send(_Batch(slot, payload, futures, stamps, size, deadline_s))
 
     def _send(self, batch: _Batch) -> None:
@@ -359,18 +381,19 @@ class AsyncProducer:
             self._watch(stream)
 
     def _watch(self, stream: _ProduceStream) -> None:
-        """Cancel ``stream`` once its oldest request has waited ``request_timeout_ms`` for
-        an answer (a node that stopped answering): its batches fail with a retriable
-        error whose outcome is unknown, and are retried."""
+        """Cancel ``stream`` once its oldest request has waited ``request_timeout_ms`` (plus
+        ``ANSWER_GRACE_S``) for an answer (a node that stopped answering): its batches fail
+        with a retriable error whose outcome is unknown, and are retried."""
         stream.watchdog = None
         if stream.call.done() or not stream.answers:
             return
         waited_s = time.monotonic() - stream.answers[0].sent_s
-        if waited_s >= self.timeout_s:
+        limit_s = self.timeout_s + ANSWER_GRACE_S
+        if waited_s >= limit_s:
             stream.call.cancel()
             return
         stream.watchdog = asyncio.get_running_loop().call_later(
-            self.timeout_s - waited_s, self._watch, stream
+            limit_s - waited_s, self._watch, stream
         )
 
     async def _read(self, address: str, stream: _ProduceStream) -> None:
@@ -399,6 +422,11 @@ class AsyncProducer:
             error = HeadwaterError(
                 ErrorCode.REQUEST_TIMED_OUT,
                 f"{address}: no answer within request_timeout_ms={int(self.timeout_s * 1000)}",
+            )
+        except Exception as exc:  # an answer that makes no sense: the stream is done for
+            stream.call.cancel()
+            error = HeadwaterError(
+                ErrorCode.UNKNOWN_SERVER_ERROR, f"{address}: bad produce answer: {exc!r}"
             )
         while stream.answers:
             self._failed(stream.answers.popleft(), error, answered=False)
@@ -437,16 +465,29 @@ class AsyncProducer:
         batch = self._queues[slot].retry
         if batch is not None:
             self._queues[slot].retry = None
-            asyncio.get_running_loop().create_task(self._resend(batch))
+            task = asyncio.get_running_loop().create_task(self._resend(batch))
+            self._tasks.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self._tasks.discard)
 
     async def _resend(self, batch: _Batch) -> None:
-        """The retry of ``batch``: to the partition's leader as the metadata names it now."""
+        """The retry of ``batch``: to the partition's leader as the metadata names it now.
+        Whatever goes wrong before it is sent fails this attempt (nothing was sent: the
+        outcome is known), so the batch's futures always complete."""
         topic, partition = batch.slot
         try:
             leaders = await self._router.leaders(topic)
             check_partition(topic, partition, len(leaders))
-        except HeadwaterError as error:  # nothing sent: the outcome is known
+            if time.monotonic() >= batch.delivery_deadline_s:
+                raise HeadwaterError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"delivery_timeout_ms={int(self.delivery_timeout_s * 1000)} passed",
+                )
+        except HeadwaterError as error:
             self._failed(batch, error, answered=True)
+            return
+        except Exception as exc:
+            problem = HeadwaterError(ErrorCode.UNKNOWN_SERVER_ERROR, f"retry failed: {exc!r}")
+            self._failed(batch, problem, answered=True)
             return
         self._leaders[batch.slot] = leaders[partition]
         self._send(batch)

@@ -45,7 +45,7 @@ from typing import Final
 from headwater.client.connection import Cluster
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
 from headwater.client.produce_stream import ProduceStream
-from headwater.client.retry import RetryPolicy
+from headwater.client.retry import ANSWER_GRACE_S, RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import (
     Compression,
@@ -81,6 +81,7 @@ _SETTING_MINIMUM: Final = {
     "linger_ms": 0,
     "batch_bytes": 1,
     "retries": 0,
+    "retry_backoff_ms": 0,
     "request_timeout_ms": 1,
     "delivery_timeout_ms": 1,
     "buffer_bytes_max": 1,
@@ -215,7 +216,8 @@ class BatchFuture:
         self._batch.add_callback(callback)
 
     def exception(self, timeout: float | None = None) -> HeadwaterError | None:
-        """The error the batch failed with, or None once it is acknowledged."""
+        """The error the batch failed with, or None once it is acknowledged; a
+        REQUEST_TIMED_OUT error when ``timeout`` passes first (the batch may still land)."""
         try:
             self._batch.wait(timeout)
         except HeadwaterError as error:
@@ -282,6 +284,7 @@ class Producer:
             linger_ms=linger_ms,
             batch_bytes=batch_bytes,
             retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
             request_timeout_ms=request_timeout_ms,
             delivery_timeout_ms=delivery_timeout_ms,
             buffer_bytes_max=buffer_bytes_max,
@@ -651,7 +654,7 @@ class Producer:
         with self._streams_lock:
             streams = list(self._streams.values())
         for stream in streams:
-            if stream.oldest_wait_s(now) > self.request_timeout_s:
+            if stream.oldest_wait_s(now) > self.request_timeout_s + ANSWER_GRACE_S:
                 stream.cancel()
 
     def _on_answer(

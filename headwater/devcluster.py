@@ -345,7 +345,12 @@ class LocalCluster:
             node.process.send_signal(signal.SIGTERM)
         end = time.monotonic() + deadline_s
         for node in running:
-            node.stop(max(0.1, end - time.monotonic()))
+            assert node.process is not None
+            try:
+                node.process.wait(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                node.process.kill()
+                node.process.wait()
         return len(running)
 
     def close(self) -> None:

@@ -51,7 +51,8 @@ Key = tuple[str, int]
 @dataclass(frozen=True, eq=False, slots=True)
 class IsrRequest:
     """One AlterPartition request: ``isr`` asked of the partition as ``made_at`` showed it.
-    Compared by identity: a resend is the same object."""
+    Compared by identity: a resend is a new copy, and only the latest copy's answer (or
+    refusal) resolves the request."""
 
     partition: Partition
     made_at: PartitionState
@@ -101,9 +102,12 @@ class IsrProposals:
                     and made_at.partition_epoch >= state.partition_epoch
                 ):
                     # Its outcome is unknown: ask the same again, never another change,
-                    # until an answer says what was committed.
+                    # until an answer says what was committed. Each copy is its own
+                    # request: only the latest copy's answer resolves it.
                     self._next_ask_ms[key] = clock_ms + ALTER_RETRY_MS
-                    requests.append(unresolved)
+                    again = IsrRequest(partition, made_at, unresolved.isr)
+                    self._unresolved[key] = again
+                    requests.append(again)
                     continue
                 del self._unresolved[key]  # the partition moved on: it can never commit
             wanted = self._wanted(image, partition, state, now_ms)

@@ -23,8 +23,12 @@ at every micro-batch commit in the sink's state topic
 
 The guarantee: for a deterministic query (a replayed micro-batch holds the same rows in
 the same Spark partitions, as a query reading Headwater or files is), every row is
-written exactly once. Without a ``sinkId`` or checkpoint location, or for a
-non-deterministic query, writes are at least once.
+written exactly once, with one exception: a chunk whose append timed out without an
+answer is retried by the producer and may then be written twice (until the broker
+deduplicates by producer id and sequence, which the chunks already carry). Without a
+``sinkId`` or checkpoint location, or for a non-deterministic query, writes are at least
+once. A task appends the chunks of a partition in order, one at a time, and of different
+partitions at once.
 """
 
 from __future__ import annotations
@@ -279,6 +283,7 @@ class _TaskWriter:
         self.already: dict[Key, set[int]] = {}
         self.commit = SinkCommit()
         self.sent: list[BatchFuture] = []
+        self.last_sent: dict[Key, BatchFuture] = {}
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
         """Append every row; return once every chunk is acknowledged (acks=all), else
@@ -356,7 +361,15 @@ class _TaskWriter:
                 producer_epoch=0,
                 base_sequence=number,
             )
-            self.sent.append(self.clients.producer().send_encoded(key[0], key[1], encoded))
+            previous = self.last_sent.get(key)
+            if previous is not None:
+                # A partition's chunks land in order: the next is sent once the last is
+                # acknowledged (a failed one fails the task here, before anything after
+                # it is written). Chunks of different partitions are in flight together.
+                previous.result()
+            future = self.clients.producer().send_encoded(key[0], key[1], encoded)
+            self.sent.append(future)
+            self.last_sent[key] = future
             self.commit.records[key] = self.commit.records.get(key, 0) + end - start
 
     def _already_written(self, key: Key) -> set[int]:

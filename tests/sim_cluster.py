@@ -141,13 +141,16 @@ class Endpoint:
     def __init__(self, endpoint_id: int, sim: Simulation) -> None:
         self.id = endpoint_id
         self.sim = sim
-        self.next_call = 0
         self.pending: dict[int, tuple[int, Any]] = {}  # call id -> (deadline, continuation)
 
     def call(self, target: int, kind: str, continuation: Any, **args: Any) -> None:
-        self.next_call += 1
-        self.pending[self.next_call] = (self.sim.now_ms + CALL_TIMEOUT_MS, continuation)
-        self.sim.network.send(self.sim.now_ms, self.id, target, Call(self.next_call, kind, args))
+        """Send a call; ``continuation(value, error)`` runs on its reply or timeout. Call
+        ids are unique in the whole simulation: a late reply never reaches another call
+        (of a restarted process, say)."""
+        self.sim.call_ids += 1
+        call_id = self.sim.call_ids
+        self.pending[call_id] = (self.sim.now_ms + CALL_TIMEOUT_MS, continuation)
+        self.sim.network.send(self.sim.now_ms, self.id, target, Call(call_id, kind, args))
 
     def take_reply(self, reply: Reply) -> None:
         entry = self.pending.pop(reply.call_id, None)
@@ -292,21 +295,21 @@ class Broker(Endpoint):
 
     # ------------------------------------------------------------------ leadership
 
-    def may_lead(self) -> bool:
-        """Leadership allowed (this registration unfenced in the node's image) and the
-        lease held, as ``NodeServer.may_lead``."""
+    def leadership_allowed(self) -> bool:
+        """This process's registration unfenced in the node's image, as
+        ``NodeServer._leadership_allowed``: what roles are taken with."""
         broker = self.image.brokers.get(self.id)
-        return (
-            broker is not None
-            and broker.broker_epoch == self.broker_epoch
-            and broker.live
-            and self.sim.now_ms < self.lease_until_ms
-        )
+        return broker is not None and not broker.fenced and broker.broker_epoch == self.broker_epoch
+
+    def may_lead(self) -> bool:
+        """Leadership allowed and the lease held, as ``NodeServer.may_lead``: what serving
+        as a leader (produce, replica fetches, epoch queries) and ISR changes need."""
+        return self.leadership_allowed() and self.sim.now_ms < self.lease_until_ms
 
     def reconcile(self) -> None:
         """Host the partitions the image assigns here and take their roles, as
-        ``LogManager.reconcile`` and ``Partition.become``."""
-        may_lead = self.may_lead()
+        ``LogManager.reconcile`` and ``Partition.become`` with ``_leadership_allowed``."""
+        may_lead = self.leadership_allowed()
         for topic, state in self.image.partitions():
             if self.id not in state.replicas:
                 continue
@@ -501,9 +504,8 @@ class Broker(Endpoint):
             entry.next_fetch_ms = self.sim.now_ms + FOLLOWER_IDLE_MS
             if self.following.get(key) is not entry:
                 return
-            if error is not None:
-                if error.code is ErrorCode.OFFSET_OUT_OF_RANGE:
-                    entry.ready = False
+            if error is not None:  # as LeaderFetcher: any failure truncates again first
+                entry.ready = False
                 return
             try:
                 partition.check_following(entry.leader, entry.leader_epoch)
@@ -670,6 +672,7 @@ class Simulation:
         self.seed = seed
         self.rng = random.Random(seed)
         self.now_ms = 0
+        self.call_ids = 0
         self.network = Network(self.rng)
         self.refusals: list[str] = []
         self.leaders_by_epoch: dict[tuple[str, int], dict[int, int]] = {}
@@ -810,8 +813,9 @@ class Simulation:
             self.step(with_client)
 
     def run(self, steps: int, fault_every: int = 100) -> None:
+        """``steps`` steps, a random fault or repair every ``fault_every`` (0: none)."""
         for i in range(steps):
-            if i % fault_every == 0 and i:
+            if fault_every and i % fault_every == 0 and i:
                 self.random_fault()
             self.step()
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from headwater.client.partitioner import StickyPartitioner, murmur2, partition_for_key
 from headwater.client.retry import RetryPolicy
-from headwater.errors import GRPC_STATUS_OF, ErrorCode, is_retriable
+from headwater.errors import GRPC_STATUS_OF, ErrorCode, HeadwaterError, is_retriable
 from headwater.log.retention import SegmentSummary, segments_to_delete
 from headwater.v1 import headwater_pb2 as pb
 
@@ -112,6 +112,27 @@ def test_retry_backoff_grows_and_is_capped() -> None:
     waits = [policy.backoff_ms(n, rng) for n in range(1, 8)]
     assert 80 <= waits[0] <= 120 and 160 <= waits[1] <= 240
     assert all(800 <= w <= 1200 for w in waits[4:])
+
+
+def test_retry_decisions_of_both_producers() -> None:
+    """RetryPolicy.retry_after_s: the one retry decision of the threaded and the asyncio
+    producers."""
+    policy = RetryPolicy(retries=3, backoff_base_ms=100, backoff_max_ms=1000)
+    rng = random.Random(5)
+    moved = HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved")
+    quiet = HeadwaterError(ErrorCode.REQUEST_TIMED_OUT, "no answer")
+    bad = HeadwaterError(ErrorCode.INVALID_RECORD, "bad")
+    wait = policy.retry_after_s(moved, True, 0, 10.0, 100.0, 4000, rng)
+    assert wait is not None and 0.08 <= wait <= 0.12  # answered: backoff only
+    wait = policy.retry_after_s(quiet, True, 0, 10.0, 100.0, 4000, rng)
+    assert wait is not None and wait >= 4.1  # unknown outcome: past the append deadline
+    wait = policy.retry_after_s(moved, False, 0, 10.0, 100.0, 4000, rng)
+    assert wait is not None and wait >= 4.1  # no answer at all: unknown too
+    assert policy.retry_after_s(bad, True, 0, 10.0, 100.0, 0, rng) is None  # not retriable
+    assert policy.retry_after_s(moved, True, 3, 10.0, 100.0, 0, rng) is None  # retries spent
+    assert policy.retry_after_s(quiet, True, 0, 10.0, 12.0, 4000, rng) is None  # past delivery
+    margin = RetryPolicy(backoff_base_ms=0).retry_after_s(quiet, True, 0, 0.0, 99.0, 0, rng)
+    assert margin == 0.1  # the clock margin never drops below CLOCK_MARGIN_MS_MIN
 
 
 def _oracle_retention(

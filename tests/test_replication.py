@@ -17,6 +17,8 @@ import grpc
 import pytest
 
 from headwater.client import Admin
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.grpc_errors import from_rpc_error
 from headwater.log.api import LogConfig
 from headwater.log.file_log import FileLog
 from headwater.node.peers import LOCAL_ONLY_KEY
@@ -249,17 +251,20 @@ def test_a_stopped_follower_leaves_the_isr_and_rejoins(cluster5: LocalCluster) -
         """A write that must be accepted: retried while the leader briefly may not lead
         (a heartbeat answered late on a loaded machine ends its lease for a moment, a
         retriable refusal), but never past a NOT_ENOUGH_REPLICAS refusal."""
-        refusals: list[str] = []
+        refusals: list[HeadwaterError] = []
 
         def accepted() -> bool:
             try:
                 write(acks)
             except grpc.RpcError as error:
-                details = error.details() or ""
-                if "NOT_ENOUGH_REPLICAS" in details:
-                    refusals.append(details)
+                problem = from_rpc_error(error, leader.address)
+                if not problem.retriable or problem.code in (
+                    ErrorCode.NOT_ENOUGH_REPLICAS,
+                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                ):
+                    refusals.append(problem)
                     return True
-                return False
+                raise problem from None  # retriable: tried again, and named at the deadline
             return True
 
         wait_until(accepted, DEADLINE_S, f"an acks={acks} write to be accepted")
