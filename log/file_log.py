@@ -442,12 +442,22 @@ class FileLog:
     def _write_recovery_point(self) -> None:
         write_checked_offset(self.directory / RECOVERY_POINT_FILE, self._recovery_point)
 
-    def _flush_locked(self) -> None:
+    def _flush_locked(self, closing: bool = False) -> None:
+        """Write out every segment past the recovery point, then move it. ``closing``: a
+        segment that cannot be opened again (KAFKA_STORAGE_ERROR: its file went away under
+        the node) is noted as damaged and the others are still written out, so that the
+        log closes; otherwise the error is raised (nothing is acknowledged on a flush that
+        failed). The recovery point never passes noted damage."""
         if self._recovery_point == self.log_end_offset:
             return
         for segment in self._segments:
             if segment.next_offset > self._recovery_point:
-                segment.flush()
+                try:
+                    segment.flush()
+                except HeadwaterError as error:
+                    if not closing or error.code is not ErrorCode.KAFKA_STORAGE_ERROR:
+                        raise
+                    self._note_damage(segment, error.message)
         self._recovery_point = min(self.log_end_offset, self._damaged_from)
         self._write_recovery_point()
 
@@ -563,7 +573,7 @@ class FileLog:
         with self._lock:
             if self._closed:
                 return
-            self._flush_locked()
+            self._flush_locked(closing=True)
             # Sealed segments were flushed when they rolled; the active one holds the
             # index entries written since.
             self._segments[-1].flush()

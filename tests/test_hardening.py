@@ -18,10 +18,12 @@ import signal
 import socket
 import stat
 import struct
+import threading
 import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -463,3 +465,65 @@ def test_a_voter_with_a_damaged_journal_sets_it_aside_and_catches_up(
         "the voter to copy the metadata again",
     )
     assert (victim.data_dir / "t3-0").exists() and (victim.data_dir / "t3-1").exists()
+
+
+def test_replica_hashing_is_capped_at_two_calls_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DescribeReplicaLog hashes in worker threads, at most REPLICA_HASHES_AT_ONCE (2) at
+    a time per node: a third call is refused with THROTTLING_QUOTA_EXCEEDED naming the
+    limit, and the slot comes back when a hash ends (its thread, not its call)."""
+    import asyncio
+
+    from headwater.config import NodeConfig
+    from headwater.errors import ErrorCode
+    from headwater.log.api import LogConfig
+    from headwater.log.memory_log import MemoryLog
+    from headwater.node import admin_service
+    from headwater.node.partition import Partition
+
+    release = threading.Event()
+    real_hash = admin_service.hash_log_range
+
+    def slow_hash(*args: Any) -> Any:
+        release.wait(30)
+        return real_hash(*args)
+
+    monkeypatch.setattr(admin_service, "hash_log_range", slow_hash)
+    log = MemoryLog()
+    log.append(batch_format.encode_batch([b"v"]), 0, 0)
+    partition = Partition("t", 0, log, LogConfig())
+
+    class Logs:
+        def partition(self, topic: str, index: int) -> Partition | None:
+            return partition if (topic, index) == ("t", 0) else None
+
+    class Aborted(Exception):
+        pass
+
+    class Context:
+        async def abort(self, code: Any, details: str, metadata: Any = None) -> None:
+            raise Aborted(details)
+
+    service = object.__new__(admin_service.AdminService)
+    service.config = NodeConfig()
+    service.logs = Logs()  # type: ignore[assignment]
+    service._hashing = 0
+    request = pb.DescribeReplicaLogRequest(topic="t", partition=0, start_offset=0, end_offset=1)
+
+    async def run() -> tuple[list[Any], str]:
+        first = asyncio.ensure_future(service.DescribeReplicaLog(request, Context()))
+        second = asyncio.ensure_future(service.DescribeReplicaLog(request, Context()))
+        while service._hashing < 2:
+            await asyncio.sleep(0.01)
+        with pytest.raises(Aborted) as refused:
+            await service.DescribeReplicaLog(request, Context())
+        release.set()
+        answers = await asyncio.gather(first, second)
+        while service._hashing:
+            await asyncio.sleep(0.01)
+        answers.append(await service.DescribeReplicaLog(request, Context()))  # a slot again
+        return answers, str(refused.value)
+
+    answers, refusal = asyncio.run(run())
+    assert ErrorCode.THROTTLING_QUOTA_EXCEEDED.name in refusal
+    assert "the most it hashes at once (2)" in refusal
+    assert [a.batch_count for a in answers] == [1, 1, 1]

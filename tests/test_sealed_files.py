@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log import sealed_files
 from headwater.log.api import LogConfig
-from headwater.log.file_log import FileLog
+from headwater.log.file_log import CLEAN_SHUTDOWN_FILE, FileLog
 
 SEGMENTS = 120
 CAPACITY = 4
@@ -122,3 +123,25 @@ def test_opening_a_log_of_many_segments_fits_in_a_few_files(
     assert log.segment_count == SEGMENTS
     assert values(log, 3)[0].startswith(b"v3")
     log.close()
+
+
+def test_a_segment_that_cannot_be_opened_again_is_refused_and_noted(
+    tmp_path: Path, small_set: sealed_files.SealedFiles
+) -> None:
+    """A sealed segment whose handle the bounded set closed is opened again on the next
+    read. When its file is gone (deleted or moved under the node), the read is refused
+    with KAFKA_STORAGE_ERROR naming the file, never served from another segment, and the
+    log notes the damage so that its next open recovers from there."""
+    log = many_segments(tmp_path / "log")
+    victim = log._segment_for(3)
+    victim.drop_handle()  # as the bounded set's eviction does
+    victim.log_path.rename(victim.log_path.with_suffix(".moved"))
+    with pytest.raises(HeadwaterError) as refused:
+        log.read(3, 1 << 20)
+    assert refused.value.code is ErrorCode.KAFKA_STORAGE_ERROR
+    assert str(victim.log_path) in refused.value.message
+    assert "cannot open segment" in refused.value.message
+    assert values(log, 10)[0].startswith(b"v10")  # the other segments still serve
+    assert log._damaged_from <= victim.base_offset
+    log.close()  # closes (the unflushed segment cannot be written out: noted, not raised)
+    assert not (tmp_path / "log" / CLEAN_SHUTDOWN_FILE).exists()  # the next open recovers
