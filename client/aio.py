@@ -54,6 +54,7 @@ from headwater.client.partitioner import StickyPartitioner, partition_for_key
 from headwater.client.producer import (
     RECORD_OVERHEAD_BYTES,
     RecordMetadata,
+    buffer_full,
     check_producer_limits,
     parse_acks,
 )
@@ -298,11 +299,7 @@ class AsyncProducer:
         while self._buffered_bytes + size > self.buffer_bytes_max and self._buffered_bytes > 0:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise HeadwaterError(
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    f"producer buffer full ({self._buffered_bytes} of {self.buffer_bytes_max} "
-                    f"bytes) for max_block_ms={int(self.max_block_s * 1000)}",
-                )
+                raise buffer_full(self._buffered_bytes, self.buffer_bytes_max, self.max_block_s)
             self._room.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._room.wait(), remaining)

@@ -97,6 +97,15 @@ def check_producer_limits(**settings: int) -> None:
             raise HeadwaterError(ErrorCode.INVALID_CONFIG, f"{name} is {value}; must be >= {low}")
 
 
+def buffer_full(buffered_bytes: int, buffer_bytes_max: int, max_block_s: float) -> HeadwaterError:
+    """What ``send`` raises after waiting ``max_block_ms`` for room in the buffer."""
+    return HeadwaterError(
+        ErrorCode.REQUEST_TIMED_OUT,
+        f"producer buffer full ({buffered_bytes} of {buffer_bytes_max} bytes) for "
+        f"max_block_ms={int(max_block_s * 1000)}",
+    )
+
+
 def parse_acks(acks: str | int) -> pb.Acks.ValueType:
     """0, 1 or "all" (also -1) to the protobuf Acks value; INVALID_REQUIRED_ACKS otherwise."""
     value = _ACKS.get(str(acks).strip().lower())
@@ -348,11 +357,7 @@ class Producer:
         while self._buffered_bytes + size > self.buffer_bytes_max and self._buffered_bytes > 0:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise HeadwaterError(
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    f"producer buffer full ({self._buffered_bytes} of {self.buffer_bytes_max} "
-                    f"bytes) for max_block_ms={int(self.max_block_s * 1000)}",
-                )
+                raise buffer_full(self._buffered_bytes, self.buffer_bytes_max, self.max_block_s)
             self._cond.wait(remaining)
         self._buffered_bytes += size
 
@@ -478,13 +483,17 @@ class Producer:
             payload=batch,
         )
         slot = (topic, partition)
+        self._enqueue(slot, pending)
+        return BatchFuture(result)
+
+    def _enqueue(self, slot: tuple[str, int], pending: _Pending) -> None:
+        """Queue a closed batch for ``slot`` behind what is already queued for it."""
         with self._cond:
-            self._reserve(len(batch))
+            self._reserve(pending.size)
             if slot in self._open:
                 self._close_open(slot)  # keep the partition's records in send order
             self._ready.setdefault(slot, deque()).append(pending)
             self._cond.notify_all()
-        return BatchFuture(result)
 
     def _queue_records(
         self,
@@ -515,12 +524,7 @@ class Producer:
                 size=size,
                 deadline=deadline,
             )
-            with self._cond:
-                self._reserve(size)
-                if slot in self._open:
-                    self._close_open(slot)  # keep the partition's records in send order
-                self._ready.setdefault(slot, deque()).append(pending)
-                self._cond.notify_all()
+            self._enqueue(slot, pending)
             futures.append(BatchFuture(result))
         self._sticky.on_batch_sent(topic, partition, self.cluster.cached_partitions(topic))
         return futures

@@ -290,7 +290,8 @@ class Broker(Endpoint):
         self.metadata_in_call = False
         self.next_isr_ms = 0
         self.next_checkpoint_ms = 0
-        self.acks: dict[int, tuple[Partition, int, int, int]] = {}  # produce id -> waiting ack
+        # produce call id -> (partition, leader epoch, end offset, deadline, client, offset)
+        self.acks: dict[int, tuple[Partition, int, int, int, int, int]] = {}
         self.paused = False
 
     # ------------------------------------------------------------------ leadership
@@ -586,15 +587,13 @@ class Broker(Endpoint):
             partition.leader_epoch,
             info.last_offset + 1,
             self.sim.now_ms + PRODUCE_TIMEOUT_MS,
+            source,
+            info.base_offset,
         )
-        self._ack_source[call.call_id] = (source, info.base_offset)
-
-    _ack_source: dict[int, tuple[int, int]]
 
     def _settle_acks(self) -> None:
         """acks=all answers, as ``Partition.wait_for_replication`` gives them."""
-        for call_id, (partition, epoch, end, deadline) in list(self.acks.items()):
-            source, offset = self._ack_source[call_id]
+        for call_id, (partition, epoch, end, deadline, source, offset) in list(self.acks.items()):
             if not partition.is_leader or partition.leader_epoch != epoch:
                 reply = Reply(
                     call_id, None, HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved")
@@ -610,7 +609,6 @@ class Broker(Endpoint):
             else:
                 continue
             del self.acks[call_id]
-            del self._ack_source[call_id]
             self.sim.network.send(self.sim.now_ms, self.id, source, reply)
 
 
@@ -688,9 +686,7 @@ class Simulation:
 
     def _boot(self, node_id: int) -> Broker:
         self.incarnations[node_id] += 1
-        broker = Broker(node_id, self, self.disks[node_id], self.incarnations[node_id])
-        broker._ack_source = {}
-        return broker
+        return Broker(node_id, self, self.disks[node_id], self.incarnations[node_id])
 
     # ------------------------------------------------------------------ faults
 

@@ -44,8 +44,7 @@ def test_the_checker_catches_an_acknowledgement_before_replication(
     under these faults, and the final check says which."""
 
     def acknowledge_on_append(self: sim_cluster.Broker) -> None:
-        for call_id in list(self.acks):
-            source, offset = self._ack_source.pop(call_id)
+        for call_id, (*_, source, offset) in list(self.acks.items()):
             del self.acks[call_id]
             self.sim.network.send(
                 self.sim.now_ms, self.id, source, sim_cluster.Reply(call_id, offset)
