@@ -18,9 +18,9 @@ from headwater.client.consumer import (
     ConsumerRecord,
     FetchedBatch,
     PollResult,
-    TopicPartition,
 )
 from headwater.client.health import node_serving
+from headwater.client.positions import TopicPartition
 from headwater.client.producer import (
     BatchFuture,
     BatchMetadata,

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from headwater.client import offsets
 from headwater.client.connection import Cluster, call
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
+
+CONTROLLER_ANSWERS: Final = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+"""Answers of the active controller to a change of a topic (it is the metadata's source,
+so "no such topic" is final there, not metadata still on its way): not retried."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,7 @@ class Admin:
                 timeout=self._timeout,
             ),
             retry_s=self._timeout,
+            final=CONTROLLER_ANSWERS,
         )
         self.cluster.invalidate(name)
 
@@ -119,6 +125,7 @@ class Admin:
                 timeout=self._timeout,
             ),
             retry_s=self._timeout,
+            final=CONTROLLER_ANSWERS,
         )
         self.cluster.invalidate(name)
 
@@ -145,19 +152,13 @@ class Admin:
         timestamp_ms: int = 0,
         partitions: Sequence[int] = (),
     ) -> dict[int, int]:
-        """{partition: offset} for earliest, latest (high watermark) or a timestamp."""
-        request = pb.ListOffsetsRequest(
-            topic=topic, partitions=list(partitions), spec=spec, timestamp_ms=timestamp_ms
-        )
-        response: pb.ListOffsetsResponse = self.cluster.call_leader(
-            topic,
-            partitions[0] if partitions else 0,
-            lambda address: self.cluster.broker(address).ListOffsets(
-                request, timeout=self._timeout
-            ),
-            retry_s=self._timeout,
-        )
-        return {o.partition: o.offset for o in response.offsets}
+        """{partition: offset} for earliest, latest (high watermark) or a timestamp, of
+        ``partitions`` (every partition of the topic when empty)."""
+        wanted = partitions or range(self.cluster.layout(topic).partitions)
+        keys = [(topic, p) for p in wanted]
+        stamps = dict.fromkeys(keys, timestamp_ms) if spec == pb.OFFSET_SPEC_TIMESTAMP else None
+        found = offsets.list_offsets(self.cluster, keys, spec, stamps, retry_s=self._timeout)
+        return {partition: offset for (_topic, partition), offset in found.items()}
 
     def beginning_offsets(
         self, partitions: Iterable[tuple[str, int]]

@@ -5,13 +5,13 @@ The threaded Producer and Consumer hand every record across several Python threa
 to a switch interval. These classes do the same work with ``grpc.aio`` on the caller's
 event loop, for latency-sensitive programs (``headwater bench e2e`` uses them).
 
-AsyncProducer: records of a partition accumulate while a request of that partition is in
-flight (one at a time, so records are stored in send order) and leave as one batch when
-it is answered (up to ``batch_bytes`` each). Records sent in the same loop iteration
-leave together. Partitioning, retries (one pure policy, ``headwater.client.retry``),
-limits, timeouts and errors are the threaded Producer's; tests/test_client_engines.py
-runs one behaviour suite against both. The differences: no ``linger_ms``, no
-``send_batch`` or ``send_encoded``, and with acks=0 a future completes when the node
+AsyncProducer: the threaded Producer's batching, ordering, limits and retry decisions, from
+the same sans-I/O core (headwater.client.accumulator) driven by the event loop instead of
+a sender thread; tests/test_client_engines.py runs one behaviour suite against both. It
+has ``send``, ``send_batch`` and ``send_encoded``; ``linger_ms`` is 0 by default, so
+records sent in one loop iteration leave together, and records sent while their
+partition has a batch in flight leave together when it is answered (up to
+``batch_bytes`` each). The one difference: with acks=0 a future completes when the node
 answers.
 
 AsyncConsumer: one FetchStream per assigned partition, each read by a task into one
@@ -32,33 +32,46 @@ import contextlib
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
-from typing import Final
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
 import grpc
 
 from headwater.cancellation import task_is_stopping
+from headwater.client.accumulator import (
+    NEVER,
+    ProducerBatch,
+    RecordAccumulator,
+    cut_batches,
+    delivery_timed_out,
+    group_by_partition,
+    record_size,
+)
 from headwater.client.connection import (
     MESSAGE_BYTES_MAX,
     RECONNECT_OPTIONS,
     RETRY_BACKOFF_MAX_S,
     RETRY_BACKOFF_MIN_S,
-    TRANSPORT_ERRORS,
+    LayoutCache,
     broker_addresses,
     partition_leaders,
     resolve_bootstrap,
 )
-from headwater.client.consumer import FetchedBatch, PollResult, TopicPartition, fetched_from
+from headwater.client.consumer import FetchedBatch, PollResult, fetched_from
+from headwater.client.offsets import offset_requests, offsets_answered
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
+from headwater.client.positions import FetchPositions, TopicPartition
 from headwater.client.producer import (
-    RECORD_OVERHEAD_BYTES,
+    BatchMetadata,
     RecordMetadata,
     buffer_full,
-    check_producer_limits,
+    check_batch_lengths,
+    encoded_record_count,
     parse_acks,
+    producer_settings,
 )
-from headwater.client.retry import ANSWER_GRACE_S, OUTCOME_UNKNOWN, RetryPolicy
+from headwater.client.retry import ANSWER_GRACE_S
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import Compression, HeaderPairs, encode_batch
@@ -81,24 +94,25 @@ _OPTIONS: Final = [
 
 class _Router:
     """Where each partition's requests go: its leader's address, from Metadata asked of
-    the bootstrap node (cached per topic until ``invalidate``), and one channel per node.
-    A partition without a leader goes to the bootstrap node, which forwards or explains.
-    An invalidated layout is kept as stale: while no node answers (a transport error), the
-    stale layout still routes, so sends queue and retries go on; any answer, such as
-    "the topic does not exist", is taken as it is."""
+    the bootstrap node (cached per topic until ``invalidate``, with the stale fallback of
+    ``LayoutCache``), and one channel per node. A partition without a leader goes to the
+    bootstrap node, which forwards or explains."""
 
     def __init__(self, bootstrap_address: str, timeout_s: float) -> None:
         self.bootstrap_address = bootstrap_address
         self.timeout_s = timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._layouts: dict[str, list[str]] = {}  # topic -> leader address by partition
-        self._stale: dict[str, list[str]] = {}  # invalidated layouts, the fallback
+        self._layouts: LayoutCache[list[str]] = LayoutCache()  # leader address by partition
 
     def stub(self, address: str) -> pb_grpc.BrokerAsyncStub:
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = grpc.aio.insecure_channel(address, options=_OPTIONS)
         return pb_grpc.BrokerStub(channel)
+
+    def cached(self, topic: str) -> list[str] | None:
+        """The leader address of each partition of ``topic`` as last asked, or None."""
+        return self._layouts.get(topic)
 
     async def leaders(self, topic: str) -> list[str]:
         """The leader address of each partition of ``topic`` (its length: the count).
@@ -110,22 +124,15 @@ class _Router:
                     pb.MetadataRequest(topics=[topic]), timeout=self.timeout_s
                 )
             except grpc.RpcError as exc:
-                error = from_rpc_error(exc, topic)
-                stale = self._stale.get(topic)
-                if stale is not None and error.code in TRANSPORT_ERRORS:
-                    return stale  # no node answers: route as before (never a deleted topic)
-                raise error from None
+                return self._layouts.fallback(topic, from_rpc_error(exc, topic))
             (described,) = response.topics
             leaders = partition_leaders(described, broker_addresses(response))
             layout = [address or self.bootstrap_address for address in leaders]
-            self._layouts[topic] = layout
-            self._stale.pop(topic, None)
+            self._layouts.store(topic, layout)
         return layout
 
     def invalidate(self, topic: str) -> None:
-        layout = self._layouts.pop(topic, None)
-        if layout is not None:
-            self._stale[topic] = layout
+        self._layouts.invalidate(topic)
 
     async def close(self) -> None:
         for channel in self._channels.values():
@@ -133,21 +140,39 @@ class _Router:
         self._channels.clear()
 
 
-@dataclass(slots=True)
-class _Batch:
-    """Records of one partition encoded as one batch, from their first attempt until they
-    are acknowledged or fail for good."""
+class _Completion:
+    """What a batch's outcome completes: one future per record (``send``), or one for the
+    whole batch (``send_batch``, ``send_encoded``)."""
 
-    slot: tuple[str, int]
-    payload: bytes
-    futures: list[asyncio.Future[RecordMetadata]]
-    stamps: list[int]
-    size: int  # bytes of the producer's buffer its records hold
-    delivery_deadline_s: float  # monotonic: no retry after it
-    retries: int = 0
-    # ProduceRequest.deadline_unix_ms of the latest attempt: no node appends it later.
-    append_deadline_unix_ms: int = 0
-    sent_s: float = 0.0  # monotonic time of the latest attempt
+    __slots__ = ("batch_future", "futures")
+
+    def __init__(self) -> None:
+        self.futures: list[asyncio.Future[RecordMetadata]] = []
+        self.batch_future: asyncio.Future[BatchMetadata] | None = None
+
+    def waiting(self) -> list[asyncio.Future[Any]]:
+        futures: list[asyncio.Future[Any]] = [f for f in self.futures if not f.done()]
+        if self.batch_future is not None and not self.batch_future.done():
+            futures.append(self.batch_future)
+        return futures
+
+    def resolve(
+        self, batch: ProducerBatch[_Completion], base_offset: int, error: HeadwaterError | None
+    ) -> None:
+        topic, partition = batch.slot
+        if error is not None:
+            for future in self.waiting():
+                future.set_exception(error)
+            return
+        stamps = batch.timestamps
+        for i, future in enumerate(self.futures):
+            if not future.done():
+                offset = base_offset + i if base_offset >= 0 else -1
+                stamp = stamps if isinstance(stamps, int) else stamps[i]
+                future.set_result(RecordMetadata(topic, partition, offset, stamp))
+        if self.batch_future is not None and not self.batch_future.done():
+            metadata = BatchMetadata(topic, partition, base_offset, batch.record_count)
+            self.batch_future.set_result(metadata)
 
 
 @dataclass(slots=True)
@@ -157,44 +182,24 @@ class _ProduceStream:
 
     call: grpc.aio.StreamStreamCall[pb.ProduceRequest, pb.ProduceResponse]
     outgoing: asyncio.Queue[pb.ProduceRequest | None]
-    answers: deque[_Batch]
+    answers: deque[ProducerBatch[_Completion]]
     reader: asyncio.Task[None] | None = None
     watchdog: asyncio.TimerHandle | None = None
 
 
-@dataclass(slots=True)
-class _PartitionQueue:
-    """Records waiting for a partition, and the batch of it in flight or waiting to be
-    retried (one at a time: records are stored in send order, retries included)."""
-
-    values: list[bytes | None] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)
-    headers: list[HeaderPairs | None] | None = None  # None until a record has headers
-    stamps: list[int] = field(default_factory=list)
-    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)  # each record's bytes of the buffer
-    first_queued_s: list[float] = field(default_factory=list)  # monotonic, per record
-    in_flight: bool = False  # a batch is sent, waiting for its retry, or waiting out a deadline
-    scheduled: bool = False
-    retry: _Batch | None = None
-    # The append deadline of the batch that failed last with an unknown outcome: the next
-    # batch is not sent before it has passed (send order).
-    append_deadline_unix_ms: int = 0
-
-
 class AsyncProducer:
-    """Options, limits, retries and errors as the threaded Producer's (see its module):
-    ``retries`` with exponential backoff within ``delivery_timeout_ms``, a retry after an
-    unknown outcome only once the failed attempt's append deadline has passed, at most
-    ``buffer_bytes_max`` bytes of records waiting (``send`` waits up to ``max_block_ms``
-    for room, then raises REQUEST_TIMED_OUT). There is no ``linger_ms``: records sent while
-    their partition has a batch in flight leave together when it is answered."""
+    """The asyncio engine over the shared accumulator (headwater.client.accumulator):
+    options, limits, retries and errors as the threaded Producer's (see its module).
+    ``linger_ms`` is 0 by default: records sent in one loop iteration leave together, and
+    records sent while their partition has a batch in flight leave together when it is
+    answered (up to ``batch_bytes`` each)."""
 
     def __init__(
         self,
         bootstrap: str | Sequence[str] | None = None,
         *,
         acks: str | int = "all",
+        linger_ms: int = 0,
         compression: str = "none",
         batch_bytes: int = 1 << 20,
         retries: int = 10,
@@ -206,37 +211,45 @@ class AsyncProducer:
         max_block_ms: int = 60_000,
         append_timeout_ms: int = 5_000,
     ) -> None:
-        check_producer_limits(
+        settings = producer_settings(
             append_timeout_ms=append_timeout_ms,
+            linger_ms=linger_ms,
             batch_bytes=batch_bytes,
-            retry_backoff_ms=retry_backoff_ms,
             retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
             request_timeout_ms=request_timeout_ms,
             delivery_timeout_ms=delivery_timeout_ms,
             buffer_bytes_max=buffer_bytes_max,
             max_block_ms=max_block_ms,
         )
         self.address = resolve_bootstrap(bootstrap)[0]
-        self.append_timeout_ms = min(append_timeout_ms, request_timeout_ms)
+        self.settings = settings
         self.acks = parse_acks(acks)
         self.compression = Compression.parse(compression)
         self.timeout_s = request_timeout_ms / 1000
         self.batch_bytes = batch_bytes
-        self.retry = RetryPolicy(retries, retry_backoff_ms, retry_backoff_max_ms)
-        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self.delivery_timeout_s = settings.delivery_timeout_s
         self.buffer_bytes_max = buffer_bytes_max
         self.max_block_s = max_block_ms / 1000
         self._router = _Router(self.address, self.timeout_s)
         self._streams: dict[str, _ProduceStream] = {}
-        self._leaders: dict[tuple[str, int], str] = {}  # where each in-use partition goes
-        self._queues: dict[tuple[str, int], _PartitionQueue] = {}
         self._rng = random.Random()
         # Keyless records stick to a partition until its batch leaves (Kafka's KIP-480).
         self._sticky = StickyPartitioner(self._rng)
         self._partition_counts: dict[str, int] = {}
-        self._buffered_bytes = 0
+        self._acc: RecordAccumulator[_Completion] = RecordAccumulator(
+            settings,
+            self._rng,
+            new_completion=lambda _slot: _Completion(),
+            on_batch_closed=self._advance_sticky,
+        )
         self._room = asyncio.Event()
         self._closing = False
+        self._flushing = 0
+        self._pump_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at_s = NEVER
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> AsyncProducer:
@@ -244,6 +257,15 @@ class AsyncProducer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    def _advance_sticky(self, slot: tuple[str, int]) -> None:
+        self._sticky.on_batch_sent(slot[0], slot[1], self._partition_counts.get(slot[0], 1))
+
+    async def _partition_count(self, topic: str) -> int:
+        if self._closing:
+            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "producer is closed")
+        count = self._partition_counts[topic] = len(await self._router.leaders(topic))
+        return count
 
     async def send(
         self,
@@ -255,10 +277,7 @@ class AsyncProducer:
         timestamp_ms: int | None = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; await the returned future for its metadata."""
-        if self._closing:
-            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "producer is closed")
-        leaders = await self._router.leaders(topic)
-        count = self._partition_counts[topic] = len(leaders)
+        count = await self._partition_count(topic)
         if partition is None:
             partition = (
                 partition_for_key(key, count)
@@ -267,27 +286,98 @@ class AsyncProducer:
             )
         else:
             check_partition(topic, partition, count)
-        size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0)
-        if key is not None:
-            size += len(key)
+        size = record_size(value, key)
         await self._reserve(size)
-        slot = (topic, partition)
-        self._leaders[slot] = leaders[partition]
-        queue = self._queues.setdefault(slot, _PartitionQueue())
+        stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        completion, _index, _changed = self._acc.append(
+            (topic, partition), value, key, headers, stamp, size, time.monotonic()
+        )
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        if headers and queue.headers is None:
-            queue.headers = [None] * len(queue.values)
-        if queue.headers is not None:
-            queue.headers.append(headers)
-        queue.values.append(value)
-        queue.keys.append(key)
-        queue.stamps.append(time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms)
-        queue.futures.append(future)
-        queue.sizes.append(size)
-        queue.first_queued_s.append(time.monotonic())
-        if not queue.in_flight and not queue.scheduled:
-            queue.scheduled = True  # records sent in this loop iteration leave together
-            asyncio.get_running_loop().call_soon(self._dispatch, slot)
+        completion.futures.append(future)
+        self._schedule_pump()  # records sent in this loop iteration leave together
+        return future
+
+    async def send_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[HeaderPairs | None] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> list[asyncio.Future[BatchMetadata]]:
+        """Queue many records at once, as the threaded ``Producer.send_batch``; await the
+        returned futures for each batch's metadata."""
+        if not check_batch_lengths(values, keys, headers):
+            return []
+        count = await self._partition_count(topic)
+        stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        if keys is not None and partition is None and any(k is not None for k in keys):
+            groups = group_by_partition(keys, count, self._sticky.partition(topic, count))
+        else:
+            if partition is None:
+                partition = self._sticky.partition(topic, count)
+            check_partition(topic, partition, count)
+            groups = {partition: list(range(len(values)))}
+        futures: list[asyncio.Future[BatchMetadata]] = []
+        for target, indexes in sorted(groups.items()):
+            whole = len(indexes) == len(values)
+            part_values = values if whole else [values[i] for i in indexes]
+            part_keys = keys if whole or keys is None else [keys[i] for i in indexes]
+            part_headers = headers if whole or headers is None else [headers[i] for i in indexes]
+            for start, end, size in cut_batches(part_values, self.batch_bytes):
+                futures.append(
+                    await self._enqueue(
+                        (topic, target),
+                        part_values[start:end],
+                        part_keys[start:end] if part_keys is not None else None,
+                        part_headers[start:end] if part_headers is not None else None,
+                        stamp,
+                        end - start,
+                        size,
+                    )
+                )
+            self._sticky.on_batch_sent(topic, target, count)
+        return futures
+
+    async def send_encoded(
+        self, topic: str, partition: int, batch: bytes
+    ) -> asyncio.Future[BatchMetadata]:
+        """Queue one batch encoded beforehand, as the threaded ``Producer.send_encoded``."""
+        record_count = encoded_record_count(batch)
+        check_partition(topic, partition, await self._partition_count(topic))
+        return await self._enqueue(
+            (topic, partition), (), None, None, 0, record_count, len(batch), batch
+        )
+
+    async def _enqueue(
+        self,
+        slot: tuple[str, int],
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[HeaderPairs | None] | None,
+        stamp: int,
+        record_count: int,
+        size: int,
+        payload: bytes | None = None,
+    ) -> asyncio.Future[BatchMetadata]:
+        await self._reserve(size)
+        completion = _Completion()
+        future: asyncio.Future[BatchMetadata] = asyncio.get_running_loop().create_future()
+        completion.batch_future = future
+        self._acc.add_batch(
+            slot,
+            completion,
+            values,
+            keys,
+            headers,
+            stamp,
+            record_count,
+            size,
+            time.monotonic(),
+            payload,
+        )
+        self._schedule_pump()
         return future
 
     async def _reserve(self, size: int) -> None:
@@ -296,18 +386,43 @@ class AsyncProducer:
         if self._closing:
             raise HeadwaterError(ErrorCode.INVALID_REQUEST, "producer is closed")
         deadline = time.monotonic() + self.max_block_s
-        while self._buffered_bytes + size > self.buffer_bytes_max and self._buffered_bytes > 0:
+        while not self._acc.fits(size, self.buffer_bytes_max):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise buffer_full(self._buffered_bytes, self.buffer_bytes_max, self.max_block_s)
+                raise buffer_full(self._acc.buffered_bytes, self.buffer_bytes_max, self.max_block_s)
             self._room.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._room.wait(), remaining)
-        self._buffered_bytes += size
 
-    def _release(self, size: int) -> None:
-        self._buffered_bytes -= size
-        self._room.set()
+    # ------------------------------------------------------------------ sending
+
+    def _schedule_pump(self) -> None:
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self._pump)
+
+    def _pump(self) -> None:
+        """Send what the accumulator hands out, fail what expired, and come back at the
+        next deadline (a linger, a backoff, an append-deadline barrier)."""
+        self._pump_scheduled = False
+        now_s = time.monotonic()
+        drained = self._acc.drain(
+            now_s, time.time_ns() // 1_000_000, bool(self._flushing or self._closing)
+        )
+        for batch in drained.expired:
+            self._finish(batch, -1, delivery_timed_out(self.delivery_timeout_s))
+        for batch in drained.sendable:
+            self._send(batch)
+        if drained.wake_at_s < self._timer_at_s:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at_s = drained.wake_at_s
+            delay_s = max(drained.wake_at_s - now_s, 0.0)
+            self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at_s = None, NEVER
+        self._pump()
 
     def _stream(self, address: str) -> _ProduceStream:
         """The live ProduceStream to ``address``, opened (again) when needed."""
@@ -319,59 +434,60 @@ class AsyncProducer:
             stream.reader = asyncio.get_running_loop().create_task(self._read(address, stream))
         return stream
 
-    def _dispatch(self, slot: tuple[str, int]) -> None:
-        """Send the partition's waiting records as one batch, unless one is in flight."""
-        queue = self._queues[slot]
-        queue.scheduled = False
-        if queue.in_flight or not queue.values:
+    def _send(self, batch: ProducerBatch[_Completion]) -> None:
+        """Encode ``batch`` (first attempt) and send it to its partition's leader, after
+        asking the metadata when the leader is not known (a retry after the leader moved)."""
+        if batch.payload is None:
+            try:
+                batch.payload = encode_batch(
+                    batch.values,
+                    keys=batch.keys,
+                    headers=batch.headers,
+                    timestamps_ms=batch.timestamps,
+                    compression=self.compression,
+                )
+            except ValueError as exc:
+                self._finish(batch, -1, HeadwaterError(ErrorCode.INVALID_RECORD, str(exc)))
+                return
+            batch.values = batch.keys = batch.headers = ()  # free the record lists
+        topic, partition = batch.slot
+        leaders = self._router.cached(topic)
+        if leaders is not None and partition < len(leaders):
+            self._transmit(batch, leaders[partition])
             return
-        # The records that fit batch_bytes (at least one); the rest wait for the next batch.
-        count, size = 0, 0
-        for record_size in queue.sizes:
-            if count and size + record_size > self.batch_bytes:
-                break
-            count, size = count + 1, size + record_size
-        values, keys, stamps = queue.values[:count], queue.keys[:count], queue.stamps[:count]
-        headers = queue.headers[:count] if queue.headers is not None else None
-        futures, first_queued_s = queue.futures[:count], queue.first_queued_s[0]
-        del queue.values[:count], queue.keys[:count], queue.stamps[:count]
-        del queue.futures[:count], queue.sizes[:count], queue.first_queued_s[:count]
-        if queue.headers is not None:
-            del queue.headers[:count]
-            if not queue.values:
-                queue.headers = None
-        self._sticky.on_batch_sent(slot[0], slot[1], self._partition_counts.get(slot[0], 1))
-        try:
-            payload = encode_batch(
-                values,
-                keys=keys,
-                headers=headers,
-                timestamps_ms=stamps,
-                compression=self.compression,
-            )
-        except ValueError as exc:
-            _fail(futures, HeadwaterError(ErrorCode.INVALID_RECORD, str(exc)))
-            self._release(size)
-            return
-        deadline_s = first_queued_s + self.delivery_timeout_s
-        self._send(_Batch(slot, payload, futures, stamps, size, deadline_s))
+        task = asyncio.get_running_loop().create_task(self._send_after_lookup(batch))
+        self._tasks.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self._tasks.discard)
 
-    def _send(self, batch: _Batch) -> None:
-        """Send one attempt of ``batch`` to its partition's leader."""
-        slot = batch.slot
-        queue = self._queues[slot]
-        queue.in_flight = True
+    async def _send_after_lookup(self, batch: ProducerBatch[_Completion]) -> None:
+        """Whatever goes wrong before the batch is sent fails this attempt (nothing was
+        sent: the outcome is known), so the batch's futures always complete."""
+        topic, partition = batch.slot
+        try:
+            leaders = await self._router.leaders(topic)
+            check_partition(topic, partition, len(leaders))
+        except HeadwaterError as error:
+            self._failed(batch, error, answered=True)
+            return
+        except Exception as exc:
+            problem = HeadwaterError(ErrorCode.UNKNOWN_SERVER_ERROR, f"retry failed: {exc!r}")
+            self._failed(batch, problem, answered=True)
+            return
+        self._transmit(batch, leaders[partition])
+
+    def _transmit(self, batch: ProducerBatch[_Completion], address: str) -> None:
+        assert batch.payload is not None
+        topic, partition = batch.slot
         batch.sent_s = time.monotonic()
-        batch.append_deadline_unix_ms = time.time_ns() // 1_000_000 + self.append_timeout_ms
         request = pb.ProduceRequest(
-            topic=slot[0],
-            partition=slot[1],
+            topic=topic,
+            partition=partition,
             batch=batch.payload,
             acks=self.acks,
             timeout_ms=int(self.timeout_s * 1000),
             deadline_unix_ms=batch.append_deadline_unix_ms,
         )
-        stream = self._stream(self._leaders[slot])
+        stream = self._stream(address)
         stream.answers.append(batch)
         stream.outgoing.put_nowait(request)  # at most one request per partition waits here
         if stream.watchdog is None:
@@ -402,13 +518,7 @@ class AsyncProducer:
                     failure = HeadwaterError(ErrorCode(response.error_code), response.error_message)
                     self._failed(batch, failure, answered=True)
                     continue
-                base = response.results[0].base_offset
-                topic, partition = batch.slot
-                for i, (future, stamp) in enumerate(zip(batch.futures, batch.stamps, strict=True)):
-                    if not future.done():
-                        future.set_result(RecordMetadata(topic, partition, base + i, stamp))
-                self._release(batch.size)
-                self._settled(batch.slot)
+                self._finish(batch, response.results[0].base_offset, None)
             error = HeadwaterError(ErrorCode.NETWORK_EXCEPTION, f"{address}: produce stream closed")
         except grpc.RpcError as exc:
             error = from_rpc_error(exc, address)
@@ -428,105 +538,59 @@ class AsyncProducer:
         while stream.answers:
             self._failed(stream.answers.popleft(), error, answered=False)
 
-    def _failed(self, batch: _Batch, error: HeadwaterError, answered: bool) -> None:
-        """An attempt of ``batch`` failed: retry it (before anything queued after it) or
-        fail its records (RetryPolicy.retry_after_s decides)."""
-        if error.retriable:  # e.g. the leader moved: ask again
+    def _failed(
+        self, batch: ProducerBatch[_Completion], error: HeadwaterError, answered: bool
+    ) -> None:
+        """An attempt of ``batch`` failed: the accumulator queues its retry (before
+        anything queued after it) or the failure is final."""
+        if self.acks == pb.ACKS_NONE:  # at most once: no error is reported
+            self._finish(batch, -1, None)
+            return
+        if error.retriable:  # e.g. the leader moved or stopped answering: ask again
             self._router.invalidate(batch.slot[0])
-        now_unix_ms = time.time_ns() // 1_000_000
-        wait_s = None
-        if self.acks != pb.ACKS_NONE and not self._closing:
-            wait_s = self.retry.retry_after_s(
-                error,
-                answered,
-                batch.retries,
-                time.monotonic(),
-                batch.delivery_deadline_s,
-                batch.append_deadline_unix_ms - now_unix_ms,
-                self._rng,
-            )
+        wait_s = self._acc.retry_after(
+            batch, error, answered, time.monotonic(), time.time_ns() // 1_000_000
+        )
         if wait_s is not None:
-            batch.retries += 1
-            queue = self._queues[batch.slot]
-            queue.retry = batch
-            asyncio.get_running_loop().call_later(wait_s, self._start_retry, batch.slot)
+            self._schedule_pump()  # the pump sets a timer for the retry's time
             return
-        _fail(batch.futures, error)
-        self._release(batch.size)
-        outcome_known = answered and error.code not in OUTCOME_UNKNOWN
-        if not outcome_known:
-            self._queues[batch.slot].append_deadline_unix_ms = batch.append_deadline_unix_ms
-        self._settled(batch.slot, outcome_known)
+        self._finish(batch, -1, error, answered)
 
-    def _start_retry(self, slot: tuple[str, int]) -> None:
-        batch = self._queues[slot].retry
-        if batch is not None:
-            self._queues[slot].retry = None
-            task = asyncio.get_running_loop().create_task(self._resend(batch))
-            self._tasks.add(task)  # held until done: the loop keeps only weak references
-            task.add_done_callback(self._tasks.discard)
-
-    async def _resend(self, batch: _Batch) -> None:
-        """The retry of ``batch``: to the partition's leader as the metadata names it now.
-        Whatever goes wrong before it is sent fails this attempt (nothing was sent: the
-        outcome is known), so the batch's futures always complete."""
-        topic, partition = batch.slot
-        try:
-            leaders = await self._router.leaders(topic)
-            check_partition(topic, partition, len(leaders))
-            if time.monotonic() >= batch.delivery_deadline_s:
-                raise HeadwaterError(
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    f"delivery_timeout_ms={int(self.delivery_timeout_s * 1000)} passed",
-                )
-        except HeadwaterError as error:
-            self._failed(batch, error, answered=True)
-            return
-        except Exception as exc:
-            problem = HeadwaterError(ErrorCode.UNKNOWN_SERVER_ERROR, f"retry failed: {exc!r}")
-            self._failed(batch, problem, answered=True)
-            return
-        self._leaders[batch.slot] = leaders[partition]
-        self._send(batch)
-
-    def _settled(self, slot: tuple[str, int], outcome_known: bool = True) -> None:
-        """The batch in flight for ``slot`` is done; send the next one. After a final
-        failure whose outcome is unknown, the next one waits until the failed one's append
-        deadline has passed (plus a margin for node clocks behind this one's), so the
-        failed request, delayed somewhere, can never be appended after it."""
-        queue = self._queues[slot]
-        wait_ms = 0
-        if not outcome_known:
-            now_unix_ms = time.time_ns() // 1_000_000
-            wait_ms = queue.append_deadline_unix_ms + self.retry.backoff_base_ms - now_unix_ms
-        if wait_ms > 0:
-            asyncio.get_running_loop().call_later(wait_ms / 1000, self._settled, slot)
-            return
-        queue.in_flight = False
-        if queue.values:
-            self._dispatch(slot)
-
-    def _pending(self) -> list[asyncio.Future[RecordMetadata]]:
-        """Futures of every record not yet answered: queued, in flight or to be retried."""
-        waiting = [f for q in self._queues.values() for f in q.futures]
-        waiting += [f for q in self._queues.values() if q.retry for f in q.retry.futures]
-        waiting += [f for s in self._streams.values() for b in s.answers for f in b.futures]
-        return [f for f in waiting if not f.done()]
+    def _finish(
+        self,
+        batch: ProducerBatch[_Completion],
+        base_offset: int,
+        error: HeadwaterError | None,
+        answered: bool = True,
+    ) -> None:
+        """Complete ``batch``'s futures, settle it, and send what it held back."""
+        batch.completion.resolve(batch, base_offset, error)
+        self._acc.settle(batch, time.monotonic(), time.time_ns() // 1_000_000, error, answered)
+        self._room.set()
+        self._schedule_pump()
 
     async def flush(self) -> None:
-        """Wait until every queued record is answered (acknowledged or failed for good)."""
-        while any(q.in_flight or q.values for q in self._queues.values()):
-            waiting = self._pending()
-            if waiting:
-                await asyncio.wait(waiting, timeout=FLUSH_POLL_S * 20)
-            else:
-                await asyncio.sleep(FLUSH_POLL_S)
+        """Send every queued record now and wait until each is answered (acknowledged or
+        failed for good)."""
+        self._flushing += 1
+        try:
+            self._schedule_pump()
+            while not self._acc.idle():
+                waiting = [f for c in self._acc.completions() for f in c.waiting()]
+                if waiting:
+                    await asyncio.wait(waiting, timeout=FLUSH_POLL_S * 20)
+                else:
+                    await asyncio.sleep(FLUSH_POLL_S)
+        finally:
+            self._flushing -= 1
 
     async def close(self) -> None:
         """Flush, then close the streams and channels (later sends raise)."""
         with contextlib.suppress(HeadwaterError):
             await self.flush()
         self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
         for stream in self._streams.values():
             stream.outgoing.put_nowait(None)  # ends the request iterator, even of a dead call
         for stream in self._streams.values():
@@ -546,31 +610,38 @@ async def _drain(
         yield request
 
 
-def _fail(futures: list[asyncio.Future[RecordMetadata]], error: HeadwaterError) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_exception(error)
+_SPEC_OF_RESET: Final = {"earliest": pb.OFFSET_SPEC_EARLIEST, "latest": pb.OFFSET_SPEC_LATEST}
 
 
 class AsyncConsumer:
+    """The threaded Consumer's assignment, positions and reset policy (one sans-I/O core,
+    headwater.client.positions), with one FetchStream per partition read by a task."""
+
     def __init__(
         self,
         bootstrap: str | Sequence[str] | None = None,
         *,
         fetch_max_bytes: int = 4 << 20,
         fetch_max_wait_ms: int = 500,
+        auto_offset_reset: str = "latest",
         check_crcs: bool = True,
     ) -> None:
+        self._positions = FetchPositions(auto_offset_reset)
+        if fetch_max_bytes < 1 or fetch_max_wait_ms < 0:
+            raise HeadwaterError(
+                ErrorCode.INVALID_CONFIG,
+                "fetch_max_bytes must be >= 1 and fetch_max_wait_ms >= 0",
+            )
         self.address = resolve_bootstrap(bootstrap)[0]
         self.fetch_max_bytes = fetch_max_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.auto_offset_reset = auto_offset_reset
         self.check_crcs = check_crcs
         self._router = _Router(self.address, CONSUMER_CALL_TIMEOUT_S)
-        self._positions: dict[TopicPartition, int] = {}
         self._readers: dict[TopicPartition, asyncio.Task[None]] = {}
-        # (partition, (record batches, next offset) or None, error or None)
+        # (partition, generation, (record batches, next offset) or None, error or None)
         self._arrivals: asyncio.Queue[
-            tuple[TopicPartition, tuple[bytes, int] | None, HeadwaterError | None]
+            tuple[TopicPartition, int, tuple[bytes, int] | None, HeadwaterError | None]
         ] = asyncio.Queue(maxsize=ARRIVALS_MAX)
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -579,29 +650,89 @@ class AsyncConsumer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    # ------------------------------------------------------------------ assignment
+
+    async def assign(self, partitions: str | Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Consume a whole topic (a name) or the given partitions; positions start unset
+        (``auto_offset_reset`` places them at the first poll)."""
+        if isinstance(partitions, str):
+            count = len(await self._router.leaders(partitions))
+            wanted = [TopicPartition(partitions, p) for p in range(count)]
+        else:
+            wanted = [
+                p if isinstance(p, TopicPartition) else TopicPartition(*p) for p in partitions
+            ]
+            for tp in wanted:  # raises for unknown topics and partitions
+                check_partition(tp.topic, tp.partition, len(await self._router.leaders(tp.topic)))
+        await self._stop_readers()
+        self._positions.assign(wanted)
+
     async def assign_at(
         self, topic: str, spec: pb.OffsetSpec.ValueType = pb.OFFSET_SPEC_LATEST
     ) -> None:
         """Consume every partition of ``topic`` from its earliest or latest offset."""
-        count = len(await self._router.leaders(topic))
-        try:
-            offsets = await self._router.stub(self.address).ListOffsets(
-                pb.ListOffsetsRequest(topic=topic, partitions=list(range(count)), spec=spec),
-                timeout=CONSUMER_CALL_TIMEOUT_S,
-            )
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, topic) from None
-        await self._stop_readers()
-        self._positions = {TopicPartition(topic, o.partition): o.offset for o in offsets.offsets}
-        for tp in self._positions:
-            self._readers[tp] = asyncio.get_running_loop().create_task(self._read(tp))
+        await self.assign(topic)
+        await self._seek_spec(None, spec)
 
-    async def _read(self, tp: TopicPartition) -> None:
+    def assignment(self) -> list[TopicPartition]:
+        return self._positions.assignment()
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """The next poll reads ``partition`` from ``offset`` (checked by the broker)."""
+        self._positions.seek(partition, offset)
+        reader = self._readers.pop(partition, None)
+        if reader is not None:
+            reader.cancel()  # what it queued already is of an old generation: dropped
+
+    async def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        await self._seek_spec(partitions, pb.OFFSET_SPEC_EARLIEST)
+
+    async def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        await self._seek_spec(partitions, pb.OFFSET_SPEC_LATEST)
+
+    async def seek_to_timestamp(
+        self, timestamp_ms: int, partitions: Iterable[TopicPartition] | None = None
+    ) -> None:
+        """Position at the first record with timestamp >= timestamp_ms (else the end)."""
+        await self._seek_spec(partitions, pb.OFFSET_SPEC_TIMESTAMP, timestamp_ms)
+
+    async def position(self, partition: TopicPartition) -> int:
+        if self._positions.offset(partition) is None:
+            await self._reset(partition)
+        position = self._positions.offset(partition)
+        assert position is not None
+        return position
+
+    async def _seek_spec(
+        self,
+        partitions: Iterable[TopicPartition] | None,
+        spec: pb.OffsetSpec.ValueType,
+        timestamp_ms: int = 0,
+    ) -> None:
+        keys = [(tp.topic, tp.partition) for tp in self._positions.check_assigned(partitions)]
+        stamps = dict.fromkeys(keys, timestamp_ms) if spec == pb.OFFSET_SPEC_TIMESTAMP else None
+        for request in offset_requests(keys, spec, stamps):
+            try:
+                response = await self._router.stub(self.address).ListOffsets(
+                    request, timeout=CONSUMER_CALL_TIMEOUT_S
+                )
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc, request.topic) from None
+            for (topic, partition), offset in offsets_answered(request, response).items():
+                self.seek(TopicPartition(topic, partition), offset)
+
+    async def _reset(self, partition: TopicPartition, cause: HeadwaterError | None = None) -> None:
+        await self._seek_spec(
+            [partition], _SPEC_OF_RESET[self._positions.reset_to(partition, cause)]
+        )
+
+    # ------------------------------------------------------------------ fetching
+
+    async def _read(self, tp: TopicPartition, offset: int, generation: int) -> None:
         """Feed ``tp``'s arrivals into the queue until stopped. A stream that ends or fails
         with a retriable error (a leader moving, a node restarting) is reopened from the
         next offset after what was queued, with backoff, for up to ``READ_RETRY_S`` without
         progress; any other error, or running out of that time, is queued for ``poll``."""
-        offset = self._positions[tp]
         backoff_s = RETRY_BACKOFF_MIN_S
         give_up_at = time.monotonic() + READ_RETRY_S
         while True:
@@ -623,7 +754,8 @@ class AsyncConsumer:
                 async for response in call:
                     records = response.records  # each read of a bytes field copies it
                     if records:
-                        await self._arrivals.put((tp, (records, response.next_offset), None))
+                        arrival = (records, response.next_offset)
+                        await self._arrivals.put((tp, generation, arrival, None))
                     offset = max(offset, response.next_offset)
                     backoff_s = RETRY_BACKOFF_MIN_S
                     give_up_at = time.monotonic() + READ_RETRY_S
@@ -634,7 +766,7 @@ class AsyncConsumer:
                 error = from_rpc_error(exc, address)
             except asyncio.CancelledError:
                 if task_is_stopping():
-                    raise  # stopped by _stop_readers
+                    raise  # stopped by a seek, a reassignment or close
                 # grpc.aio raises CancelledError for a call cancelled under it.
                 error = HeadwaterError(
                     ErrorCode.NETWORK_EXCEPTION, f"{address}: fetch stream was cancelled"
@@ -643,13 +775,27 @@ class AsyncConsumer:
                 call.cancel()
             self._router.invalidate(tp.topic)  # the leader may have moved
             if not error.retriable or time.monotonic() + backoff_s > give_up_at:
-                await self._arrivals.put((tp, None, error))
+                await self._arrivals.put((tp, generation, None, error))
                 return
             await asyncio.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, RETRY_BACKOFF_MAX_S)
 
+    async def _start_readers(self) -> None:
+        """A reader for every assigned partition without one, from its position."""
+        for tp in self._positions:
+            if tp not in self._readers:
+                offset = await self.position(tp)
+                generation = self._positions.generation(tp)
+                task = asyncio.get_running_loop().create_task(self._read(tp, offset, generation))
+                self._readers[tp] = task
+
     async def poll(self, timeout_ms: float = 1000) -> PollResult:
         """Batches that arrive within ``timeout_ms`` (possibly none)."""
+        if not self._positions:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST, "no partitions assigned; call assign() first"
+            )
+        await self._start_readers()
         batches: list[FetchedBatch] = []
         try:
             if self._arrivals.empty():
@@ -662,14 +808,20 @@ class AsyncConsumer:
         items = [first]
         while not self._arrivals.empty():
             items.append(self._arrivals.get_nowait())
-        for tp, arrival, error in items:
+        for tp, generation, arrival, error in items:
+            position = self._positions.accept(tp, generation)
+            if position is None:
+                continue  # from before a seek or reassignment
             if error is not None:
-                raise error
+                self._readers.pop(tp, None)
+                if error.code != ErrorCode.OFFSET_OUT_OF_RANGE:
+                    raise error
+                await self._reset(tp, error)  # the next poll reads from the new position
+                continue
             assert arrival is not None
             records, next_offset = arrival
-            position = self._positions[tp]
             batches += fetched_from(tp, records, position, self.check_crcs)
-            self._positions[tp] = max(position, next_offset)
+            self._positions.advance(tp, next_offset)
         return PollResult(batches)
 
     async def _stop_readers(self) -> None:

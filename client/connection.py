@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final, Generic, TypeVar
 
 import grpc
 
@@ -71,6 +71,40 @@ class TopicLayout:
         return len(self.leaders)
 
 
+L = TypeVar("L")
+
+
+class LayoutCache(Generic[L]):
+    """Topic layouts as last learned, shared by both client engines' routers. An
+    invalidated layout is kept as stale: while no node answers (a transport error), the
+    stale layout still routes, so sends queue and retries go on while a node restarts;
+    any answer, such as "the topic does not exist", is taken as it is."""
+
+    def __init__(self) -> None:
+        self._layouts: dict[str, L] = {}
+        self._stale: dict[str, L] = {}
+
+    def get(self, topic: str) -> L | None:
+        return self._layouts.get(topic)
+
+    def store(self, topic: str, layout: L) -> None:
+        self._layouts[topic] = layout
+        self._stale.pop(topic, None)
+
+    def invalidate(self, topic: str) -> None:
+        layout = self._layouts.pop(topic, None)
+        if layout is not None:
+            self._stale[topic] = layout
+
+    def fallback(self, topic: str, error: HeadwaterError) -> L:
+        """The stale layout of ``topic`` when asking failed with a transport error and
+        one was known; else ``error`` is raised."""
+        stale = self._stale.get(topic)
+        if stale is None or error.code not in TRANSPORT_ERRORS:
+            raise error
+        return stale
+
+
 class Cluster:
     def __init__(
         self,
@@ -90,8 +124,7 @@ class Cluster:
         self._channels: dict[str, grpc.Channel] = {}
         self._brokers_stubs: dict[str, pb_grpc.BrokerStub] = {}
         self._admin_stubs: dict[str, pb_grpc.AdminStub] = {}
-        self._layouts: dict[str, TopicLayout] = {}
-        self._stale: dict[str, TopicLayout] = {}  # invalidated layouts, the fallback
+        self._layouts: LayoutCache[TopicLayout] = LayoutCache()
         self._brokers: dict[int, str] = {}
         self._rng = random.Random()
         self._closed = False
@@ -121,13 +154,20 @@ class Cluster:
             stub = self._admin_stubs[address] = pb_grpc.AdminStub(self.channel(address))
         return stub
 
-    def call_any(self, call: Callable[[str], T], retry_s: float = 0.0) -> T:
+    def call_any(
+        self,
+        call: Callable[[str], T],
+        retry_s: float = 0.0,
+        final: frozenset[ErrorCode] = frozenset(),
+    ) -> T:
         """Run ``call(address)`` against bootstrap nodes in turn until one is reachable.
 
         Transport failures (NETWORK_EXCEPTION, REQUEST_TIMED_OUT) move on to the next
         address. With ``retry_s`` > 0, retriable operating errors (no active controller
         yet, a leader moving, a node down) are retried too, with backoff, for up to that
-        many seconds; other operating errors are raised as they are.
+        many seconds, except the codes in ``final`` (an answer that will not change, such
+        as the active controller's "no such topic"); other operating errors are raised as
+        they are.
         """
         deadline = time.monotonic() + retry_s
         backoff_s = RETRY_BACKOFF_MIN_S
@@ -143,7 +183,8 @@ class Cluster:
                 except HeadwaterError as exc:
                     error = exc
                 transport = error.code in TRANSPORT_ERRORS
-                if not transport and not (retry_s > 0 and error.retriable):
+                retry = retry_s > 0 and error.retriable and error.code not in final
+                if not transport and not retry:
                     raise error
                 last = error
             assert last is not None
@@ -196,7 +237,7 @@ class Cluster:
             self._brokers = brokers
             for topic in response.topics:
                 leaders = partition_leaders(topic, brokers)
-                self._layouts[topic.name] = TopicLayout(topic.name, topic.topic_id, leaders)
+                self._layouts.store(topic.name, TopicLayout(topic.name, topic.topic_id, leaders))
         return response
 
     def layout(self, topic: str) -> TopicLayout:
@@ -208,18 +249,12 @@ class Cluster:
             try:
                 self.refresh([topic])
             except HeadwaterError as error:
-                # No node answers: route by the layout known before (a send queues and its
-                # retries go on while a node restarts), if there was one.
-                stale = self._stale.get(topic)
-                if stale is None or error.code not in TRANSPORT_ERRORS:
-                    raise
-                return stale
+                return self._layouts.fallback(topic, error)  # no node answers: route as before
             layout = self._layouts.get(topic)
             if layout is None:
                 raise HeadwaterError(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist"
                 )
-            self._stale.pop(topic, None)
         return layout
 
     def cached_partitions(self, topic: str) -> int:
@@ -240,9 +275,7 @@ class Cluster:
         """Ask for ``topic``'s layout again on next use; the old one is kept as the
         fallback while no node answers (``layout``)."""
         with self._lock:
-            layout = self._layouts.pop(topic, None)
-            if layout is not None:
-                self._stale[topic] = layout
+            self._layouts.invalidate(topic)
 
     def close(self) -> None:
         with self._lock:

@@ -28,21 +28,16 @@ from typing import Final
 import grpc
 import pyarrow as pa
 
+from headwater.client import offsets
 from headwater.client.connection import Cluster
+from headwater.client.positions import FetchPositions, TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import columns_without_timestamps, decode_batches, timestamps_ms
 from headwater.v1 import headwater_pb2 as pb
 
-RESET_POLICIES: Final = ("earliest", "latest", "none")
 ARRIVALS_MAX: Final = 64
 """Fetch responses waiting for ``poll``, across partitions; full, the streams pause."""
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
-    topic: str
-    partition: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,11 +172,7 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         check_crcs: bool = True,
     ) -> None:
-        if auto_offset_reset not in RESET_POLICIES:
-            raise HeadwaterError(
-                ErrorCode.INVALID_CONFIG,
-                f"auto_offset_reset is {auto_offset_reset!r}; valid: {', '.join(RESET_POLICIES)}",
-            )
+        positions = FetchPositions(auto_offset_reset)
         if fetch_max_bytes < 1 or fetch_max_wait_ms < 0 or fetch_min_bytes < 0:
             raise HeadwaterError(
                 ErrorCode.INVALID_CONFIG,
@@ -193,9 +184,8 @@ class Consumer:
         self.fetch_min_bytes = fetch_min_bytes
         self.auto_offset_reset = auto_offset_reset
         self.check_crcs = check_crcs
-        self._positions: dict[TopicPartition, int | None] = {}
+        self._positions = positions
         self._subscriptions: dict[TopicPartition, _Subscription] = {}
-        self._generation = 0
         self._arrivals: queue.Queue[Arrival] = queue.Queue(maxsize=ARRIVALS_MAX)
 
     def __enter__(self) -> Consumer:
@@ -218,49 +208,15 @@ class Consumer:
             for tp in wanted:
                 self.cluster.leader(tp.topic, tp.partition)  # raises for unknown ones
         self._cancel_all()
-        self._positions = dict.fromkeys(wanted)
+        self._positions.assign(wanted)
 
     def assignment(self) -> list[TopicPartition]:
-        return sorted(self._positions)
-
-    def _targets(self, partitions: Iterable[TopicPartition] | None) -> list[TopicPartition]:
-        targets = list(self._positions) if partitions is None else list(partitions)
-        for tp in targets:
-            if tp not in self._positions:
-                raise HeadwaterError(
-                    ErrorCode.INVALID_REQUEST, f"{tp} is not assigned to this consumer"
-                )
-        return targets
+        return self._positions.assignment()
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Next poll reads ``partition`` from ``offset`` (checked by the broker)."""
-        if offset < 0:
-            raise HeadwaterError(
-                ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is negative; offsets start at 0"
-            )
-        self._targets([partition])
+        self._positions.seek(partition, offset)
         self._cancel(partition)
-        self._positions[partition] = offset
-
-    def _list_offsets(
-        self,
-        topic: str,
-        partitions: list[int],
-        spec: pb.OffsetSpec.ValueType,
-        timestamp_ms: int = 0,
-    ) -> dict[int, int]:
-        request = pb.ListOffsetsRequest(
-            topic=topic, partitions=partitions, spec=spec, timestamp_ms=timestamp_ms
-        )
-        response: pb.ListOffsetsResponse = self.cluster.call_leader(
-            topic,
-            partitions[0],
-            lambda address: self.cluster.broker(address).ListOffsets(
-                request, timeout=self.cluster.request_timeout_s
-            ),
-            retry_s=self.cluster.request_timeout_s,
-        )
-        return {o.partition: o.offset for o in response.offsets}
 
     def _seek_spec(
         self,
@@ -268,14 +224,13 @@ class Consumer:
         spec: pb.OffsetSpec.ValueType,
         timestamp_ms: int = 0,
     ) -> None:
-        by_topic: dict[str, list[int]] = {}
-        for tp in self._targets(partitions):
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        for topic, indexes in by_topic.items():
-            for partition, offset in self._list_offsets(topic, indexes, spec, timestamp_ms).items():
-                tp = TopicPartition(topic, partition)
-                self._cancel(tp)
-                self._positions[tp] = offset
+        keys = [(tp.topic, tp.partition) for tp in self._positions.check_assigned(partitions)]
+        stamps = dict.fromkeys(keys, timestamp_ms) if spec == pb.OFFSET_SPEC_TIMESTAMP else None
+        found = offsets.list_offsets(
+            self.cluster, keys, spec, stamps, retry_s=self.cluster.request_timeout_s
+        )
+        for (topic, partition), offset in found.items():
+            self.seek(TopicPartition(topic, partition), offset)
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         self._seek_spec(partitions, pb.OFFSET_SPEC_EARLIEST)
@@ -290,24 +245,15 @@ class Consumer:
         self._seek_spec(partitions, pb.OFFSET_SPEC_TIMESTAMP, timestamp_ms)
 
     def position(self, partition: TopicPartition) -> int:
-        self._targets([partition])
-        if self._positions[partition] is None:
+        if self._positions.offset(partition) is None:
             self._reset(partition)
-        position = self._positions[partition]
+        position = self._positions.offset(partition)
         assert position is not None
         return position
 
     def _reset(self, partition: TopicPartition, cause: HeadwaterError | None = None) -> None:
-        if self.auto_offset_reset == "none":
-            raise cause or HeadwaterError(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"{partition} has no position and auto_offset_reset is 'none'",
-            )
-        spec = (
-            pb.OFFSET_SPEC_EARLIEST
-            if self.auto_offset_reset == "earliest"
-            else pb.OFFSET_SPEC_LATEST
-        )
+        to = self._positions.reset_to(partition, cause)
+        spec = pb.OFFSET_SPEC_EARLIEST if to == "earliest" else pb.OFFSET_SPEC_LATEST
         self._seek_spec([partition], spec)
 
     # ------------------------------------------------------------------ fetching
@@ -334,10 +280,10 @@ class Consumer:
             min_bytes=self.fetch_min_bytes,
             replica_id=-1,
         )
-        self._generation += 1
         call = self.cluster.broker(address).FetchStream(request)
+        generation = self._positions.generation(partition)
         self._subscriptions[partition] = _Subscription(
-            partition, self._generation, call, self._arrivals, address
+            partition, generation, call, self._arrivals, address
         )
 
     def _accept(self, arrival: Arrival) -> list[FetchedBatch]:
@@ -359,10 +305,11 @@ class Consumer:
         records = response.records  # each read of a bytes field copies it
         if not records:
             return []
-        position = self._positions[partition]
-        assert position is not None
+        position = self._positions.accept(partition, generation)
+        if position is None:
+            return []
         fetched = fetched_from(partition, records, position, self.check_crcs)
-        self._positions[partition] = max(position, response.next_offset)
+        self._positions.advance(partition, response.next_offset)
         return fetched
 
     def poll(self, timeout_ms: float = 1000) -> PollResult:

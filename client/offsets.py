@@ -2,7 +2,9 @@
 
 One ListOffsets request per topic (per partition for timestamps, which a request carries
 one of), sent to any node (a node that leads none of them forwards to the leaders) and
-retried while leadership moves. Keys are (topic, partition) pairs.
+retried while leadership moves. Keys are (topic, partition) pairs. ``offset_requests``
+and ``offsets_answered`` are the sans-I/O part, which the asyncio consumer sends itself;
+``list_offsets`` is the one synchronous path (Admin, Consumer, the Spark connector).
 """
 
 from __future__ import annotations
@@ -15,6 +17,34 @@ from headwater.v1 import headwater_pb2 as pb
 PartitionKey = tuple[str, int]
 
 
+def offset_requests(
+    partitions: Iterable[PartitionKey],
+    spec: pb.OffsetSpec.ValueType,
+    timestamps: Mapping[PartitionKey, int] | None = None,
+) -> list[pb.ListOffsetsRequest]:
+    """The ListOffsets requests that answer for ``partitions`` (sans-I/O: both client
+    engines send them): one per topic, or one per partition with ``timestamps``."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    requests = []
+    for topic, indexes in by_topic.items():
+        groups = [[i] for i in indexes] if timestamps is not None else [indexes]
+        for group in groups:
+            stamp = timestamps[(topic, group[0])] if timestamps is not None else 0
+            requests.append(
+                pb.ListOffsetsRequest(topic=topic, partitions=group, spec=spec, timestamp_ms=stamp)
+            )
+    return requests
+
+
+def offsets_answered(
+    request: pb.ListOffsetsRequest, response: pb.ListOffsetsResponse
+) -> dict[PartitionKey, int]:
+    """{(topic, partition): offset} from the answer to ``request``."""
+    return {(request.topic, o.partition): o.offset for o in response.offsets}
+
+
 def list_offsets(
     cluster: Cluster,
     partitions: Iterable[PartitionKey],
@@ -25,30 +55,16 @@ def list_offsets(
     """{(topic, partition): offset} for ``spec``: the log start (earliest), the high
     watermark (latest), or, with ``timestamps``, the first offset whose record has a
     timestamp at or after the partition's timestamp (else the high watermark)."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
     result: dict[PartitionKey, int] = {}
-    for topic, indexes in by_topic.items():
-        groups = [[i] for i in indexes] if timestamps is not None else [indexes]
-        for group in groups:
-            request = pb.ListOffsetsRequest(
-                topic=topic,
-                partitions=group,
-                spec=spec,
-                timestamp_ms=timestamps[(topic, group[0])] if timestamps is not None else 0,
+    for request in offset_requests(partitions, spec, timestamps):
+
+        def run(address: str, request: pb.ListOffsetsRequest = request) -> pb.ListOffsetsResponse:
+            response: pb.ListOffsetsResponse = cluster.broker(address).ListOffsets(
+                request, timeout=cluster.request_timeout_s
             )
+            return response
 
-            def run(
-                address: str, request: pb.ListOffsetsRequest = request
-            ) -> pb.ListOffsetsResponse:
-                response: pb.ListOffsetsResponse = cluster.broker(address).ListOffsets(
-                    request, timeout=cluster.request_timeout_s
-                )
-                return response
-
-            response = cluster.call_any(run, retry_s=retry_s)
-            result.update({(topic, o.partition): o.offset for o in response.offsets})
+        result.update(offsets_answered(request, cluster.call_any(run, retry_s=retry_s)))
     return result
 
 

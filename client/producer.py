@@ -1,10 +1,14 @@
 """The producer: per-record ``send`` and many-record ``send_batch``, batched per partition.
 
-Records accumulate per partition in an open batch; a batch closes when it reaches
-``batch_bytes``, when ``linger_ms`` has passed since its first record, or on ``flush``.
-One sender thread encodes closed batches (headwater.log.batch) and sends them, keeping at
-most one request in flight per partition so that records of a partition are appended in
-the order they were sent, retries included.
+Batching, ordering, limits and retry decisions are the shared sans-I/O core's
+(headwater.client.accumulator), driven here by threads and by the asyncio AsyncProducer
+on an event loop; tests/test_client_engines.py runs one behaviour suite against both.
+Records accumulate per partition in an open batch; a batch closes when the next record
+would take it past ``batch_bytes``, when ``linger_ms`` has passed since its first record,
+or on ``flush``. One sender thread encodes closed batches (headwater.log.batch) and sends
+them, keeping at most one request in flight per partition so that records of a partition
+are appended in the order they were sent, retries included. A batch still unsent at its
+``delivery_timeout_ms`` fails with REQUEST_TIMED_OUT.
 
 Delivery semantics by ``acks``:
 
@@ -23,8 +27,9 @@ is sent (``ProduceRequest.deadline_unix_ms``), after which no node appends it. W
 attempt's outcome is unknown (no answer, a broken stream, a timeout), its retry waits until
 that deadline has passed (plus ``retry_backoff_ms`` for clock differences), so a copy of
 the request delayed in a paused node or a slow link can never land after the retry or
-after later batches of the partition. This assumes node clocks lag this client's by less
-than ``retry_backoff_ms``.
+after later batches of the partition; a batch that fails for good with an unknown outcome
+holds back the partition's next batch the same way. This assumes node clocks lag this
+client's by less than ``retry_backoff_ms`` (at least 100 ms).
 
 Limits: ``buffer_bytes_max`` bytes of records may wait; ``send`` blocks up to
 ``max_block_ms`` for room, then raises REQUEST_TIMED_OUT.
@@ -37,11 +42,20 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from headwater.client.accumulator import (
+    AccumulatorSettings,
+    Drained,
+    ProducerBatch,
+    RecordAccumulator,
+    cut_batches,
+    delivery_timed_out,
+    group_by_partition,
+    record_size,
+)
 from headwater.client.connection import Cluster
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
 from headwater.client.produce_stream import ProduceStream
@@ -57,7 +71,6 @@ from headwater.log.batch import (
 from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 
-RECORD_OVERHEAD_BYTES: Final = 12
 STREAM_CHECK_S: Final = 0.5
 """Longest the sender sleeps between checks for streams that stopped answering."""
 _ACKS: Final[dict[str, pb.Acks.ValueType]] = {
@@ -66,14 +79,6 @@ _ACKS: Final[dict[str, pb.Acks.ValueType]] = {
     "all": pb.ACKS_ALL,
     "-1": pb.ACKS_ALL,
 }
-_INVALIDATING: Final = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.LEADER_NOT_AVAILABLE,
-        ErrorCode.NETWORK_EXCEPTION,
-    }
-)
 
 
 _SETTING_MINIMUM: Final = {
@@ -95,6 +100,67 @@ def check_producer_limits(**settings: int) -> None:
         low = _SETTING_MINIMUM[name]
         if value < low:
             raise HeadwaterError(ErrorCode.INVALID_CONFIG, f"{name} is {value}; must be >= {low}")
+
+
+def producer_settings(
+    *,
+    linger_ms: int,
+    batch_bytes: int,
+    retries: int,
+    retry_backoff_ms: int,
+    retry_backoff_max_ms: int,
+    request_timeout_ms: int,
+    delivery_timeout_ms: int,
+    append_timeout_ms: int,
+    buffer_bytes_max: int,
+    max_block_ms: int,
+) -> AccumulatorSettings:
+    """Check the settings both producer engines take (INVALID_CONFIG naming the first
+    one out of range) and turn them into the accumulator's."""
+    check_producer_limits(
+        append_timeout_ms=append_timeout_ms,
+        linger_ms=linger_ms,
+        batch_bytes=batch_bytes,
+        retries=retries,
+        retry_backoff_ms=retry_backoff_ms,
+        request_timeout_ms=request_timeout_ms,
+        delivery_timeout_ms=delivery_timeout_ms,
+        buffer_bytes_max=buffer_bytes_max,
+        max_block_ms=max_block_ms,
+    )
+    return AccumulatorSettings(
+        batch_bytes=batch_bytes,
+        linger_s=linger_ms / 1000,
+        delivery_timeout_s=delivery_timeout_ms / 1000,
+        append_timeout_ms=min(append_timeout_ms, request_timeout_ms),
+        retry=RetryPolicy(retries, retry_backoff_ms, retry_backoff_max_ms),
+    )
+
+
+def check_batch_lengths(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None,
+    headers: Sequence[HeaderPairs | None] | None,
+) -> bool:
+    """Whether ``send_batch`` has records to send; ValueError when ``keys`` or ``headers``
+    do not have one entry per value."""
+    if keys is not None and len(keys) != len(values):
+        raise ValueError(f"{len(keys)} keys for {len(values)} values")
+    if headers is not None and len(headers) != len(values):
+        raise ValueError(f"{len(headers)} header lists for {len(values)} values")
+    return bool(values)
+
+
+def encoded_record_count(batch: bytes) -> int:
+    """The record count of a batch given to ``send_encoded``; CORRUPT_MESSAGE unless it
+    is exactly one batch with a sound header."""
+    header = read_header(batch)
+    if header.total_size != len(batch):
+        raise CorruptBatchError(
+            f"send_encoded takes one batch: its header says {header.total_size} bytes, "
+            f"{len(batch)} were given"
+        )
+    return header.record_count
 
 
 def buffer_full(buffered_bytes: int, buffer_bytes_max: int, max_block_s: float) -> HeadwaterError:
@@ -234,43 +300,11 @@ class BatchFuture:
         return None
 
 
-class _OpenBatch:
-    """Records accumulating for one partition. ``keys`` and ``headers`` stay None until
-    the first record that has one (then they are back-filled with None), which saves two
-    list appends per record on the common keyless path."""
-
-    __slots__ = ("created", "headers", "keys", "result", "size", "timestamps", "values")
-
-    def __init__(self, result: BatchResult, now: float) -> None:
-        self.result = result
-        self.values: list[bytes | None] = []
-        self.keys: list[bytes | None] | None = None
-        self.headers: list[HeaderPairs | None] | None = None
-        self.timestamps: list[int] = []
-        self.size = 0
-        self.created = now
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A closed batch waiting to be sent or resent."""
-
-    result: BatchResult
-    values: Sequence[bytes | None]
-    keys: Sequence[bytes | None] | None
-    headers: Sequence[HeaderPairs | None] | None
-    timestamps: int | Sequence[int]
-    size: int
-    deadline: float
-    payload: bytes | None = None
-    attempts: int = 0
-    not_before: float = 0.0
-    # The last attempt's deadline (ProduceRequest.deadline_unix_ms): no node appends that
-    # attempt after it, so a retry sent later cannot be overtaken by it.
-    append_deadline_unix_ms: int = 0
-
-
 class Producer:
+    """The threaded engine over the shared accumulator (headwater.client.accumulator):
+    callers append under one lock; one sender thread drains the accumulator, encodes and
+    sends; answers arrive on the streams' reader threads."""
+
     def __init__(
         self,
         bootstrap: str | Sequence[str] | None = None,
@@ -288,12 +322,13 @@ class Producer:
         max_block_ms: int = 60_000,
         append_timeout_ms: int = 5_000,
     ) -> None:
-        check_producer_limits(
+        settings = producer_settings(
             append_timeout_ms=append_timeout_ms,
             linger_ms=linger_ms,
             batch_bytes=batch_bytes,
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
             request_timeout_ms=request_timeout_ms,
             delivery_timeout_ms=delivery_timeout_ms,
             buffer_bytes_max=buffer_bytes_max,
@@ -301,27 +336,27 @@ class Producer:
         )
         self.acks = parse_acks(acks)
         self.compression = Compression.parse(compression)
-        self.linger_s = linger_ms / 1000
+        self.settings = settings
         self.batch_bytes = batch_bytes
-        self.retry = RetryPolicy(retries, retry_backoff_ms, retry_backoff_max_ms)
-        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self.delivery_timeout_s = settings.delivery_timeout_s
         self.request_timeout_s = request_timeout_ms / 1000
-        self.append_timeout_ms = min(append_timeout_ms, request_timeout_ms)
         self.buffer_bytes_max = buffer_bytes_max
         self.max_block_s = max_block_ms / 1000
         self.cluster = Cluster(bootstrap, request_timeout_s=self.request_timeout_s)
         self._rng = random.Random()
         self._sticky = StickyPartitioner(self._rng)
+        self._acc: RecordAccumulator[BatchResult] = RecordAccumulator(
+            settings,
+            self._rng,
+            new_completion=lambda slot: BatchResult(*slot),
+            on_batch_closed=self._advance_sticky,
+        )
         # The hot path (send) takes the C-level lock directly; waiting and notifying go
         # through the condition built on the same lock.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._streams_lock = threading.Lock()
-        self._streams: dict[str, ProduceStream[tuple[tuple[str, int], _Pending]]] = {}
-        self._open: dict[tuple[str, int], _OpenBatch] = {}
-        self._ready: dict[tuple[str, int], deque[_Pending]] = {}
-        self._in_flight: set[tuple[str, int]] = set()
-        self._buffered_bytes = 0
+        self._streams: dict[str, ProduceStream[ProducerBatch[BatchResult]]] = {}
         self._flush_requests = 0
         self._closing = False
         self._sender = threading.Thread(
@@ -337,6 +372,9 @@ class Producer:
 
     # ------------------------------------------------------------------ sending
 
+    def _advance_sticky(self, slot: tuple[str, int]) -> None:
+        self._sticky.on_batch_sent(slot[0], slot[1], self.cluster.cached_partitions(slot[0]))
+
     def _partition_for(self, topic: str, key: bytes | None, partition: int | None) -> int:
         count = self.cluster.layout(topic).partitions
         if partition is not None:
@@ -350,16 +388,12 @@ class Producer:
         """Wait (holding the condition) until ``size`` more bytes fit the buffer."""
         if self._closing:
             raise HeadwaterError(ErrorCode.INVALID_REQUEST, "producer is closed")
-        if self._buffered_bytes + size <= self.buffer_bytes_max or self._buffered_bytes == 0:
-            self._buffered_bytes += size
-            return
         deadline = time.monotonic() + self.max_block_s
-        while self._buffered_bytes + size > self.buffer_bytes_max and self._buffered_bytes > 0:
+        while not self._acc.fits(size, self.buffer_bytes_max):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise buffer_full(self._buffered_bytes, self.buffer_bytes_max, self.max_block_s)
+                raise buffer_full(self._acc.buffered_bytes, self.buffer_bytes_max, self.max_block_s)
             self._cond.wait(remaining)
-        self._buffered_bytes += size
 
     def send(
         self,
@@ -376,36 +410,16 @@ class Producer:
         else:
             target = self._partition_for(topic, key, partition)
         stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0)
-        if key is not None:
-            size += len(key)
-        slot = (topic, target)
+        size = record_size(value, key)
         with self._lock:
-            if self._closing or self._buffered_bytes + size > self.buffer_bytes_max:
+            if self._closing or not self._acc.fits(size, self.buffer_bytes_max):
                 self._reserve(size)
-            else:
-                self._buffered_bytes += size
-            open_batch = self._open.get(slot)
-            if open_batch is None:
-                open_batch = _OpenBatch(BatchResult(topic, target), time.monotonic())
-                self._open[slot] = open_batch
+            result, index, changed = self._acc.append(
+                (topic, target), value, key, headers, stamp, size, time.monotonic()
+            )
+            if changed:
                 self._cond.notify_all()
-            values = open_batch.values
-            index = len(values)
-            values.append(value)
-            open_batch.timestamps.append(stamp)
-            if key is not None or open_batch.keys is not None:
-                if open_batch.keys is None:
-                    open_batch.keys = [None] * index
-                open_batch.keys.append(key)
-            if headers or open_batch.headers is not None:
-                if open_batch.headers is None:
-                    open_batch.headers = [None] * index
-                open_batch.headers.append(headers)
-            open_batch.size += size
-            if open_batch.size >= self.batch_bytes:
-                self._close_open(slot)
-        return RecordFuture(open_batch.result, index, stamp)
+        return RecordFuture(result, index, stamp)
 
     def send_batch(
         self,
@@ -421,36 +435,25 @@ class Producer:
         Keyed records are spread by key; keyless ones all go to ``partition`` or to one
         sticky partition. Records are cut into batches of about ``batch_bytes``.
         """
-        if not values:
+        if not check_batch_lengths(values, keys, headers):
             return []
-        if keys is not None and len(keys) != len(values):
-            raise ValueError(f"{len(keys)} keys for {len(values)} values")
-        if headers is not None and len(headers) != len(values):
-            raise ValueError(f"{len(headers)} header lists for {len(values)} values")
         stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        groups: dict[int, list[int]] | None = None
+        futures: list[BatchFuture] = []
         if keys is not None and partition is None and any(k is not None for k in keys):
             count = self.cluster.layout(topic).partitions
-            sticky = self._sticky.partition(topic, count)
-            groups = {}
-            for i, key in enumerate(keys):
-                target = partition_for_key(key, count) if key is not None else sticky
-                groups.setdefault(target, []).append(i)
-        else:
-            target = self._partition_for(topic, None, partition)
-        futures: list[BatchFuture] = []
-        if groups is None:
-            futures += self._queue_records(topic, target, values, keys, headers, stamp)
-        else:
+            groups = group_by_partition(keys, count, self._sticky.partition(topic, count))
             for target, indexes in sorted(groups.items()):
                 futures += self._queue_records(
                     topic,
                     target,
                     [values[i] for i in indexes],
-                    [keys[i] for i in indexes] if keys is not None else None,
+                    [keys[i] for i in indexes],
                     [headers[i] for i in indexes] if headers is not None else None,
                     stamp,
                 )
+        else:
+            target = self._partition_for(topic, None, partition)
+            futures += self._queue_records(topic, target, values, keys, headers, stamp)
         return futures
 
     def send_encoded(self, topic: str, partition: int, batch: bytes) -> BatchFuture:
@@ -463,37 +466,40 @@ class Producer:
         Raises CORRUPT_MESSAGE when ``batch`` is not exactly one batch with a sound header;
         UNKNOWN_TOPIC_OR_PARTITION for a partition the topic does not have.
         """
-        header = read_header(batch)
-        if header.total_size != len(batch):
-            raise CorruptBatchError(
-                f"send_encoded takes one batch: its header says {header.total_size} bytes, "
-                f"{len(batch)} were given"
-            )
+        record_count = encoded_record_count(batch)
         check_partition(topic, partition, self.cluster.layout(topic).partitions)
-        result = BatchResult(topic, partition)
-        result.record_count = header.record_count
-        pending = _Pending(
-            result=result,
-            values=(),
-            keys=None,
-            headers=None,
-            timestamps=0,
-            size=len(batch),
-            deadline=time.monotonic() + self.delivery_timeout_s,
-            payload=batch,
-        )
-        slot = (topic, partition)
-        self._enqueue(slot, pending)
-        return BatchFuture(result)
+        return self._enqueue((topic, partition), (), None, None, 0, record_count, len(batch), batch)
 
-    def _enqueue(self, slot: tuple[str, int], pending: _Pending) -> None:
-        """Queue a closed batch for ``slot`` behind what is already queued for it."""
+    def _enqueue(
+        self,
+        slot: tuple[str, int],
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[HeaderPairs | None] | None,
+        stamp: int,
+        record_count: int,
+        size: int,
+        payload: bytes | None = None,
+    ) -> BatchFuture:
+        """Queue a whole batch for ``slot`` behind what is already queued for it."""
+        result = BatchResult(*slot)
+        result.record_count = record_count
         with self._cond:
-            self._reserve(pending.size)
-            if slot in self._open:
-                self._close_open(slot)  # keep the partition's records in send order
-            self._ready.setdefault(slot, deque()).append(pending)
+            self._reserve(size)
+            self._acc.add_batch(
+                slot,
+                result,
+                values,
+                keys,
+                headers,
+                stamp,
+                record_count,
+                size,
+                time.monotonic(),
+                payload,
+            )
             self._cond.notify_all()
+        return BatchFuture(result)
 
     def _queue_records(
         self,
@@ -504,131 +510,91 @@ class Producer:
         headers: Sequence[HeaderPairs | None] | None,
         stamp: int,
     ) -> list[BatchFuture]:
-        total = sum(len(v) for v in values if v is not None) + RECORD_OVERHEAD_BYTES * len(values)
-        pieces = max(1, -(-total // self.batch_bytes))
-        step = -(-len(values) // pieces)
-        futures = []
         slot = (topic, partition)
-        deadline = time.monotonic() + self.delivery_timeout_s
-        for start in range(0, len(values), step):
-            end = min(start + step, len(values))
-            size = total * (end - start) // len(values)
-            result = BatchResult(topic, partition)
-            result.record_count = end - start
-            pending = _Pending(
-                result=result,
-                values=values[start:end],
-                keys=keys[start:end] if keys is not None else None,
-                headers=headers[start:end] if headers is not None else None,
-                timestamps=stamp,
-                size=size,
-                deadline=deadline,
+        futures = [
+            self._enqueue(
+                slot,
+                values[start:end],
+                keys[start:end] if keys is not None else None,
+                headers[start:end] if headers is not None else None,
+                stamp,
+                end - start,
+                size,
             )
-            self._enqueue(slot, pending)
-            futures.append(BatchFuture(result))
+            for start, end, size in cut_batches(values, self.batch_bytes)
+        ]
         self._sticky.on_batch_sent(topic, partition, self.cluster.cached_partitions(topic))
         return futures
 
-    def _close_open(self, slot: tuple[str, int]) -> None:
-        """Move the open batch of ``slot`` to its ready queue (caller holds the condition)."""
-        open_batch = self._open.pop(slot)
-        open_batch.result.record_count = len(open_batch.values)
-        pending = _Pending(
-            result=open_batch.result,
-            values=open_batch.values,
-            keys=open_batch.keys,
-            headers=open_batch.headers,
-            timestamps=open_batch.timestamps,
-            size=open_batch.size,
-            deadline=time.monotonic() + self.delivery_timeout_s,
-        )
-        self._ready.setdefault(slot, deque()).append(pending)
-        self._sticky.on_batch_sent(slot[0], slot[1], self.cluster.cached_partitions(slot[0]))
-        self._cond.notify_all()
-
     # ------------------------------------------------------------------ sender thread
 
-    def _next_sendable(self) -> list[tuple[tuple[str, int], _Pending]] | None:
-        """Batches that may be sent now, after waiting at most once (until a record, an
-        answer or a deadline arrives); an empty list lets the caller check stream expiry
-        outside the lock; None once closed and drained."""
+    def _next_drained(self) -> Drained[BatchResult] | None:
+        """What may be sent now (or expired), after waiting at most once (until a record,
+        an answer or a deadline arrives); an empty answer lets the caller check stream
+        expiry outside the lock; None once closed and drained."""
         with self._cond:
             for _attempt in range(2):
                 now = time.monotonic()
-                wake_at = now + STREAM_CHECK_S
-                for slot, open_batch in list(self._open.items()):
-                    # While the partition has a request in flight or batches queued, its
-                    # open batch keeps filling (as Kafka's accumulator does): closing it on
-                    # linger alone would queue one tiny batch per record behind the wire.
-                    if slot in self._in_flight or self._ready.get(slot):
-                        continue
-                    due = open_batch.created + self.linger_s
-                    if self._flush_requests or self._closing or due <= now:
-                        self._close_open(slot)
-                    else:
-                        wake_at = min(wake_at, due)
-                sendable = []
-                for slot, queue in self._ready.items():
-                    if queue and slot not in self._in_flight:
-                        if queue[0].not_before <= now:
-                            sendable.append((slot, queue.popleft()))
-                            self._in_flight.add(slot)
-                        else:
-                            wake_at = min(wake_at, queue[0].not_before)
-                if sendable:
-                    return sendable
-                if self._closing and not self._in_flight and not any(self._ready.values()):
+                drained = self._acc.drain(
+                    now, time.time_ns() // 1_000_000, bool(self._flush_requests or self._closing)
+                )
+                if drained.sendable or drained.expired:
+                    return drained
+                if self._closing and self._acc.idle():
                     return None
                 if _attempt == 0:
+                    wake_at = min(drained.wake_at_s, now + STREAM_CHECK_S)
                     self._cond.wait(max(wake_at - now, 0.0005))
-            return []
+            return drained
 
     def _run_sender(self) -> None:
         while True:
             self._expire_streams(time.monotonic())
-            sendable = self._next_sendable()
-            if sendable is None:
+            drained = self._next_drained()
+            if drained is None:
                 return
-            for slot, pending in sendable:
-                self._send(slot, pending)
+            for batch in drained.expired:
+                self._finish(batch, -1, delivery_timed_out(self.delivery_timeout_s))
+            for batch in drained.sendable:
+                self._send(batch)
 
-    def _send(self, slot: tuple[str, int], pending: _Pending) -> None:
-        topic, partition = slot
+    def _send(self, batch: ProducerBatch[BatchResult]) -> None:
+        topic, partition = batch.slot
         try:
-            if pending.payload is None:
-                pending.payload = encode_batch(
-                    pending.values,
-                    keys=pending.keys,
-                    headers=pending.headers,
-                    timestamps_ms=pending.timestamps,
+            if batch.payload is None:
+                batch.payload = encode_batch(
+                    batch.values,
+                    keys=batch.keys,
+                    headers=batch.headers,
+                    timestamps_ms=batch.timestamps,
                     compression=self.compression,
                 )
-                pending.values = pending.keys = pending.headers = ()  # free the record lists
+                batch.values = batch.keys = batch.headers = ()  # free the record lists
             address = self.cluster.leader(topic, partition)
         except HeadwaterError as error:
-            self._on_answer((slot, pending), None, error)  # retried when retriable
+            self._on_answer(batch, None, error, answered=True)  # nothing sent: retried
             return
         except ValueError as exc:
-            self._finish(slot, pending, -1, HeadwaterError(ErrorCode.INVALID_RECORD, str(exc)))
+            self._finish(batch, -1, HeadwaterError(ErrorCode.INVALID_RECORD, str(exc)))
             return
         request = pb.ProduceRequest(
             topic=topic,
             partition=partition,
-            batch=pending.payload,
+            batch=batch.payload,
             acks=self.acks,
             timeout_ms=int(self.request_timeout_s * 1000),
-            deadline_unix_ms=self._append_deadline(pending),
+            deadline_unix_ms=batch.append_deadline_unix_ms,
         )
         try:
-            sent = self._stream(address).send(request, (slot, pending))
+            sent = self._stream(address).send(request, batch)
             if not sent:  # broke just now: one fresh stream, then give up to the retry path
-                sent = self._stream(address).send(request, (slot, pending))
+                sent = self._stream(address).send(request, batch)
         except HeadwaterError as error:
-            self._on_answer((slot, pending), None, error)
+            self._on_answer(batch, None, error)
             return
         if not sent:
             self._on_answer(
-                (slot, pending),
+                batch,
                 None,
                 HeadwaterError(
                     ErrorCode.NETWORK_EXCEPTION, f"{address}: produce stream unavailable"
@@ -636,14 +602,9 @@ class Producer:
             )
             return
         if self.acks == pb.ACKS_NONE:
-            pending.result.complete(-1, None)
+            batch.completion.complete(-1, None)
 
-    def _append_deadline(self, pending: _Pending) -> int:
-        """Stamp a new attempt of ``pending`` with its append deadline (Unix ms)."""
-        pending.append_deadline_unix_ms = time.time_ns() // 1_000_000 + self.append_timeout_ms
-        return pending.append_deadline_unix_ms
-
-    def _stream(self, address: str) -> ProduceStream[tuple[tuple[str, int], _Pending]]:
+    def _stream(self, address: str) -> ProduceStream[ProducerBatch[BatchResult]]:
         """The live ProduceStream to ``address``, opened (again) when needed."""
         with self._streams_lock:
             stream = self._streams.get(address)
@@ -663,54 +624,50 @@ class Producer:
 
     def _on_answer(
         self,
-        token: tuple[tuple[str, int], _Pending],
+        batch: ProducerBatch[BatchResult],
         response: pb.ProduceResponse | None,
         error: HeadwaterError | None,
+        answered: bool | None = None,
     ) -> None:
-        slot, pending = token
+        """An attempt's outcome: ``response``, or ``error`` without one (the outcome is
+        unknown unless ``answered`` says nothing was sent)."""
         if response is not None and response.error_code == pb.NONE:
-            self._finish(slot, pending, response.results[0].base_offset, None)
+            self._finish(batch, response.results[0].base_offset, None)
             return
         if response is not None:
             error = HeadwaterError(ErrorCode(response.error_code), response.error_message)
         assert error is not None
+        if answered is None:
+            answered = response is not None
         if self.acks == pb.ACKS_NONE:
-            self._finish(slot, pending, -1, None)
+            self._finish(batch, -1, None)
             return
-        if error.code in _INVALIDATING:
-            self.cluster.invalidate(slot[0])
-        now = time.monotonic()
-        wait_s = self.retry.retry_after_s(
-            error,
-            response is not None,
-            pending.attempts,
-            now,
-            pending.deadline,
-            pending.append_deadline_unix_ms - time.time_ns() // 1_000_000,
-            self._rng,
-        )
-        if wait_s is not None:
-            pending.attempts += 1
-            pending.not_before = now + wait_s
-            with self._cond:
-                self._ready.setdefault(slot, deque()).appendleft(pending)
-                self._in_flight.discard(slot)
+        if error.retriable:  # e.g. the leader moved or stopped answering: ask again
+            self.cluster.invalidate(batch.slot[0])
+        with self._cond:
+            wait_s = self._acc.retry_after(
+                batch, error, answered, time.monotonic(), time.time_ns() // 1_000_000
+            )
+            if wait_s is not None:
                 self._cond.notify_all()
-            return
-        self._finish(slot, pending, -1, error)
+                return
+        self._finish(batch, -1, error, answered)
 
     def _finish(
         self,
-        slot: tuple[str, int],
-        pending: _Pending,
+        batch: ProducerBatch[BatchResult],
         base_offset: int,
         error: HeadwaterError | None,
+        answered: bool = True,
     ) -> None:
-        if not pending.result.done():
-            pending.result.complete(base_offset, error)
+        """Complete ``batch`` (its callbacks run on this thread, outside the lock), then
+        settle it in the accumulator."""
+        result = batch.completion
+        if not result.done():
+            result.record_count = batch.record_count
+            result.complete(base_offset, error)
         with self._cond:
-            self._in_flight.discard(slot)
-            self._buffered_bytes -= pending.size
+            self._acc.settle(batch, time.monotonic(), time.time_ns() // 1_000_000, error, answered)
             self._cond.notify_all()
 
     # ------------------------------------------------------------------ flush and close
@@ -722,7 +679,7 @@ class Producer:
             self._flush_requests += 1
             self._cond.notify_all()
             try:
-                while self._open or self._in_flight or any(self._ready.values()):
+                while not self._acc.idle():
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         raise HeadwaterError(

@@ -57,6 +57,11 @@ class RetryPolicy:
     backoff_base_ms: int = 100
     backoff_max_ms: int = 1000
 
+    @property
+    def clock_margin_ms(self) -> int:
+        """The margin for node clocks behind this client's (see the module docstring)."""
+        return max(self.backoff_base_ms, CLOCK_MARGIN_MS_MIN)
+
     def backoff_ms(self, attempt: int, rng: random.Random) -> float:
         assert attempt >= 1
         base = min(self.backoff_base_ms * (2 ** min(attempt - 1, 30)), self.backoff_max_ms)
@@ -85,8 +90,7 @@ class RetryPolicy:
             return None
         wait_ms = self.backoff_ms(retries_done + 1, rng)
         if not answered or error.code in OUTCOME_UNKNOWN:
-            margin_ms = max(self.backoff_base_ms, CLOCK_MARGIN_MS_MIN)
-            wait_ms = max(wait_ms, append_deadline_left_ms + margin_ms)
+            wait_ms = max(wait_ms, append_deadline_left_ms + self.clock_margin_ms)
         if now_s + wait_ms / 1000 >= delivery_deadline_s:
             return None  # the retry would start past the delivery deadline: give up now
         return wait_ms / 1000

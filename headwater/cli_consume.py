@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import BinaryIO
 
-from headwater.client.consumer import Consumer, TopicPartition
+from headwater.client.consumer import Consumer
+from headwater.client.positions import TopicPartition
 
 
 def consume_lines(

@@ -8,7 +8,7 @@ the ErrorCode name, domain = "headwater.v1", metadata ``code`` (the number) and
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 import grpc
 from google.protobuf import any_pb2
@@ -46,6 +46,10 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], error: HeadwaterErr
     raise AssertionError("abort returned")  # pragma: no cover
 
 
+ASYNC_WRITE_FAILED: Final = "Internal error from Core"
+"""The details grpc.aio gives a stream whose write failed as the call ended."""
+
+
 def from_rpc_error(exc: grpc.RpcError, target: str) -> HeadwaterError:
     """Translate a failed call into a HeadwaterError (transport failures included)."""
     # Failed sync calls are both grpc.RpcError and grpc.Call at run time (the stubs cannot
@@ -70,4 +74,9 @@ def from_rpc_error(exc: grpc.RpcError, target: str) -> HeadwaterError:
     code_of_call = call.code() if call is not None else grpc.StatusCode.UNKNOWN
     details = (call.details() if call is not None else None) or str(exc)
     error_code = _TRANSPORT_CODES.get(code_of_call, ErrorCode.UNKNOWN_SERVER_ERROR)
+    if code_of_call == grpc.StatusCode.INTERNAL and details == ASYNC_WRITE_FAILED:
+        # grpc.aio reports a stream write that fails as the call ends (a node killed
+        # under it) with this status instead of the call's own (grpc/grpc#36066): the
+        # connection broke, and whether the node acted on the request is unknown.
+        error_code = ErrorCode.NETWORK_EXCEPTION
     return HeadwaterError(error_code, f"{target}: {details} (gRPC {code_of_call.name})")

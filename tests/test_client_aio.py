@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import grpc
 import pytest
 
 from headwater.client import Admin
 from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.client.partitioner import partition_for_key
 from headwater.errors import ErrorCode, HeadwaterError
+from headwater.grpc_errors import from_rpc_error
 from headwater.v1 import headwater_pb2 as pb
 from tests.node_process import NodeProcess
 
@@ -146,3 +148,22 @@ def test_async_keyless_records_spread_over_partitions(shared_node: NodeProcess) 
 
     partitions = asyncio.run(run())
     assert all(a != b for a, b in itertools.pairwise(partitions)), partitions
+
+
+def test_a_write_that_fails_as_the_stream_ends_is_a_network_error() -> None:
+    """grpc.aio reports a stream write that fails as the call ends (the node was killed
+    under it) as INTERNAL "Internal error from Core" instead of the call's own status
+    (grpc/grpc#36066). The producers must retry it as a broken connection, not give up
+    on it as a server error."""
+    lost = grpc.aio.AioRpcError(
+        grpc.StatusCode.INTERNAL,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(),
+        details="Internal error from Core",
+    )
+    error = from_rpc_error(lost, "127.0.0.1:7700")
+    assert error.code is ErrorCode.NETWORK_EXCEPTION and error.retriable
+    other = grpc.aio.AioRpcError(
+        grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), details="bad frame"
+    )
+    assert from_rpc_error(other, "127.0.0.1:7700").code is ErrorCode.UNKNOWN_SERVER_ERROR

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,8 +25,9 @@ import pytest
 from headwater.client import Admin, Consumer, LogReader, Producer, RecordMetadata
 from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.client.partitioner import partition_for_key
+from headwater.client.positions import TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.log.batch import HeaderPairs, iter_headers
+from headwater.log.batch import HeaderPairs, encode_batch, iter_headers
 from headwater.v1 import headwater_pb2 as pb
 from tests.node_process import NodeProcess
 
@@ -47,6 +49,12 @@ class Engine(Protocol):
         timestamp_ms: int | None = None,
     ) -> Sent: ...
 
+    def send_batch(self, topic: str, values: list[bytes], **fields: Any) -> list[Sent]: ...
+
+    def send_encoded(self, topic: str, partition: int, batch: bytes) -> Sent: ...
+
+    def consumer(self, **options: Any) -> Any: ...
+
     def flush(self) -> None: ...
 
     def close(self) -> None: ...
@@ -58,14 +66,28 @@ class ThreadedEngine:
     def __init__(self, address: str, **options: Any) -> None:
         self.address = address
         self.producer = Producer(address, linger_ms=0, **options)
+        self.consumers: list[Consumer] = []
 
     def send(self, topic: str, value: bytes | None, **fields: Any) -> Sent:
         return self.producer.send(topic, value, **fields)
+
+    def send_batch(self, topic: str, values: list[bytes], **fields: Any) -> list[Sent]:
+        return list(self.producer.send_batch(topic, values, **fields))
+
+    def send_encoded(self, topic: str, partition: int, batch: bytes) -> Sent:
+        return self.producer.send_encoded(topic, partition, batch)
+
+    def consumer(self, **options: Any) -> Any:
+        consumer = Consumer(self.address, **options)
+        self.consumers.append(consumer)
+        return consumer
 
     def flush(self) -> None:
         self.producer.flush()
 
     def close(self) -> None:
+        for consumer in self.consumers:
+            consumer.close()
         self.producer.close()
 
     def read(self, topic: str, count: int) -> list[Any]:
@@ -79,15 +101,36 @@ class ThreadedEngine:
 
 
 class _AsyncSent:
-    def __init__(self, engine: AsyncEngine, future: asyncio.Future[RecordMetadata]) -> None:
+    def __init__(self, engine: AsyncEngine, future: asyncio.Future[Any]) -> None:
         self._engine = engine
         self._future = future
 
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        async def wait() -> RecordMetadata:
+    def result(self, timeout: float | None = None) -> Any:
+        async def wait() -> Any:
             return await asyncio.shield(self._future)
 
         return self._engine.call(wait(), timeout)
+
+
+class _OnLoop:
+    """An asyncio client's methods called from this thread: a coroutine's result is
+    awaited on the engine's loop."""
+
+    def __init__(self, engine: AsyncEngine, target: Any) -> None:
+        self._engine = engine
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._target, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            async def run() -> Any:
+                answer = method(*args, **kwargs)
+                return await answer if inspect.isawaitable(answer) else answer
+
+            return self._engine.call(run())
+
+        return call
 
 
 class AsyncEngine:
@@ -95,6 +138,7 @@ class AsyncEngine:
 
     def __init__(self, address: str, **options: Any) -> None:
         self.address = address
+        self.consumers: list[AsyncConsumer] = []
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -115,11 +159,28 @@ class AsyncEngine:
     def send(self, topic: str, value: bytes | None, **fields: Any) -> Sent:
         return _AsyncSent(self, self.call(self.producer.send(topic, value, **fields)))
 
+    def send_batch(self, topic: str, values: list[bytes], **fields: Any) -> list[Sent]:
+        futures = self.call(self.producer.send_batch(topic, values, **fields))
+        return [_AsyncSent(self, f) for f in futures]
+
+    def send_encoded(self, topic: str, partition: int, batch: bytes) -> Sent:
+        return _AsyncSent(self, self.call(self.producer.send_encoded(topic, partition, batch)))
+
+    def consumer(self, **options: Any) -> Any:
+        async def make() -> AsyncConsumer:
+            return AsyncConsumer(self.address, **options)
+
+        consumer = self.call(make())
+        self.consumers.append(consumer)
+        return _OnLoop(self, consumer)
+
     def flush(self) -> None:
         self.call(self.producer.flush(), None)
 
     def close(self) -> None:
         try:
+            for consumer in self.consumers:
+                self.call(consumer.close(), 30)
             self.call(self.producer.close(), None)
         finally:
             self._stop_loop()
@@ -360,3 +421,73 @@ def test_batches_are_cut_at_batch_bytes(
     counts = [header.record_count for _, header in iter_headers(records)]
     assert sum(counts) == 50 and len(counts) >= 5
     assert max(counts) <= 1000 // 100, counts
+
+
+def test_send_batch_and_send_encoded(
+    shared_node: NodeProcess, engine_kind: str, engine_of: Callable[..., Engine]
+) -> None:
+    """Many records at once: keyed ones by key, cut at ``batch_bytes``; a batch encoded
+    beforehand is sent as it is, after what was queued for its partition."""
+    with Admin(shared_node.address) as admin:
+        topic = _topic(admin, f"engines-send-batch-{engine_kind}", 3)
+    engine = engine_of(shared_node.address, acks="all", batch_bytes=2000)
+    keys = [b"k%d" % (i % 5) for i in range(90)]
+    batches = engine.send_batch(topic, [b"v" * 100 + b"%d" % i for i in range(90)], keys=keys)
+    landed = [b.result(30) for b in batches]
+    assert sum(m.record_count for m in landed) == 90 and len(landed) >= 6
+    encoded = encode_batch([b"pre-1", b"pre-2"], timestamps_ms=1_700_000_000_000)
+    tail = engine.send_encoded(topic, 2, encoded).result(30)
+    assert tail.partition == 2 and tail.record_count == 2
+    records = engine.read(topic, 92)
+    assert len(records) == 92
+    for record in records:
+        if record.value.startswith(b"pre-"):
+            assert record.partition == 2 and record.timestamp_ms == 1_700_000_000_000
+        else:
+            assert record.partition == partition_for_key(record.key, 3)
+    last = max((r for r in records if r.partition == 2), key=lambda r: r.offset)
+    assert last.value == b"pre-2"
+
+
+def test_assign_seek_position_and_reset(
+    shared_node: NodeProcess, engine_kind: str, engine_of: Callable[..., Engine]
+) -> None:
+    """Both consumers: assign single partitions, seek to an offset, to the beginning, to
+    the end and by time; positions follow what was returned; ``auto_offset_reset``
+    places a partition without a position, or refuses under ``none``."""
+    with Admin(shared_node.address) as admin:
+        topic = _topic(admin, f"engines-seek-{engine_kind}", 2)
+    engine = engine_of(shared_node.address, acks="all")
+    sent = [
+        engine.send(topic, b"%d" % i, partition=1, timestamp_ms=1_700_000_000_000 + i)
+        for i in range(20)
+    ]
+    assert [s.result(30).offset for s in sent] == list(range(20))
+    one = TopicPartition(topic, 1)
+    consumer = engine.consumer(auto_offset_reset="earliest")
+    consumer.assign([(topic, 1)])
+    assert consumer.assignment() == [one]
+    consumer.seek(one, 15)
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 5 and time.monotonic() < deadline:
+        got += list(consumer.poll(500))
+    assert [r.offset for r in got] == list(range(15, 20))
+    assert consumer.position(one) == 20
+    consumer.seek_to_beginning()
+    assert consumer.position(one) == 0
+    consumer.seek_to_timestamp(1_700_000_000_007)
+    assert consumer.position(one) == 7
+    consumer.seek_to_end()
+    assert consumer.position(one) == 20
+    with pytest.raises(HeadwaterError) as unassigned:
+        consumer.seek(TopicPartition(topic, 0), 0)
+    assert unassigned.value.code is ErrorCode.INVALID_REQUEST
+    fresh = engine.consumer(auto_offset_reset="earliest")
+    fresh.assign(topic)
+    assert fresh.position(one) == 0
+    strict = engine.consumer(auto_offset_reset="none")
+    strict.assign([one])
+    with pytest.raises(HeadwaterError) as no_position:
+        strict.position(one)
+    assert no_position.value.code is ErrorCode.OFFSET_OUT_OF_RANGE

@@ -490,8 +490,15 @@ def test_admin_changes_and_their_bad_input(cluster3: LocalCluster) -> None:
     ]:
         bad = run_cli("topics", "reassign", "grow", "--partition", "0", "--replicas", replicas, *b)
         assert bad.returncode != 0 and fragment in bad.stderr.decode(), bad.stderr
-    missing = run_cli("topics", "reassign", "nope", "--partition", "0", "--replicas", "1", *b)
-    assert missing.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr.decode()
+    for change in (
+        ["reassign", "nope", "--partition", "0", "--replicas", "1"],
+        ["alter", "nope", "--partitions", "3"],
+    ):
+        began = time.monotonic()
+        missing = run_cli("topics", *change, *b)
+        assert missing.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr.decode()
+        # The controller's "no such topic" is final: not retried for request_timeout_ms.
+        assert time.monotonic() - began < 10, change
 
 
 def test_broker_only_node_follows_the_metadata(cluster3: LocalCluster, tmp_path: Path) -> None:

@@ -5,10 +5,13 @@ tests.sim_cluster --seed N --seeds 1 --steps S`` replays it exactly."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from headwater.node.partition import Partition
 from tests import sim_cluster
 from tests.sim_cluster import TOPIC, InvariantError, Simulation, run_seed
 
@@ -83,3 +86,126 @@ def test_a_paused_leader_is_replaced_and_nothing_acknowledged_is_lost(tmp_path: 
     assert old is not None
     replica = old.partitions[(TOPIC, 0)]
     assert not replica.is_leader and replica.leader_epoch >= after.leader_epoch
+
+
+# Scripted scenarios: the failover, fencing, ISR and truncation cases that real-process
+# tests (marked slow) also run, here on the virtual clock, checked after every step.
+
+
+def _state(sim: Simulation, index: int = 0) -> Any:
+    return sim.controller.image.topics[TOPIC].partitions[index]
+
+
+def _replica(sim: Simulation, node_id: int, index: int = 0) -> Partition:
+    broker = sim.brokers[node_id]
+    assert broker is not None
+    return broker.partitions[(TOPIC, index)]
+
+
+def _run_until(sim: Simulation, condition: Callable[[], bool], steps: int, what: str) -> None:
+    for _ in range(steps):
+        if condition():
+            return
+        sim.step()
+    raise AssertionError(f"seed {sim.seed}: {what} within {steps * sim_cluster.STEP_MS} ms")
+
+
+def test_a_deposed_leader_truncates_its_unreplicated_tail(tmp_path: Path) -> None:
+    """The leader is cut off from its followers but not from the client: it appends
+    records only it has (never acknowledged). Then it loses the controller and the client
+    too, and the followers elect one of them. When the links heal, the old leader
+    truncates that tail and ends byte-identical to the new leader."""
+    sim = Simulation(21, partitions=1, root=tmp_path)
+    sim.run(300, fault_every=0)
+    old = _state(sim).leader
+    followers = [n for n in _state(sim).replicas if n != old]
+    start = _replica(sim, old).log.log_end_offset
+    sim.isolate(old, followers)
+    sim.run(40, fault_every=0)
+    tail = sim_cluster.values_of(_replica(sim, old).log)[start:]
+    assert tail, "the leader took no records while cut off from its followers"
+    sim.isolate(old, [sim_cluster.CONTROLLER, sim_cluster.CLIENT])
+    _run_until(sim, lambda: _state(sim).leader in followers, 1500, "a follower took over")
+    sim.run(200, fault_every=0)
+    sim.settle()
+    sim.check_final()
+    new_log = sim_cluster.values_of(_replica(sim, _state(sim).leader).log)
+    assert sim_cluster.values_of(_replica(sim, old).log) == new_log
+    assert not set(tail) & set(new_log), "the unreplicated tail survived"
+    assert not set(tail) & set(sim.client.acknowledged), "a record only one replica had was acked"
+
+
+def test_a_follower_fenced_while_it_kept_up_rejoins_once_unfenced(tmp_path: Path) -> None:
+    """A follower loses the controller but not the leader: its registration is fenced
+    and it leaves the ISR although it kept fetching; once it reaches the controller
+    again it is unfenced and the leader takes it back into the ISR."""
+    sim = Simulation(22, partitions=1, root=tmp_path)
+    sim.run(300, fault_every=0)
+    leader = _state(sim).leader
+    follower = next(n for n in _state(sim).replicas if n != leader)
+    sim.isolate(follower, [sim_cluster.CONTROLLER])
+
+    def fenced_and_out() -> bool:
+        broker = sim.controller.image.brokers[follower]
+        return broker.fenced and follower not in _state(sim).isr
+
+    _run_until(sim, fenced_and_out, 3000, "the follower was fenced and left the ISR")
+    kept_up = _replica(sim, follower).log.log_end_offset
+    assert kept_up > 0
+    sim.network.cut.clear()
+    _run_until(sim, lambda: follower in _state(sim).isr, 3000, "the follower rejoined the ISR")
+    assert not sim.controller.image.brokers[follower].fenced
+    sim.settle()
+    sim.check_final()
+
+
+def test_acks_all_loses_nothing_while_leaders_are_killed(tmp_path: Path) -> None:
+    """The leader is killed three times while the client writes with acks=all, and
+    restarted each time: every acknowledged record stays where it was acknowledged."""
+    sim = Simulation(23, partitions=1, root=tmp_path)
+    sim.run(300, fault_every=0)
+    acknowledged = []
+    for _ in range(3):
+        leader = _state(sim).leader
+        epoch = _state(sim).leader_epoch
+        sim.crash(leader)
+        _run_until(sim, lambda e=epoch: _state(sim).leader_epoch > e, 1500, "a new leader")
+        sim.run(200, fault_every=0)
+        sim.restart(leader)
+        sim.run(300, fault_every=0)
+        acknowledged.append(len(sim.client.acknowledged))
+    assert acknowledged == sorted(acknowledged) and acknowledged[0] < acknowledged[-1]
+    sim.settle()
+    sim.check_final()
+
+
+def test_a_restarted_node_never_takes_a_leadership_from_an_old_image(tmp_path: Path) -> None:
+    """A leader is killed and its partitions move on to higher epochs; restarted, it
+    replays metadata in which it still leads them. At no step may it act as leader at an
+    epoch the controller has moved past."""
+    sim = Simulation(24, partitions=4, root=tmp_path)
+    sim.run(300, fault_every=0)
+    node = _state(sim).leader
+    led = [s.partition for s in sim.controller.image.topics[TOPIC].partitions if s.leader == node]
+    sim.crash(node)
+    _run_until(
+        sim,
+        lambda: all(_state(sim, i).leader != node for i in led),
+        1500,
+        "its partitions moved to other leaders",
+    )
+    sim.run(200, fault_every=0)
+    sim.restart(node)
+    for _ in range(1500):
+        sim.step()
+        broker = sim.brokers[node]
+        assert broker is not None
+        for (_topic, index), replica in broker.partitions.items():
+            if replica.is_leader:
+                current = _state(sim, index).leader_epoch
+                assert replica.leader_epoch == current, (
+                    f"node {node} leads {TOPIC}-{index} at epoch {replica.leader_epoch}, "
+                    f"the controller is at {current}"
+                )
+    sim.settle()
+    sim.check_final()

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from headwater.client import Admin, Consumer, Producer
-from headwater.client.consumer import TopicPartition
+from headwater.client.positions import TopicPartition
 from headwater.ports import free_port_block
 from headwater.sparkconnector import planning, sink
 from headwater.sparkconnector.session import local_session

@@ -1,0 +1,409 @@
+"""The producer's record accumulator (sans-I/O), shared by the threaded Producer and the
+asyncio AsyncProducer. The engines feed it records and answers and ask it what to send
+now; it does no I/O, starts no thread and reads no clock: ``now_s`` (monotonic seconds)
+and ``now_unix_ms`` (the wall clock) are passed in, so it is tested on a virtual clock.
+
+Per partition (a *slot*, ``(topic, partition)``):
+
+- an **open batch** collects records. It closes when the next record would take it past
+  ``batch_bytes`` (a record larger than that goes alone), when it reaches ``batch_bytes``,
+  on ``flush``, or once ``linger_s`` has passed since its first record and the partition
+  has nothing queued or in flight. While a request of the partition is in flight, the open
+  batch keeps filling (as Kafka's accumulator does): closing it on linger alone would
+  queue one tiny batch per record behind the wire.
+- closed batches wait in a **queue** and are sent one at a time: at most one batch per
+  partition is in flight, so a partition's records are appended in the order they were
+  sent, retries included.
+- after a batch fails for good with an **unknown outcome** (no answer: it may still be
+  appended somewhere), nothing more of the partition is sent before that attempt's append
+  deadline has passed plus the clock margin (``RetryPolicy``), so the lost request can
+  never land after a later batch.
+
+Every batch has a **delivery deadline**, ``delivery_timeout_s`` after it opened: a batch
+still queued (never sent) at its deadline expires; no retry starts after it
+(``RetryPolicy.retry_after_s``). ``buffered_bytes`` counts the records of every batch from
+``append`` until the batch is settled; the engines block ``send`` while ``fits`` is false.
+
+A batch's life: ``append``/``add_batch`` → ``drain`` hands it out (in flight, its attempt
+stamped with an append deadline) → an answer: ``settle`` after success, or ``retry_after``
+(queued again at the front, or None: final) and then ``settle`` once its completion has
+been told. Expired batches come out of ``drain`` and are settled the same way.
+
+``C`` is the engine's completion handle for a batch (the threaded engine's BatchResult,
+the asyncio engine's futures); the accumulator only carries it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
+
+from headwater.client.partitioner import partition_for_key
+from headwater.client.retry import OUTCOME_UNKNOWN, RetryPolicy
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log.batch import HeaderPairs
+
+if TYPE_CHECKING:
+    import random  # the caller passes a seeded random.Random
+
+C = TypeVar("C")
+Slot = tuple[str, int]
+"""(topic, partition)"""
+
+RECORD_OVERHEAD_BYTES: Final = 12
+"""What a record costs in the buffer besides its key and value bytes."""
+NEVER: Final = float("inf")
+
+
+def record_size(value: bytes | None, key: bytes | None) -> int:
+    """Bytes of the buffer one record holds."""
+    size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0)
+    return size + len(key) if key is not None else size
+
+
+@dataclass(frozen=True, slots=True)
+class AccumulatorSettings:
+    batch_bytes: int
+    linger_s: float
+    delivery_timeout_s: float
+    append_timeout_ms: int
+    retry: RetryPolicy
+
+
+@dataclass(slots=True)
+class ProducerBatch(Generic[C]):
+    """A closed batch, from its first attempt until it is settled. ``timestamps`` is one
+    stamp for all records or one per record; ``payload`` is the encoded batch once the
+    engine has encoded it (the record lists may then be dropped)."""
+
+    slot: Slot
+    completion: C
+    values: Sequence[bytes | None]
+    keys: Sequence[bytes | None] | None
+    headers: Sequence[HeaderPairs | None] | None
+    timestamps: int | Sequence[int]
+    record_count: int
+    size: int
+    delivery_deadline_s: float
+    payload: bytes | None = None
+    attempts: int = 0  # attempts already failed and retried
+    not_before_s: float = 0.0  # a retry waits until then
+    sent_s: float = 0.0  # monotonic time of the latest attempt
+    # ProduceRequest.deadline_unix_ms of the latest attempt: no node appends it later.
+    append_deadline_unix_ms: int = 0
+
+
+class _OpenBatch(Generic[C]):
+    """Records accumulating for one partition. ``keys`` and ``headers`` stay None until
+    the first record that has one (then they are back-filled with None), which saves two
+    list appends per record on the common keyless path."""
+
+    __slots__ = ("completion", "created_s", "headers", "keys", "size", "timestamps", "values")
+
+    def __init__(self, completion: C, created_s: float) -> None:
+        self.completion = completion
+        self.values: list[bytes | None] = []
+        self.keys: list[bytes | None] | None = None
+        self.headers: list[HeaderPairs | None] | None = None
+        self.timestamps: list[int] = []
+        self.size = 0
+        self.created_s = created_s
+
+
+@dataclass(slots=True)
+class Drained(Generic[C]):
+    """What ``drain`` hands out: batches to send now (each now in flight), batches that
+    expired unsent (to fail with ``error``, then settle), and when to drain next at the
+    latest (``NEVER`` when nothing waits on time)."""
+
+    sendable: list[ProducerBatch[C]] = field(default_factory=list)
+    expired: list[ProducerBatch[C]] = field(default_factory=list)
+    wake_at_s: float = NEVER
+
+
+class RecordAccumulator(Generic[C]):
+    """Open batches, queues and in-flight batches per partition (see the module). Not
+    thread-safe: the threaded engine calls it under its lock."""
+
+    def __init__(
+        self,
+        settings: AccumulatorSettings,
+        rng: random.Random,
+        new_completion: Callable[[Slot], C],
+        on_batch_closed: Callable[[Slot], None] = lambda _slot: None,
+    ) -> None:
+        self.settings = settings
+        self.buffered_bytes = 0
+        self._rng = rng
+        self._new_completion = new_completion
+        self._on_batch_closed = on_batch_closed
+        self._open: dict[Slot, _OpenBatch[C]] = {}
+        self._queued: dict[Slot, deque[ProducerBatch[C]]] = {}
+        self._in_flight: dict[Slot, ProducerBatch[C]] = {}
+        self._barrier_s: dict[Slot, float] = {}  # nothing of the slot is sent before it
+
+    # ------------------------------------------------------------------ records in
+
+    def fits(self, size: int, buffer_bytes_max: int) -> bool:
+        """Whether ``size`` more bytes fit the buffer (anything fits an empty buffer)."""
+        return self.buffered_bytes + size <= buffer_bytes_max or self.buffered_bytes == 0
+
+    def append(
+        self,
+        slot: Slot,
+        value: bytes | None,
+        key: bytes | None,
+        headers: HeaderPairs | None,
+        timestamp_ms: int,
+        size: int,
+        now_s: float,
+    ) -> tuple[C, int, bool]:
+        """Add one record of ``size`` buffer bytes to the slot's open batch. Returns the
+        batch's completion, the record's index in it, and whether a batch was opened or
+        closed (an engine that sleeps until the next deadline must wake)."""
+        open_batch = self._open.get(slot)
+        changed = False
+        if open_batch is not None and open_batch.size + size > self.settings.batch_bytes:
+            self._close(slot, open_batch)
+            open_batch = None
+        if open_batch is None:
+            open_batch = _OpenBatch(self._new_completion(slot), now_s)
+            self._open[slot] = open_batch
+            changed = True
+        values = open_batch.values
+        index = len(values)
+        values.append(value)
+        open_batch.timestamps.append(timestamp_ms)
+        if key is not None or open_batch.keys is not None:
+            if open_batch.keys is None:
+                open_batch.keys = [None] * index
+            open_batch.keys.append(key)
+        if headers or open_batch.headers is not None:
+            if open_batch.headers is None:
+                open_batch.headers = [None] * index
+            open_batch.headers.append(headers)
+        open_batch.size += size
+        self.buffered_bytes += size
+        if open_batch.size >= self.settings.batch_bytes:
+            self._close(slot, open_batch)
+            changed = True
+        return open_batch.completion, index, changed
+
+    def add_batch(
+        self,
+        slot: Slot,
+        completion: C,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[HeaderPairs | None] | None,
+        timestamps: int | Sequence[int],
+        record_count: int,
+        size: int,
+        now_s: float,
+        payload: bytes | None = None,
+    ) -> ProducerBatch[C]:
+        """Queue a batch made whole by the caller (``send_batch``, or ``payload`` already
+        encoded) behind what is queued for the slot; the open batch closes first, so the
+        partition's records keep their send order."""
+        assert size > 0, "a batch holds buffer bytes until it is settled"
+        open_batch = self._open.get(slot)
+        if open_batch is not None:
+            self._close(slot, open_batch)
+        batch = ProducerBatch(
+            slot=slot,
+            completion=completion,
+            values=values,
+            keys=keys,
+            headers=headers,
+            timestamps=timestamps,
+            record_count=record_count,
+            size=size,
+            delivery_deadline_s=now_s + self.settings.delivery_timeout_s,
+            payload=payload,
+        )
+        self.buffered_bytes += size
+        self._queued.setdefault(slot, deque()).append(batch)
+        return batch
+
+    def _close(self, slot: Slot, open_batch: _OpenBatch[C]) -> None:
+        del self._open[slot]
+        batch = ProducerBatch(
+            slot=slot,
+            completion=open_batch.completion,
+            values=open_batch.values,
+            keys=open_batch.keys,
+            headers=open_batch.headers,
+            timestamps=open_batch.timestamps,
+            record_count=len(open_batch.values),
+            size=open_batch.size,
+            delivery_deadline_s=open_batch.created_s + self.settings.delivery_timeout_s,
+        )
+        self._queued.setdefault(slot, deque()).append(batch)
+        self._on_batch_closed(slot)
+
+    # ------------------------------------------------------------------ batches out
+
+    def drain(self, now_s: float, now_unix_ms: int, flushing: bool) -> Drained[C]:
+        """Close the open batches that are due, expire queued batches past their delivery
+        deadline, and hand out the next batch of every partition with none in flight."""
+        drained: Drained[C] = Drained()
+        wake_at_s = NEVER
+        linger_s = self.settings.linger_s
+        for slot, open_batch in list(self._open.items()):
+            if slot in self._in_flight or slot in self._queued:
+                # It keeps filling behind the wire (see the module) until its delivery
+                # deadline, when it is closed to expire below.
+                expires_s = open_batch.created_s + self.settings.delivery_timeout_s
+                if expires_s <= now_s:
+                    self._close(slot, open_batch)
+                elif expires_s < wake_at_s:
+                    wake_at_s = expires_s
+                continue
+            due_s = open_batch.created_s + linger_s
+            if flushing or due_s <= now_s:
+                self._close(slot, open_batch)
+            elif due_s < wake_at_s:
+                wake_at_s = due_s
+        for slot, queue in list(self._queued.items()):
+            # Deadlines grow along a queue (a retried batch, at the front, never expires
+            # here), so the whole queue is searched only when its front has one passed.
+            front = queue[0] if queue[0].attempts == 0 or len(queue) == 1 else queue[1]
+            expired = (
+                [b for b in queue if b.attempts == 0 and b.delivery_deadline_s <= now_s]
+                if front.delivery_deadline_s <= now_s
+                else None
+            )
+            if expired:
+                for batch in expired:
+                    queue.remove(batch)
+                drained.expired += expired
+                if not queue:
+                    del self._queued[slot]
+                    continue
+            if slot in self._in_flight:
+                wake_at_s = min(wake_at_s, queue[0].delivery_deadline_s)
+                continue
+            barrier_s = self._barrier_s.get(slot)
+            if barrier_s is not None:
+                if barrier_s > now_s:
+                    wake_at_s = min(wake_at_s, barrier_s)
+                    continue
+                del self._barrier_s[slot]
+            head = queue[0]
+            if head.not_before_s > now_s:
+                wake_at_s = min(wake_at_s, head.not_before_s)
+                continue
+            queue.popleft()
+            if not queue:
+                del self._queued[slot]
+            head.sent_s = now_s
+            head.append_deadline_unix_ms = now_unix_ms + self.settings.append_timeout_ms
+            self._in_flight[slot] = head
+            drained.sendable.append(head)
+        drained.wake_at_s = wake_at_s
+        return drained
+
+    def retry_after(
+        self,
+        batch: ProducerBatch[C],
+        error: HeadwaterError,
+        answered: bool,
+        now_s: float,
+        now_unix_ms: int,
+    ) -> float | None:
+        """An attempt of ``batch`` (in flight) failed with ``error`` (``answered``: the node
+        said so; False: no answer, the outcome is unknown). Returns the seconds until its
+        retry, having queued it again at the front of its partition; or None when the
+        failure is final (the batch stays in flight until ``settle``)."""
+        wait_s = self.settings.retry.retry_after_s(
+            error,
+            answered,
+            batch.attempts,
+            now_s,
+            batch.delivery_deadline_s,
+            batch.append_deadline_unix_ms - now_unix_ms,
+            self._rng,
+        )
+        if wait_s is None:
+            return None
+        batch.attempts += 1
+        batch.not_before_s = now_s + wait_s
+        if self._in_flight.get(batch.slot) is batch:
+            del self._in_flight[batch.slot]
+        self._queued.setdefault(batch.slot, deque()).appendleft(batch)
+        return wait_s
+
+    def settle(
+        self,
+        batch: ProducerBatch[C],
+        now_s: float,
+        now_unix_ms: int,
+        error: HeadwaterError | None = None,
+        answered: bool = True,
+    ) -> None:
+        """``batch`` is done (acknowledged, or failed for good with ``error`` after its
+        completion was told): free its buffer bytes and let its partition send the next
+        batch, after the unknown-outcome barrier when the failure leaves the outcome
+        unknown."""
+        slot = batch.slot
+        if self._in_flight.get(slot) is batch:
+            del self._in_flight[slot]
+        self.buffered_bytes -= batch.size
+        unknown = error is not None and (not answered or error.code in OUTCOME_UNKNOWN)
+        if unknown and batch.append_deadline_unix_ms:
+            retry = self.settings.retry
+            left_ms = batch.append_deadline_unix_ms - now_unix_ms + retry.clock_margin_ms
+            if left_ms > 0:
+                self._barrier_s[slot] = max(self._barrier_s.get(slot, 0.0), now_s + left_ms / 1000)
+
+    # ------------------------------------------------------------------ state
+
+    def idle(self) -> bool:
+        """No batch is open, queued or in flight."""
+        return self.buffered_bytes == 0 and not self._in_flight
+
+    def completions(self) -> Iterator[C]:
+        """The completion of every batch not yet settled (open, queued or in flight)."""
+        for open_batch in self._open.values():
+            yield open_batch.completion
+        for queue in self._queued.values():
+            for batch in queue:
+                yield batch.completion
+        for batch in self._in_flight.values():
+            yield batch.completion
+
+
+def group_by_partition(
+    keys: Sequence[bytes | None], partitions: int, sticky_partition: int
+) -> dict[int, list[int]]:
+    """Indexes of ``keys`` by partition: keyed records by murmur2, keyless ones to
+    ``sticky_partition``."""
+    groups: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        target = partition_for_key(key, partitions) if key is not None else sticky_partition
+        groups.setdefault(target, []).append(i)
+    return groups
+
+
+def cut_batches(values: Sequence[bytes | None], batch_bytes: int) -> list[tuple[int, int, int]]:
+    """``(start, end, buffer bytes)`` of each batch of about ``batch_bytes`` that
+    ``values`` (at least one) are cut into, in order."""
+    total = sum(len(v) for v in values if v is not None) + RECORD_OVERHEAD_BYTES * len(values)
+    pieces = max(1, -(-total // batch_bytes))
+    step = -(-len(values) // pieces)
+    cuts = []
+    for start in range(0, len(values), step):
+        end = min(start + step, len(values))
+        cuts.append((start, end, total * (end - start) // len(values)))
+    return cuts
+
+
+def delivery_timed_out(delivery_timeout_s: float) -> HeadwaterError:
+    """The error of a batch that expired unsent at its delivery deadline."""
+    return HeadwaterError(
+        ErrorCode.REQUEST_TIMED_OUT,
+        f"delivery_timeout_ms={int(delivery_timeout_s * 1000)} passed before the batch "
+        "could be sent",
+    )
