@@ -1,4 +1,5 @@
-# Headwater: `make run` starts a single local node, `make test` runs lint and the suite.
+# Headwater: `make run` starts a single local node, `make test` runs lint and the suite
+# (`make test-slow` the slow part of it).
 # Both create .venv and install the project into it first.
 
 PYTHON ?= python3
@@ -8,7 +9,7 @@ STAMP := $(VENV)/.installed
 PROTO_DIR := proto/headwater/v1
 PYTEST_ARGS ?=
 
-.PHONY: run test lint proto bench typecheck-tree clean demo chaos chaos-short fuzz sim
+.PHONY: run test test-slow lint proto bench typecheck-tree clean demo chaos chaos-short fuzz sim
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +22,14 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/headwater serve
 
+# `make test`: lint and every test but those marked slow (the real-process fault scenarios
+# the simulated cluster also runs, Spark, the short chaos run), in about 5 minutes.
+# `make test-slow` runs the slow ones; CI (.ci/run) runs both.
 test: $(STAMP) lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(BIN)/pytest -m slow $(PYTEST_ARGS)
 
 # mypy resolves headwater.* through a tree of links that mirrors the package-dir
 # mapping in pyproject.toml (the runtime uses setuptools' editable finder instead).

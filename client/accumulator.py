@@ -1,7 +1,9 @@
 """The producer's record accumulator (sans-I/O), shared by the threaded Producer and the
 asyncio AsyncProducer. The engines feed it records and answers and ask it what to send
-now; it does no I/O, starts no thread and reads no clock: ``now_s`` (monotonic seconds)
-and ``now_unix_ms`` (the wall clock) are passed in, so it is tested on a virtual clock.
+now; it does no I/O and starts no thread. ``now_s`` (monotonic seconds) and
+``now_unix_ms`` (the wall clock) are passed in; ``append``, the per-record path, reads the
+injected monotonic ``clock`` only when it opens a batch. So it runs on a virtual clock in
+tests.
 
 Per partition (a *slot*, ``(topic, partition)``):
 
@@ -132,9 +134,12 @@ class RecordAccumulator(Generic[C]):
         settings: AccumulatorSettings,
         rng: random.Random,
         new_completion: Callable[[Slot], C],
+        clock: Callable[[], float],
         on_batch_closed: Callable[[Slot], None] = lambda _slot: None,
     ) -> None:
         self.settings = settings
+        self._clock = clock
+        self._batch_bytes = settings.batch_bytes
         self.buffered_bytes = 0
         self._rng = rng
         self._new_completion = new_completion
@@ -158,18 +163,18 @@ class RecordAccumulator(Generic[C]):
         headers: HeaderPairs | None,
         timestamp_ms: int,
         size: int,
-        now_s: float,
     ) -> tuple[C, int, bool]:
         """Add one record of ``size`` buffer bytes to the slot's open batch. Returns the
         batch's completion, the record's index in it, and whether a batch was opened or
-        closed (an engine that sleeps until the next deadline must wake)."""
+        closed (an engine that sleeps until the next deadline must wake). The clock is
+        read only when a batch opens: this is the per-record path."""
         open_batch = self._open.get(slot)
         changed = False
-        if open_batch is not None and open_batch.size + size > self.settings.batch_bytes:
+        if open_batch is not None and open_batch.size + size > self._batch_bytes:
             self._close(slot, open_batch)
             open_batch = None
         if open_batch is None:
-            open_batch = _OpenBatch(self._new_completion(slot), now_s)
+            open_batch = _OpenBatch(self._new_completion(slot), self._clock())
             self._open[slot] = open_batch
             changed = True
         values = open_batch.values
@@ -186,7 +191,7 @@ class RecordAccumulator(Generic[C]):
             open_batch.headers.append(headers)
         open_batch.size += size
         self.buffered_bytes += size
-        if open_batch.size >= self.settings.batch_bytes:
+        if open_batch.size >= self._batch_bytes:
             self._close(slot, open_batch)
             changed = True
         return open_batch.completion, index, changed

@@ -242,6 +242,7 @@ class AsyncProducer:
             settings,
             self._rng,
             new_completion=lambda _slot: _Completion(),
+            clock=time.monotonic,
             on_batch_closed=self._advance_sticky,
         )
         self._room = asyncio.Event()
@@ -290,7 +291,7 @@ class AsyncProducer:
         await self._reserve(size)
         stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
         completion, _index, _changed = self._acc.append(
-            (topic, partition), value, key, headers, stamp, size, time.monotonic()
+            (topic, partition), value, key, headers, stamp, size
         )
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         completion.futures.append(future)

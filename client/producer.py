@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from headwater.client.accumulator import (
+    RECORD_OVERHEAD_BYTES,
     AccumulatorSettings,
     Drained,
     ProducerBatch,
@@ -54,7 +55,6 @@ from headwater.client.accumulator import (
     cut_batches,
     delivery_timed_out,
     group_by_partition,
-    record_size,
 )
 from headwater.client.connection import Cluster
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
@@ -349,6 +349,7 @@ class Producer:
             settings,
             self._rng,
             new_completion=lambda slot: BatchResult(*slot),
+            clock=time.monotonic,
             on_batch_closed=self._advance_sticky,
         )
         # The hot path (send) takes the C-level lock directly; waiting and notifying go
@@ -410,12 +411,16 @@ class Producer:
         else:
             target = self._partition_for(topic, key, partition)
         stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        size = record_size(value, key)
+        size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0)  # record_size,
+        if key is not None:  # inlined: this is the per-record hot path
+            size += len(key)
+        accumulator = self._acc
         with self._lock:
-            if self._closing or not self._acc.fits(size, self.buffer_bytes_max):
+            buffered = accumulator.buffered_bytes  # accumulator.fits, inlined
+            if self._closing or (buffered + size > self.buffer_bytes_max and buffered):
                 self._reserve(size)
-            result, index, changed = self._acc.append(
-                (topic, target), value, key, headers, stamp, size, time.monotonic()
+            result, index, changed = accumulator.append(
+                (topic, target), value, key, headers, stamp, size
             )
             if changed:
                 self._cond.notify_all()

@@ -23,6 +23,8 @@ from headwater.client.retry import RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
 
 T0_MS = 1_700_000_000_000
+CLOCK = [0.0]
+"""The virtual monotonic clock ``append`` reads when it opens a batch."""
 NOT_LEADER = HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved")
 TIMED_OUT = HeadwaterError(ErrorCode.REQUEST_TIMED_OUT, "no answer")
 TOO_LARGE = HeadwaterError(ErrorCode.MESSAGE_TOO_LARGE, "too large")
@@ -50,7 +52,9 @@ def make(
         append_timeout_ms=append_timeout_ms,
         retry=RetryPolicy(retries, 100, 1000),
     )
-    return RecordAccumulator(settings, random.Random(seed), new_completion=Completion)
+    return RecordAccumulator(
+        settings, random.Random(seed), new_completion=Completion, clock=lambda: CLOCK[0]
+    )
 
 
 def values_of(batch: ProducerBatch[Completion]) -> list[bytes]:
@@ -58,9 +62,8 @@ def values_of(batch: ProducerBatch[Completion]) -> list[bytes]:
 
 
 def add(acc: RecordAccumulator[Completion], slot: tuple[str, int], value: bytes, now: float) -> int:
-    _completion, index, _changed = acc.append(
-        slot, value, None, None, 0, record_size(value, None), now
-    )
+    CLOCK[0] = now
+    _completion, index, _changed = acc.append(slot, value, None, None, 0, record_size(value, None))
     return index
 
 

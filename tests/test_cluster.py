@@ -152,6 +152,7 @@ def test_paused_controller_cannot_change_metadata_when_it_wakes(cluster3: LocalC
     )
 
 
+@pytest.mark.slow
 def test_partition_leaders_keep_taking_writes_through_controller_elections(
     cluster3: LocalCluster,
 ) -> None:
@@ -252,6 +253,7 @@ def test_killed_broker_loses_leadership_to_isr_members(cluster3: LocalCluster) -
     assert sorted(consume_all(bootstrap, "moving", 30)) == sorted(b"v%d" % i for i in range(30))
 
 
+@pytest.mark.slow
 def test_five_nodes_keep_serving_with_two_down(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path, 5)
     try:

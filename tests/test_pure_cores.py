@@ -1,4 +1,5 @@
-"""Pure modules: partitioner, retry, retention, errors, and the rule that they do no I/O."""
+"""Pure modules: partitioner, retry, the client core, retention, errors, and the rule that
+they do no I/O."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ PURE_MODULES = [
     "log/api.py",
     "client/partitioner.py",
     "client/retry.py",
+    "client/accumulator.py",
+    "client/positions.py",
     "headwater/errors.py",
     "headwater/topics.py",
     "raft/records.py",

@@ -152,6 +152,7 @@ def in_sync(cluster: LocalCluster, topic: str, size: int = 3) -> bool:
     return len({(v.log_end_offset, v.high_watermark) for v in views}) == 1
 
 
+@pytest.mark.slow
 def test_acks_all_loses_nothing_while_leaders_are_killed(cluster3: LocalCluster) -> None:
     topic = "safe"
     with Admin(cluster3.bootstrap()) as admin:
@@ -232,6 +233,7 @@ def cluster5(tmp_path: Path) -> Iterator[LocalCluster]:
         cluster.close()
 
 
+@pytest.mark.slow
 def test_a_stopped_follower_leaves_the_isr_and_rejoins(cluster5: LocalCluster) -> None:
     cluster3 = cluster5
     topic = "lagging"
@@ -311,6 +313,7 @@ def test_a_stopped_follower_leaves_the_isr_and_rejoins(cluster5: LocalCluster) -
         described.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cluster3", [{"HEADWATER_REPLICA_LAG_MS_MAX": "60000"}], indirect=True)
 def test_a_deposed_leader_truncates_its_unreplicated_tail(cluster3: LocalCluster) -> None:
     topic = "diverge"
@@ -372,6 +375,7 @@ def test_a_deposed_leader_truncates_its_unreplicated_tail(cluster3: LocalCluster
     assert len(set(logs.values())) == 1
 
 
+@pytest.mark.slow
 def test_followers_hold_the_leaders_bytes(cluster3: LocalCluster) -> None:
     """A plain run: batches of every codec reach every replica byte for byte."""
     from headwater.client import Producer
