@@ -1,0 +1,174 @@
+"""The group image: every consumer group of one ``__consumer_offsets`` partition, as its
+records left it (pure, immutable). ``apply(image, record)`` returns the next image; the
+coordinator and a new leader replaying the partition build the same image from the same
+records.
+
+Invariants ``apply`` keeps (a record that would break one is refused with
+GroupRecordError, and the image is unchanged):
+
+- **no partition has two owners**: among the members' current assignments, a partition is
+  in at most one member's ``assigned`` or ``revoking`` set. A partition moves in two
+  steps: its old owner's record moves it to ``revoking`` and then drops it; only then
+  may another member's record assign it. So a consumer never reads a partition another
+  member of its group may still be reading.
+- **epochs only rise**: the group epoch, the target assignment's epoch and each member's
+  epoch never go down; a target assignment is for an epoch the group has reached, and a
+  member's epoch never passes the target's.
+- a current assignment is of a member that exists; a member that leaves takes its
+  current assignment with it (its partitions become free).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TypeVar
+
+from headwater.node.groups.records import (
+    GroupDeleted,
+    GroupEpochBumped,
+    GroupRecord,
+    GroupRecordError,
+    MemberAssignment,
+    MemberJoined,
+    MemberLeft,
+    OffsetCommitted,
+    OffsetDeleted,
+    TargetAssignment,
+    TopicPartitionKey,
+)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _frozen(items: Mapping[K, V]) -> Mapping[K, V]:
+    return MappingProxyType(dict(items))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    group_id: str
+    epoch: int = 0
+    members: Mapping[str, MemberJoined] = field(default_factory=lambda: MappingProxyType({}))
+    target_epoch: int = 0
+    target: Mapping[str, frozenset[TopicPartitionKey]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    current: Mapping[str, MemberAssignment] = field(default_factory=lambda: MappingProxyType({}))
+    offsets: Mapping[TopicPartitionKey, OffsetCommitted] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    @property
+    def state(self) -> str:
+        """``empty`` (no members), ``assigning`` (the target lags the group epoch),
+        ``reconciling`` (a member lags the target) or ``stable``."""
+        if not self.members:
+            return "empty"
+        if self.target_epoch < self.epoch:
+            return "assigning"
+        if any(a.member_epoch < self.target_epoch for a in self.current.values()):
+            return "reconciling"
+        if len(self.current) < len(self.members):
+            return "reconciling"
+        return "stable"
+
+    def owner(self, partition: TopicPartitionKey) -> str | None:
+        """The member that holds ``partition`` (assigned or being revoked), if any."""
+        for member_id, assignment in self.current.items():
+            if partition in assignment.assigned or partition in assignment.revoking:
+                return member_id
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupsImage:
+    groups: Mapping[str, GroupState] = field(default_factory=lambda: MappingProxyType({}))
+
+    def group(self, group_id: str) -> GroupState | None:
+        return self.groups.get(group_id)
+
+
+def apply(image: GroupsImage, record: GroupRecord) -> GroupsImage:
+    """The image after ``record``; GroupRecordError if the record does not fit it."""
+    if isinstance(record, GroupDeleted):
+        groups = dict(image.groups)
+        groups.pop(record.group_id, None)
+        return GroupsImage(_frozen(groups))
+    group = image.groups.get(record.group_id) or GroupState(record.group_id)
+    updated = _apply_to_group(group, record)
+    return GroupsImage(_frozen({**image.groups, record.group_id: updated}))
+
+
+def _apply_to_group(group: GroupState, record: GroupRecord) -> GroupState:
+    name = f"group {group.group_id!r}"
+    if isinstance(record, GroupEpochBumped):
+        if record.epoch <= group.epoch:
+            raise GroupRecordError(f"{name}: epoch {record.epoch} after {group.epoch}")
+        return replace(group, epoch=record.epoch)
+    if isinstance(record, MemberJoined):
+        return replace(group, members=_frozen({**group.members, record.member_id: record}))
+    if isinstance(record, MemberLeft):
+        if record.member_id not in group.members:
+            raise GroupRecordError(f"{name}: member {record.member_id!r} is not a member")
+        members = {k: v for k, v in group.members.items() if k != record.member_id}
+        current = {k: v for k, v in group.current.items() if k != record.member_id}
+        return replace(group, members=_frozen(members), current=_frozen(current))
+    if isinstance(record, TargetAssignment):
+        return _target(group, record, name)
+    if isinstance(record, MemberAssignment):
+        return _member_assignment(group, record, name)
+    if isinstance(record, OffsetCommitted):
+        key = (record.topic, record.partition)
+        return replace(group, offsets=_frozen({**group.offsets, key: record}))
+    if isinstance(record, OffsetDeleted):
+        key = (record.topic, record.partition)
+        return replace(group, offsets=_frozen({k: v for k, v in group.offsets.items() if k != key}))
+    raise GroupRecordError(f"{name}: no rule for {type(record).__name__}")
+
+
+def _target(group: GroupState, record: TargetAssignment, name: str) -> GroupState:
+    if record.epoch < group.target_epoch or record.epoch > group.epoch:
+        raise GroupRecordError(
+            f"{name}: target assignment for epoch {record.epoch}; valid: "
+            f"[{group.target_epoch}, {group.epoch}]"
+        )
+    target: dict[str, frozenset[TopicPartitionKey]] = {}
+    seen: set[TopicPartitionKey] = set()
+    for member_id, partitions in record.members:
+        owned = frozenset(partitions)
+        if owned & seen:
+            raise GroupRecordError(f"{name}: target assigns {sorted(owned & seen)} twice")
+        seen |= owned
+        target[member_id] = owned
+    return replace(group, target_epoch=record.epoch, target=_frozen(target))
+
+
+def _member_assignment(group: GroupState, record: MemberAssignment, name: str) -> GroupState:
+    member = record.member_id
+    if member not in group.members:
+        raise GroupRecordError(f"{name}: assignment of {member!r}, which is not a member")
+    previous = group.current.get(member)
+    if previous is not None and record.member_epoch < previous.member_epoch:
+        raise GroupRecordError(
+            f"{name}: member {member!r} epoch {record.member_epoch} after {previous.member_epoch}"
+        )
+    if record.member_epoch > group.target_epoch:
+        raise GroupRecordError(
+            f"{name}: member {member!r} epoch {record.member_epoch} past the target's "
+            f"{group.target_epoch}"
+        )
+    held = set(record.assigned) | set(record.revoking)
+    if len(held) != len(record.assigned) + len(record.revoking):
+        raise GroupRecordError(f"{name}: member {member!r} holds a partition twice")
+    for other, assignment in group.current.items():
+        if other == member:
+            continue
+        clash = held & (set(assignment.assigned) | set(assignment.revoking))
+        if clash:
+            raise GroupRecordError(
+                f"{name}: {sorted(clash)} given to {member!r} while {other!r} still holds them"
+            )
+    return replace(group, current=_frozen({**group.current, member: record}))

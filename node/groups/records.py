@@ -1,0 +1,240 @@
+"""Group records: the only way a consumer group's state changes (pure).
+
+A group lives in one partition of the internal topic ``__consumer_offsets``
+(``coordinator_partition``). The coordinator turns every change into records and appends
+them to that partition; whoever leads the partition replays them, in order, into the
+group image (``headwater.node.groups.image``). Nothing in memory is the only copy.
+
+Each record is one log record: its **key** names what it sets (``record_key``: the type
+and the group, plus the member or the partition), so that compaction keeps the newest
+record per key; its **value** is the record as UTF-8 JSON::
+
+    {"type": "OffsetCommitted", "version": 1, "group_id": "g", "topic": "t", ...}
+
+``type`` names the dataclass below and ``version`` is ``RECORD_VERSION`` (a decoder
+refuses a newer one rather than guess); tuples are JSON arrays. A record whose value is
+None (a tombstone) is never written: removals are records of their own (``MemberLeft``,
+``OffsetDeleted``, ``GroupDeleted``) so that replay needs no key decoding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+from headwater.client.partitioner import murmur2
+
+RECORD_VERSION: Final = 1
+GROUP_ID_BYTES_MAX: Final = 255
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+OFFSETS_TOPIC_PARTITIONS: Final = 50
+
+TopicPartitionKey = tuple[str, int]
+
+
+class GroupRecordError(ValueError):
+    """Bytes that are not a group record this version can read, or a record that does not
+    fit the group's state (``apply``)."""
+
+
+def coordinator_partition(group_id: str, partitions: int = OFFSETS_TOPIC_PARTITIONS) -> int:
+    """The partition of ``__consumer_offsets`` that holds ``group_id``: murmur2 of its
+    UTF-8 bytes, made non-negative, modulo the partition count."""
+    return (murmur2(group_id.encode()) & 0x7FFFFFFF) % partitions
+
+
+def check_group_id(group_id: str) -> None:
+    """Raise GroupRecordError unless ``group_id`` is 1 to ``GROUP_ID_BYTES_MAX`` UTF-8 bytes."""
+    size = len(group_id.encode())
+    if not 1 <= size <= GROUP_ID_BYTES_MAX:
+        raise GroupRecordError(
+            f"group id is {size} bytes; valid: 1 to {GROUP_ID_BYTES_MAX} bytes of UTF-8"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEpochBumped:
+    """The group's membership or subscriptions changed: its epoch is now ``epoch``."""
+
+    group_id: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberJoined:
+    """A member joined, or changed its subscription (the same ``member_id`` again)."""
+
+    group_id: str
+    member_id: str
+    instance_id: str  # static membership ("" for none)
+    client_id: str
+    subscribed_topics: tuple[str, ...]
+    subscribed_pattern: str  # a regular expression over topic names ("" for none)
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberLeft:
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignment:
+    """The assignor's answer for group epoch ``epoch``: each member's partitions."""
+
+    group_id: str
+    epoch: int
+    members: tuple[tuple[str, tuple[TopicPartitionKey, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MemberAssignment:
+    """What member ``member_id`` owns now, at ``member_epoch``: ``assigned`` it may read;
+    ``revoking`` it must give up (stop reading, commit) before anyone else may have them."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    assigned: tuple[TopicPartitionKey, ...]
+    revoking: tuple[TopicPartitionKey, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitted:
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+    commit_timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleted:
+    group_id: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDeleted:
+    group_id: str
+
+
+GroupRecord = (
+    GroupEpochBumped
+    | MemberJoined
+    | MemberLeft
+    | TargetAssignment
+    | MemberAssignment
+    | OffsetCommitted
+    | OffsetDeleted
+    | GroupDeleted
+)
+RECORD_TYPES: Final[dict[str, type[GroupRecord]]] = {
+    cls.__name__: cls
+    for cls in (
+        GroupEpochBumped,
+        MemberJoined,
+        MemberLeft,
+        TargetAssignment,
+        MemberAssignment,
+        OffsetCommitted,
+        OffsetDeleted,
+        GroupDeleted,
+    )
+}
+_KEY_KIND: Final[dict[type[GroupRecord], str]] = {
+    GroupEpochBumped: "epoch",
+    MemberJoined: "member",
+    MemberLeft: "member",
+    TargetAssignment: "target",
+    MemberAssignment: "assignment",
+    OffsetCommitted: "offset",
+    OffsetDeleted: "offset",
+    GroupDeleted: "group",
+}
+
+
+def record_key(record: GroupRecord) -> bytes:
+    """The log key of ``record``: records that set the same thing share a key."""
+    parts: list[Any] = [_KEY_KIND[type(record)], record.group_id]
+    if isinstance(record, MemberJoined | MemberLeft | MemberAssignment):
+        parts.append(record.member_id)
+    elif isinstance(record, OffsetCommitted | OffsetDeleted):
+        parts += [record.topic, record.partition]
+    return json.dumps(parts, separators=(",", ":")).encode()
+
+
+def encode_record(record: GroupRecord) -> bytes:
+    body: dict[str, Any] = {"type": type(record).__name__, "version": RECORD_VERSION}
+    for field in dataclasses.fields(record):
+        body[field.name] = getattr(record, field.name)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_record(data: bytes) -> GroupRecord:
+    """The record in ``data``; GroupRecordError for anything else (bad JSON, an unknown
+    type or version, a missing field or one of the wrong type)."""
+    try:
+        body = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GroupRecordError(f"group record is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise GroupRecordError("a group record must be a JSON object")
+    cls = RECORD_TYPES.get(str(body.get("type")))
+    if cls is None:
+        raise GroupRecordError(f"unknown group record type {body.get('type')!r}")
+    if body.get("version") != RECORD_VERSION:
+        raise GroupRecordError(
+            f"{cls.__name__} version {body.get('version')!r}; this code reads {RECORD_VERSION}"
+        )
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if field.name not in body:
+            raise GroupRecordError(f"{cls.__name__} lacks field {field.name!r}")
+        values[field.name] = _typed(cls.__name__, field.name, str(field.type), body[field.name])
+    return cls(**values)
+
+
+def _typed(kind: str, name: str, annotation: str, value: Any) -> Any:
+    """``value`` checked against the field's annotation (as written in this module)."""
+    if annotation == "str":
+        ok = isinstance(value, str)
+    elif annotation == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif annotation == "tuple[str, ...]":
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    elif annotation == "tuple[TopicPartitionKey, ...]":
+        ok = isinstance(value, list) and all(_is_partition_key(v) for v in value)
+    else:  # TargetAssignment.members
+        ok = isinstance(value, list) and all(
+            isinstance(m, list)
+            and len(m) == 2
+            and isinstance(m[0], str)
+            and isinstance(m[1], list)
+            and all(_is_partition_key(v) for v in m[1])
+            for m in value
+        )
+    if not ok:
+        raise GroupRecordError(f"{kind}.{name} is {value!r}; expected {annotation}")
+    return _tuples(value) if isinstance(value, list) else value
+
+
+def _is_partition_key(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+        and not isinstance(value[1], bool)
+        and value[1] >= 0
+    )
+
+
+def _tuples(value: list[Any]) -> tuple[Any, ...]:
+    return tuple(_tuples(v) if isinstance(v, list) else v for v in value)
