@@ -156,7 +156,7 @@ class Admin:
         ``partitions`` (every partition of the topic when empty)."""
         wanted = partitions or range(self.cluster.layout(topic).partitions)
         keys = [(topic, p) for p in wanted]
-        stamps = dict.fromkeys(keys, timestamp_ms) if spec == pb.OFFSET_SPEC_TIMESTAMP else None
+        stamps = offsets.one_timestamp(keys, spec, timestamp_ms)
         found = offsets.list_offsets(self.cluster, keys, spec, stamps, retry_s=self._timeout)
         return {partition: offset for (_topic, partition), offset in found.items()}
 

@@ -59,7 +59,7 @@ from headwater.client.connection import (
     resolve_bootstrap,
 )
 from headwater.client.consumer import FetchedBatch, PollResult, fetched_from
-from headwater.client.offsets import offset_requests, offsets_answered
+from headwater.client.offsets import offset_requests, offsets_answered, one_timestamp
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
 from headwater.client.positions import FetchPositions, TopicPartition
 from headwater.client.producer import (
@@ -711,7 +711,7 @@ class AsyncConsumer:
         timestamp_ms: int = 0,
     ) -> None:
         keys = [(tp.topic, tp.partition) for tp in self._positions.check_assigned(partitions)]
-        stamps = dict.fromkeys(keys, timestamp_ms) if spec == pb.OFFSET_SPEC_TIMESTAMP else None
+        stamps = one_timestamp(keys, spec, timestamp_ms)
         for request in offset_requests(keys, spec, stamps):
             try:
                 response = await self._router.stub(self.address).ListOffsets(

@@ -225,7 +225,7 @@ class Consumer:
         timestamp_ms: int = 0,
     ) -> None:
         keys = [(tp.topic, tp.partition) for tp in self._positions.check_assigned(partitions)]
-        stamps = dict.fromkeys(keys, timestamp_ms) if spec == pb.OFFSET_SPEC_TIMESTAMP else None
+        stamps = offsets.one_timestamp(keys, spec, timestamp_ms)
         found = offsets.list_offsets(
             self.cluster, keys, spec, stamps, retry_s=self.cluster.request_timeout_s
         )

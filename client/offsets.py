@@ -38,6 +38,14 @@ def offset_requests(
     return requests
 
 
+def one_timestamp(
+    keys: Iterable[PartitionKey], spec: pb.OffsetSpec.ValueType, timestamp_ms: int
+) -> dict[PartitionKey, int] | None:
+    """The ``timestamps`` argument for one timestamp for every partition of ``keys``
+    (None unless ``spec`` is OFFSET_SPEC_TIMESTAMP)."""
+    return dict.fromkeys(keys, timestamp_ms) if spec == pb.OFFSET_SPEC_TIMESTAMP else None
+
+
 def offsets_answered(
     request: pb.ListOffsetsRequest, response: pb.ListOffsetsResponse
 ) -> dict[PartitionKey, int]:
