@@ -19,7 +19,9 @@ from headwater.client.consumer import (
     FetchedBatch,
     PollResult,
 )
+from headwater.client.groups import CommitFailedError
 from headwater.client.health import node_serving
+from headwater.client.membership import RebalanceListener
 from headwater.client.positions import TopicPartition
 from headwater.client.producer import (
     BatchFuture,
@@ -34,6 +36,7 @@ __all__ = [
     "Admin",
     "BatchFuture",
     "BatchMetadata",
+    "CommitFailedError",
     "Consumer",
     "ConsumerRecord",
     "FetchedBatch",
@@ -42,6 +45,7 @@ __all__ = [
     "NewTopic",
     "PollResult",
     "Producer",
+    "RebalanceListener",
     "RecordFuture",
     "RecordMetadata",
     "TopicPartition",

@@ -12,12 +12,27 @@ from typing import Final
 
 from headwater.client import offsets
 from headwater.client.connection import Cluster, call
+from headwater.client.groups import GroupCalls
+from headwater.client.positions import TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
 CONTROLLER_ANSWERS: Final = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 """Answers of the active controller to a change of a topic (it is the metadata's source,
 so "no such topic" is final there, not metadata still on its way): not retried."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """A group's progress on one partition: ``committed`` is None without a commit;
+    ``lag`` = ``log_end`` (the high watermark) - ``committed`` (None without a commit)."""
+
+    topic: str
+    partition: int
+    committed: int | None
+    log_end: int
+    lag: int | None
+    member_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,3 +227,59 @@ class Admin:
             address,
         )
         return response
+
+    # ------------------------------------------------------------------ groups
+
+    def list_groups(self) -> pb.ListGroupsResponse:
+        """Every consumer group of the cluster (``unreachable_nodes``: brokers that did not
+        answer, whose groups are missing)."""
+        response: pb.ListGroupsResponse = self.cluster.call_any(
+            lambda a: self.cluster.groups(a).ListGroups(
+                pb.ListGroupsRequest(), timeout=self._timeout
+            ),
+            retry_s=self._timeout,
+        )
+        return response
+
+    def describe_group(self, group_id: str) -> pb.DescribeGroupResponse:
+        """The group's state, members with their assignments, and committed offsets
+        (GROUP_ID_NOT_FOUND when it does not exist)."""
+        response: pb.DescribeGroupResponse = GroupCalls(self.cluster, group_id).call(
+            "DescribeGroup", pb.DescribeGroupRequest(group_id=group_id)
+        )
+        return response
+
+    def group_lag(self, description: pb.DescribeGroupResponse) -> list[PartitionLag]:
+        """Per partition the group reads or has committed: committed offset, log end and
+        lag (the partitions of its members' assignments and of its commits)."""
+        committed = {(o.topic, o.partition): o.offset for o in description.offsets}
+        owner: dict[tuple[str, int], str] = {}
+        for member in description.members:
+            for item in [*member.assigned, *member.revoking]:
+                for partition in item.partitions:
+                    owner[(item.topic, partition)] = member.member_id
+        keys = sorted(set(committed) | set(owner))
+        ends = self.end_offsets(keys) if keys else {}
+        rows = []
+        for key in keys:
+            offset = committed.get(key)
+            end = ends[key]
+            lag = max(end - offset, 0) if offset is not None else None
+            rows.append(PartitionLag(key[0], key[1], offset, end, lag, owner.get(key, "")))
+        return rows
+
+    def delete_group(self, group_id: str) -> None:
+        """Delete an empty group and its offsets (NON_EMPTY_GROUP while it has members)."""
+        GroupCalls(self.cluster, group_id).call(
+            "DeleteGroup", pb.DeleteGroupRequest(group_id=group_id)
+        )
+
+    def group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        """The group's committed offsets."""
+        found = GroupCalls(self.cluster, group_id).committed()
+        return {tp: o.offset for tp, o in found.items()}
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Set committed offsets from outside the group (only while it has no members:
+        NON_EMPTY_GROUP otherwise); creates the group when it does not exist."""
+        GroupCalls(self.cluster, group_id).commit(dict(offsets))

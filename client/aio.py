@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import grpc
@@ -48,6 +49,7 @@ from headwater.client.accumulator import (
     group_by_partition,
     record_size,
 )
+from headwater.client.aio_groups import AsyncGroupCalls, HeartbeatTask
 from headwater.client.connection import (
     MESSAGE_BYTES_MAX,
     RECONNECT_OPTIONS,
@@ -59,6 +61,7 @@ from headwater.client.connection import (
     resolve_bootstrap,
 )
 from headwater.client.consumer import FetchedBatch, PollResult, fetched_from
+from headwater.client.membership import Membership, RebalanceListener, subscription_of
 from headwater.client.offsets import offset_requests, offsets_answered, one_timestamp
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
 from headwater.client.positions import FetchPositions, TopicPartition
@@ -79,7 +82,10 @@ from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
+_log = logging.getLogger(__name__)
 ARRIVALS_MAX: Final = 64
+GROUP_STEP_S: Final = 0.05
+"""In a group, how often a poll acts on revocations and assignments while it waits."""
 # flush() polls at this period while a partition waits out a failed request's deadline.
 FLUSH_POLL_S: Final = 0.005
 # How long a partition's reader retries a stream that keeps failing without progress.
@@ -104,11 +110,14 @@ class _Router:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._layouts: LayoutCache[list[str]] = LayoutCache()  # leader address by partition
 
-    def stub(self, address: str) -> pb_grpc.BrokerAsyncStub:
+    def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = grpc.aio.insecure_channel(address, options=_OPTIONS)
-        return pb_grpc.BrokerStub(channel)
+        return channel
+
+    def stub(self, address: str) -> pb_grpc.BrokerAsyncStub:
+        return pb_grpc.BrokerStub(self.channel(address))
 
     def cached(self, topic: str) -> list[str] | None:
         """The leader address of each partition of ``topic`` as last asked, or None."""
@@ -644,6 +653,7 @@ class AsyncConsumer:
         self._arrivals: asyncio.Queue[
             tuple[TopicPartition, int, tuple[bytes, int] | None, HeadwaterError | None]
         ] = asyncio.Queue(maxsize=ARRIVALS_MAX)
+        self._group: _AsyncGroup | None = None
 
     async def __aenter__(self) -> AsyncConsumer:
         return self
@@ -656,6 +666,11 @@ class AsyncConsumer:
     async def assign(self, partitions: str | Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Consume a whole topic (a name) or the given partitions; positions start unset
         (``auto_offset_reset`` places them at the first poll)."""
+        if self._group is not None:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                "this consumer is subscribed to a group; assign() and subscribe() do not mix",
+            )
         if isinstance(partitions, str):
             count = len(await self._router.leaders(partitions))
             wanted = [TopicPartition(partitions, p) for p in range(count)]
@@ -791,16 +806,36 @@ class AsyncConsumer:
                 self._readers[tp] = task
 
     async def poll(self, timeout_ms: float = 1000) -> PollResult:
-        """Batches that arrive within ``timeout_ms`` (possibly none)."""
+        """Batches that arrive within ``timeout_ms`` (possibly none). In a group, also
+        where partitions are revoked and assigned (see ``subscribe``)."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        if self._group is not None:
+            return await self._poll_in_group(deadline)
         if not self._positions:
             raise HeadwaterError(
                 ErrorCode.INVALID_REQUEST, "no partitions assigned; call assign() first"
             )
+        return await self._poll_until(deadline)
+
+    async def _poll_in_group(self, deadline: float) -> PollResult:
+        while True:
+            await self._group_step()
+            now = time.monotonic()
+            if self._positions:
+                result = await self._poll_until(min(deadline, now + GROUP_STEP_S))
+                if result.batches or time.monotonic() >= deadline:
+                    return result
+            elif now >= deadline:
+                return PollResult([])
+            else:
+                await asyncio.sleep(min(GROUP_STEP_S, deadline - now))
+
+    async def _poll_until(self, deadline: float) -> PollResult:
         await self._start_readers()
         batches: list[FetchedBatch] = []
         try:
             if self._arrivals.empty():
-                async with asyncio.timeout(max(timeout_ms, 0) / 1000):
+                async with asyncio.timeout(max(deadline - time.monotonic(), 0)):
                     first = await self._arrivals.get()
             else:
                 first = self._arrivals.get_nowait()
@@ -833,6 +868,205 @@ class AsyncConsumer:
                 await task
         self._readers.clear()
 
+    # ------------------------------------------------------------------ groups
+
+    async def subscribe(
+        self,
+        topics: str | Sequence[str] | None = None,
+        *,
+        group_id: str,
+        pattern: str | None = None,
+        listener: RebalanceListener | None = None,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        instance_id: str = "",
+        client_id: str = "",
+        assignor: str = "",
+        session_timeout_ms: int = 0,
+        max_poll_interval_ms: int = 300_000,
+    ) -> None:
+        """Join consumer group ``group_id``: the same options and semantics as the
+        threaded ``Consumer.subscribe`` (docs/groups.md); the heartbeats run as a task on
+        this event loop, and the listener is called from ``poll``."""
+        if self._group is not None:
+            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "this consumer is already subscribed")
+        if self._positions:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                "this consumer has assigned partitions; subscribe() and assign() do not mix",
+            )
+        subscription = subscription_of(
+            group_id,
+            topics,
+            pattern,
+            instance_id=instance_id,
+            client_id=client_id,
+            assignor=assignor,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=max_poll_interval_ms,
+        )
+        calls = AsyncGroupCalls(
+            self._router.channel, self.address, group_id, CONSUMER_CALL_TIMEOUT_S
+        )
+        membership = Membership(subscription)
+        self._group = _AsyncGroup(
+            calls,
+            membership,
+            HeartbeatTask(calls, membership, max_poll_interval_ms / 1000),
+            listener,
+            enable_auto_commit,
+            auto_commit_interval_ms / 1000,
+        )
+
+    def _require_group(self) -> _AsyncGroup:
+        if self._group is None:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST, "this consumer is not in a group; call subscribe()"
+            )
+        return self._group
+
+    async def _group_step(self) -> None:
+        """Act on what the coordinator said since the last poll (see Membership)."""
+        group = self._require_group()
+        membership = group.membership
+        group.heartbeats.polled()
+        if group.heartbeats.error is not None:
+            error, group.heartbeats.error = group.heartbeats.error, None
+            raise error
+        if group.auto_commit and time.monotonic() >= group.next_auto_commit_s:
+            group.next_auto_commit_s = time.monotonic() + group.auto_commit_interval_s
+            await self._commit_quietly(None)
+        if membership.lost():
+            gone = sorted(membership.owned)
+            await self._drop(gone)
+            if group.listener is not None:
+                group.listener.on_lost(gone)
+            membership.forget_owned(time.monotonic())
+            group.last_committed.clear()
+            group.heartbeats.wake()
+        revoke = membership.to_revoke()
+        if revoke:
+            if group.listener is not None:
+                group.listener.on_revoked(revoke)
+            if group.auto_commit:
+                await self._commit_quietly(revoke)
+            await self._drop(revoke)
+            membership.released(revoke, time.monotonic())
+            group.heartbeats.wake()
+        assign = membership.to_assign()
+        if assign:
+            committed = await group.calls.committed(assign)
+            self._positions.add(assign)
+            for tp in assign:
+                if tp in committed:
+                    self.seek(tp, committed[tp].offset)
+            membership.taken(assign)
+            if group.listener is not None:
+                group.listener.on_assigned(assign)
+
+    async def _drop(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            reader = self._readers.pop(tp, None)
+            if reader is not None:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+        self._positions.remove(partitions)
+
+    def _uncommitted(
+        self, group: _AsyncGroup, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, int]:
+        known = self._positions.known()
+        wanted = known if partitions is None else {p: known[p] for p in partitions if p in known}
+        return {p: o for p, o in wanted.items() if group.last_committed.get(p) != o}
+
+    async def _commit_quietly(self, partitions: list[TopicPartition] | None) -> None:
+        group = self._require_group()
+        try:
+            await self._commit_offsets(group, self._uncommitted(group, partitions))
+        except HeadwaterError as error:
+            _log.warning("auto-commit of group offsets failed: %s", error)
+
+    async def _commit_offsets(self, group: _AsyncGroup, offsets: dict[TopicPartition, int]) -> None:
+        """Commit ``offsets`` through the one commit in flight: offsets asked for while a
+        commit is out are merged (the latest per partition) and sent together when it
+        is back, so commits reach the coordinator in the order they were asked for (a
+        partition's committed offset never goes back to an older request's) and many
+        small commits cost one request per round trip."""
+        if not offsets:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        group.commit_pending.update(offsets)
+        group.commit_waiters.append(done)
+        if group.committing is None:
+            group.committing = asyncio.get_running_loop().create_task(self._send_commits(group))
+        await asyncio.shield(done)
+
+    async def _send_commits(self, group: _AsyncGroup) -> None:
+        try:
+            while group.commit_pending:
+                offsets, group.commit_pending = group.commit_pending, {}
+                waiters, group.commit_waiters = group.commit_waiters, []
+                membership = group.membership
+                try:
+                    await group.calls.commit(offsets, membership.member_id, membership.member_epoch)
+                except HeadwaterError as error:
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_exception(error)
+                    continue
+                group.last_committed.update(offsets)
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+        finally:
+            group.committing = None
+
+    async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (the next offset to read per partition), or the positions of
+        everything ``poll`` handed out, and wait until they are stored (replicated);
+        CommitFailedError names partitions that were not."""
+        group = self._require_group()
+        await self._commit_offsets(
+            group, self._uncommitted(group, None) if offsets is None else dict(offsets)
+        )
+
+    def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> asyncio.Task[None]:
+        """``commit`` as a task: the positions are taken now; await the task (or not)."""
+        group = self._require_group()
+        snapshot = self._uncommitted(group, None) if offsets is None else dict(offsets)
+        return asyncio.get_running_loop().create_task(self._commit_offsets(group, snapshot))
+
+    async def committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offset of each partition (None where it has none)."""
+        wanted = list(partitions)
+        found = await self._require_group().calls.committed(wanted)
+        return {tp: (found[tp].offset if tp in found else None) for tp in wanted}
+
     async def close(self) -> None:
+        """In a group: commit (under auto-commit) and leave."""
+        group = self._group
+        if group is not None:
+            if group.auto_commit:
+                await self._commit_quietly(None)
+            self._group = None
+            await group.heartbeats.stop(leave=True)
         await self._stop_readers()
         await self._router.close()
+
+
+@dataclass(slots=True)
+class _AsyncGroup:
+    calls: AsyncGroupCalls
+    membership: Membership
+    heartbeats: HeartbeatTask
+    listener: RebalanceListener | None
+    auto_commit: bool
+    auto_commit_interval_s: float
+    next_auto_commit_s: float = 0.0
+    last_committed: dict[TopicPartition, int] = field(default_factory=dict)
+    commit_pending: dict[TopicPartition, int] = field(default_factory=dict)
+    commit_waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    committing: asyncio.Task[None] | None = None

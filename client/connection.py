@@ -124,6 +124,7 @@ class Cluster:
         self._channels: dict[str, grpc.Channel] = {}
         self._brokers_stubs: dict[str, pb_grpc.BrokerStub] = {}
         self._admin_stubs: dict[str, pb_grpc.AdminStub] = {}
+        self._groups_stubs: dict[str, pb_grpc.GroupsStub] = {}
         self._layouts: LayoutCache[TopicLayout] = LayoutCache()
         self._brokers: dict[int, str] = {}
         self._rng = random.Random()
@@ -152,6 +153,12 @@ class Cluster:
         stub = self._admin_stubs.get(address)
         if stub is None:
             stub = self._admin_stubs[address] = pb_grpc.AdminStub(self.channel(address))
+        return stub
+
+    def groups(self, address: str) -> pb_grpc.GroupsStub:
+        stub = self._groups_stubs.get(address)
+        if stub is None:
+            stub = self._groups_stubs[address] = pb_grpc.GroupsStub(self.channel(address))
         return stub
 
     def call_any(
@@ -284,6 +291,7 @@ class Cluster:
             self._channels.clear()
             self._brokers_stubs.clear()
             self._admin_stubs.clear()
+            self._groups_stubs.clear()
         for channel in channels:
             channel.close()
 

@@ -18,11 +18,13 @@ Thread-safety: a Consumer is used from one thread at a time.
 
 from __future__ import annotations
 
+import concurrent.futures
+import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
 import grpc
@@ -30,12 +32,18 @@ import pyarrow as pa
 
 from headwater.client import offsets
 from headwater.client.connection import Cluster
+from headwater.client.groups import GroupCalls
+from headwater.client.heartbeat import HeartbeatThread
+from headwater.client.membership import Membership, RebalanceListener, subscription_of
 from headwater.client.positions import FetchPositions, TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import columns_without_timestamps, decode_batches, timestamps_ms
 from headwater.v1 import headwater_pb2 as pb
 
+_log = logging.getLogger(__name__)
+GROUP_IDLE_POLL_S: Final = 0.05
+"""In a group, how often a poll with nothing to read checks for new assignments."""
 ARRIVALS_MAX: Final = 64
 """Fetch responses waiting for ``poll``, across partitions; full, the streams pause."""
 
@@ -187,6 +195,7 @@ class Consumer:
         self._positions = positions
         self._subscriptions: dict[TopicPartition, _Subscription] = {}
         self._arrivals: queue.Queue[Arrival] = queue.Queue(maxsize=ARRIVALS_MAX)
+        self._group: _Group | None = None
 
     def __enter__(self) -> Consumer:
         return self
@@ -198,6 +207,11 @@ class Consumer:
 
     def assign(self, partitions: str | Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Consume a whole topic (a name) or the given partitions; positions start unset."""
+        if self._group is not None:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                "this consumer is subscribed to a group; assign() and subscribe() do not mix",
+            )
         if isinstance(partitions, str):
             layout = self.cluster.layout(partitions)
             wanted = [TopicPartition(partitions, p) for p in range(layout.partitions)]
@@ -313,18 +327,27 @@ class Consumer:
         return fetched
 
     def poll(self, timeout_ms: float = 1000) -> PollResult:
-        """Return whatever arrives within ``timeout_ms`` (possibly nothing)."""
-        if not self._positions:
+        """Return whatever arrives within ``timeout_ms`` (possibly nothing). In a group,
+        this is also where partitions are revoked and assigned (and, under auto-commit,
+        where the positions handed out by the last poll are committed)."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        if self._group is not None:
+            self._group_step()
+            while not self._positions and time.monotonic() < deadline:
+                time.sleep(min(GROUP_IDLE_POLL_S, max(deadline - time.monotonic(), 0)))
+                self._group_step()
+        elif not self._positions:
             raise HeadwaterError(
                 ErrorCode.INVALID_REQUEST, "no partitions assigned; call assign() first"
             )
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         batches: list[FetchedBatch] = []
-        while not batches:
+        while not batches and self._positions:
             for tp in self._positions:
                 if tp not in self._subscriptions:
                     self._subscribe(tp)
             remaining = deadline - time.monotonic()
+            if self._group is not None:
+                remaining = min(remaining, GROUP_IDLE_POLL_S)  # react to revocations soon
             try:
                 arrival = (
                     self._arrivals.get(timeout=max(remaining, 0))
@@ -332,6 +355,9 @@ class Consumer:
                     else (self._arrivals.get_nowait())
                 )
             except queue.Empty:
+                if self._group is not None and time.monotonic() < deadline:
+                    self._group_step()
+                    continue
                 break
             batches += self._accept(arrival)
             while True:  # take whatever else has already arrived, without waiting
@@ -343,6 +369,215 @@ class Consumer:
                 break
         return PollResult(batches)
 
+    # ------------------------------------------------------------------ groups
+
+    def subscribe(
+        self,
+        topics: str | Sequence[str] | None = None,
+        *,
+        group_id: str,
+        pattern: str | None = None,
+        listener: RebalanceListener | None = None,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        instance_id: str = "",
+        client_id: str = "",
+        assignor: str = "",
+        session_timeout_ms: int = 0,
+        max_poll_interval_ms: int = 300_000,
+    ) -> None:
+        """Join consumer group ``group_id``, reading its share of ``topics`` (names)
+        and/or of the topics matching ``pattern`` (a regular expression, RE2 syntax): the
+        coordinator assigns partitions to the members, and moves them as members come and
+        go (docs/groups.md). A partition starts from the group's committed offset, else
+        per ``auto_offset_reset``.
+
+        At-least-once by default: with ``enable_auto_commit``, the positions of what
+        ``poll`` handed out are committed at a later poll (every
+        ``auto_commit_interval_ms``), before a partition is given up, and on ``close``;
+        a crash re-delivers what was handed out after the last commit. With it off,
+        call ``commit()`` after processing (or before, for at-most-once).
+        ``session_timeout_ms`` 0 takes the cluster's (45 s by default);
+        ``max_poll_interval_ms``: without a poll for this long the member leaves the
+        group (its partitions go to others) and joins again at its next poll."""
+        if self._group is not None:
+            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "this consumer is already subscribed")
+        if self._positions:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                "this consumer has assigned partitions; subscribe() and assign() do not mix",
+            )
+        subscription = subscription_of(
+            group_id,
+            topics,
+            pattern,
+            instance_id=instance_id,
+            client_id=client_id,
+            assignor=assignor,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=max_poll_interval_ms,
+        )
+        calls = GroupCalls(self.cluster, group_id)
+        membership = Membership(subscription)
+        self._group = _Group(
+            calls,
+            membership,
+            HeartbeatThread(calls, membership, max_poll_interval_ms / 1000),
+            listener,
+            enable_auto_commit,
+            auto_commit_interval_ms / 1000,
+        )
+
+    def _group_step(self) -> None:
+        """Act on what the coordinator said since the last poll (see Membership)."""
+        group = self._group
+        assert group is not None
+        group.heartbeats.polled()
+        if group.heartbeats.error is not None:
+            error, group.heartbeats.error = group.heartbeats.error, None
+            raise error
+        if group.auto_commit and time.monotonic() >= group.next_auto_commit_s:
+            group.next_auto_commit_s = time.monotonic() + group.auto_commit_interval_s
+            self._commit_quietly(None)
+        with group.heartbeats.lock:
+            lost = group.membership.lost()
+        if lost:
+            with group.heartbeats.lock:
+                gone = sorted(group.membership.owned)
+            self._drop(gone)
+            if group.listener is not None:
+                group.listener.on_lost(gone)
+            with group.heartbeats.lock:
+                group.membership.forget_owned(time.monotonic())
+                group.last_committed.clear()
+            group.heartbeats.wake()
+        with group.heartbeats.lock:
+            revoke = group.membership.to_revoke()
+        if revoke:
+            if group.listener is not None:
+                group.listener.on_revoked(revoke)
+            if group.auto_commit:
+                self._commit_quietly(revoke)
+            self._drop(revoke)
+            with group.heartbeats.lock:
+                group.membership.released(revoke, time.monotonic())
+            group.heartbeats.wake()
+        with group.heartbeats.lock:
+            assign = group.membership.to_assign()
+        if assign:
+            committed = group.calls.committed(assign)
+            self._positions.add(assign)
+            for tp in assign:
+                if tp in committed:
+                    self._positions.seek(tp, committed[tp].offset)
+            with group.heartbeats.lock:
+                group.membership.taken(assign)
+            if group.listener is not None:
+                group.listener.on_assigned(assign)
+
+    def _drop(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._cancel(tp)
+        self._positions.remove(partitions)
+
+    def _commit_quietly(self, partitions: list[TopicPartition] | None) -> None:
+        try:
+            self._commit_positions(partitions)
+        except HeadwaterError as error:
+            _log.warning("auto-commit of group offsets failed: %s", error)
+
+    def _commit_positions(
+        self,
+        partitions: Iterable[TopicPartition] | None,
+        offsets: dict[TopicPartition, int] | None = None,
+    ) -> None:
+        group = self._require_group()
+        if offsets is None:
+            known = self._positions.known()
+            wanted = (
+                known if partitions is None else {p: known[p] for p in partitions if p in known}
+            )
+            offsets = {p: o for p, o in wanted.items() if group.last_committed.get(p) != o}
+        with group.heartbeats.lock:
+            member_id = group.membership.member_id
+            member_epoch = group.membership.member_epoch
+        group.calls.commit(offsets, member_id, member_epoch)
+        group.last_committed.update(offsets)
+
+    def _require_group(self) -> _Group:
+        if self._group is None:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST, "this consumer is not in a group; call subscribe()"
+            )
+        return self._group
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (the next offset to read per partition), or the positions of
+        everything ``poll`` handed out; waits until stored (replicated). Raises
+        CommitFailedError naming partitions that were not stored (one this member no longer
+        owns: PARTITION_NOT_ASSIGNED or STALE_MEMBER_EPOCH)."""
+        self._commit_positions(None, offsets)
+
+    def commit_async(
+        self,
+        offsets: dict[TopicPartition, int] | None = None,
+        callback: Callable[[HeadwaterError | None], None] | None = None,
+    ) -> concurrent.futures.Future[None]:
+        """``commit`` in the background: the positions are taken now; the future (and
+        ``callback``, with the error or None) completes when the commit does."""
+        group = self._require_group()
+        if offsets is None:
+            known = self._positions.known()
+            offsets = {p: o for p, o in known.items() if group.last_committed.get(p) != o}
+        if group.committer is None:
+            group.committer = concurrent.futures.ThreadPoolExecutor(1, "commit")
+        snapshot = dict(offsets)
+
+        def run() -> None:
+            error: HeadwaterError | None = None
+            try:
+                self._commit_positions(None, snapshot)
+            except HeadwaterError as exc:
+                error = exc
+            if callback is not None:
+                callback(error)
+            if error is not None:
+                raise error
+
+        return group.committer.submit(run)
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's committed offset of each partition (None where it has none)."""
+        group = self._require_group()
+        wanted = list(partitions)
+        found = group.calls.committed(wanted)
+        return {tp: (found[tp].offset if tp in found else None) for tp in wanted}
+
     def close(self) -> None:
+        """In a group: commit (under auto-commit) and leave, so that the partitions move
+        to other members at once."""
+        group = self._group
+        if group is not None:
+            self._group = None
+            if group.auto_commit:
+                self._group = group
+                self._commit_quietly(None)
+                self._group = None
+            if group.committer is not None:
+                group.committer.shutdown(wait=True)
+            group.heartbeats.stop(leave=True)
         self._cancel_all()
         self.cluster.close()
+
+
+@dataclass(slots=True)
+class _Group:
+    calls: GroupCalls
+    membership: Membership
+    heartbeats: HeartbeatThread
+    listener: RebalanceListener | None
+    auto_commit: bool
+    auto_commit_interval_s: float
+    next_auto_commit_s: float = 0.0
+    last_committed: dict[TopicPartition, int] = field(default_factory=dict)
+    committer: concurrent.futures.ThreadPoolExecutor | None = None

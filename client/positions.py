@@ -62,6 +62,22 @@ class FetchPositions:
         for partition in self._offsets:
             self._bump(partition)
 
+    def add(self, partitions: Iterable[TopicPartition]) -> None:
+        """Assign ``partitions`` too (positions unknown), keeping the others."""
+        for partition in partitions:
+            if partition not in self._offsets:
+                self._offsets[partition] = None
+                self._bump(partition)
+
+    def remove(self, partitions: Iterable[TopicPartition]) -> None:
+        for partition in partitions:
+            self._offsets.pop(partition, None)
+            self._generations.pop(partition, None)
+
+    def known(self) -> dict[TopicPartition, int]:
+        """Every assigned partition's position, where known."""
+        return {p: o for p, o in self._offsets.items() if o is not None}
+
     def assignment(self) -> list[TopicPartition]:
         return sorted(self._offsets)
 

@@ -526,6 +526,14 @@ def produce(
     help="Exit when no record arrives for this long.",
 )
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
+@click.option(
+    "--group",
+    default=None,
+    metavar="GROUP",
+    help="Read as a member of consumer group GROUP: its share of the partitions, from the "
+    "group's committed offsets (else per --from-beginning); commits what it printed, and on "
+    "exit (Ctrl-C too) commits and leaves.",
+)
 @bootstrap_option
 def consume(
     topic: str,
@@ -535,6 +543,7 @@ def consume(
     max_messages: int | None,
     timeout_ms: int | None,
     print_key: bool,
+    group: str | None,
     bootstrap: str | None,
 ) -> None:
     """Print TOPIC's records, one value per line."""
@@ -542,6 +551,8 @@ def consume(
 
     if offset is not None and partition is None:
         fail("--offset needs --partition", status=2)
+    if group is not None and partition is not None:
+        fail("--group and --partition do not mix: the group assigns the partitions", status=2)
     consume_lines(
         sys.stdout.buffer,
         topic,
@@ -552,7 +563,155 @@ def consume(
         timeout_ms,
         print_key,
         bootstrap,
+        group,
     )
+
+
+# ---------------------------------------------------------------------- groups
+
+
+@main.group()
+def groups() -> None:
+    """Consumer groups: list, describe (with lag), reset offsets, delete."""
+
+
+@groups.command("list")
+@json_option
+@bootstrap_option
+def groups_list(as_json: bool, bootstrap: str | None) -> None:
+    """List the cluster's consumer groups."""
+    from headwater.cli_groups import list_rows
+    from headwater.client import Admin
+
+    with Admin(bootstrap) as admin:
+        response = admin.list_groups()
+    rows = list_rows(response)
+    if as_json:
+        print(json.dumps({"groups": rows, "unreachable_nodes": list(response.unreachable_nodes)}))
+        return
+    table = Table("group", "state", "members", "coordinator")
+    for row in rows:
+        table.add_row(
+            row["group_id"], row["state"], str(row["members"]), str(row["coordinator_id"])
+        )
+    _out.print(table)
+    if response.unreachable_nodes:
+        click.echo(
+            f"warning: nodes {list(response.unreachable_nodes)} did not answer; their groups "
+            "are missing",
+            err=True,
+        )
+
+
+@groups.command("describe")
+@click.argument("group")
+@json_option
+@bootstrap_option
+def groups_describe(group: str, as_json: bool, bootstrap: str | None) -> None:
+    """A group's state, members, assignments, and per partition its committed offset,
+    log end and lag."""
+    from headwater.cli_groups import describe_json
+    from headwater.client import Admin
+
+    with Admin(bootstrap) as admin:
+        described = describe_json(admin, group)
+    if as_json:
+        print(json.dumps(described))
+        return
+    _out.print(
+        f"group {described['group_id']}: {described['state']}, epoch "
+        f"{described['group_epoch']}, {len(described['members'])} member(s), assignor "
+        f"{described['assignor']}, coordinator node {described['coordinator_id']}, total lag "
+        f"{described['total_lag']}",
+        markup=False,
+    )
+    table = Table("topic", "partition", "committed", "log end", "lag", "member")
+    for row in described["partitions"]:
+        table.add_row(
+            row["topic"],
+            str(row["partition"]),
+            "-" if row["committed"] is None else str(row["committed"]),
+            str(row["log_end"]),
+            "-" if row["lag"] is None else str(row["lag"]),
+            row["member_id"] or "-",
+        )
+    _out.print(table)
+
+
+@groups.command("reset-offsets")
+@click.argument("group")
+@click.option("--topic", required=True, help="The topic whose offsets to reset (all partitions).")
+@click.option("--to-earliest", is_flag=True, help="To the log start.")
+@click.option("--to-latest", is_flag=True, help="To the high watermark.")
+@click.option("--to-offset", type=click.IntRange(min=0), default=None, help="To offset N.")
+@click.option(
+    "--to-datetime", default=None, metavar="ISO", help="To the first record at or after ISO."
+)
+@click.option("--shift-by", type=int, default=None, help="Move the committed offsets by N.")
+@click.option("--execute", is_flag=True, help="Apply the plan (without it: a dry run).")
+@json_option
+@bootstrap_option
+def groups_reset_offsets(
+    group: str,
+    topic: str,
+    to_earliest: bool,
+    to_latest: bool,
+    to_offset: int | None,
+    to_datetime: str | None,
+    shift_by: int | None,
+    execute: bool,
+    as_json: bool,
+    bootstrap: str | None,
+) -> None:
+    """Reset GROUP's committed offsets of TOPIC (the group must have no members to
+    --execute). Prints the plan; changes nothing without --execute."""
+    from headwater.cli_groups import execute_plan, reset_plan
+    from headwater.client import Admin
+
+    chosen: list[tuple[str, int | str | None]] = [
+        (name, value)
+        for name, value, given in (
+            ("earliest", None, to_earliest),
+            ("latest", None, to_latest),
+            ("offset", to_offset, to_offset is not None),
+            ("datetime", to_datetime, to_datetime is not None),
+            ("shift", shift_by, shift_by is not None),
+        )
+        if given
+    ]
+    if len(chosen) != 1:
+        fail(
+            "choose exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, "
+            "--shift-by",
+            status=2,
+        )
+    to, value = chosen[0]
+    with Admin(bootstrap) as admin:
+        plan = reset_plan(admin, group, topic, to, value)
+        if execute:
+            execute_plan(admin, group, plan)
+    if as_json:
+        print(json.dumps({"executed": execute, "partitions": plan}))
+        return
+    table = Table("topic", "partition", "current", "new")
+    for row in plan:
+        current = "-" if row["current"] is None else str(row["current"])
+        table.add_row(row["topic"], str(row["partition"]), current, str(row["new"]))
+    _out.print(table)
+    if not execute:
+        click.echo("dry run: nothing changed; add --execute to apply", err=True)
+
+
+@groups.command("delete")
+@click.argument("group")
+@bootstrap_option
+def groups_delete(group: str, bootstrap: str | None) -> None:
+    """Delete an empty group and its committed offsets."""
+    from headwater.client import Admin
+
+    with Admin(bootstrap) as admin:
+        admin.delete_group(group)
+    _out.print(f"deleted group {group}", markup=False)
 
 
 # ---------------------------------------------------------------------- debug

@@ -343,6 +343,57 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         high=600_000,
     ),
     Setting(
+        "offsets_topic_partitions",
+        50,
+        "Partitions of the internal topic __consumer_offsets (created on the first use of a "
+        "consumer group): a group lives in partition murmur2(group id) mod this. Read when the "
+        "topic is created.",
+        low=1,
+        high=1000,
+    ),
+    Setting(
+        "offsets_topic_replication_factor",
+        3,
+        "Replicas of each __consumer_offsets partition, at most the live brokers when it is "
+        "created; its min_insync_replicas is 2 when it has 3 or more replicas, else 1.",
+        low=1,
+        high=16,
+    ),
+    Setting(
+        "group_session_timeout_ms",
+        45_000,
+        "A group member that sends no heartbeat for this long is removed and its partitions "
+        "go to other members (a member may ask for its own, 1000 to 1800000).",
+        unit="ms",
+        low=1000,
+        high=1_800_000,
+    ),
+    Setting(
+        "group_heartbeat_interval_ms",
+        500,
+        "How often group members heartbeat (a member with partitions to take or give up is "
+        "told to come back sooner).",
+        unit="ms",
+        low=50,
+        high=60_000,
+    ),
+    Setting(
+        "group_members_max",
+        1000,
+        "Most members one consumer group may have.",
+        low=1,
+        high=100_000,
+    ),
+    Setting(
+        "offsets_retention_ms",
+        7 * DAY_MS,
+        "Committed offsets of a group without members are deleted this long after their "
+        "commit (and the group with them once none is left).",
+        unit="ms",
+        low=1000,
+        high=INT64_MAX,
+    ),
+    Setting(
         "retention_check_interval_ms",
         60_000,
         "How often retention runs over every partition.",
@@ -514,6 +565,12 @@ class NodeConfig:
     broker_session_timeout_ms: int = 3000
     leader_rebalance_interval_ms: int = 5000
     controlled_shutdown_timeout_ms: int = 10_000
+    offsets_topic_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    group_session_timeout_ms: int = 45_000
+    group_heartbeat_interval_ms: int = 500
+    group_members_max: int = 1000
+    offsets_retention_ms: int = 7 * DAY_MS
     retention_check_interval_ms: int = 60_000
     log_level: str = "info"
     segment_bytes: int = 1 << 30

@@ -28,6 +28,7 @@ from typing import Final, Protocol, TypeVar
 from headwater.config import NodeConfig, parse_topic_configs
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.cluster_state import ClusterState
+from headwater.node.groups.records import OFFSETS_TOPIC
 from headwater.node.tasks import cancel_and_wait
 from headwater.raft import decisions
 from headwater.raft.image import MetadataImage, PartitionState
@@ -265,6 +266,39 @@ class ControllerDriver:
                 return result.response, image.offset
             offset = await self._propose(result.records)
             return result.response, offset
+
+    async def create_offsets_topic(self) -> str:
+        """Create ``__consumer_offsets`` unless it exists; its topic id. The replication
+        factor is ``offsets_topic_replication_factor`` capped by the live brokers, with
+        min_insync_replicas 2 from 3 replicas up (else 1), and no time retention: group
+        records are the groups' only copy until compaction keeps the newest per key."""
+        config = self.config
+
+        def decide(image: MetadataImage, epoch: int) -> decisions.ControllerResult[str]:
+            existing = image.topics.get(OFFSETS_TOPIC)
+            if existing is not None:
+                return decisions.ControllerResult((), existing.topic_id)
+            replicas = max(
+                1, min(config.offsets_topic_replication_factor, len(image.live_broker_ids()))
+            )
+            wanted = decisions.NewTopic(
+                OFFSETS_TOPIC,
+                partitions=config.offsets_topic_partitions,
+                replication_factor=replicas,
+                configs={
+                    "min_insync_replicas": "2" if replicas >= 3 else "1",
+                    "retention_ms": "-1",
+                },
+                internal=True,
+            )
+            result = decisions.create_topics(image, epoch, [wanted], self.limits, self.rng)
+            outcome = result.response[0]
+            if outcome.error is not None:
+                raise outcome.error
+            return decisions.ControllerResult(result.records, outcome.topic_id)
+
+        topic_id, _ = await self.run(decide)
+        return topic_id
 
     async def _propose(self, records: tuple[Record, ...]) -> int:
         loop = asyncio.get_running_loop()

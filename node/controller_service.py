@@ -82,6 +82,12 @@ class ControllerService(pb_grpc.ControllerServicer):
             removing_replicas=state.removing_replicas,
         )
 
+    @rpc_handler
+    async def CreateOffsetsTopic(
+        self, request: pb.CreateOffsetsTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CreateOffsetsTopicResponse:
+        return pb.CreateOffsetsTopicResponse(topic_id=await self._active().create_offsets_topic())
+
     async def FetchMetadata(
         self, request: pb.FetchMetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.FetchMetadataResponse]:

@@ -74,6 +74,10 @@ class Peers:
         """Admin service at a client ``address``."""
         return pb_grpc.AdminStub(self.channel(address))
 
+    def groups(self, address: str) -> pb_grpc.GroupsAsyncStub:
+        """Groups service at a client ``address``."""
+        return pb_grpc.GroupsStub(self.channel(address))
+
     def replica(self, address: str) -> pb_grpc.ReplicaAsyncStub:
         """Replica service at an inter-broker ``address``, calls signed."""
         return pb_grpc.ReplicaStub(self.channel(address, internal=True))

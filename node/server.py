@@ -25,6 +25,8 @@ from headwater.node.cluster_auth import RequireClusterSecret
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import LEADER_FALLBACK_ELECTIONS, ControllerDriver
 from headwater.node.controller_service import ControllerService
+from headwater.node.groups.coordinator import GroupCoordinator
+from headwater.node.groups.service import GroupsService
 from headwater.node.log_manager import DataDirError, LogManager, now_ms
 from headwater.node.peers import Peers
 from headwater.node.replica_manager import ReplicaManager
@@ -43,7 +45,7 @@ from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 SHUTDOWN_GRACE_S: Final = 5.0
 ROLE_CHECK_S: Final = 0.2
-HEALTH_SERVICES: Final = ("", "headwater.v1.Broker", "headwater.v1.Admin")
+HEALTH_SERVICES: Final = ("", "headwater.v1.Broker", "headwater.v1.Admin", "headwater.v1.Groups")
 _log = logging.getLogger(__name__)
 
 
@@ -74,6 +76,7 @@ class Node:
         self.lifecycle: BrokerLifecycle | None = None
         self.follower: MetadataFollower | None = None
         self.replicas: ReplicaManager | None = None
+        self.groups: GroupCoordinator | None = None
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
         self._reconciled_ready = False
@@ -112,6 +115,8 @@ class Node:
         if self.lifecycle is not None and self.replicas is not None:
             self.lifecycle.start()
             self.replicas.start()
+        if self.groups is not None:
+            self.groups.start()
         self._ready_watch = loop.create_task(self._watch_roles())
         self._serving_watch = loop.create_task(self._serve_when_ready())
         _log.info(
@@ -191,6 +196,7 @@ class Node:
                 lambda: lifecycle.broker_epoch,
                 self.may_lead,
             )
+            self.groups = GroupCoordinator(config, self.logs, lambda: self.state.image)
         # The inter-broker listener: Replica and Controller only.
         pb_grpc.add_ReplicaServicer_to_server(
             ReplicaService(config, self.logs, self.state, self.may_lead), self.internal_server
@@ -204,6 +210,12 @@ class Node:
         pb_grpc.add_AdminServicer_to_server(
             AdminService(config, self.logs, self.state, self.peers, self.controller), server
         )
+        pb_grpc.add_GroupsServicer_to_server(
+            GroupsService(
+                config, self.state, self.peers, self.groups, self.controller, self.may_lead
+            ),
+            server,
+        )
         pb_grpc.add_ControllerServicer_to_server(
             ControllerService(self.state, self.controller, self._image_current),
             self.internal_server,
@@ -215,6 +227,7 @@ class Node:
             (
                 pb.DESCRIPTOR.services_by_name["Broker"].full_name,
                 pb.DESCRIPTOR.services_by_name["Admin"].full_name,
+                pb.DESCRIPTOR.services_by_name["Groups"].full_name,
                 health.SERVICE_NAME,
                 reflection.SERVICE_NAME,
             ),
@@ -310,6 +323,8 @@ class Node:
                     partition.become(state, self.config.node_id, now, allowed)
                 if self.replicas is not None:
                     await self.replicas.reconcile(image, roles)
+                if self.groups is not None:
+                    self.groups.reconcile()
             except Exception:
                 # Logged, and retried with the next image; the node must keep following.
                 _log.exception(
@@ -364,7 +379,7 @@ class Node:
         if controlled and self.lifecycle is not None:
             await self.lifecycle.controlled_shutdown()
         await self.health.enter_graceful_shutdown()
-        for part in (self.replicas, self.lifecycle, self.follower, self.controller):
+        for part in (self.groups, self.replicas, self.lifecycle, self.follower, self.controller):
             if part is not None:
                 await part.stop()
         self._ready_watch.cancel()

@@ -45,6 +45,7 @@ from headwater.node.peers import Peers, is_forwarded
 from headwater.node.record_encoding import decoded_records, encode_records
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.raft.records import NO_LEADER
+from headwater.topics import INTERNAL_PREFIX
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
@@ -259,6 +260,11 @@ class BrokerService(pb_grpc.BrokerServicer):
             raise _invalid(
                 f"deadline_unix_ms is {request.deadline_unix_ms}; valid: 0 (none) or "
                 "milliseconds since the Unix epoch"
+            )
+        if request.topic.startswith(INTERNAL_PREFIX):
+            raise _invalid(
+                f"topic {request.topic!r} is internal: only the cluster writes to it",
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
             )
         image = self.state.image
         topic = self._topic(image, request.topic)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.raft import records as r
 from headwater.raft.image import BrokerState, MetadataImage, PartitionState, TopicImage
-from headwater.topics import check_topic_name, unknown_topic
+from headwater.topics import INTERNAL_PREFIX, check_topic_name, unknown_topic
 
 if TYPE_CHECKING:
     import random
@@ -376,11 +376,20 @@ def rack_alternating(brokers: Sequence[BrokerState]) -> list[int]:
     return ordered
 
 
+def _internal_refused(name: str, what: str) -> HeadwaterError:
+    return HeadwaterError(
+        ErrorCode.INVALID_TOPIC_EXCEPTION,
+        f"{name!r} is an internal topic of the cluster and cannot be {what}",
+    )
+
+
 def create_partitions(
     image: MetadataImage, epoch: int, name: str, total: int, limits: TopicLimits, rng: random.Random
 ) -> ControllerResult[None]:
     """Grow topic ``name`` to ``total`` partitions (partitions never shrink, as in Kafka)."""
     topic = image.topic_named(name)
+    if name.startswith(INTERNAL_PREFIX):
+        raise _internal_refused(name, "given more partitions")
     current = len(topic.partitions)
     if not current < total <= limits.partitions_max:
         raise HeadwaterError(
@@ -416,6 +425,9 @@ def delete_topics(
         topic = image.topics.get(name)
         if topic is None or name in deleted:
             outcomes.append(TopicOutcome(name, unknown_topic(name)))
+            continue
+        if name.startswith(INTERNAL_PREFIX):
+            outcomes.append(TopicOutcome(name, _internal_refused(name, "deleted")))
             continue
         deleted.add(name)
         records.append(r.TopicDeleted(epoch, topic.topic_id))

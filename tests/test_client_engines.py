@@ -22,7 +22,14 @@ from typing import Any, Protocol
 
 import pytest
 
-from headwater.client import Admin, Consumer, LogReader, Producer, RecordMetadata
+from headwater.client import (
+    Admin,
+    CommitFailedError,
+    Consumer,
+    LogReader,
+    Producer,
+    RecordMetadata,
+)
 from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.client.partitioner import partition_for_key
 from headwater.client.positions import TopicPartition
@@ -491,3 +498,68 @@ def test_assign_seek_position_and_reset(
     with pytest.raises(HeadwaterError) as no_position:
         strict.position(one)
     assert no_position.value.code is ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class _Events:
+    """A rebalance listener that records what it was told."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, list[TopicPartition]]] = []
+
+    def on_assigned(self, partitions: list[TopicPartition]) -> None:
+        self.events.append(("assigned", partitions))
+
+    def on_revoked(self, partitions: list[TopicPartition]) -> None:
+        self.events.append(("revoked", partitions))
+
+    def on_lost(self, partitions: list[TopicPartition]) -> None:
+        self.events.append(("lost", partitions))
+
+
+def test_group_subscribe_commit_and_rebalance(
+    shared_node: NodeProcess, engine_kind: str, engine_of: Callable[..., Engine]
+) -> None:
+    """Both consumers: subscribe, read everything, commit and read the commit back; a
+    second member takes half the partitions (the first is told on_revoked, the second
+    on_assigned, from the committed offsets); a commit of a partition the member does not
+    own is refused; when one closes, the other gets every partition."""
+    with Admin(shared_node.address) as admin:
+        topic = _topic(admin, f"engines-group-{engine_kind}", 4)
+    group = f"engines-{engine_kind}"
+    engine = engine_of(shared_node.address, acks="all")
+    for s in engine.send_batch(topic, [b"%d" % i for i in range(40)], partition=0):
+        s.result(30)
+    for p in (1, 2, 3):
+        engine.send(topic, b"p%d" % p, partition=p).result(30)
+    first_events, second_events = _Events(), _Events()
+    first = engine.consumer(auto_offset_reset="earliest")
+    first.subscribe(topic, group_id=group, listener=first_events, enable_auto_commit=False)
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 43 and time.monotonic() < deadline:
+        got += list(first.poll(200))
+    assert len(got) == 43 and len(first.assignment()) == 4
+    first.commit()
+    tps = [TopicPartition(topic, p) for p in range(4)]
+    assert first.committed(tps) == {tps[0]: 40, tps[1]: 1, tps[2]: 1, tps[3]: 1}
+    second = engine.consumer(auto_offset_reset="latest")
+    second.subscribe(topic, group_id=group, listener=second_events)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (
+        len(first.assignment()) == 2 and len(second.assignment()) == 2
+    ):
+        first.poll(50)
+        second.poll(50)
+    assert sorted(first.assignment() + second.assignment()) == tps
+    assert [kind for kind, _ in first_events.events] == ["assigned", "revoked"]
+    assert first_events.events[1][1] == second_events.events[0][1] == second.assignment()
+    moved = second.assignment()[0]
+    assert second.position(moved) == first.committed([moved])[moved]  # from the commit
+    with pytest.raises(CommitFailedError) as refused:
+        first.commit({moved: 1})
+    assert refused.value.code is ErrorCode.PARTITION_NOT_ASSIGNED
+    first.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(second.assignment()) < 4:
+        second.poll(50)
+    assert second.assignment() == tps

@@ -36,6 +36,8 @@ PURE_MODULES = [
     "node/groups/records.py",
     "node/groups/image.py",
     "node/groups/assignors.py",
+    "node/groups/decisions.py",
+    "client/membership.py",
     "log/leader_epochs.py",
     "sparkconnector/planning.py",
     "headwater/chaos/history.py",

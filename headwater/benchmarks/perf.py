@@ -174,6 +174,7 @@ def with_produce_options(function: Any) -> Any:
     lazy_subcommands={
         "cluster": "headwater.benchmarks.cluster:bench_cluster",
         "replication": "headwater.benchmarks.cluster:bench_replication",
+        "groups": "headwater.benchmarks.groups:bench_groups",
         "spark": "headwater.benchmarks.spark:bench_spark",
     },
 )

@@ -102,6 +102,22 @@ def apply(image: GroupsImage, record: GroupRecord) -> GroupsImage:
     return GroupsImage(_frozen({**image.groups, record.group_id: updated}))
 
 
+def apply_offsets(image: GroupsImage, records: list[OffsetCommitted]) -> GroupsImage:
+    """The image after ``records``, offset commits of one group: what applying them one
+    by one gives, with one copy of the group's offsets instead of one per record."""
+    if not records:
+        return image
+    group_id = records[0].group_id
+    if any(r.group_id != group_id for r in records):
+        raise GroupRecordError("apply_offsets takes the commits of one group")
+    group = image.groups.get(group_id) or GroupState(group_id)
+    offsets = dict(group.offsets)
+    for record in records:
+        offsets[(record.topic, record.partition)] = record
+    updated = replace(group, offsets=_frozen(offsets))
+    return GroupsImage(_frozen({**image.groups, group_id: updated}))
+
+
 def _apply_to_group(group: GroupState, record: GroupRecord) -> GroupState:
     name = f"group {group.group_id!r}"
     if isinstance(record, GroupEpochBumped):

@@ -74,6 +74,7 @@ class MemberJoined:
     subscribed_pattern: str  # a regular expression over topic names ("" for none)
     session_timeout_ms: int
     rebalance_timeout_ms: int
+    assignor: str = ""  # the assignor the member asks for ("" for the default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +196,9 @@ def decode_record(data: bytes) -> GroupRecord:
         )
     values: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
+        if field.name not in body and field.default is not dataclasses.MISSING:
+            values[field.name] = field.default
+            continue
         if field.name not in body:
             raise GroupRecordError(f"{cls.__name__} lacks field {field.name!r}")
         values[field.name] = _typed(cls.__name__, field.name, str(field.type), body[field.name])

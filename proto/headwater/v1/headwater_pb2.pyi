@@ -54,12 +54,30 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     REQUEST_TIMED_OUT: _ErrorCode.ValueType  # 7
     BROKER_NOT_AVAILABLE: _ErrorCode.ValueType  # 8
     MESSAGE_TOO_LARGE: _ErrorCode.ValueType  # 10
+    OFFSET_METADATA_TOO_LARGE: _ErrorCode.ValueType  # 12
+    """An OffsetCommit's metadata string is longer than 4096 bytes."""
     NETWORK_EXCEPTION: _ErrorCode.ValueType  # 13
+    COORDINATOR_LOAD_IN_PROGRESS: _ErrorCode.ValueType  # 14
+    """The group's coordinator is loading the group from its log (retriable)."""
+    COORDINATOR_NOT_AVAILABLE: _ErrorCode.ValueType  # 15
+    """The group's coordinator partition has no leader, or __consumer_offsets is being
+    created (retriable).
+    """
+    NOT_COORDINATOR: _ErrorCode.ValueType  # 16
+    """The node asked is not (or no longer) the group's coordinator (retriable: find it again)."""
     INVALID_TOPIC_EXCEPTION: _ErrorCode.ValueType  # 17
     RECORD_LIST_TOO_LARGE: _ErrorCode.ValueType  # 18
     NOT_ENOUGH_REPLICAS: _ErrorCode.ValueType  # 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ErrorCode.ValueType  # 20
     INVALID_REQUIRED_ACKS: _ErrorCode.ValueType  # 21
+    INVALID_GROUP_ID: _ErrorCode.ValueType  # 24
+    """A group id that is empty or longer than 255 bytes."""
+    UNKNOWN_MEMBER_ID: _ErrorCode.ValueType  # 25
+    """The member is not in the group (it left, or its session expired): join again with
+    member_epoch 0.
+    """
+    INVALID_SESSION_TIMEOUT: _ErrorCode.ValueType  # 26
+    """session_timeout_ms or rebalance_timeout_ms outside its range."""
     INVALID_TIMESTAMP: _ErrorCode.ValueType  # 32
     TOPIC_ALREADY_EXISTS: _ErrorCode.ValueType  # 36
     INVALID_PARTITIONS: _ErrorCode.ValueType  # 37
@@ -70,14 +88,36 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     INVALID_REQUEST: _ErrorCode.ValueType  # 42
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 60
+    NON_EMPTY_GROUP: _ErrorCode.ValueType  # 68
+    """The group has members: deleting it or resetting its offsets needs it empty."""
+    GROUP_ID_NOT_FOUND: _ErrorCode.ValueType  # 69
     FENCED_LEADER_EPOCH: _ErrorCode.ValueType  # 74
     UNKNOWN_LEADER_EPOCH: _ErrorCode.ValueType  # 75
     UNSUPPORTED_COMPRESSION_TYPE: _ErrorCode.ValueType  # 76
     STALE_BROKER_EPOCH: _ErrorCode.ValueType  # 77
     OFFSET_NOT_AVAILABLE: _ErrorCode.ValueType  # 78
     INVALID_RECORD: _ErrorCode.ValueType  # 87
+    GROUP_MAX_SIZE_REACHED: _ErrorCode.ValueType  # 81
     THROTTLING_QUOTA_EXCEEDED: _ErrorCode.ValueType  # 89
     """A limit on open streams and long polls was reached (retriable once some close)."""
+    FENCED_MEMBER_EPOCH: _ErrorCode.ValueType  # 110
+    """The member's epoch is not the one the coordinator has for it (the member was fenced:
+    its partitions may be someone else's). Give every partition up (on_lost) and join
+    again with member_epoch 0.
+    """
+    UNRELEASED_INSTANCE_ID: _ErrorCode.ValueType  # 111
+    """A member joined with a group_instance_id another live member holds."""
+    UNSUPPORTED_ASSIGNOR: _ErrorCode.ValueType  # 112
+    STALE_MEMBER_EPOCH: _ErrorCode.ValueType  # 113
+    """An OffsetCommit from a member epoch older than the member's current one, for a
+    partition the member no longer holds.
+    """
+    INVALID_REGULAR_EXPRESSION: _ErrorCode.ValueType  # 128
+    """subscribed_pattern is not a valid regular expression (RE2 syntax)."""
+    PARTITION_NOT_ASSIGNED: _ErrorCode.ValueType  # 1001
+    """Headwater's own (no Kafka equivalent): an OffsetCommit for a partition that is not
+    assigned to the committing member.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Operating errors with stable numbers (Apache Kafka's where Kafka has the same error)."""
@@ -93,12 +133,30 @@ NOT_LEADER_OR_FOLLOWER: ErrorCode.ValueType  # 6
 REQUEST_TIMED_OUT: ErrorCode.ValueType  # 7
 BROKER_NOT_AVAILABLE: ErrorCode.ValueType  # 8
 MESSAGE_TOO_LARGE: ErrorCode.ValueType  # 10
+OFFSET_METADATA_TOO_LARGE: ErrorCode.ValueType  # 12
+"""An OffsetCommit's metadata string is longer than 4096 bytes."""
 NETWORK_EXCEPTION: ErrorCode.ValueType  # 13
+COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.ValueType  # 14
+"""The group's coordinator is loading the group from its log (retriable)."""
+COORDINATOR_NOT_AVAILABLE: ErrorCode.ValueType  # 15
+"""The group's coordinator partition has no leader, or __consumer_offsets is being
+created (retriable).
+"""
+NOT_COORDINATOR: ErrorCode.ValueType  # 16
+"""The node asked is not (or no longer) the group's coordinator (retriable: find it again)."""
 INVALID_TOPIC_EXCEPTION: ErrorCode.ValueType  # 17
 RECORD_LIST_TOO_LARGE: ErrorCode.ValueType  # 18
 NOT_ENOUGH_REPLICAS: ErrorCode.ValueType  # 19
 NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.ValueType  # 20
 INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 21
+INVALID_GROUP_ID: ErrorCode.ValueType  # 24
+"""A group id that is empty or longer than 255 bytes."""
+UNKNOWN_MEMBER_ID: ErrorCode.ValueType  # 25
+"""The member is not in the group (it left, or its session expired): join again with
+member_epoch 0.
+"""
+INVALID_SESSION_TIMEOUT: ErrorCode.ValueType  # 26
+"""session_timeout_ms or rebalance_timeout_ms outside its range."""
 INVALID_TIMESTAMP: ErrorCode.ValueType  # 32
 TOPIC_ALREADY_EXISTS: ErrorCode.ValueType  # 36
 INVALID_PARTITIONS: ErrorCode.ValueType  # 37
@@ -109,14 +167,36 @@ NOT_CONTROLLER: ErrorCode.ValueType  # 41
 INVALID_REQUEST: ErrorCode.ValueType  # 42
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 60
+NON_EMPTY_GROUP: ErrorCode.ValueType  # 68
+"""The group has members: deleting it or resetting its offsets needs it empty."""
+GROUP_ID_NOT_FOUND: ErrorCode.ValueType  # 69
 FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 74
 UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
 UNSUPPORTED_COMPRESSION_TYPE: ErrorCode.ValueType  # 76
 STALE_BROKER_EPOCH: ErrorCode.ValueType  # 77
 OFFSET_NOT_AVAILABLE: ErrorCode.ValueType  # 78
 INVALID_RECORD: ErrorCode.ValueType  # 87
+GROUP_MAX_SIZE_REACHED: ErrorCode.ValueType  # 81
 THROTTLING_QUOTA_EXCEEDED: ErrorCode.ValueType  # 89
 """A limit on open streams and long polls was reached (retriable once some close)."""
+FENCED_MEMBER_EPOCH: ErrorCode.ValueType  # 110
+"""The member's epoch is not the one the coordinator has for it (the member was fenced:
+its partitions may be someone else's). Give every partition up (on_lost) and join
+again with member_epoch 0.
+"""
+UNRELEASED_INSTANCE_ID: ErrorCode.ValueType  # 111
+"""A member joined with a group_instance_id another live member holds."""
+UNSUPPORTED_ASSIGNOR: ErrorCode.ValueType  # 112
+STALE_MEMBER_EPOCH: ErrorCode.ValueType  # 113
+"""An OffsetCommit from a member epoch older than the member's current one, for a
+partition the member no longer holds.
+"""
+INVALID_REGULAR_EXPRESSION: ErrorCode.ValueType  # 128
+"""subscribed_pattern is not a valid regular expression (RE2 syntax)."""
+PARTITION_NOT_ASSIGNED: ErrorCode.ValueType  # 1001
+"""Headwater's own (no Kafka equivalent): an OffsetCommit for a partition that is not
+assigned to the committing member.
+"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 class _Acks:
@@ -857,6 +937,600 @@ class MetadataResponse(_message.Message):
 Global___MetadataResponse: _TypeAlias = MetadataResponse  # noqa: Y015
 
 @_typing.final
+class TopicPartitions(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicPartitions: _TypeAlias = TopicPartitions  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    """1 to 255 bytes of UTF-8 (else INVALID_GROUP_ID)."""
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorRequest: _TypeAlias = FindCoordinatorRequest  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    address: _builtins.str
+    """host:port clients connect to."""
+    partition: _builtins.int
+    """The __consumer_offsets partition that holds the group."""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.int = ...,
+        address: _builtins.str = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "node_id", b"node_id", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorResponse: _TypeAlias = FindCoordinatorResponse  # noqa: Y015
+
+@_typing.final
+class ConsumerGroupHeartbeatRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_TOPICS_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_PATTERN_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_FIELD_NUMBER: _builtins.int
+    OWNED_FIELD_NUMBER: _builtins.int
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    """"" to join (the answer assigns the id); else the id from the join's answer."""
+    member_epoch: _builtins.int
+    """0: join. -1: leave. -2: leave for now, keeping the partitions (static members, with
+    instance_id). Otherwise the member_epoch of the last answer (else FENCED_MEMBER_EPOCH).
+    """
+    instance_id: _builtins.str
+    """Static membership: a member that joins with the instance id of one that left with -2
+    (or whose session is still running) takes its place and its partitions, without a
+    rebalance. "" for none.
+    """
+    client_id: _builtins.str
+    subscribed_pattern: _builtins.str
+    assignor: _builtins.str
+    """"uniform" (sticky, balanced; the default when "") or "range". The group uses the
+    assignor most of its members ask for.
+    """
+    session_timeout_ms: _builtins.int
+    """The member is removed when no heartbeat comes for this long; 0: the node's
+    group_session_timeout_ms. Range [1000, 1800000].
+    """
+    rebalance_timeout_ms: _builtins.int
+    """A member that takes longer than this to give up partitions it must revoke is
+    removed (Kafka's max.poll.interval.ms); 0: 300000. Range [1000, 3600000].
+    """
+    @_builtins.property
+    def subscribed_topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The subscription: topic names, and/or a regular expression (RE2 syntax, matched
+        against whole topic names; internal topics never match). At least one of them.
+        """
+
+    @_builtins.property
+    def owned(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+        """The partitions the member reads now (see the service comment)."""
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        instance_id: _builtins.str = ...,
+        client_id: _builtins.str = ...,
+        subscribed_topics: _abc.Iterable[_builtins.str] | None = ...,
+        subscribed_pattern: _builtins.str = ...,
+        assignor: _builtins.str = ...,
+        owned: _abc.Iterable[Global___TopicPartitions] | None = ...,
+        session_timeout_ms: _builtins.int = ...,
+        rebalance_timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "client_id", b"client_id", "group_id", b"group_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "owned", b"owned", "rebalance_timeout_ms", b"rebalance_timeout_ms", "session_timeout_ms", b"session_timeout_ms", "subscribed_pattern", b"subscribed_pattern", "subscribed_topics", b"subscribed_topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsumerGroupHeartbeatRequest: _TypeAlias = ConsumerGroupHeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class ConsumerGroupHeartbeatResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    member_epoch: _builtins.int
+    """The member's epoch now: send it back in the next heartbeat and in OffsetCommit.
+    -1 after a leave, -2 after a static leave.
+    """
+    heartbeat_interval_ms: _builtins.int
+    """When to heartbeat next (shorter while the member has partitions to take or give up)."""
+    group_epoch: _builtins.int
+    @_builtins.property
+    def assignment(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+        """Every partition the member may read now (sorted by topic and partition)."""
+
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        heartbeat_interval_ms: _builtins.int = ...,
+        assignment: _abc.Iterable[Global___TopicPartitions] | None = ...,
+        group_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "group_epoch", b"group_epoch", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsumerGroupHeartbeatResponse: _TypeAlias = ConsumerGroupHeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class OffsetCommitPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    """The next offset to read (the last processed record's offset + 1), >= 0."""
+    metadata: _builtins.str
+    """Free text kept with the offset, at most 4096 bytes (else OFFSET_METADATA_TOO_LARGE)."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        metadata: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata", "offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitPartition: _TypeAlias = OffsetCommitPartition  # noqa: Y015
+
+@_typing.final
+class OffsetCommitRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    """A member's commit: its id and epoch; each partition must be assigned to it
+    (PARTITION_NOT_ASSIGNED otherwise). A commit from outside the group (an admin
+    tool resetting offsets): member_id "" and member_epoch -1, only while the group has
+    no members (NON_EMPTY_GROUP otherwise); it creates the group if needed.
+    """
+    member_epoch: _builtins.int
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitPartition]:
+        """1 to 10000 partitions."""
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        offsets: _abc.Iterable[Global___OffsetCommitPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitRequest: _TypeAlias = OffsetCommitRequest  # noqa: Y015
+
+@_typing.final
+class OffsetCommitResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    """NONE, or why this partition's offset was not stored."""
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        error_code: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitResult: _TypeAlias = OffsetCommitResult  # noqa: Y015
+
+@_typing.final
+class OffsetCommitResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitResult]: ...
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___OffsetCommitResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitResponse: _TypeAlias = OffsetCommitResponse  # noqa: Y015
+
+@_typing.final
+class OffsetFetchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+        """Partitions wanted; empty: every committed offset of the group."""
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___TopicPartitions] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetFetchRequest: _TypeAlias = OffsetFetchRequest  # noqa: Y015
+
+@_typing.final
+class CommittedOffset(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    COMMIT_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    """-1 when the group has no committed offset for the partition."""
+    metadata: _builtins.str
+    commit_timestamp_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        metadata: _builtins.str = ...,
+        commit_timestamp_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_timestamp_ms", b"commit_timestamp_ms", "metadata", b"metadata", "offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommittedOffset: _TypeAlias = CommittedOffset  # noqa: Y015
+
+@_typing.final
+class OffsetFetchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___CommittedOffset]: ...
+    def __init__(
+        self,
+        *,
+        offsets: _abc.Iterable[Global___CommittedOffset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetFetchResponse: _TypeAlias = OffsetFetchResponse  # noqa: Y015
+
+@_typing.final
+class ListGroupsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsRequest: _TypeAlias = ListGroupsRequest  # noqa: Y015
+
+@_typing.final
+class GroupListing(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ID_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    state: _builtins.str
+    """"empty", "assigning", "reconciling" or "stable" (docs/groups.md)."""
+    members: _builtins.int
+    coordinator_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        state: _builtins.str = ...,
+        members: _builtins.int = ...,
+        coordinator_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_id", b"coordinator_id", "group_id", b"group_id", "members", b"members", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupListing: _TypeAlias = GroupListing  # noqa: Y015
+
+@_typing.final
+class ListGroupsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    UNREACHABLE_NODES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupListing]: ...
+    @_builtins.property
+    def unreachable_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Nodes that did not answer (their groups are missing from the list)."""
+
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[Global___GroupListing] | None = ...,
+        unreachable_nodes: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "unreachable_nodes", b"unreachable_nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsResponse: _TypeAlias = ListGroupsResponse  # noqa: Y015
+
+@_typing.final
+class DescribeGroupRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeGroupRequest: _TypeAlias = DescribeGroupRequest  # noqa: Y015
+
+@_typing.final
+class GroupMember(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_TOPICS_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_PATTERN_FIELD_NUMBER: _builtins.int
+    ASSIGNED_FIELD_NUMBER: _builtins.int
+    REVOKING_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    instance_id: _builtins.str
+    client_id: _builtins.str
+    member_epoch: _builtins.int
+    subscribed_pattern: _builtins.str
+    session_timeout_ms: _builtins.int
+    rebalance_timeout_ms: _builtins.int
+    @_builtins.property
+    def subscribed_topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def assigned(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+        """What the member reads, what it is giving up, and what the assignor wants it to have."""
+
+    @_builtins.property
+    def revoking(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]: ...
+    @_builtins.property
+    def target(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]: ...
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        instance_id: _builtins.str = ...,
+        client_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        subscribed_topics: _abc.Iterable[_builtins.str] | None = ...,
+        subscribed_pattern: _builtins.str = ...,
+        assigned: _abc.Iterable[Global___TopicPartitions] | None = ...,
+        revoking: _abc.Iterable[Global___TopicPartitions] | None = ...,
+        target: _abc.Iterable[Global___TopicPartitions] | None = ...,
+        session_timeout_ms: _builtins.int = ...,
+        rebalance_timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assigned", b"assigned", "client_id", b"client_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "revoking", b"revoking", "session_timeout_ms", b"session_timeout_ms", "subscribed_pattern", b"subscribed_pattern", "subscribed_topics", b"subscribed_topics", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupMember: _TypeAlias = GroupMember  # noqa: Y015
+
+@_typing.final
+class DescribeGroupResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    TARGET_EPOCH_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ID_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    state: _builtins.str
+    group_epoch: _builtins.int
+    target_epoch: _builtins.int
+    assignor: _builtins.str
+    coordinator_id: _builtins.int
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupMember]: ...
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___CommittedOffset]: ...
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        state: _builtins.str = ...,
+        group_epoch: _builtins.int = ...,
+        target_epoch: _builtins.int = ...,
+        assignor: _builtins.str = ...,
+        coordinator_id: _builtins.int = ...,
+        members: _abc.Iterable[Global___GroupMember] | None = ...,
+        offsets: _abc.Iterable[Global___CommittedOffset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "coordinator_id", b"coordinator_id", "group_epoch", b"group_epoch", "group_id", b"group_id", "members", b"members", "offsets", b"offsets", "state", b"state", "target_epoch", b"target_epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeGroupResponse: _TypeAlias = DescribeGroupResponse  # noqa: Y015
+
+@_typing.final
+class DeleteGroupRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupRequest: _TypeAlias = DeleteGroupRequest  # noqa: Y015
+
+@_typing.final
+class DeleteGroupResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupResponse: _TypeAlias = DeleteGroupResponse  # noqa: Y015
+
+@_typing.final
 class CreatePartitionsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1424,6 +2098,40 @@ class DescribeTopicsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeTopicsResponse: _TypeAlias = DescribeTopicsResponse  # noqa: Y015
+
+@_typing.final
+class CreateOffsetsTopicRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateOffsetsTopicRequest: _TypeAlias = CreateOffsetsTopicRequest  # noqa: Y015
+
+@_typing.final
+class CreateOffsetsTopicResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    topic_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateOffsetsTopicResponse: _TypeAlias = CreateOffsetsTopicResponse  # noqa: Y015
 
 @_typing.final
 class ReplicaPartition(_message.Message):

@@ -335,6 +335,425 @@ class Broker:
             _registered_method=True)
 
 
+class GroupsStub:
+    """--------------------------------------------------------------------------- Groups
+
+    Consumer groups (docs/groups.md), with the server-side protocol of Kafka's KIP-848. A
+    group lives in one partition of the internal topic __consumer_offsets
+    (murmur2(group_id) mod its partition count); the leader of that partition is the
+    group's coordinator. Every node answers every call: one that is not the coordinator
+    forwards it there (one hop), so a client needs no more than one address.
+    FindCoordinator names the coordinator for clients that want to skip the hop; a
+    coordinator that loses its partition answers NOT_COORDINATOR (find it again).
+
+    A member's life, for a client written from this file alone:
+    1. ConsumerGroupHeartbeat with member_epoch 0, its subscription and an empty
+    member_id (the answer assigns one) to join.
+    2. Heartbeat every heartbeat_interval_ms of the last answer with member_id, the
+    member_epoch of the last answer and `owned`: the partitions it is still reading.
+    The answer's `assignment` is every partition the member may read now. A partition
+    it owns that is not in the assignment must be given up: stop reading it, commit
+    its offset, and leave it out of `owned` in the next heartbeat. Only then is it
+    given to another member (so no two members ever read one partition).
+    3. OffsetCommit with member_id and member_epoch for the partitions it reads.
+    4. Leave with member_epoch -1 (or -2 to keep its partitions for session_timeout_ms
+    when it has a group_instance_id and will be back).
+    On UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH: stop reading every partition without
+    committing (they may be someone else's now) and join again with member_epoch 0. On a
+    retriable error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS,
+    REQUEST_TIMED_OUT, a transport error): retry the same heartbeat.
+
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.FindCoordinator = channel.unary_unary(
+                '/headwater.v1.Groups/FindCoordinator',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
+        self.ConsumerGroupHeartbeat = channel.unary_unary(
+                '/headwater.v1.Groups/ConsumerGroupHeartbeat',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.ConsumerGroupHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.OffsetCommit = channel.unary_unary(
+                '/headwater.v1.Groups/OffsetCommit',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.OffsetCommitRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.OffsetFetch = channel.unary_unary(
+                '/headwater.v1.Groups/OffsetFetch',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.OffsetFetchRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.OffsetFetchResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/headwater.v1.Groups/ListGroups',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroup = channel.unary_unary(
+                '/headwater.v1.Groups/DescribeGroup',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeGroupRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeGroupResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/headwater.v1.Groups/DeleteGroup',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
+
+
+class GroupsServicer:
+    """--------------------------------------------------------------------------- Groups
+
+    Consumer groups (docs/groups.md), with the server-side protocol of Kafka's KIP-848. A
+    group lives in one partition of the internal topic __consumer_offsets
+    (murmur2(group_id) mod its partition count); the leader of that partition is the
+    group's coordinator. Every node answers every call: one that is not the coordinator
+    forwards it there (one hop), so a client needs no more than one address.
+    FindCoordinator names the coordinator for clients that want to skip the hop; a
+    coordinator that loses its partition answers NOT_COORDINATOR (find it again).
+
+    A member's life, for a client written from this file alone:
+    1. ConsumerGroupHeartbeat with member_epoch 0, its subscription and an empty
+    member_id (the answer assigns one) to join.
+    2. Heartbeat every heartbeat_interval_ms of the last answer with member_id, the
+    member_epoch of the last answer and `owned`: the partitions it is still reading.
+    The answer's `assignment` is every partition the member may read now. A partition
+    it owns that is not in the assignment must be given up: stop reading it, commit
+    its offset, and leave it out of `owned` in the next heartbeat. Only then is it
+    given to another member (so no two members ever read one partition).
+    3. OffsetCommit with member_id and member_epoch for the partitions it reads.
+    4. Leave with member_epoch -1 (or -2 to keep its partitions for session_timeout_ms
+    when it has a group_instance_id and will be back).
+    On UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH: stop reading every partition without
+    committing (they may be someone else's now) and join again with member_epoch 0. On a
+    retriable error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS,
+    REQUEST_TIMED_OUT, a transport error): retry the same heartbeat.
+
+    """
+
+    def FindCoordinator(self, request, context):
+        """The node that coordinates a group (creates __consumer_offsets on first use).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConsumerGroupHeartbeat(self, request, context):
+        """Join, stay in, change the subscription of, or leave a group; the answer carries the
+        member's assignment. Answered once what it changed is replicated (acks=all).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetCommit(self, request, context):
+        """Store committed offsets (acks=all on __consumer_offsets), per partition.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetFetch(self, request, context):
+        """Committed offsets of a group (only what is replicated).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Every group of the cluster (the node asks every broker for the groups it coordinates).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroup(self, request, context):
+        """A group's state, members, assignments and committed offsets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroup(self, request, context):
+        """Delete an empty group and its committed offsets (NON_EMPTY_GROUP while it has members).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_GroupsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'ConsumerGroupHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerGroupHeartbeat,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.ConsumerGroupHeartbeatRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.ConsumerGroupHeartbeatResponse.SerializeToString,
+            ),
+            'OffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetCommit,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.OffsetCommitRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'OffsetFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetFetch,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.OffsetFetchRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.ListGroupsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DescribeGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroup,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeGroupRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeGroupResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'headwater.v1.Groups', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('headwater.v1.Groups', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Groups:
+    """--------------------------------------------------------------------------- Groups
+
+    Consumer groups (docs/groups.md), with the server-side protocol of Kafka's KIP-848. A
+    group lives in one partition of the internal topic __consumer_offsets
+    (murmur2(group_id) mod its partition count); the leader of that partition is the
+    group's coordinator. Every node answers every call: one that is not the coordinator
+    forwards it there (one hop), so a client needs no more than one address.
+    FindCoordinator names the coordinator for clients that want to skip the hop; a
+    coordinator that loses its partition answers NOT_COORDINATOR (find it again).
+
+    A member's life, for a client written from this file alone:
+    1. ConsumerGroupHeartbeat with member_epoch 0, its subscription and an empty
+    member_id (the answer assigns one) to join.
+    2. Heartbeat every heartbeat_interval_ms of the last answer with member_id, the
+    member_epoch of the last answer and `owned`: the partitions it is still reading.
+    The answer's `assignment` is every partition the member may read now. A partition
+    it owns that is not in the assignment must be given up: stop reading it, commit
+    its offset, and leave it out of `owned` in the next heartbeat. Only then is it
+    given to another member (so no two members ever read one partition).
+    3. OffsetCommit with member_id and member_epoch for the partitions it reads.
+    4. Leave with member_epoch -1 (or -2 to keep its partitions for session_timeout_ms
+    when it has a group_instance_id and will be back).
+    On UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH: stop reading every partition without
+    committing (they may be someone else's now) and join again with member_epoch 0. On a
+    retriable error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS,
+    REQUEST_TIMED_OUT, a transport error): retry the same heartbeat.
+
+    """
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Groups/FindCoordinator',
+            headwater_dot_v1_dot_headwater__pb2.FindCoordinatorRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerGroupHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Groups/ConsumerGroupHeartbeat',
+            headwater_dot_v1_dot_headwater__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.ConsumerGroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Groups/OffsetCommit',
+            headwater_dot_v1_dot_headwater__pb2.OffsetCommitRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Groups/OffsetFetch',
+            headwater_dot_v1_dot_headwater__pb2.OffsetFetchRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Groups/ListGroups',
+            headwater_dot_v1_dot_headwater__pb2.ListGroupsRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Groups/DescribeGroup',
+            headwater_dot_v1_dot_headwater__pb2.DescribeGroupRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.DescribeGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Groups/DeleteGroup',
+            headwater_dot_v1_dot_headwater__pb2.DeleteGroupRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class AdminStub:
     """--------------------------------------------------------------------------- Admin
 
@@ -718,6 +1137,11 @@ class ControllerStub:
                 request_serializer=headwater_dot_v1_dot_headwater__pb2.AlterPartitionRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_headwater__pb2.AlterPartitionResponse.FromString,
                 _registered_method=True)
+        self.CreateOffsetsTopic = channel.unary_unary(
+                '/headwater.v1.Controller/CreateOffsetsTopic',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.CreateOffsetsTopicRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.CreateOffsetsTopicResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -761,6 +1185,15 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateOffsetsTopic(self, request, context):
+        """Create the internal topic __consumer_offsets (its partition count, replication
+        factor and settings are the controller's; see docs/groups.md). Idempotent: when the
+        topic exists, the answer is the same.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -783,6 +1216,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.AlterPartition,
                     request_deserializer=headwater_dot_v1_dot_headwater__pb2.AlterPartitionRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_headwater__pb2.AlterPartitionResponse.SerializeToString,
+            ),
+            'CreateOffsetsTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateOffsetsTopic,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.CreateOffsetsTopicRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.CreateOffsetsTopicResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -901,6 +1339,33 @@ class Controller:
             '/headwater.v1.Controller/AlterPartition',
             headwater_dot_v1_dot_headwater__pb2.AlterPartitionRequest.SerializeToString,
             headwater_dot_v1_dot_headwater__pb2.AlterPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateOffsetsTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/CreateOffsetsTopic',
+            headwater_dot_v1_dot_headwater__pb2.CreateOffsetsTopicRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.CreateOffsetsTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,

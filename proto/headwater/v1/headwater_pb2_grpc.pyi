@@ -177,6 +177,193 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
+class GroupsStub:
+    """--------------------------------------------------------------------------- Groups
+
+    Consumer groups (docs/groups.md), with the server-side protocol of Kafka's KIP-848. A
+    group lives in one partition of the internal topic __consumer_offsets
+    (murmur2(group_id) mod its partition count); the leader of that partition is the
+    group's coordinator. Every node answers every call: one that is not the coordinator
+    forwards it there (one hop), so a client needs no more than one address.
+    FindCoordinator names the coordinator for clients that want to skip the hop; a
+    coordinator that loses its partition answers NOT_COORDINATOR (find it again).
+
+    A member's life, for a client written from this file alone:
+      1. ConsumerGroupHeartbeat with member_epoch 0, its subscription and an empty
+         member_id (the answer assigns one) to join.
+      2. Heartbeat every heartbeat_interval_ms of the last answer with member_id, the
+         member_epoch of the last answer and `owned`: the partitions it is still reading.
+         The answer's `assignment` is every partition the member may read now. A partition
+         it owns that is not in the assignment must be given up: stop reading it, commit
+         its offset, and leave it out of `owned` in the next heartbeat. Only then is it
+         given to another member (so no two members ever read one partition).
+      3. OffsetCommit with member_id and member_epoch for the partitions it reads.
+      4. Leave with member_epoch -1 (or -2 to keep its partitions for session_timeout_ms
+         when it has a group_instance_id and will be back).
+    On UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH: stop reading every partition without
+    committing (they may be someone else's now) and join again with member_epoch 0. On a
+    retriable error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS,
+    REQUEST_TIMED_OUT, a transport error): retry the same heartbeat.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> GroupsAsyncStub: ...
+    FindCoordinator: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.FindCoordinatorRequest, _headwater_pb2.FindCoordinatorResponse]
+    """The node that coordinates a group (creates __consumer_offsets on first use)."""
+    ConsumerGroupHeartbeat: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.ConsumerGroupHeartbeatRequest, _headwater_pb2.ConsumerGroupHeartbeatResponse]
+    """Join, stay in, change the subscription of, or leave a group; the answer carries the
+    member's assignment. Answered once what it changed is replicated (acks=all).
+    """
+    OffsetCommit: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.OffsetCommitRequest, _headwater_pb2.OffsetCommitResponse]
+    """Store committed offsets (acks=all on __consumer_offsets), per partition."""
+    OffsetFetch: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.OffsetFetchRequest, _headwater_pb2.OffsetFetchResponse]
+    """Committed offsets of a group (only what is replicated)."""
+    ListGroups: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.ListGroupsRequest, _headwater_pb2.ListGroupsResponse]
+    """Every group of the cluster (the node asks every broker for the groups it coordinates)."""
+    DescribeGroup: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.DescribeGroupRequest, _headwater_pb2.DescribeGroupResponse]
+    """A group's state, members, assignments and committed offsets."""
+    DeleteGroup: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.DeleteGroupRequest, _headwater_pb2.DeleteGroupResponse]
+    """Delete an empty group and its committed offsets (NON_EMPTY_GROUP while it has members)."""
+
+@_typing.type_check_only
+class GroupsAsyncStub(GroupsStub):
+    """--------------------------------------------------------------------------- Groups
+
+    Consumer groups (docs/groups.md), with the server-side protocol of Kafka's KIP-848. A
+    group lives in one partition of the internal topic __consumer_offsets
+    (murmur2(group_id) mod its partition count); the leader of that partition is the
+    group's coordinator. Every node answers every call: one that is not the coordinator
+    forwards it there (one hop), so a client needs no more than one address.
+    FindCoordinator names the coordinator for clients that want to skip the hop; a
+    coordinator that loses its partition answers NOT_COORDINATOR (find it again).
+
+    A member's life, for a client written from this file alone:
+      1. ConsumerGroupHeartbeat with member_epoch 0, its subscription and an empty
+         member_id (the answer assigns one) to join.
+      2. Heartbeat every heartbeat_interval_ms of the last answer with member_id, the
+         member_epoch of the last answer and `owned`: the partitions it is still reading.
+         The answer's `assignment` is every partition the member may read now. A partition
+         it owns that is not in the assignment must be given up: stop reading it, commit
+         its offset, and leave it out of `owned` in the next heartbeat. Only then is it
+         given to another member (so no two members ever read one partition).
+      3. OffsetCommit with member_id and member_epoch for the partitions it reads.
+      4. Leave with member_epoch -1 (or -2 to keep its partitions for session_timeout_ms
+         when it has a group_instance_id and will be back).
+    On UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH: stop reading every partition without
+    committing (they may be someone else's now) and join again with member_epoch 0. On a
+    retriable error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS,
+    REQUEST_TIMED_OUT, a transport error): retry the same heartbeat.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    FindCoordinator: _aio.UnaryUnaryMultiCallable[_headwater_pb2.FindCoordinatorRequest, _headwater_pb2.FindCoordinatorResponse]  # type: ignore[assignment]
+    """The node that coordinates a group (creates __consumer_offsets on first use)."""
+    ConsumerGroupHeartbeat: _aio.UnaryUnaryMultiCallable[_headwater_pb2.ConsumerGroupHeartbeatRequest, _headwater_pb2.ConsumerGroupHeartbeatResponse]  # type: ignore[assignment]
+    """Join, stay in, change the subscription of, or leave a group; the answer carries the
+    member's assignment. Answered once what it changed is replicated (acks=all).
+    """
+    OffsetCommit: _aio.UnaryUnaryMultiCallable[_headwater_pb2.OffsetCommitRequest, _headwater_pb2.OffsetCommitResponse]  # type: ignore[assignment]
+    """Store committed offsets (acks=all on __consumer_offsets), per partition."""
+    OffsetFetch: _aio.UnaryUnaryMultiCallable[_headwater_pb2.OffsetFetchRequest, _headwater_pb2.OffsetFetchResponse]  # type: ignore[assignment]
+    """Committed offsets of a group (only what is replicated)."""
+    ListGroups: _aio.UnaryUnaryMultiCallable[_headwater_pb2.ListGroupsRequest, _headwater_pb2.ListGroupsResponse]  # type: ignore[assignment]
+    """Every group of the cluster (the node asks every broker for the groups it coordinates)."""
+    DescribeGroup: _aio.UnaryUnaryMultiCallable[_headwater_pb2.DescribeGroupRequest, _headwater_pb2.DescribeGroupResponse]  # type: ignore[assignment]
+    """A group's state, members, assignments and committed offsets."""
+    DeleteGroup: _aio.UnaryUnaryMultiCallable[_headwater_pb2.DeleteGroupRequest, _headwater_pb2.DeleteGroupResponse]  # type: ignore[assignment]
+    """Delete an empty group and its committed offsets (NON_EMPTY_GROUP while it has members)."""
+
+class GroupsServicer(metaclass=_abc_1.ABCMeta):
+    """--------------------------------------------------------------------------- Groups
+
+    Consumer groups (docs/groups.md), with the server-side protocol of Kafka's KIP-848. A
+    group lives in one partition of the internal topic __consumer_offsets
+    (murmur2(group_id) mod its partition count); the leader of that partition is the
+    group's coordinator. Every node answers every call: one that is not the coordinator
+    forwards it there (one hop), so a client needs no more than one address.
+    FindCoordinator names the coordinator for clients that want to skip the hop; a
+    coordinator that loses its partition answers NOT_COORDINATOR (find it again).
+
+    A member's life, for a client written from this file alone:
+      1. ConsumerGroupHeartbeat with member_epoch 0, its subscription and an empty
+         member_id (the answer assigns one) to join.
+      2. Heartbeat every heartbeat_interval_ms of the last answer with member_id, the
+         member_epoch of the last answer and `owned`: the partitions it is still reading.
+         The answer's `assignment` is every partition the member may read now. A partition
+         it owns that is not in the assignment must be given up: stop reading it, commit
+         its offset, and leave it out of `owned` in the next heartbeat. Only then is it
+         given to another member (so no two members ever read one partition).
+      3. OffsetCommit with member_id and member_epoch for the partitions it reads.
+      4. Leave with member_epoch -1 (or -2 to keep its partitions for session_timeout_ms
+         when it has a group_instance_id and will be back).
+    On UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH: stop reading every partition without
+    committing (they may be someone else's now) and join again with member_epoch 0. On a
+    retriable error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS,
+    REQUEST_TIMED_OUT, a transport error): retry the same heartbeat.
+    """
+
+    @_abc_1.abstractmethod
+    def FindCoordinator(
+        self,
+        request: _headwater_pb2.FindCoordinatorRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.FindCoordinatorResponse, _abc.Awaitable[_headwater_pb2.FindCoordinatorResponse]]:
+        """The node that coordinates a group (creates __consumer_offsets on first use)."""
+
+    @_abc_1.abstractmethod
+    def ConsumerGroupHeartbeat(
+        self,
+        request: _headwater_pb2.ConsumerGroupHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.ConsumerGroupHeartbeatResponse, _abc.Awaitable[_headwater_pb2.ConsumerGroupHeartbeatResponse]]:
+        """Join, stay in, change the subscription of, or leave a group; the answer carries the
+        member's assignment. Answered once what it changed is replicated (acks=all).
+        """
+
+    @_abc_1.abstractmethod
+    def OffsetCommit(
+        self,
+        request: _headwater_pb2.OffsetCommitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.OffsetCommitResponse, _abc.Awaitable[_headwater_pb2.OffsetCommitResponse]]:
+        """Store committed offsets (acks=all on __consumer_offsets), per partition."""
+
+    @_abc_1.abstractmethod
+    def OffsetFetch(
+        self,
+        request: _headwater_pb2.OffsetFetchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.OffsetFetchResponse, _abc.Awaitable[_headwater_pb2.OffsetFetchResponse]]:
+        """Committed offsets of a group (only what is replicated)."""
+
+    @_abc_1.abstractmethod
+    def ListGroups(
+        self,
+        request: _headwater_pb2.ListGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.ListGroupsResponse, _abc.Awaitable[_headwater_pb2.ListGroupsResponse]]:
+        """Every group of the cluster (the node asks every broker for the groups it coordinates)."""
+
+    @_abc_1.abstractmethod
+    def DescribeGroup(
+        self,
+        request: _headwater_pb2.DescribeGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.DescribeGroupResponse, _abc.Awaitable[_headwater_pb2.DescribeGroupResponse]]:
+        """A group's state, members, assignments and committed offsets."""
+
+    @_abc_1.abstractmethod
+    def DeleteGroup(
+        self,
+        request: _headwater_pb2.DeleteGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.DeleteGroupResponse, _abc.Awaitable[_headwater_pb2.DeleteGroupResponse]]:
+        """Delete an empty group and its committed offsets (NON_EMPTY_GROUP while it has members)."""
+
+def add_GroupsServicer_to_server(servicer: GroupsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
 class AdminStub:
     """--------------------------------------------------------------------------- Admin"""
 
@@ -324,6 +511,11 @@ class ControllerStub:
     """A partition leader shrinks or expands its ISR (followers that fell behind or caught
     up). The controller checks the leader and partition epochs and commits the change.
     """
+    CreateOffsetsTopic: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.CreateOffsetsTopicRequest, _headwater_pb2.CreateOffsetsTopicResponse]
+    """Create the internal topic __consumer_offsets (its partition count, replication
+    factor and settings are the controller's; see docs/groups.md). Idempotent: when the
+    topic exists, the answer is the same.
+    """
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -348,6 +540,11 @@ class ControllerAsyncStub(ControllerStub):
     AlterPartition: _aio.UnaryUnaryMultiCallable[_headwater_pb2.AlterPartitionRequest, _headwater_pb2.AlterPartitionResponse]  # type: ignore[assignment]
     """A partition leader shrinks or expands its ISR (followers that fell behind or caught
     up). The controller checks the leader and partition epochs and commits the change.
+    """
+    CreateOffsetsTopic: _aio.UnaryUnaryMultiCallable[_headwater_pb2.CreateOffsetsTopicRequest, _headwater_pb2.CreateOffsetsTopicResponse]  # type: ignore[assignment]
+    """Create the internal topic __consumer_offsets (its partition count, replication
+    factor and settings are the controller's; see docs/groups.md). Idempotent: when the
+    topic exists, the answer is the same.
     """
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
@@ -394,6 +591,17 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_headwater_pb2.AlterPartitionResponse, _abc.Awaitable[_headwater_pb2.AlterPartitionResponse]]:
         """A partition leader shrinks or expands its ISR (followers that fell behind or caught
         up). The controller checks the leader and partition epochs and commits the change.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateOffsetsTopic(
+        self,
+        request: _headwater_pb2.CreateOffsetsTopicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.CreateOffsetsTopicResponse, _abc.Awaitable[_headwater_pb2.CreateOffsetsTopicResponse]]:
+        """Create the internal topic __consumer_offsets (its partition count, replication
+        factor and settings are the controller's; see docs/groups.md). Idempotent: when the
+        topic exists, the answer is the same.
         """
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

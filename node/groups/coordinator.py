@@ -1,0 +1,504 @@
+"""The group coordinator of one node: a shard per ``__consumer_offsets`` partition this
+node leads, each the owner of the groups that live there.
+
+A shard's state is its partition's log and nothing else. On taking the leadership it
+replays the log from its start (``load``) into the groups image; every change is decided
+on that image (``headwater.node.groups.decisions``), appended to the log as one batch of
+group records, applied to the image, and answered once the high watermark passes it
+(acks=all). Invariants:
+
+- **the image is the replay of the local log plus what is buffered for it**: each
+  decision is made on the image the decision before it left, and its records are
+  appended in order (decisions made during one append go together as one batch); a
+  failed append fails its decisions and every later one, and the image goes back to
+  the log's (``_appended``);
+- **answers and reads show only replicated state**: a heartbeat or commit is answered
+  after its records are below the high watermark; OffsetFetch, DescribeGroup and
+  ListGroups read ``committed()``, the image at the high watermark, never records a new
+  leader could drop;
+- **a shard serves only while its replica leads at the epoch it loaded at**
+  (``check_serving``): a node that lost the leadership, was paused past its lease or is
+  fenced answers NOT_COORDINATOR, and the new leader loads the groups from its own log.
+
+Soft state (not in the log, rebuilt on load): when each member was last heard from and
+since when it has held partitions to give up. A new leader starts every member's session
+afresh, as Kafka's coordinator does.
+
+Everything runs on the node's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Final, TypeVar
+
+from headwater.config import NodeConfig
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log import batch as batch_format
+from headwater.node.groups import decisions
+from headwater.node.groups.image import GroupsImage, apply
+from headwater.node.groups.records import (
+    OFFSETS_TOPIC,
+    GroupRecord,
+    GroupRecordError,
+    decode_record,
+    encode_record,
+    record_key,
+)
+from headwater.node.log_manager import LogManager, now_ms
+from headwater.node.partition import Partition
+from headwater.raft.image import MetadataImage
+
+T = TypeVar("T")
+_log = logging.getLogger(__name__)
+LOAD_READ_BYTES: Final = 1 << 20
+TICK_S: Final = 0.2
+OFFSETS_EXPIRY_CHECK_S: Final = 60.0
+FLUSH_RECORDS_MAX: Final = 20_000
+"""Most group records appended as one batch (a few MiB at most)."""
+RECONCILING_HEARTBEAT_MS: Final = 100
+"""Heartbeat interval given to a member with partitions to take or give up."""
+
+
+def partition_counts(image: MetadataImage) -> dict[str, int]:
+    return {name: len(topic.partitions) for name, topic in image.topics.items()}
+
+
+class GroupShard:
+    """The groups of one ``__consumer_offsets`` partition led here (see the module)."""
+
+    def __init__(self, partition: Partition, config: NodeConfig) -> None:
+        self.partition = partition
+        self.index = partition.index
+        self.leader_epoch = partition.leader_epoch
+        self.config = config
+        self.image = GroupsImage()
+        self.loaded = False
+        self.skipped_records = 0
+        self._committed = GroupsImage()
+        self._pending: deque[tuple[int, GroupsImage]] = deque()
+        self._appended = GroupsImage()
+        """The image of the log as appended (``image`` less what is buffered)."""
+        self._buffer: list[tuple[tuple[GroupRecord, ...], GroupsImage, asyncio.Future[int]]] = []
+        self._flushing: asyncio.Task[None] | None = None
+        self.last_seen: dict[tuple[str, str], float] = {}
+        self.revoking_since: dict[tuple[str, str], float] = {}
+
+    # ------------------------------------------------------------------ state
+
+    def check_serving(self) -> None:
+        partition = self.partition
+        if not self.loaded:
+            raise HeadwaterError(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                f"{OFFSETS_TOPIC}-{self.index} is being loaded on this node; retry",
+            )
+        if not partition.is_leader or partition.leader_epoch != self.leader_epoch:
+            raise HeadwaterError(
+                ErrorCode.NOT_COORDINATOR,
+                f"this node no longer leads {OFFSETS_TOPIC}-{self.index}; find the coordinator "
+                "again",
+            )
+
+    def committed(self) -> GroupsImage:
+        """The image as of the high watermark (what every replica has)."""
+        high_watermark = self.partition.high_watermark
+        while self._pending and self._pending[0][0] <= high_watermark:
+            self._committed = self._pending.popleft()[1]
+        return self._committed
+
+    async def load(self) -> None:
+        """Replay the partition's log into the image (a record that cannot be read or
+        applied is skipped and counted: only this coordinator writes the partition)."""
+        partition = self.partition
+        offset = partition.log.log_start_offset
+        end = partition.log.log_end_offset
+        high_watermark = partition.high_watermark
+        image = committed = GroupsImage()
+        while offset < end:
+            result = partition.read_for_replica(offset, LOAD_READ_BYTES)
+            if not result.data:
+                break
+            for decoded in batch_format.decode_batches(result.data):
+                for value in decoded.records.column("value").to_pylist():
+                    image = self._replay(image, value)
+                if decoded.header.next_offset <= high_watermark:
+                    committed = image
+            offset = result.next_offset
+            await asyncio.sleep(0)  # let the loop serve other calls between chunks
+        self.image = self._appended = image
+        self._committed = committed
+        if end > high_watermark:
+            self._pending.append((end, image))
+        now = time.monotonic()
+        for group_id, group in image.groups.items():
+            for member_id in group.members:
+                self.last_seen[(group_id, member_id)] = now
+            for member_id, assignment in group.current.items():
+                if assignment.revoking:
+                    self.revoking_since[(group_id, member_id)] = now
+        self.loaded = True
+        _log.info(
+            "coordinating %d group(s) of %s-%d (epoch %d, offsets [%d, %d))%s",
+            len(image.groups),
+            OFFSETS_TOPIC,
+            self.index,
+            self.leader_epoch,
+            partition.log.log_start_offset,
+            end,
+            f", {self.skipped_records} unreadable record(s) skipped"
+            if self.skipped_records
+            else "",
+        )
+
+    def _replay(self, image: GroupsImage, value: bytes | None) -> GroupsImage:
+        if value is None:
+            return image
+        try:
+            return apply(image, decode_record(value))
+        except GroupRecordError as exc:
+            self.skipped_records += 1
+            _log.warning("%s-%d: skipping a group record: %s", OFFSETS_TOPIC, self.index, exc)
+            return image
+
+    # ------------------------------------------------------------------ writes
+
+    async def write(self, decide: Callable[[GroupsImage], decisions.Decision[T]]) -> T:
+        """Decide on the image, have the records appended, and return the answer once
+        they are replicated. A decision that writes nothing is still answered only once
+        every record it was decided on is replicated: an answer never rests on records a
+        new leader could drop. Refusals raise before anything is written.
+
+        Decisions are made one after another on the loop, each on the image the one
+        before it left (``image`` runs ahead of the log by what is buffered); the records
+        of every decision made while an append is under way go to the log together, as
+        one batch (a group commit), and wait for replication together."""
+        self.check_serving()
+        decision = decide(self.image)
+        if decision.records:
+            appended: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            self._buffer.append((decision.records, decision.image, appended))
+            self.image = decision.image
+            if self._flushing is None:
+                self._flushing = asyncio.get_running_loop().create_task(self._flush())
+            end = await asyncio.shield(appended)
+        elif self._buffer:
+            end = await asyncio.shield(self._buffer[-1][2])
+        else:
+            end = self._pending[-1][0] if self._pending else 0
+        if end > self.partition.high_watermark:
+            await self._replicated(end)
+        return decision.answer
+
+    async def _flush(self) -> None:
+        """Append what the decisions buffered, one batch per turn, until nothing is left.
+        A failed append fails its decisions and every one buffered since (they were made
+        on its image), and the image goes back to the log's."""
+        try:
+            while self._buffer:
+                taken, self._buffer = _take(self._buffer, FLUSH_RECORDS_MAX)
+                records = [r for entry_records, _, _ in taken for r in entry_records]
+                try:
+                    end = await self._append(records)
+                except HeadwaterError as error:
+                    failed, self._buffer = taken + self._buffer, []
+                    self.image = self._appended
+                    for _, _, appended in failed:
+                        if not appended.done():
+                            appended.set_exception(error)
+                    return
+                self._appended = taken[-1][1]
+                self._pending.append((end, self._appended))
+                for _, _, appended in taken:
+                    if not appended.done():
+                        appended.set_result(end)
+        finally:
+            self._flushing = None
+
+    async def _append(self, records: list[GroupRecord]) -> int:
+        batch = batch_format.encode_batch(
+            [encode_record(r) for r in records],
+            keys=[record_key(r) for r in records],
+            timestamps_ms=now_ms(),
+        )
+        partition = self.partition
+        try:
+            self.check_serving()
+            partition.check_open()
+            partition.check_leader()
+            partition.check_min_insync()
+            info = await partition.append(batch, now_ms())
+        except HeadwaterError as error:
+            raise _coordinator_error(error, self.index) from None
+        return info.last_offset + 1
+
+    async def _replicated(self, end_offset: int) -> None:
+        try:
+            await self.partition.wait_for_replication(
+                end_offset, self.config.request_timeout_ms / 1000
+            )
+        except HeadwaterError as error:
+            raise _coordinator_error(error, self.index) from None
+
+    # ------------------------------------------------------------------ soft state
+
+    def seen(self, group_id: str, member_id: str) -> None:
+        self.last_seen[(group_id, member_id)] = time.monotonic()
+
+    def track_revoking(self, group_id: str, member_id: str, revoking: bool) -> None:
+        key = (group_id, member_id)
+        if revoking:
+            self.revoking_since.setdefault(key, time.monotonic())
+        else:
+            self.revoking_since.pop(key, None)
+
+    def expired_members(self, now: float) -> dict[str, list[str]]:
+        """Members past their session timeout, or holding partitions to give up for
+        longer than their rebalance timeout, by group."""
+        expired: dict[str, list[str]] = {}
+        for group_id, group in self.image.groups.items():
+            for member_id, member in group.members.items():
+                key = (group_id, member_id)
+                seen = self.last_seen.setdefault(key, now)
+                revoking_since = self.revoking_since.get(key)
+                if now - seen > member.session_timeout_ms / 1000 or (
+                    revoking_since is not None
+                    and now - revoking_since > member.rebalance_timeout_ms / 1000
+                ):
+                    expired.setdefault(group_id, []).append(member_id)
+        return expired
+
+    def forget(self, group_id: str, member_ids: list[str]) -> None:
+        for member_id in member_ids:
+            self.last_seen.pop((group_id, member_id), None)
+            self.revoking_since.pop((group_id, member_id), None)
+
+
+def _take(
+    buffer: list[tuple[tuple[GroupRecord, ...], GroupsImage, asyncio.Future[int]]], limit: int
+) -> tuple[
+    list[tuple[tuple[GroupRecord, ...], GroupsImage, asyncio.Future[int]]],
+    list[tuple[tuple[GroupRecord, ...], GroupsImage, asyncio.Future[int]]],
+]:
+    """The first decisions of ``buffer`` with at most ``limit`` records in all (at least
+    one decision), and the rest."""
+    count = 0
+    for index, (records, _, _) in enumerate(buffer):
+        count += len(records)
+        if count > limit and index > 0:
+            return buffer[:index], buffer[index:]
+    return buffer, []
+
+
+def _remove(
+    group_id: str, members: list[str], counts: Mapping[str, int], image: GroupsImage
+) -> decisions.Decision[None]:
+    return decisions.remove_members(image, group_id, members, counts)
+
+
+def _refresh(
+    group_id: str, counts: Mapping[str, int], image: GroupsImage
+) -> decisions.Decision[None]:
+    return decisions.refresh_target(image, group_id, counts)
+
+
+def _coordinator_error(error: HeadwaterError, index: int) -> HeadwaterError:
+    """A log or replication failure of the coordinator's partition, as group clients know
+    it: leadership gone -> NOT_COORDINATOR; too few replicas -> COORDINATOR_NOT_AVAILABLE."""
+    if error.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+        return HeadwaterError(
+            ErrorCode.NOT_COORDINATOR,
+            f"this node no longer leads {OFFSETS_TOPIC}-{index} ({error.message}); find the "
+            "coordinator again",
+        )
+    if error.code in (
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    ):
+        return HeadwaterError(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            f"{OFFSETS_TOPIC}-{index} cannot store group records now: {error.message}",
+        )
+    return error
+
+
+class GroupCoordinator:
+    """The shards of this node, kept in step with the partitions it leads, and the timers
+    that remove silent members and expire old offsets."""
+
+    def __init__(
+        self, config: NodeConfig, logs: LogManager, metadata: Callable[[], MetadataImage]
+    ) -> None:
+        self.config = config
+        self.logs = logs
+        self.metadata = metadata
+        self.limits = decisions.GroupLimits(
+            members_max=config.group_members_max,
+            session_timeout_ms=config.group_session_timeout_ms,
+        )
+        self.shards: dict[int, GroupShard] = {}
+        self._loading: dict[int, asyncio.Task[None]] = {}
+        self._ticker: asyncio.Task[None] | None = None
+        self._next_offsets_expiry = 0.0
+        self._counts_seen: Mapping[str, int] = {}
+
+    def start(self) -> None:
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+
+    async def stop(self) -> None:
+        for task in [self._ticker, *self._loading.values()]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(
+            *(t for t in [self._ticker, *self._loading.values()] if t is not None),
+            return_exceptions=True,
+        )
+
+    def reconcile(self) -> None:
+        """Open a shard for each offsets partition this node now leads (loading it), and
+        drop the shards of partitions it no longer leads at the loaded epoch."""
+        led: dict[int, Partition] = {}
+        for partition in self.logs.hosted():
+            if partition.topic == OFFSETS_TOPIC and partition.is_leader:
+                led[partition.index] = partition
+        for index, shard in list(self.shards.items()):
+            leading = led.get(index)
+            if leading is not shard.partition or shard.partition.leader_epoch != shard.leader_epoch:
+                del self.shards[index]
+                task = self._loading.pop(index, None)
+                if task is not None:
+                    task.cancel()
+        for index, partition in led.items():
+            if index not in self.shards:
+                shard = self.shards[index] = GroupShard(partition, self.config)
+                self._loading[index] = asyncio.get_running_loop().create_task(
+                    self._load(index, shard)
+                )
+
+    async def _load(self, index: int, shard: GroupShard) -> None:
+        try:
+            await shard.load()
+        except Exception:
+            _log.exception("loading the groups of %s-%d failed", OFFSETS_TOPIC, index)
+            if self.shards.get(index) is shard:
+                del self.shards[index]  # the next reconcile tries again
+        finally:
+            if self._loading.get(index) is not None and self._loading[index].done():
+                del self._loading[index]
+
+    def shard(self, index: int) -> GroupShard:
+        shard = self.shards.get(index)
+        if shard is None:
+            raise HeadwaterError(
+                ErrorCode.NOT_COORDINATOR,
+                f"this node does not lead {OFFSETS_TOPIC}-{index}; find the coordinator again",
+            )
+        return shard
+
+    # ------------------------------------------------------------------ requests
+
+    async def heartbeat(
+        self, index: int, request: decisions.Heartbeat
+    ) -> tuple[decisions.HeartbeatAnswer, int]:
+        """The member's answer and the heartbeat interval to give it."""
+        request = decisions.check_heartbeat(request, self.limits)
+        shard = self.shard(index)
+        counts = partition_counts(self.metadata())
+        new_member_id = uuid.uuid4().hex
+        answer = await shard.write(
+            lambda image: decisions.heartbeat(image, request, counts, new_member_id, self.limits)
+        )
+        if answer.member_epoch >= 0:
+            shard.seen(request.group_id, answer.member_id)
+            group = shard.image.group(request.group_id)
+            current = group.current.get(answer.member_id) if group else None
+            shard.track_revoking(
+                request.group_id, answer.member_id, bool(current and current.revoking)
+            )
+        elif answer.member_epoch == decisions.LEAVE_EPOCH:
+            shard.forget(request.group_id, [answer.member_id])
+        interval = (
+            min(RECONCILING_HEARTBEAT_MS, self.config.group_heartbeat_interval_ms)
+            if answer.reconciling
+            else self.config.group_heartbeat_interval_ms
+        )
+        return answer, interval
+
+    async def commit(
+        self,
+        index: int,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        items: list[decisions.CommitItem],
+    ) -> list[HeadwaterError | None]:
+        decisions.check_group_id(group_id)
+        shard = self.shard(index)
+        counts = partition_counts(self.metadata())
+        answers = await shard.write(
+            lambda image: decisions.commit_offsets(
+                image, group_id, member_id, member_epoch, items, counts, now_ms()
+            )
+        )
+        if member_id:
+            shard.seen(group_id, member_id)  # a commit shows the member is alive
+        return answers
+
+    async def delete(self, index: int, group_id: str) -> None:
+        shard = self.shard(index)
+        await shard.write(lambda image: decisions.delete_group(image, group_id))
+        shard.forget(group_id, [])
+
+    def committed(self, index: int) -> GroupsImage:
+        shard = self.shard(index)
+        shard.check_serving()
+        return shard.committed()
+
+    # ------------------------------------------------------------------ timers
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                await self.tick()
+            except HeadwaterError as error:
+                _log.debug("group coordinator tick: %s", error)
+            except Exception:
+                _log.exception("group coordinator tick failed")
+
+    async def tick(self) -> None:
+        """Remove expired members, give groups new targets when their topics changed,
+        and (every minute) expire old offsets of empty groups."""
+        now = time.monotonic()
+        metadata = self.metadata()
+        counts = partition_counts(metadata)
+        topics_changed = counts != self._counts_seen
+        self._counts_seen = counts
+        expire_offsets = now >= self._next_offsets_expiry
+        if expire_offsets:
+            self._next_offsets_expiry = now + OFFSETS_EXPIRY_CHECK_S
+        for shard in list(self.shards.values()):
+            if not shard.loaded:
+                continue
+            for group_id, members in shard.expired_members(now).items():
+                _log.info(
+                    "group %r: member(s) %s timed out; they leave the group", group_id, members
+                )
+                await shard.write(functools.partial(_remove, group_id, members, counts))
+                shard.forget(group_id, members)
+            if topics_changed:
+                for group_id in decisions.stale_targets(shard.image, counts):
+                    await shard.write(functools.partial(_refresh, group_id, counts))
+            if expire_offsets:
+                await shard.write(
+                    lambda image: decisions.expire_offsets(
+                        image, now_ms(), self.config.offsets_retention_ms
+                    )
+                )

@@ -1,0 +1,419 @@
+"""The ``headwater.v1.Groups`` servicer: consumer groups on any node.
+
+A call for a group is served by the group's coordinator, the leader of partition
+``coordinator_partition(group_id)`` of ``__consumer_offsets``: here, when this node leads
+it (``headwater.node.groups.coordinator``), else forwarded there (one hop; a forwarded
+call this node cannot serve is answered NOT_COORDINATOR, never forwarded again). The first
+call for any group asks the active controller to create ``__consumer_offsets``.
+
+Every request is checked before it reaches the coordinator: sizes and counts first (a
+request naming more partitions than ``OWNED_PARTITIONS_MAX`` is refused before anything
+is built from it), then the fields (``decisions.check_heartbeat``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import grpc
+
+from headwater.config import NodeConfig
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.cluster_state import ClusterState
+from headwater.node.controller import ControllerDriver
+from headwater.node.groups import decisions
+from headwater.node.groups.coordinator import GroupCoordinator
+from headwater.node.groups.image import GroupsImage, GroupState
+from headwater.node.groups.records import OFFSETS_TOPIC, TopicPartitionKey, coordinator_partition
+from headwater.node.peers import (
+    FORWARDED,
+    LOCAL_ONLY_KEY,
+    Peers,
+    is_forwarded,
+    is_local_only,
+    peer_error,
+)
+from headwater.node.service import rpc_handler
+from headwater.raft.image import MetadataImage
+from headwater.raft.records import NO_LEADER
+from headwater.v1 import headwater_pb2 as pb
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+
+OWNED_PARTITIONS_MAX: Final = 100_000
+METADATA_WAIT_S: Final = 5.0
+LOAD_WAIT_S: Final = 2.0
+LOAD_POLL_S: Final = 0.02
+LIST_PEER_TIMEOUT_S: Final = 5.0
+LOCAL_ONLY: Final = ((LOCAL_ONLY_KEY, "1"),)
+
+
+def partition_keys(items: Iterable[pb.TopicPartitions], what: str) -> frozenset[TopicPartitionKey]:
+    keys: set[TopicPartitionKey] = set()
+    count = 0
+    for item in items:
+        count += len(item.partitions)
+        if count > OWNED_PARTITIONS_MAX:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                f"{what} names more than {OWNED_PARTITIONS_MAX} partitions",
+            )
+        for partition in item.partitions:
+            if partition < 0:
+                raise HeadwaterError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"{what}: partition {partition} of {item.topic!r} is negative",
+                )
+            keys.add((item.topic, partition))
+    return frozenset(keys)
+
+
+def topic_partitions(keys: Iterable[TopicPartitionKey]) -> list[pb.TopicPartitions]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(keys):
+        by_topic.setdefault(topic, []).append(partition)
+    return [pb.TopicPartitions(topic=t, partitions=p) for t, p in by_topic.items()]
+
+
+def describe(group: GroupState, coordinator_id: int) -> pb.DescribeGroupResponse:
+    members = []
+    for member_id, joined in sorted(group.members.items()):
+        current = group.current.get(member_id)
+        members.append(
+            pb.GroupMember(
+                member_id=member_id,
+                instance_id=joined.instance_id,
+                client_id=joined.client_id,
+                member_epoch=current.member_epoch if current else 0,
+                subscribed_topics=joined.subscribed_topics,
+                subscribed_pattern=joined.subscribed_pattern,
+                assigned=topic_partitions(current.assigned if current else ()),
+                revoking=topic_partitions(current.revoking if current else ()),
+                target=topic_partitions(group.target.get(member_id, ())),
+                session_timeout_ms=joined.session_timeout_ms,
+                rebalance_timeout_ms=joined.rebalance_timeout_ms,
+            )
+        )
+    return pb.DescribeGroupResponse(
+        group_id=group.group_id,
+        state=group.state,
+        group_epoch=group.epoch,
+        target_epoch=group.target_epoch,
+        assignor=decisions.group_assignor(group),
+        coordinator_id=coordinator_id,
+        members=members,
+        offsets=[_committed(c) for _, c in sorted(group.offsets.items())],
+    )
+
+
+def _committed(committed: Any) -> pb.CommittedOffset:
+    return pb.CommittedOffset(
+        topic=committed.topic,
+        partition=committed.partition,
+        offset=committed.offset,
+        metadata=committed.metadata,
+        commit_timestamp_ms=committed.commit_timestamp_ms,
+    )
+
+
+class GroupsService(pb_grpc.GroupsServicer):
+    def __init__(
+        self,
+        config: NodeConfig,
+        state: ClusterState,
+        peers: Peers,
+        coordinator: GroupCoordinator | None,
+        controller: ControllerDriver | None,
+        may_lead: Callable[[], bool],
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.peers = peers
+        self.coordinator = coordinator
+        self.controller = controller
+        self.may_lead = may_lead
+        self._creating: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ routing
+
+    async def _offsets_topic(self) -> MetadataImage:
+        """The image, once it holds ``__consumer_offsets`` (created on first use)."""
+        image = self.state.image
+        if OFFSETS_TOPIC in image.topics:
+            return image
+        if not self.state.current:
+            raise HeadwaterError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"node {self.config.node_id} is starting and has not caught up with the "
+                "cluster metadata; retry",
+            )
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.get_running_loop().create_task(self._create_offsets_topic())
+        try:
+            await asyncio.shield(self._creating)
+        except HeadwaterError as error:
+            raise HeadwaterError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"{OFFSETS_TOPIC} could not be created yet: {error.message}",
+            ) from None
+        await self.state.wait_until(lambda im: OFFSETS_TOPIC in im.topics, METADATA_WAIT_S)
+        image = self.state.image
+        if OFFSETS_TOPIC not in image.topics:
+            raise HeadwaterError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created; retry"
+            )
+        return image
+
+    async def _create_offsets_topic(self) -> None:
+        if self.controller is not None and self.controller.is_active():
+            await self.controller.create_offsets_topic()
+            return
+        address = self.state.image.controller_internal_address
+        if not address:
+            raise HeadwaterError(ErrorCode.NOT_CONTROLLER, "no active controller is known")
+        try:
+            await self.peers.controller(address).CreateOffsetsTopic(
+                pb.CreateOffsetsTopicRequest(), timeout=self.peers.timeout_s
+            )
+        except grpc.RpcError as error:
+            raise peer_error(error, address) from None
+
+    async def _locate(self, group_id: str) -> tuple[MetadataImage, int, int]:
+        """(image, coordinator partition, its leader) of ``group_id``."""
+        decisions.check_group_id(group_id)
+        image = await self._offsets_topic()
+        topic = image.topics[OFFSETS_TOPIC]
+        index = coordinator_partition(group_id, len(topic.partitions))
+        leader = topic.partitions[index].leader
+        if leader == NO_LEADER:
+            raise HeadwaterError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"{OFFSETS_TOPIC}-{index}, which holds group {group_id!r}, has no leader now",
+            )
+        return image, index, leader
+
+    async def _route(self, group_id: str, context: grpc.aio.ServicerContext[Any, Any]) -> int | str:
+        """The coordinator partition when this node coordinates ``group_id`` (its shard
+        loaded), else the coordinator's address to forward to."""
+        image, index, leader = await self._locate(group_id)
+        if leader != self.config.node_id or self.coordinator is None:
+            if is_forwarded(context):
+                raise HeadwaterError(
+                    ErrorCode.NOT_COORDINATOR,
+                    f"node {self.config.node_id} does not coordinate group {group_id!r} (node "
+                    f"{leader} does); find the coordinator again",
+                )
+            address = image.broker_address(leader)
+            if not address:
+                raise HeadwaterError(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the address of node {leader} is unknown"
+                )
+            return address
+        if not self.may_lead():
+            raise HeadwaterError(
+                ErrorCode.NOT_COORDINATOR,
+                f"node {self.config.node_id} cannot lead partitions now (starting, fenced or "
+                "cut off); retry",
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LOAD_WAIT_S
+        while True:
+            shard = self.coordinator.shards.get(index)
+            if shard is not None and shard.loaded:
+                shard.check_serving()
+                return index
+            if loop.time() >= deadline:
+                if shard is None:
+                    raise HeadwaterError(
+                        ErrorCode.NOT_COORDINATOR,
+                        f"node {self.config.node_id} is taking over {OFFSETS_TOPIC}-{index}; retry",
+                    )
+                shard.check_serving()
+            await asyncio.sleep(LOAD_POLL_S)
+
+    async def _forward(self, address: str, method: str, request: Any) -> Any:
+        try:
+            return await getattr(self.peers.groups(address), method)(
+                request, metadata=FORWARDED, timeout=self.peers.timeout_s
+            )
+        except grpc.RpcError as error:
+            raise peer_error(error, address) from None
+
+    def _coordinator(self) -> GroupCoordinator:
+        assert self.coordinator is not None  # _route returns an index only with one
+        return self.coordinator
+
+    # ------------------------------------------------------------------ calls
+
+    @rpc_handler
+    async def FindCoordinator(
+        self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FindCoordinatorResponse:
+        image, index, leader = await self._locate(request.group_id)
+        return pb.FindCoordinatorResponse(
+            node_id=leader, address=image.broker_address(leader), partition=index
+        )
+
+    @rpc_handler
+    async def ConsumerGroupHeartbeat(
+        self,
+        request: pb.ConsumerGroupHeartbeatRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.ConsumerGroupHeartbeatResponse:
+        owned = partition_keys(request.owned, "owned")
+        route = await self._route(request.group_id, context)
+        if isinstance(route, str):
+            return await self._forward(route, "ConsumerGroupHeartbeat", request)  # type: ignore[no-any-return]
+        heartbeat = decisions.Heartbeat(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            instance_id=request.instance_id,
+            client_id=request.client_id,
+            subscribed_topics=tuple(request.subscribed_topics),
+            subscribed_pattern=request.subscribed_pattern,
+            assignor=request.assignor,
+            owned=owned,
+            session_timeout_ms=request.session_timeout_ms,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+        )
+        answer, interval = await self._coordinator().heartbeat(route, heartbeat)
+        return pb.ConsumerGroupHeartbeatResponse(
+            member_id=answer.member_id,
+            member_epoch=answer.member_epoch,
+            heartbeat_interval_ms=interval,
+            assignment=topic_partitions(answer.assigned),
+            group_epoch=answer.group_epoch,
+        )
+
+    @rpc_handler
+    async def OffsetCommit(
+        self, request: pb.OffsetCommitRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.OffsetCommitResponse:
+        if not 1 <= len(request.offsets) <= decisions.COMMIT_PARTITIONS_MAX:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                f"OffsetCommit names {len(request.offsets)} partitions; valid: 1 to "
+                f"{decisions.COMMIT_PARTITIONS_MAX}",
+            )
+        route = await self._route(request.group_id, context)
+        if isinstance(route, str):
+            return await self._forward(route, "OffsetCommit", request)  # type: ignore[no-any-return]
+        items = [
+            decisions.CommitItem(o.topic, o.partition, o.offset, o.metadata)
+            for o in request.offsets
+        ]
+        answers = await self._coordinator().commit(
+            route, request.group_id, request.member_id, request.member_epoch, items
+        )
+        return pb.OffsetCommitResponse(
+            results=[
+                pb.OffsetCommitResult(
+                    topic=item.topic,
+                    partition=item.partition,
+                    error_code=pb.ErrorCode.ValueType(error.code if error else 0),
+                    error_message=error.message if error else "",
+                )
+                for item, error in zip(items, answers, strict=True)
+            ]
+        )
+
+    @rpc_handler
+    async def OffsetFetch(
+        self, request: pb.OffsetFetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.OffsetFetchResponse:
+        wanted = partition_keys(request.partitions, "partitions")
+        route = await self._route(request.group_id, context)
+        if isinstance(route, str):
+            return await self._forward(route, "OffsetFetch", request)  # type: ignore[no-any-return]
+        group = self._coordinator().committed(route).group(request.group_id)
+        offsets = group.offsets if group is not None else {}
+        if not wanted:
+            return pb.OffsetFetchResponse(
+                offsets=[_committed(c) for _, c in sorted(offsets.items())]
+            )
+        answer = []
+        for key in sorted(wanted):
+            committed = offsets.get(key)
+            answer.append(
+                _committed(committed)
+                if committed is not None
+                else pb.CommittedOffset(topic=key[0], partition=key[1], offset=-1)
+            )
+        return pb.OffsetFetchResponse(offsets=answer)
+
+    @rpc_handler
+    async def DescribeGroup(
+        self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeGroupResponse:
+        route = await self._route(request.group_id, context)
+        if isinstance(route, str):
+            return await self._forward(route, "DescribeGroup", request)  # type: ignore[no-any-return]
+        group = self._coordinator().committed(route).group(request.group_id)
+        if group is None:
+            raise HeadwaterError(
+                ErrorCode.GROUP_ID_NOT_FOUND, f"group {request.group_id!r} does not exist"
+            )
+        return describe(group, self.config.node_id)
+
+    @rpc_handler
+    async def DeleteGroup(
+        self, request: pb.DeleteGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteGroupResponse:
+        route = await self._route(request.group_id, context)
+        if isinstance(route, str):
+            return await self._forward(route, "DeleteGroup", request)  # type: ignore[no-any-return]
+        await self._coordinator().delete(route, request.group_id)
+        return pb.DeleteGroupResponse()
+
+    @rpc_handler
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListGroupsResponse:
+        own = self._own_groups()
+        if is_local_only(context):
+            return pb.ListGroupsResponse(groups=own)
+        image = self.state.image
+        others = [n for n in image.live_broker_ids() if n != self.config.node_id]
+
+        async def ask(node_id: int) -> pb.ListGroupsResponse | None:
+            try:
+                answer: pb.ListGroupsResponse = await self.peers.groups(
+                    image.broker_address(node_id)
+                ).ListGroups(
+                    pb.ListGroupsRequest(), metadata=LOCAL_ONLY, timeout=LIST_PEER_TIMEOUT_S
+                )
+                return answer
+            except grpc.RpcError:
+                return None
+
+        answers = await asyncio.gather(*(ask(n) for n in others))
+        groups = list(own)
+        unreachable = []
+        for node_id, answer in zip(others, answers, strict=True):
+            if answer is None:
+                unreachable.append(node_id)
+            else:
+                groups += answer.groups
+        groups.sort(key=lambda g: g.group_id)
+        return pb.ListGroupsResponse(groups=groups, unreachable_nodes=unreachable)
+
+    def _own_groups(self) -> list[pb.GroupListing]:
+        if self.coordinator is None or not self.may_lead():
+            return []
+        listings = []
+        for shard in list(self.coordinator.shards.values()):
+            if not shard.loaded:
+                continue
+            image: GroupsImage = shard.committed()
+            for group_id, group in image.groups.items():
+                listings.append(
+                    pb.GroupListing(
+                        group_id=group_id,
+                        state=group.state,
+                        members=len(group.members),
+                        coordinator_id=self.config.node_id,
+                    )
+                )
+        return listings
