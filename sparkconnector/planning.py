@@ -48,6 +48,9 @@ FETCH_BYTES_MAX: Final = 64 << 20
 Key = tuple[str, int]  # (topic, partition)
 
 
+GROUP_ID_BYTES_MAX: Final = 255
+
+
 class OptionError(ValueError):
     """An option is missing, malformed or out of range; the message says which and why."""
 
@@ -108,6 +111,8 @@ class SourceOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     fetch_max_bytes: int = FETCH_BYTES_DEFAULT
+    group_id: str | None = None
+    """Streams: commit each finished micro-batch's end offsets to this consumer group."""
 
 
 # --------------------------------------------------------------------------- options
@@ -279,6 +284,14 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     if fetch_max_bytes > FETCH_BYTES_MAX:
         raise OptionError(f"fetchMaxBytes is {fetch_max_bytes}; the limit is {FETCH_BYTES_MAX}")
     delay = _get(options, "maxTriggerDelay")
+    group_id = _get(options, "groupId")
+    if group_id is not None:
+        if not streaming:
+            raise OptionError("groupId is for streams (spark.readStream), not batch reads")
+        if not 1 <= len(group_id.encode()) <= GROUP_ID_BYTES_MAX:
+            raise OptionError(
+                f"groupId is {len(group_id.encode())} bytes; valid: 1 to {GROUP_ID_BYTES_MAX}"
+            )
     return SourceOptions(
         bootstrap=bootstrap.strip(),
         subscription=subscription,
@@ -296,6 +309,7 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         min_partitions=_positive(options, "minPartitions"),
         max_records_per_partition=_positive(options, "maxRecordsPerPartition"),
         fetch_max_bytes=fetch_max_bytes,
+        group_id=group_id,
     )
 
 

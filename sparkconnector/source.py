@@ -40,6 +40,7 @@ from pyspark.sql.streaming.datasource import (
 
 from headwater.client import Admin, LogReader, Producer
 from headwater.client.connection import Cluster
+from headwater.client.positions import TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import decode_batches
 from headwater.sparkconnector import planning
@@ -321,6 +322,7 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._target: dict[Key, int] | None = None  # Trigger.AvailableNow's end
         self._last_trigger_s = time.monotonic()
         self._last_facts: Facts | None = None  # as latestOffset last fetched them
+        self._group_committed: dict[Key, int] | None = None  # groupId: what was committed
 
     def initialOffset(self) -> dict[str, Any]:
         facts = fetch_facts(self.options)
@@ -338,6 +340,7 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         offsets, topic_ids = planning.decode_offsets(start)
+        self._commit_to_group(offsets)
         facts = self._last_facts = fetch_facts(self.options)
         lost = planning.data_loss(offsets, facts.earliest, topic_ids, facts.topic_ids)
         if lost:
@@ -409,5 +412,26 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return read_range(self.options, partition.range)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: the query's checkpoint holds its offsets (as in Spark's Kafka
-        source, consumer-group offsets are not used)."""
+        """The query's checkpoint holds its offsets (as in Spark's Kafka source, they are
+        the source of truth); see ``_commit_to_group`` for the ``groupId`` option."""
+        self._commit_to_group(planning.decode_offsets(end)[0])
+
+    def _commit_to_group(self, done: Mapping[Key, int]) -> None:
+        """With ``groupId``: store ``done``, the end of a finished micro-batch, as the
+        group's committed offsets, so that ``headwater groups describe`` shows the query's
+        lag. Called from ``latestOffset``, whose start is always the end of a finished
+        batch (Spark plans the next batch only once the last one is in its commit log),
+        so the lag is exact even after the last batch of ``availableNow``; Spark's own
+        ``commit`` comes a batch later. A failed commit is logged, never fatal: the next
+        one catches up."""
+        group_id = self.options.group_id
+        if group_id is None or dict(done) == self._group_committed:
+            return
+        try:
+            clients_for(self.options.bootstrap).admin.alter_group_offsets(
+                group_id, {TopicPartition(t, p): o for (t, p), o in done.items()}
+            )
+        except HeadwaterError as error:
+            _log.warning("committing offsets to group %r failed: %s", group_id, error)
+            return
+        self._group_committed = dict(done)

@@ -104,6 +104,7 @@ def test_streaming_read_restarts_from_its_checkpoint_exactly_once(
             subscribe="ex",
             startingOffsets="earliest",
             maxOffsetsPerTrigger="2500",
+            groupId="spark-ex",
         )
         query = to_parquet(
             frame.selectExpr("CAST(value AS STRING) v"), out, checkpoint, availableNow=True
@@ -112,12 +113,20 @@ def test_streaming_read_restarts_from_its_checkpoint_exactly_once(
         assert not query.isActive
         return [p["numInputRows"] for p in query.recentProgress]
 
+    def group_lag() -> list[int | None]:
+        # groupId: each finished micro-batch's end offsets are committed to the group.
+        with Admin(node.address) as admin:
+            return [row.lag for row in admin.group_lag(admin.describe_group("spark-ex"))]
+
     first = run()
     assert sum(first) == 6000
     assert max(first) <= 2500, f"maxOffsetsPerTrigger not honoured: {first}"
+    assert group_lag() == [0, 0, 0]
     produce(node.address, "ex", [b"b%d" % i for i in range(3000)])
+    assert sum(group_lag()) == 3000  # type: ignore[arg-type]
     second = run()
     assert sum(second) == 3000  # only the new records: the checkpoint held the offsets
+    assert group_lag() == [0, 0, 0]
     values = read_values(spark, out)
     assert len(values) == 9000
     assert sorted(values) == sorted([f"a{i}" for i in range(6000)] + [f"b{i}" for i in range(3000)])
@@ -280,6 +289,7 @@ def test_bad_options_are_named(spark: SparkSession, node: NodeProcess) -> None:
         ({"subscribe": "br", "endingOffsets": '{"br": {"0": -2}}'}, "cannot be earliest"),
         ({"subscribe": "br", "maxOffsetsPerTrigger": "0"}, "must be >= 1"),
         ({"subscribePattern": "("}, "not a valid regex"),
+        ({"subscribe": "br", "groupId": "g"}, "groupId is for streams"),
     ]
     for options, expected in cases:
         frame = spark.read.format("headwater").option("bootstrap", node.address)
