@@ -5,6 +5,8 @@ history settles on the target."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import random
 from collections.abc import Mapping
 
@@ -275,3 +277,53 @@ def test_apply_refuses_a_second_owner_and_falling_epochs() -> None:
         apply(left, r.MemberAssignment(G, "m2", 1, (("a", 0),), ())).groups[G].owner(("a", 0))
         == "m2"
     )  # a member that leaves frees its partitions
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_decoding_any_bytes_gives_a_record_or_a_group_record_error(data: bytes) -> None:
+    with contextlib.suppress(r.GroupRecordError):
+        r.decode_record(data)
+
+
+@given(
+    st.sampled_from(sorted(r.RECORD_TYPES)),
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "group_id",
+                "member_id",
+                "epoch",
+                "members",
+                "assigned",
+                "revoking",
+                "topic",
+                "partition",
+                "offset",
+                "subscribed_topics",
+                "member_epoch",
+                "metadata",
+            ]
+        ),
+        json_values,
+    ),
+)
+def test_records_with_fields_of_any_type_are_refused_not_crashed(
+    kind: str, fields: dict[str, object]
+) -> None:
+    with contextlib.suppress(r.GroupRecordError):
+        r.decode_record(json.dumps({"type": kind, "version": 1, **fields}).encode())
+
+
+def test_deeply_nested_or_huge_values_are_refused() -> None:
+    for data in (b"[" * 100_000 + b"]" * 100_000, b" " * (r.RECORD_BYTES_MAX + 1)):
+        with pytest.raises(r.GroupRecordError):
+            r.decode_record(data)

@@ -222,6 +222,8 @@ def test_a_pattern_cannot_make_the_coordinator_spin() -> None:
         ({"member_epoch": 4}, ErrorCode.UNKNOWN_MEMBER_ID),
         ({"member_epoch": -2, "member_id": "m"}, ErrorCode.INVALID_REQUEST),
         ({"member_id": "m" * 256}, ErrorCode.INVALID_REQUEST),
+        ({"subscribed_topics": ("t" * 250,)}, ErrorCode.INVALID_REQUEST),
+        ({"subscribed_topics": ("",)}, ErrorCode.INVALID_REQUEST),
     ],
 )
 def test_bad_heartbeats_are_refused_with_their_code(
@@ -288,6 +290,9 @@ def test_commits_are_fenced_by_ownership_and_epoch() -> None:
     assert caught.value.code is ErrorCode.GROUP_ID_NOT_FOUND
     with pytest.raises(HeadwaterError) as caught:
         group.commit(a.member_id, a.epoch, [])
+    assert caught.value.code is ErrorCode.INVALID_REQUEST
+    with pytest.raises(HeadwaterError) as caught:  # 1.2 MB of metadata in one request
+        group.commit(a.member_id, a.epoch, [d.CommitItem(*mine, 1, "m" * 4000)] * 300)
     assert caught.value.code is ErrorCode.INVALID_REQUEST
 
 

@@ -36,6 +36,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from headwater.config import NodeConfig
@@ -60,8 +61,9 @@ _log = logging.getLogger(__name__)
 LOAD_READ_BYTES: Final = 1 << 20
 TICK_S: Final = 0.2
 OFFSETS_EXPIRY_CHECK_S: Final = 60.0
-FLUSH_RECORDS_MAX: Final = 20_000
-"""Most group records appended as one batch (a few MiB at most)."""
+FLUSH_BYTES_MAX: Final = 4 << 20
+"""Most bytes of group records appended as one batch (a decision's records always go in
+one batch, whatever their size: requests are bounded so that it stays a few MiB)."""
 RECONCILING_HEARTBEAT_MS: Final = 100
 """Heartbeat interval given to a member with partitions to take or give up."""
 
@@ -85,7 +87,7 @@ class GroupShard:
         self._pending: deque[tuple[int, GroupsImage]] = deque()
         self._appended = GroupsImage()
         """The image of the log as appended (``image`` less what is buffered)."""
-        self._buffer: list[tuple[tuple[GroupRecord, ...], GroupsImage, asyncio.Future[int]]] = []
+        self._buffer: list[_Buffered] = []
         self._flushing: asyncio.Task[None] | None = None
         self.last_seen: dict[tuple[str, str], float] = {}
         self.revoking_since: dict[tuple[str, str], float] = {}
@@ -183,13 +185,13 @@ class GroupShard:
         decision = decide(self.image)
         if decision.records:
             appended: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-            self._buffer.append((decision.records, decision.image, appended))
+            self._buffer.append(_Buffered.of(decision.records, decision.image, appended))
             self.image = decision.image
             if self._flushing is None:
                 self._flushing = asyncio.get_running_loop().create_task(self._flush())
             end = await asyncio.shield(appended)
         elif self._buffer:
-            end = await asyncio.shield(self._buffer[-1][2])
+            end = await asyncio.shield(self._buffer[-1].appended)
         else:
             end = self._pending[-1][0] if self._pending else 0
         if end > self.partition.high_watermark:
@@ -202,29 +204,28 @@ class GroupShard:
         on its image), and the image goes back to the log's."""
         try:
             while self._buffer:
-                taken, self._buffer = _take(self._buffer, FLUSH_RECORDS_MAX)
-                records = [r for entry_records, _, _ in taken for r in entry_records]
+                taken, self._buffer = _take(self._buffer, FLUSH_BYTES_MAX)
                 try:
-                    end = await self._append(records)
+                    end = await self._append(taken)
                 except HeadwaterError as error:
                     failed, self._buffer = taken + self._buffer, []
                     self.image = self._appended
-                    for _, _, appended in failed:
-                        if not appended.done():
-                            appended.set_exception(error)
+                    for entry in failed:
+                        if not entry.appended.done():
+                            entry.appended.set_exception(error)
                     return
-                self._appended = taken[-1][1]
+                self._appended = taken[-1].image
                 self._pending.append((end, self._appended))
-                for _, _, appended in taken:
-                    if not appended.done():
-                        appended.set_result(end)
+                for entry in taken:
+                    if not entry.appended.done():
+                        entry.appended.set_result(end)
         finally:
             self._flushing = None
 
-    async def _append(self, records: list[GroupRecord]) -> int:
+    async def _append(self, entries: list[_Buffered]) -> int:
         batch = batch_format.encode_batch(
-            [encode_record(r) for r in records],
-            keys=[record_key(r) for r in records],
+            [v for entry in entries for v in entry.values],
+            keys=[k for entry in entries for k in entry.keys],
             timestamps_ms=now_ms(),
         )
         partition = self.partition
@@ -280,18 +281,36 @@ class GroupShard:
             self.revoking_since.pop((group_id, member_id), None)
 
 
-def _take(
-    buffer: list[tuple[tuple[GroupRecord, ...], GroupsImage, asyncio.Future[int]]], limit: int
-) -> tuple[
-    list[tuple[tuple[GroupRecord, ...], GroupsImage, asyncio.Future[int]]],
-    list[tuple[tuple[GroupRecord, ...], GroupsImage, asyncio.Future[int]]],
-]:
-    """The first decisions of ``buffer`` with at most ``limit`` records in all (at least
+@dataclass(frozen=True, slots=True)
+class _Buffered:
+    """A decision's records, encoded, waiting for ``_flush``; ``image`` is the image after
+    them, ``appended`` gets the log end offset once they are in the log."""
+
+    values: list[bytes]
+    keys: list[bytes]
+    image: GroupsImage
+    appended: asyncio.Future[int]
+
+    @classmethod
+    def of(
+        cls, records: tuple[GroupRecord, ...], image: GroupsImage, appended: asyncio.Future[int]
+    ) -> _Buffered:
+        return cls(
+            [encode_record(r) for r in records], [record_key(r) for r in records], image, appended
+        )
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.values)) + sum(map(len, self.keys))
+
+
+def _take(buffer: list[_Buffered], limit: int) -> tuple[list[_Buffered], list[_Buffered]]:
+    """The first decisions of ``buffer`` with at most ``limit`` bytes in all (at least
     one decision), and the rest."""
-    count = 0
-    for index, (records, _, _) in enumerate(buffer):
-        count += len(records)
-        if count > limit and index > 0:
+    size = 0
+    for index, entry in enumerate(buffer):
+        size += entry.size
+        if size > limit and index > 0:
             return buffer[:index], buffer[index:]
     return buffer, []
 

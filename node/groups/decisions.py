@@ -44,7 +44,7 @@ from headwater.node.groups.records import (
     TargetAssignment,
     TopicPartitionKey,
 )
-from headwater.topics import INTERNAL_PREFIX
+from headwater.topics import INTERNAL_PREFIX, TOPIC_NAME_LENGTH_MAX
 
 T = TypeVar("T")
 JOIN_EPOCH: Final = 0
@@ -54,6 +54,7 @@ ADMIN_MEMBER_EPOCH: Final = -1
 """OffsetCommit's member epoch from outside the group (with member id "")."""
 OFFSET_METADATA_BYTES_MAX: Final = 4096
 COMMIT_PARTITIONS_MAX: Final = 10_000
+COMMIT_METADATA_BYTES_MAX: Final = 1 << 20
 PATTERN_LENGTH_MAX: Final = 1000
 SUBSCRIBED_TOPICS_MAX: Final = 10_000
 SESSION_TIMEOUT_RANGE_MS: Final = (1000, 1_800_000)
@@ -178,8 +179,13 @@ def check_heartbeat(request: Heartbeat, limits: GroupLimits) -> Heartbeat:
                 ErrorCode.INVALID_REQUEST,
                 "the subscription is empty: name at least one topic or a pattern",
             )
-        if any(not t for t in request.subscribed_topics):
-            raise _error(ErrorCode.INVALID_REQUEST, "a subscribed topic name is empty")
+        for topic in request.subscribed_topics:
+            if not 1 <= len(topic) <= TOPIC_NAME_LENGTH_MAX:
+                raise _error(
+                    ErrorCode.INVALID_REQUEST,
+                    f"a subscribed topic name is {len(topic)} characters; valid: 1 to "
+                    f"{TOPIC_NAME_LENGTH_MAX}",
+                )
         if request.subscribed_pattern:
             compile_pattern(request.subscribed_pattern)
     if request.assignor and request.assignor not in ASSIGNORS:
@@ -507,6 +513,13 @@ def commit_offsets(
         raise _error(
             ErrorCode.INVALID_REQUEST,
             f"OffsetCommit names {len(items)} partitions; valid: 1 to {COMMIT_PARTITIONS_MAX}",
+        )
+    metadata_bytes = sum(len(item.metadata.encode()) for item in items)
+    if metadata_bytes > COMMIT_METADATA_BYTES_MAX:
+        raise _error(
+            ErrorCode.INVALID_REQUEST,
+            f"the commit's metadata strings hold {metadata_bytes} bytes in all; at most "
+            f"{COMMIT_METADATA_BYTES_MAX} per request",
         )
     group = image.group(group_id)
     held: frozenset[TopicPartitionKey] | None = None  # None: an admin commit

@@ -27,6 +27,8 @@ from typing import Any, Final
 from headwater.client.partitioner import murmur2
 
 RECORD_VERSION: Final = 1
+RECORD_BYTES_MAX: Final = 16 << 20
+"""Larger than any record the coordinator writes (a target of 100,000 partitions)."""
 GROUP_ID_BYTES_MAX: Final = 255
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 OFFSETS_TOPIC_PARTITIONS: Final = 50
@@ -180,11 +182,14 @@ def encode_record(record: GroupRecord) -> bytes:
 
 def decode_record(data: bytes) -> GroupRecord:
     """The record in ``data``; GroupRecordError for anything else (bad JSON, an unknown
-    type or version, a missing field or one of the wrong type)."""
+    type or version, a missing field or one of the wrong type, or more than
+    ``RECORD_BYTES_MAX`` bytes)."""
+    if len(data) > RECORD_BYTES_MAX:
+        raise GroupRecordError(f"group record is {len(data)} bytes; at most {RECORD_BYTES_MAX}")
     try:
         body = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise GroupRecordError(f"group record is not JSON: {exc}") from exc
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise GroupRecordError(f"group record is not JSON: {type(exc).__name__}") from exc
     if not isinstance(body, dict):
         raise GroupRecordError("a group record must be a JSON object")
     cls = RECORD_TYPES.get(str(body.get("type")))
