@@ -888,22 +888,17 @@ class AsyncConsumer:
         """Join consumer group ``group_id``: the same options and semantics as the
         threaded ``Consumer.subscribe`` (docs/groups.md); the heartbeats run as a task on
         this event loop, and the listener is called from ``poll``."""
-        if self._group is not None:
-            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "this consumer is already subscribed")
-        if self._positions:
-            raise HeadwaterError(
-                ErrorCode.INVALID_REQUEST,
-                "this consumer has assigned partitions; subscribe() and assign() do not mix",
-            )
         subscription = subscription_of(
             group_id,
             topics,
             pattern,
+            subscribed=self._group is not None,
+            assigned=bool(self._positions),
             instance_id=instance_id,
             client_id=client_id,
             assignor=assignor,
             session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=max_poll_interval_ms,
+            max_poll_interval_ms=max_poll_interval_ms,
         )
         calls = AsyncGroupCalls(
             self._router.channel, self.address, group_id, CONSUMER_CALL_TIMEOUT_S

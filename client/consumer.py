@@ -400,22 +400,17 @@ class Consumer:
         ``session_timeout_ms`` 0 takes the cluster's (45 s by default);
         ``max_poll_interval_ms``: without a poll for this long the member leaves the
         group (its partitions go to others) and joins again at its next poll."""
-        if self._group is not None:
-            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "this consumer is already subscribed")
-        if self._positions:
-            raise HeadwaterError(
-                ErrorCode.INVALID_REQUEST,
-                "this consumer has assigned partitions; subscribe() and assign() do not mix",
-            )
         subscription = subscription_of(
             group_id,
             topics,
             pattern,
+            subscribed=self._group is not None,
+            assigned=bool(self._positions),
             instance_id=instance_id,
             client_id=client_id,
             assignor=assignor,
             session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=max_poll_interval_ms,
+            max_poll_interval_ms=max_poll_interval_ms,
         )
         calls = GroupCalls(self.cluster, group_id)
         membership = Membership(subscription)

@@ -62,9 +62,25 @@ def subscription_of(
     group_id: str,
     topics: str | Sequence[str] | None,
     pattern: str | None,
-    **settings: object,
+    *,
+    subscribed: bool,
+    assigned: bool,
+    instance_id: str = "",
+    client_id: str = "",
+    assignor: str = "",
+    session_timeout_ms: int = 0,
+    max_poll_interval_ms: int = 300_000,
 ) -> Subscription:
-    """A checked Subscription (INVALID_CONFIG for an empty one or a bad group id)."""
+    """A checked Subscription for a consumer that is ``subscribed`` already or has
+    ``assigned`` partitions (both refused: INVALID_REQUEST), or INVALID_CONFIG for an
+    empty subscription, INVALID_GROUP_ID for a bad group id."""
+    if subscribed:
+        raise HeadwaterError(ErrorCode.INVALID_REQUEST, "this consumer is already subscribed")
+    if assigned:
+        raise HeadwaterError(
+            ErrorCode.INVALID_REQUEST,
+            "this consumer has assigned partitions; subscribe() and assign() do not mix",
+        )
     names = (topics,) if isinstance(topics, str) else tuple(topics or ())
     if not names and not pattern:
         raise HeadwaterError(
@@ -75,7 +91,16 @@ def subscription_of(
         raise HeadwaterError(
             ErrorCode.INVALID_GROUP_ID, f"group_id is {size} bytes; valid: 1 to 255 bytes of UTF-8"
         )
-    return Subscription(group_id, tuple(sorted(set(names))), pattern or "", **settings)  # type: ignore[arg-type]
+    return Subscription(
+        group_id,
+        tuple(sorted(set(names))),
+        pattern or "",
+        instance_id,
+        client_id,
+        assignor,
+        session_timeout_ms,
+        max_poll_interval_ms,
+    )
 
 
 def _partitions(items: Iterable[pb.TopicPartitions]) -> frozenset[TopicPartition]:
