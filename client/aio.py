@@ -950,12 +950,17 @@ class AsyncConsumer:
             group.heartbeats.wake()
         assign = membership.to_assign()
         if assign:
-            committed = await group.calls.committed(assign)
+            # Owned from now on, before the call (see the threaded Consumer).
+            membership.taken(assign)
+            try:
+                committed = await group.calls.committed(assign)
+            except HeadwaterError:
+                membership.released(assign, time.monotonic())
+                raise
             self._positions.add(assign)
             for tp in assign:
                 if tp in committed:
                     self.seek(tp, committed[tp].offset)
-            membership.taken(assign)
             if group.listener is not None:
                 group.listener.on_assigned(assign)
 

@@ -24,7 +24,12 @@ from headwater.client.groups import (
     committed_of,
     raise_failures,
 )
-from headwater.client.membership import FENCING_ERRORS, Membership, topic_partitions
+from headwater.client.membership import (
+    FENCING_ERRORS,
+    SESSION_EXPIRED,
+    Membership,
+    topic_partitions,
+)
 from headwater.client.positions import TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
@@ -136,6 +141,14 @@ class HeartbeatTask:
                 if leave is not None:
                     await self._send_quietly(leave)
                 continue
+            if membership.session_expired(now):
+                _log.warning(
+                    "group %r: no heartbeat succeeded for the session timeout; giving the "
+                    "partitions up",
+                    self.calls.group_id,
+                )
+                membership.failed(SESSION_EXPIRED, now)
+                continue
             if not membership.due(now):
                 wait_s = (
                     IDLE_WAIT_S
@@ -148,6 +161,7 @@ class HeartbeatTask:
                 self._wake.clear()
                 continue
             request = membership.request()
+            sent_s = time.monotonic()
             try:
                 response = await self.calls.call("ConsumerGroupHeartbeat", request, retry_s=0)
             except HeadwaterError as error:
@@ -156,7 +170,7 @@ class HeartbeatTask:
                     self.error = error
                 continue
             if not membership.lost():
-                membership.answered(response, time.monotonic())
+                membership.answered(response, time.monotonic(), sent_s)
 
     async def _send_quietly(self, request: pb.ConsumerGroupHeartbeatRequest) -> None:
         try:

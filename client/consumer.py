@@ -459,14 +459,21 @@ class Consumer:
             group.heartbeats.wake()
         with group.heartbeats.lock:
             assign = group.membership.to_assign()
+            # Owned from now on, before any call: the heartbeats report them, so the
+            # coordinator cannot give them to another member until this one releases
+            # them (a revocation during the offset lookup is acted on at the next step).
+            group.membership.taken(assign)
         if assign:
-            committed = group.calls.committed(assign)
+            try:
+                committed = group.calls.committed(assign)
+            except HeadwaterError:
+                with group.heartbeats.lock:
+                    group.membership.released(assign, time.monotonic())
+                raise
             self._positions.add(assign)
             for tp in assign:
                 if tp in committed:
                     self._positions.seek(tp, committed[tp].offset)
-            with group.heartbeats.lock:
-                group.membership.taken(assign)
             if group.listener is not None:
                 group.listener.on_assigned(assign)
 
@@ -477,27 +484,46 @@ class Consumer:
 
     def _commit_quietly(self, partitions: list[TopicPartition] | None) -> None:
         try:
-            self._commit_positions(partitions)
+            self._submit_commit(self._uncommitted(partitions)).result()
         except HeadwaterError as error:
             _log.warning("auto-commit of group offsets failed: %s", error)
 
-    def _commit_positions(
-        self,
-        partitions: Iterable[TopicPartition] | None,
-        offsets: dict[TopicPartition, int] | None = None,
-    ) -> None:
+    def _uncommitted(
+        self, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, int]:
+        """Positions (of ``partitions``, or all) that differ from what was last committed."""
         group = self._require_group()
-        if offsets is None:
-            known = self._positions.known()
-            wanted = (
-                known if partitions is None else {p: known[p] for p in partitions if p in known}
-            )
-            offsets = {p: o for p, o in wanted.items() if group.last_committed.get(p) != o}
-        with group.heartbeats.lock:
-            member_id = group.membership.member_id
-            member_epoch = group.membership.member_epoch
-        group.calls.commit(offsets, member_id, member_epoch)
-        group.last_committed.update(offsets)
+        known = self._positions.known()
+        wanted = known if partitions is None else {p: known[p] for p in partitions if p in known}
+        return {p: o for p, o in wanted.items() if group.last_committed.get(p) != o}
+
+    def _submit_commit(
+        self,
+        offsets: dict[TopicPartition, int],
+        callback: Callable[[HeadwaterError | None], None] | None = None,
+    ) -> concurrent.futures.Future[None]:
+        """Every commit, from any method, goes through the group's one commit thread, so
+        they reach the coordinator in the order they were asked for: a partition's
+        committed offset never goes back to an older request's."""
+        group = self._require_group()
+        snapshot = dict(offsets)
+
+        def run() -> None:
+            error: HeadwaterError | None = None
+            try:
+                with group.heartbeats.lock:
+                    member_id = group.membership.member_id
+                    member_epoch = group.membership.member_epoch
+                group.calls.commit(snapshot, member_id, member_epoch)
+                group.last_committed.update(snapshot)
+            except HeadwaterError as exc:
+                error = exc
+            if callback is not None:
+                callback(error)
+            if error is not None:
+                raise error
+
+        return group.committer.submit(run)
 
     def _require_group(self) -> _Group:
         if self._group is None:
@@ -510,8 +536,9 @@ class Consumer:
         """Commit ``offsets`` (the next offset to read per partition), or the positions of
         everything ``poll`` handed out; waits until stored (replicated). Raises
         CommitFailedError naming partitions that were not stored (one this member no longer
-        owns: PARTITION_NOT_ASSIGNED or STALE_MEMBER_EPOCH)."""
-        self._commit_positions(None, offsets)
+        owns: PARTITION_NOT_ASSIGNED or STALE_MEMBER_EPOCH). Commits are applied in the
+        order they are asked for, ``commit_async`` ones included."""
+        self._submit_commit(self._uncommitted(None) if offsets is None else offsets).result()
 
     def commit_async(
         self,
@@ -520,26 +547,9 @@ class Consumer:
     ) -> concurrent.futures.Future[None]:
         """``commit`` in the background: the positions are taken now; the future (and
         ``callback``, with the error or None) completes when the commit does."""
-        group = self._require_group()
-        if offsets is None:
-            known = self._positions.known()
-            offsets = {p: o for p, o in known.items() if group.last_committed.get(p) != o}
-        if group.committer is None:
-            group.committer = concurrent.futures.ThreadPoolExecutor(1, "commit")
-        snapshot = dict(offsets)
-
-        def run() -> None:
-            error: HeadwaterError | None = None
-            try:
-                self._commit_positions(None, snapshot)
-            except HeadwaterError as exc:
-                error = exc
-            if callback is not None:
-                callback(error)
-            if error is not None:
-                raise error
-
-        return group.committer.submit(run)
+        return self._submit_commit(
+            self._uncommitted(None) if offsets is None else offsets, callback
+        )
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offset of each partition (None where it has none)."""
@@ -558,8 +568,7 @@ class Consumer:
                 self._group = group
                 self._commit_quietly(None)
                 self._group = None
-            if group.committer is not None:
-                group.committer.shutdown(wait=True)
+            group.committer.shutdown(wait=True)
             group.heartbeats.stop(leave=True)
         self._cancel_all()
         self.cluster.close()
@@ -575,4 +584,6 @@ class _Group:
     auto_commit_interval_s: float
     next_auto_commit_s: float = 0.0
     last_committed: dict[TopicPartition, int] = field(default_factory=dict)
-    committer: concurrent.futures.ThreadPoolExecutor | None = None
+    committer: concurrent.futures.ThreadPoolExecutor = field(
+        default_factory=lambda: concurrent.futures.ThreadPoolExecutor(1, "commit")
+    )

@@ -15,7 +15,7 @@ import threading
 import time
 
 from headwater.client.groups import GroupCalls
-from headwater.client.membership import FENCING_ERRORS, Membership
+from headwater.client.membership import FENCING_ERRORS, SESSION_EXPIRED, Membership
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
@@ -54,43 +54,54 @@ class HeartbeatThread:
 
     def _run(self) -> None:
         while not self._stopped.is_set():
+            leave: pb.ConsumerGroupHeartbeatRequest | None = None
+            request: pb.ConsumerGroupHeartbeatRequest | None = None
+            wait_s = 0.0
             with self.lock:
                 now = time.monotonic()
+                membership = self.membership
                 if self.left_for_poll_timeout:
-                    request = None
                     wait_s = IDLE_WAIT_S
                 elif now - self._last_poll_s > self.max_poll_interval_s:
                     leave = self._leave_for_poll_timeout()
-                    if leave is not None:
-                        self._send_quietly(leave)
-                    continue
-                elif self.membership.due(now):
-                    request = self.membership.request()
-                    wait_s = 0.0
+                elif membership.session_expired(now):
+                    _log.warning(
+                        "group %r: no heartbeat succeeded for the session timeout; giving the "
+                        "partitions up",
+                        self.calls.group_id,
+                    )
+                    membership.failed(SESSION_EXPIRED, now)
+                elif membership.due(now):
+                    request = membership.request()
                 else:  # not due yet, or fenced until the poll thread gives partitions up
-                    request = None
                     wait_s = (
                         IDLE_WAIT_S
-                        if self.membership.lost()
-                        else min(max(self.membership.next_heartbeat_s - now, 0.001), IDLE_WAIT_S)
+                        if membership.lost()
+                        else min(max(membership.next_heartbeat_s - now, 0.001), IDLE_WAIT_S)
                     )
-            if request is None:
+            if leave is not None:
+                self._send_quietly(leave)
+            elif request is not None:
+                self._heartbeat(request)
+            elif wait_s:
                 self._wake.wait(wait_s)
                 self._wake.clear()
-                continue
-            try:
-                response = self.calls.heartbeat(request)
-            except HeadwaterError as error:
-                with self.lock:
-                    self.membership.failed(error, time.monotonic())
-                    if not error.retriable and error.code not in FENCING_ERRORS:
-                        self.error = error
-                if error.retriable:
-                    _log.debug("heartbeat of group %r: %s", self.calls.group_id, error)
-                continue
+
+    def _heartbeat(self, request: pb.ConsumerGroupHeartbeatRequest) -> None:
+        sent_s = time.monotonic()
+        try:
+            response = self.calls.heartbeat(request)
+        except HeadwaterError as error:
             with self.lock:
-                if not self.left_for_poll_timeout:
-                    self.membership.answered(response, time.monotonic())
+                self.membership.failed(error, time.monotonic())
+                if not error.retriable and error.code not in FENCING_ERRORS:
+                    self.error = error
+            if error.retriable:
+                _log.debug("heartbeat of group %r: %s", self.calls.group_id, error)
+            return
+        with self.lock:
+            if not self.left_for_poll_timeout and not self.membership.lost():
+                self.membership.answered(response, time.monotonic(), sent_s)
 
     def _send_quietly(self, request: pb.ConsumerGroupHeartbeatRequest) -> None:
         try:

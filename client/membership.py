@@ -31,6 +31,13 @@ LEAVE_EPOCH: Final = -1
 STATIC_LEAVE_EPOCH: Final = -2
 FENCING_ERRORS: Final = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_MEMBER_EPOCH})
 RETRY_HEARTBEAT_S: Final = 0.1
+SESSION_EXPIRED: Final = HeadwaterError(
+    ErrorCode.FENCED_MEMBER_EPOCH,
+    "no heartbeat succeeded for the session timeout: the partitions may be another "
+    "member's; joining again",
+)
+"""What ``failed`` is told when ``session_expired``: fenced, keeping the member id (the
+join that follows releases the old membership's partitions at once)."""
 
 
 class RebalanceListener(Protocol):
@@ -127,6 +134,8 @@ class Membership:
         self.next_heartbeat_s = 0.0
         self._lost = False
         self._forget_member = False
+        self.session_timeout_s: float | None = None
+        self._alive_since_s: float | None = None
         self._owned_changed = False  # since the last request() was built
 
     def due(self, now_s: float) -> bool:
@@ -164,7 +173,13 @@ class Membership:
             instance_id=self.subscription.instance_id,
         )
 
-    def answered(self, response: pb.ConsumerGroupHeartbeatResponse, now_s: float) -> None:
+    def answered(
+        self, response: pb.ConsumerGroupHeartbeatResponse, now_s: float, sent_s: float
+    ) -> None:
+        """The answer to the heartbeat sent at ``sent_s``."""
+        if response.member_epoch >= JOIN_EPOCH:
+            self._alive_since_s = sent_s
+            self.session_timeout_s = response.session_timeout_ms / 1000 or None
         self.member_id = response.member_id
         self.member_epoch = response.member_epoch
         self.assigned = _partitions(response.assignment)
@@ -183,6 +198,18 @@ class Membership:
     def lost(self) -> bool:
         return self._lost
 
+    def session_expired(self, now_s: float) -> bool:
+        """Has no heartbeat succeeded for the session timeout, counted from when the last
+        successful one was sent (so never later than the coordinator counts)? Then the
+        coordinator may already have given the partitions away: stop reading them."""
+        return (
+            self.session_timeout_s is not None
+            and self._alive_since_s is not None
+            and bool(self.owned)
+            and not self._lost
+            and now_s - self._alive_since_s >= self.session_timeout_s
+        )
+
     def forget_owned(self, now_s: float) -> list[TopicPartition]:
         """After a fencing: what the consumer must stop reading (without committing: its
         commits would be refused). The next heartbeat joins again. Until this is called
@@ -195,6 +222,7 @@ class Membership:
         if self._forget_member:
             self.member_id = ""
         self._lost = False
+        self._alive_since_s = None
         self.next_heartbeat_s = now_s
         return gone
 

@@ -319,7 +319,10 @@ def test_member_resumed_past_its_session_cannot_commit(
             )
             after = described(admin, "pausers")
             assert after is not None
-            (a_id,) = {m.member_id for m in before.members} - {m.member_id for m in after.members}
+            assert (
+                len({m.member_id for m in before.members} - {m.member_id for m in after.members})
+                == 1
+            )
             with Producer(bootstrap, acks="all") as producer:
                 for n in range(200):
                     producer.send("paused", f"p{n}".encode(), partition=n % 2)
@@ -332,8 +335,6 @@ def test_member_resumed_past_its_session_cannot_commit(
                 DEADLINE_S,
                 "the resumed member learns it is out of the group",
             )
-            final = described(admin, "pausers")
-            assert final is not None and a_id not in {m.member_id for m in final.members}
     finally:
         stop_members(list(members.values()))
     # After it was resumed, the old member stored no offset: the coordinator refused its
@@ -342,7 +343,11 @@ def test_member_resumed_past_its_session_cannot_commit(
     for line in outs["a"].read_bytes()[stopped_size:].decode().splitlines():
         kind, _, rest = line.partition(" ")
         if kind == "F" and rest.startswith("commit"):
-            assert rest.split()[1] in ("UNKNOWN_MEMBER_ID", "FENCED_MEMBER_EPOCH")
+            assert rest.split()[1] in (
+                "UNKNOWN_MEMBER_ID",
+                "FENCED_MEMBER_EPOCH",
+                "STALE_MEMBER_EPOCH",
+            )
         elif kind == "A":
             assigned_again |= {int(p) for p in rest.split(",") if p}
         elif kind == "C":

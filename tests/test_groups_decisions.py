@@ -156,13 +156,35 @@ def test_expired_members_leave_and_their_partitions_move() -> None:
     assert caught.value.code is ErrorCode.UNKNOWN_MEMBER_ID
 
 
-def test_a_stale_member_epoch_is_fenced() -> None:
+def test_member_epochs_ahead_or_with_lost_partitions_are_fenced() -> None:
     group = Group()
     member = Member(group)
     member.beat()
     with pytest.raises(HeadwaterError) as caught:
         group.heartbeat(
             member_id=member.member_id, member_epoch=member.epoch + 5, subscribed_topics=("a",)
+        )
+    assert caught.value.code is ErrorCode.FENCED_MEMBER_EPOCH
+    old_epoch, old_owned = member.epoch, member.owned
+    other = Member(group)
+    settle([member, other])
+    assert member.epoch > old_epoch
+    # The answer to a heartbeat was lost and the member sends it again, at its old
+    # epoch: accepted while what it claims to own is still its own ...
+    again = group.heartbeat(
+        member_id=member.member_id,
+        member_epoch=old_epoch,
+        subscribed_topics=("a",),
+        owned=member.owned,
+    )
+    assert again.member_epoch == member.epoch
+    # ... fenced when it claims a partition that is now another member's.
+    with pytest.raises(HeadwaterError) as caught:
+        group.heartbeat(
+            member_id=member.member_id,
+            member_epoch=old_epoch,
+            subscribed_topics=("a",),
+            owned=old_owned,
         )
     assert caught.value.code is ErrorCode.FENCED_MEMBER_EPOCH
 
@@ -224,6 +246,7 @@ def test_a_pattern_cannot_make_the_coordinator_spin() -> None:
         ({"member_id": "m" * 256}, ErrorCode.INVALID_REQUEST),
         ({"subscribed_topics": ("t" * 250,)}, ErrorCode.INVALID_REQUEST),
         ({"subscribed_topics": ("",)}, ErrorCode.INVALID_REQUEST),
+        ({"subscribed_topics": tuple(f"{i:0200}" for i in range(1400))}, ErrorCode.INVALID_REQUEST),
     ],
 )
 def test_bad_heartbeats_are_refused_with_their_code(
@@ -396,3 +419,28 @@ def test_apply_offsets_is_applying_each_commit(seed: int) -> None:
         apply_offsets(
             image, [OffsetCommitted(G, "a", 0, 1, "", 1), OffsetCommitted("h", "a", 0, 1, "", 1)]
         )
+
+
+def test_commits_from_before_a_member_joined_again_are_refused() -> None:
+    """A member that was fenced joins again under the same id; a commit it sent before
+    (its old epoch) must not be stored, even for a partition it holds again."""
+    group = Group({"a": 2})
+    member = Member(group, ("a",))
+    settle([member])
+    old_epoch = member.epoch
+    member.epoch, member.owned = 0, frozenset()  # fenced: joins again as itself
+    settle([member, Member(group, ("a",))])
+    assert member.owned and member.epoch > old_epoch
+    held = sorted(member.owned)[0]
+    with pytest.raises(HeadwaterError) as caught:
+        group.commit(member.member_id, old_epoch, [d.CommitItem(*held, 5)])
+    assert caught.value.code is ErrorCode.STALE_MEMBER_EPOCH
+    assert group.commit(member.member_id, member.epoch, [d.CommitItem(*held, 5)]) == [None]
+    with pytest.raises(HeadwaterError) as fenced:
+        group.heartbeat(
+            member_id=member.member_id,
+            member_epoch=old_epoch,
+            subscribed_topics=("a",),
+            owned=frozenset([held]),
+        )
+    assert fenced.value.code is ErrorCode.FENCED_MEMBER_EPOCH

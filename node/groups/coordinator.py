@@ -43,11 +43,12 @@ from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.node.groups import decisions
-from headwater.node.groups.image import GroupsImage, apply
+from headwater.node.groups.image import GroupsImage, apply, apply_offsets
 from headwater.node.groups.records import (
     OFFSETS_TOPIC,
     GroupRecord,
     GroupRecordError,
+    OffsetCommitted,
     decode_record,
     encode_record,
     record_key,
@@ -89,13 +90,26 @@ class GroupShard:
         """The image of the log as appended (``image`` less what is buffered)."""
         self._buffer: list[_Buffered] = []
         self._flushing: asyncio.Task[None] | None = None
+        self._latest: asyncio.Future[int] | None = None
+        """The last decision's append: what a decision that writes nothing waits for."""
+        self.failed = False
+        """An append failed in a way that may have left its batch in the log: the shard
+        serves nothing more, and the coordinator loads the partition again."""
         self.last_seen: dict[tuple[str, str], float] = {}
         self.revoking_since: dict[tuple[str, str], float] = {}
+        self.counts_seen: Mapping[str, int] = {}
+        """The topics' partition counts the timers last checked the targets against."""
+        self.next_offsets_expiry_s = 0.0
 
     # ------------------------------------------------------------------ state
 
     def check_serving(self) -> None:
         partition = self.partition
+        if self.failed:
+            raise HeadwaterError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"{OFFSETS_TOPIC}-{self.index} is being loaded again after a failed append; retry",
+            )
         if not self.loaded:
             raise HeadwaterError(
                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -128,12 +142,11 @@ class GroupShard:
             if not result.data:
                 break
             for decoded in batch_format.decode_batches(result.data):
-                for value in decoded.records.column("value").to_pylist():
-                    image = self._replay(image, value)
+                image = self._replay(image, decoded.records.column("value").to_pylist())
                 if decoded.header.next_offset <= high_watermark:
                     committed = image
+                await asyncio.sleep(0)  # let the loop serve other calls between batches
             offset = result.next_offset
-            await asyncio.sleep(0)  # let the loop serve other calls between chunks
         self.image = self._appended = image
         self._committed = committed
         if end > high_watermark:
@@ -159,15 +172,29 @@ class GroupShard:
             else "",
         )
 
-    def _replay(self, image: GroupsImage, value: bytes | None) -> GroupsImage:
-        if value is None:
-            return image
-        try:
-            return apply(image, decode_record(value))
-        except GroupRecordError as exc:
-            self.skipped_records += 1
-            _log.warning("%s-%d: skipping a group record: %s", OFFSETS_TOPIC, self.index, exc)
-            return image
+    def _replay(self, image: GroupsImage, values: list[bytes | None]) -> GroupsImage:
+        """``image`` after one batch's records. A run of offset commits of one group is
+        applied in one step (``apply_offsets``), so that a commit of many partitions
+        costs no more to replay than to make."""
+        run: list[OffsetCommitted] = []
+        for value in values:
+            try:
+                record = decode_record(value) if value is not None else None
+                if isinstance(record, OffsetCommitted) and (
+                    not run or run[0].group_id == record.group_id
+                ):
+                    run.append(record)
+                    continue
+                image = apply_offsets(image, run)
+                run = []
+                if isinstance(record, OffsetCommitted):
+                    run.append(record)
+                elif record is not None:
+                    image = apply(image, record)
+            except GroupRecordError as exc:
+                self.skipped_records += 1
+                _log.warning("%s-%d: skipping a group record: %s", OFFSETS_TOPIC, self.index, exc)
+        return apply_offsets(image, run)
 
     # ------------------------------------------------------------------ writes
 
@@ -189,9 +216,10 @@ class GroupShard:
             self.image = decision.image
             if self._flushing is None:
                 self._flushing = asyncio.get_running_loop().create_task(self._flush())
+            self._latest = appended
             end = await asyncio.shield(appended)
-        elif self._buffer:
-            end = await asyncio.shield(self._buffer[-1].appended)
+        elif self._latest is not None and not self._latest.done():
+            end = await asyncio.shield(self._latest)  # buffered, or being appended now
         else:
             end = self._pending[-1][0] if self._pending else 0
         if end > self.partition.high_watermark:
@@ -200,19 +228,38 @@ class GroupShard:
 
     async def _flush(self) -> None:
         """Append what the decisions buffered, one batch per turn, until nothing is left.
-        A failed append fails its decisions and every one buffered since (they were made
-        on its image), and the image goes back to the log's."""
+
+        An append refused before anything was written (leadership gone, too few in-sync
+        replicas) fails its decisions and every one buffered since (they were made on its
+        image), and the image goes back to the log's. Any other failure of the append
+        (a disk error) may have left the batch in the log or not: the shard stops
+        (``failed``) and the coordinator loads it again from the log, so the image is
+        again exactly the log's."""
         try:
             while self._buffer:
                 taken, self._buffer = _take(self._buffer, FLUSH_BYTES_MAX)
                 try:
                     end = await self._append(taken)
-                except HeadwaterError as error:
-                    failed, self._buffer = taken + self._buffer, []
+                except _RefusedError as refused:
+                    self._fail(taken, refused.error)
                     self.image = self._appended
-                    for entry in failed:
-                        if not entry.appended.done():
-                            entry.appended.set_exception(error)
+                    return
+                except BaseException as exc:
+                    self.failed = True
+                    self._fail(
+                        taken,
+                        HeadwaterError(
+                            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                            f"{OFFSETS_TOPIC}-{self.index}: appending group records failed "
+                            f"({type(exc).__name__}: {exc}); the coordinator reloads the "
+                            "groups from the log; retry",
+                        ),
+                    )
+                    if not isinstance(exc, Exception):
+                        raise
+                    _log.exception(
+                        "%s-%d: appending group records failed", OFFSETS_TOPIC, self.index
+                    )
                     return
                 self._appended = taken[-1].image
                 self._pending.append((end, self._appended))
@@ -222,7 +269,15 @@ class GroupShard:
         finally:
             self._flushing = None
 
+    def _fail(self, taken: list[_Buffered], error: HeadwaterError) -> None:
+        """Fail ``taken`` and everything buffered after it."""
+        failed, self._buffer = taken + self._buffer, []
+        for entry in failed:
+            if not entry.appended.done():
+                entry.appended.set_exception(error)
+
     async def _append(self, entries: list[_Buffered]) -> int:
+        """Append ``entries`` as one batch; _RefusedError when refused before writing."""
         batch = batch_format.encode_batch(
             [v for entry in entries for v in entry.values],
             keys=[k for entry in entries for k in entry.keys],
@@ -234,9 +289,9 @@ class GroupShard:
             partition.check_open()
             partition.check_leader()
             partition.check_min_insync()
-            info = await partition.append(batch, now_ms())
         except HeadwaterError as error:
-            raise _coordinator_error(error, self.index) from None
+            raise _RefusedError(_coordinator_error(error, self.index)) from None
+        info = await partition.append(batch, now_ms())
         return info.last_offset + 1
 
     async def _replicated(self, end_offset: int) -> None:
@@ -304,6 +359,14 @@ class _Buffered:
         return sum(map(len, self.values)) + sum(map(len, self.keys))
 
 
+class _RefusedError(Exception):
+    """An append refused before anything was written."""
+
+    def __init__(self, error: HeadwaterError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 def _take(buffer: list[_Buffered], limit: int) -> tuple[list[_Buffered], list[_Buffered]]:
     """The first decisions of ``buffer`` with at most ``limit`` bytes in all (at least
     one decision), and the rest."""
@@ -365,20 +428,16 @@ class GroupCoordinator:
         self.shards: dict[int, GroupShard] = {}
         self._loading: dict[int, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
-        self._next_offsets_expiry = 0.0
-        self._counts_seen: Mapping[str, int] = {}
+        self._ticking: dict[int, asyncio.Task[None]] = {}
 
     def start(self) -> None:
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
 
     async def stop(self) -> None:
-        for task in [self._ticker, *self._loading.values()]:
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(
-            *(t for t in [self._ticker, *self._loading.values()] if t is not None),
-            return_exceptions=True,
-        )
+        tasks = [t for t in [self._ticker, *self._loading.values(), *self._ticking.values()] if t]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def reconcile(self) -> None:
         """Open a shard for each offsets partition this node now leads (loading it), and
@@ -493,31 +552,44 @@ class GroupCoordinator:
                 _log.exception("group coordinator tick failed")
 
     async def tick(self) -> None:
-        """Remove expired members, give groups new targets when their topics changed,
-        and (every minute) expire old offsets of empty groups."""
+        """Reload failed shards, and start each loaded shard's timers (``_tick_shard``)
+        unless its last round is still running: one shard waiting on its replicas never
+        holds up another's."""
         now = time.monotonic()
-        metadata = self.metadata()
-        counts = partition_counts(metadata)
-        topics_changed = counts != self._counts_seen
-        self._counts_seen = counts
-        expire_offsets = now >= self._next_offsets_expiry
-        if expire_offsets:
-            self._next_offsets_expiry = now + OFFSETS_EXPIRY_CHECK_S
-        for shard in list(self.shards.values()):
-            if not shard.loaded:
-                continue
+        counts = partition_counts(self.metadata())
+        failed = [index for index, shard in self.shards.items() if shard.failed]
+        for index in failed:
+            del self.shards[index]
+        if failed:
+            self.reconcile()  # opens and loads them again, from the log
+        loop = asyncio.get_running_loop()
+        for index, shard in list(self.shards.items()):
+            running = self._ticking.get(index)
+            if shard.loaded and (running is None or running.done()):
+                self._ticking[index] = loop.create_task(self._tick_shard(shard, now, counts))
+
+    async def _tick_shard(self, shard: GroupShard, now: float, counts: Mapping[str, int]) -> None:
+        """Remove the shard's expired members, give its groups new targets when their
+        topics changed, and (every minute) expire old offsets of its empty groups."""
+        try:
             for group_id, members in shard.expired_members(now).items():
                 _log.info(
                     "group %r: member(s) %s timed out; they leave the group", group_id, members
                 )
                 await shard.write(functools.partial(_remove, group_id, members, counts))
                 shard.forget(group_id, members)
-            if topics_changed:
+            if counts != shard.counts_seen:
                 for group_id in decisions.stale_targets(shard.image, counts):
                     await shard.write(functools.partial(_refresh, group_id, counts))
-            if expire_offsets:
+                shard.counts_seen = counts
+            if now >= shard.next_offsets_expiry_s:
                 await shard.write(
                     lambda image: decisions.expire_offsets(
                         image, now_ms(), self.config.offsets_retention_ms
                     )
                 )
+                shard.next_offsets_expiry_s = now + OFFSETS_EXPIRY_CHECK_S
+        except HeadwaterError as error:
+            _log.debug("%s-%d timers: %s", OFFSETS_TOPIC, shard.index, error)
+        except Exception:
+            _log.exception("%s-%d timers failed", OFFSETS_TOPIC, shard.index)

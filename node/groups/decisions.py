@@ -57,6 +57,7 @@ COMMIT_PARTITIONS_MAX: Final = 10_000
 COMMIT_METADATA_BYTES_MAX: Final = 1 << 20
 PATTERN_LENGTH_MAX: Final = 1000
 SUBSCRIBED_TOPICS_MAX: Final = 10_000
+SUBSCRIPTION_BYTES_MAX: Final = 256 << 10
 SESSION_TIMEOUT_RANGE_MS: Final = (1000, 1_800_000)
 REBALANCE_TIMEOUT_RANGE_MS: Final = (1000, 3_600_000)
 REBALANCE_TIMEOUT_DEFAULT_MS: Final = 300_000
@@ -103,6 +104,7 @@ class HeartbeatAnswer:
     assigned: tuple[TopicPartitionKey, ...]
     reconciling: bool
     """The member has partitions to take or give up (it should heartbeat again soon)."""
+    session_timeout_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,13 @@ def check_heartbeat(request: Heartbeat, limits: GroupLimits) -> Heartbeat:
         raise _error(
             ErrorCode.INVALID_REQUEST,
             f"{len(request.subscribed_topics)} subscribed topics; at most {SUBSCRIBED_TOPICS_MAX}",
+        )
+    names_bytes = sum(len(t) for t in request.subscribed_topics)
+    if names_bytes > SUBSCRIPTION_BYTES_MAX:
+        raise _error(
+            ErrorCode.INVALID_REQUEST,
+            f"the subscribed topic names hold {names_bytes} characters in all; at most "
+            f"{SUBSCRIPTION_BYTES_MAX} (subscribe to a pattern instead)",
         )
     if request.member_epoch >= JOIN_EPOCH:
         if not request.subscribed_topics and not request.subscribed_pattern:
@@ -286,11 +295,16 @@ def _target_fits(
     return covered == wanted
 
 
-def _update_target(changes: _Changes, counts: Mapping[str, int]) -> None:
-    """Bump the epoch when the metadata changed under the target; compute a new target
-    when the group epoch is past it."""
+def _update_target(changes: _Changes, counts: Mapping[str, int], check_fit: bool) -> None:
+    """Compute a new target when the group epoch is past it. With ``check_fit``, first
+    bump the epoch when the topics changed under the target (a pattern matches a new
+    topic, partitions were added): that costs a pass over every member's subscription,
+    so heartbeats leave it to the coordinator's timer (``stale_targets``), which runs it
+    when the metadata changes."""
     group = changes.group
     if not group.members:
+        return
+    if not check_fit and group.epoch == group.target_epoch > 0:
         return
     subscriptions = {m: subscribed_partitions(j, counts) for m, j in group.members.items()}
     if group.target_epoch == group.epoch and not _target_fits(group, subscriptions, counts):
@@ -331,7 +345,7 @@ def heartbeat(
         if request.member_epoch == LEAVE_EPOCH:
             changes.add(MemberLeft(group.group_id, member_id))
             changes.bump()
-            _update_target(changes, partition_counts)
+            _update_target(changes, partition_counts, check_fit=False)
         # A static leave changes nothing: the member keeps its place and partitions until
         # its instance comes back or its session runs out.
         return changes.decision(
@@ -340,9 +354,9 @@ def heartbeat(
     if request.member_epoch == JOIN_EPOCH:
         member_id = _join(changes, request, new_member_id, limits)
     else:
-        _check_member(group, member_id, request.member_epoch)
+        _check_member(group, member_id, request.member_epoch, request.owned)
         _maybe_resubscribe(changes, request)
-    _update_target(changes, partition_counts)
+    _update_target(changes, partition_counts, check_fit=False)
     group = changes.group
     current = group.current.get(member_id)
     owned = request.owned if request.member_epoch != JOIN_EPOCH else frozenset()
@@ -359,12 +373,17 @@ def heartbeat(
     )
     return changes.decision(
         HeartbeatAnswer(
-            member_id, following.member_epoch, group.epoch, following.assigned, reconciling
+            member_id,
+            following.member_epoch,
+            group.epoch,
+            following.assigned,
+            reconciling,
+            group.members[member_id].session_timeout_ms,
         ),
     )
 
 
-def _joined(request: Heartbeat, member_id: str) -> MemberJoined:
+def _joined(request: Heartbeat, member_id: str, joined_epoch: int) -> MemberJoined:
     return MemberJoined(
         request.group_id,
         member_id,
@@ -375,6 +394,7 @@ def _joined(request: Heartbeat, member_id: str) -> MemberJoined:
         request.session_timeout_ms,
         request.rebalance_timeout_ms,
         request.assignor,
+        joined_epoch,
     )
 
 
@@ -397,7 +417,7 @@ def _join(changes: _Changes, request: Heartbeat, new_member_id: str, limits: Gro
             f"group {group.group_id!r} has {len(group.members)} members; at most "
             f"{limits.members_max} (group_members_max)",
         )
-    changes.add(_joined(request, member_id))
+    changes.add(_joined(request, member_id, changes.group.epoch + 1))
     changes.bump()
     return member_id
 
@@ -414,7 +434,7 @@ def _replace_static(
     current = group.current.get(previous.member_id)
     target = group.target.get(previous.member_id, frozenset())
     changes.add(MemberLeft(group.group_id, previous.member_id))
-    changes.add(_joined(request, member_id))
+    changes.add(_joined(request, member_id, previous.joined_epoch))
     if group.target_epoch > 0:
         changes.add(
             TargetAssignment(
@@ -438,7 +458,12 @@ def _replace_static(
     return member_id
 
 
-def _check_member(group: GroupState, member_id: str, epoch: int) -> None:
+def _check_member(
+    group: GroupState, member_id: str, epoch: int, owned: frozenset[TopicPartitionKey]
+) -> None:
+    """A heartbeat from a member of the group at its epoch, or at an older one when what
+    it owns is all still its own (KIP-848: the answer to its last heartbeat was lost, and
+    it sends that heartbeat again); anything else is fenced."""
     if member_id not in group.members:
         raise _error(
             ErrorCode.UNKNOWN_MEMBER_ID,
@@ -447,7 +472,9 @@ def _check_member(group: GroupState, member_id: str, epoch: int) -> None:
         )
     current = group.current.get(member_id)
     known = current.member_epoch if current is not None else 0
-    if epoch != known:
+    held = set(current.assigned) | set(current.revoking) if current is not None else set()
+    earlier_incarnation = epoch < group.members[member_id].joined_epoch
+    if epoch > known or (epoch < known and (earlier_incarnation or not owned <= held)):
         raise _error(
             ErrorCode.FENCED_MEMBER_EPOCH,
             f"member {member_id!r} sent epoch {epoch}; the coordinator has {known}: give up "
@@ -457,7 +484,7 @@ def _check_member(group: GroupState, member_id: str, epoch: int) -> None:
 
 def _maybe_resubscribe(changes: _Changes, request: Heartbeat) -> None:
     joined = changes.group.members[request.member_id]
-    fresh = _joined(request, request.member_id)
+    fresh = _joined(request, request.member_id, joined.joined_epoch)
     fresh = replace(fresh, instance_id=joined.instance_id)
     if fresh == joined:
         return
@@ -484,7 +511,7 @@ def remove_members(
     for member_id in gone:
         changes.add(MemberLeft(group_id, member_id))
     changes.bump()
-    _update_target(changes, partition_counts)
+    _update_target(changes, partition_counts, check_fit=False)
     return changes.decision(None)
 
 
@@ -494,7 +521,7 @@ def refresh_target(
     """A new target when the subscribed topics changed under the group (created,
     deleted, partitions added)."""
     changes = _Changes(image, group_id)
-    _update_target(changes, partition_counts)
+    _update_target(changes, partition_counts, check_fit=True)
     return changes.decision(None)
 
 
@@ -539,6 +566,13 @@ def commit_offsets(
             raise _error(
                 ErrorCode.FENCED_MEMBER_EPOCH,
                 f"member {member_id!r} sent epoch {member_epoch}; the coordinator has {known}",
+            )
+        if member_epoch < group.members[member_id].joined_epoch:
+            raise _error(
+                ErrorCode.STALE_MEMBER_EPOCH,
+                f"member {member_id!r} sent epoch {member_epoch}, from before it joined again "
+                f"at epoch {group.members[member_id].joined_epoch}: what it committed then is "
+                "not its to commit now",
             )
         held = (
             frozenset(current.assigned) | frozenset(current.revoking)

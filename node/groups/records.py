@@ -77,6 +77,10 @@ class MemberJoined:
     session_timeout_ms: int
     rebalance_timeout_ms: int
     assignor: str = ""  # the assignor the member asks for ("" for the default)
+    joined_epoch: int = 0
+    """The group epoch this incarnation of the member joined at: every epoch it is given
+    is at least this, and every epoch an earlier incarnation (the same member id, before
+    it was fenced or timed out) had is below it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -261,6 +261,12 @@ class GroupsService(pb_grpc.GroupsServicer):
         request: pb.ConsumerGroupHeartbeatRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ConsumerGroupHeartbeatResponse:
+        if len(request.subscribed_topics) > decisions.SUBSCRIBED_TOPICS_MAX:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                f"{len(request.subscribed_topics)} subscribed topics; at most "
+                f"{decisions.SUBSCRIBED_TOPICS_MAX}",
+            )
         owned = partition_keys(request.owned, "owned")
         route = await self._route(request.group_id, context)
         if isinstance(route, str):
@@ -285,6 +291,7 @@ class GroupsService(pb_grpc.GroupsServicer):
             heartbeat_interval_ms=interval,
             assignment=topic_partitions(answer.assigned),
             group_epoch=answer.group_epoch,
+            session_timeout_ms=answer.session_timeout_ms,
         )
 
     @rpc_handler

@@ -110,7 +110,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     UNSUPPORTED_ASSIGNOR: _ErrorCode.ValueType  # 112
     STALE_MEMBER_EPOCH: _ErrorCode.ValueType  # 113
     """An OffsetCommit from a member epoch older than the member's current one, for a
-    partition the member no longer holds.
+    partition the member no longer holds, or from before the member joined again.
     """
     INVALID_REGULAR_EXPRESSION: _ErrorCode.ValueType  # 128
     """subscribed_pattern is not a valid regular expression (RE2 syntax)."""
@@ -189,7 +189,7 @@ UNRELEASED_INSTANCE_ID: ErrorCode.ValueType  # 111
 UNSUPPORTED_ASSIGNOR: ErrorCode.ValueType  # 112
 STALE_MEMBER_EPOCH: ErrorCode.ValueType  # 113
 """An OffsetCommit from a member epoch older than the member's current one, for a
-partition the member no longer holds.
+partition the member no longer holds, or from before the member joined again.
 """
 INVALID_REGULAR_EXPRESSION: ErrorCode.ValueType  # 128
 """subscribed_pattern is not a valid regular expression (RE2 syntax)."""
@@ -1089,6 +1089,7 @@ class ConsumerGroupHeartbeatResponse(_message.Message):
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
     GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     member_epoch: _builtins.int
     """The member's epoch now: send it back in the next heartbeat and in OffsetCommit.
@@ -1097,6 +1098,12 @@ class ConsumerGroupHeartbeatResponse(_message.Message):
     heartbeat_interval_ms: _builtins.int
     """When to heartbeat next (shorter while the member has partitions to take or give up)."""
     group_epoch: _builtins.int
+    session_timeout_ms: _builtins.int
+    """The session timeout the coordinator applies to this member. A member that has had no
+    successful heartbeat for this long, counted from when it sent the last one that
+    succeeded, must stop reading its partitions: the coordinator may have given them to
+    others.
+    """
     @_builtins.property
     def assignment(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
         """Every partition the member may read now (sorted by topic and partition)."""
@@ -1109,10 +1116,11 @@ class ConsumerGroupHeartbeatResponse(_message.Message):
         heartbeat_interval_ms: _builtins.int = ...,
         assignment: _abc.Iterable[Global___TopicPartitions] | None = ...,
         group_epoch: _builtins.int = ...,
+        session_timeout_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "group_epoch", b"group_epoch", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "group_epoch", b"group_epoch", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
