@@ -22,6 +22,8 @@ PURE_MODULES = [
     "log/batch.py",
     "log/index.py",
     "log/retention.py",
+    "log/producer_state.py",
+    "log/compaction.py",
     "log/api.py",
     "client/partitioner.py",
     "client/retry.py",

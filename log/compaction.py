@@ -1,0 +1,115 @@
+"""Log compaction's decisions (pure): what the cleaner of a compacted topic keeps.
+
+A compacted partition keeps, for every key, its newest record; older records of a key
+are removed, offsets are never changed and order is kept. A record with a null value (a
+tombstone) says "the key is deleted": it is kept, so that consumers learn of the
+deletion, until ``delete_retention_ms`` after it became cleanable, then removed too.
+
+The cleaner works in passes over the **cleanable** part of the log: every closed
+segment whose records are all older than ``min_compaction_lag_ms``; the active segment
+is never cleaned. A pass:
+
+1. builds an ``OffsetMap`` (key -> newest offset) over the dirty part, from the first
+   offset after the last pass, holding at most ``capacity`` keys (bounded memory): the
+   pass covers the dirty records up to ``OffsetMap.end_offset`` and the next pass the
+   rest;
+2. rewrites every cleanable segment below that end, keeping each record ``keep`` says to
+   keep (``survivors``).
+
+Invariant (tests/test_compaction.py, against an oracle): after passes that together
+cover the cleanable part, a record below the cleaned offset is kept exactly when it is
+the newest record of its key below that offset and is not a tombstone past its
+retention; the kept records keep their offsets, in order, and records at or past the
+cleaned offset are untouched (a key's newer record in the active segment removes the
+older ones once its segment is cleaned in turn). Records without a key are
+kept (a compacted topic refuses them on produce; older ones are left as they were).
+
+``cleanable_ratio`` is Kafka's dirty ratio: the share of the cleanable bytes written
+since the last pass; a partition is cleaned once it reaches ``min_cleanable_dirty_ratio``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSummary:
+    """What the cleaner needs of one record."""
+
+    offset: int
+    key: bytes | None
+    tombstone: bool  # a null value
+
+
+@dataclass(slots=True)
+class OffsetMap:
+    """key -> the newest offset of that key among the records added, up to ``capacity``
+    keys; ``end_offset`` is one past the last record it covers."""
+
+    capacity: int
+    start_offset: int
+    end_offset: int = -1
+    newest: dict[bytes, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ValueError("an offset map holds at least one key")
+        if self.end_offset < 0:
+            self.end_offset = self.start_offset
+
+    def add(self, records: Iterable[RecordSummary]) -> bool:
+        """Add records in offset order; False (and nothing more added) once a record's
+        key would not fit. Records below ``start_offset`` are skipped."""
+        for record in records:
+            if record.offset < self.end_offset:
+                continue
+            if record.key is not None:
+                if record.key not in self.newest and len(self.newest) >= self.capacity:
+                    return False
+                self.newest[record.key] = record.offset
+            self.end_offset = record.offset + 1
+        return True
+
+    def cover_to(self, offset: int) -> None:
+        """Every record below ``offset`` was added (a whole segment was read, some of its
+        offsets already compacted away): the map covers up to there."""
+        self.end_offset = max(self.end_offset, offset)
+
+
+def keep(
+    record: RecordSummary,
+    offset_map: Mapping[bytes, int],
+    tombstone_expired: bool,
+) -> bool:
+    """Is ``record`` kept by a pass whose map is ``offset_map`` (a record newer than the
+    map's end is never given to this)? ``tombstone_expired``: the record's segment has
+    been cleanable for more than ``delete_retention_ms``."""
+    if record.key is None:
+        return True
+    newest = offset_map.get(record.key)
+    if newest is not None and newest > record.offset:
+        return False  # a newer record of the key exists
+    return not (record.tombstone and tombstone_expired)
+
+
+def survivors(
+    records: Sequence[RecordSummary],
+    offset_map: OffsetMap,
+    tombstones_expired_below: int,
+) -> list[RecordSummary]:
+    """The records of a segment below ``offset_map.end_offset`` that a pass keeps;
+    tombstones at offsets below ``tombstones_expired_below`` are past their retention."""
+    return [
+        r
+        for r in records
+        if r.offset >= offset_map.end_offset
+        or keep(r, offset_map.newest, r.offset < tombstones_expired_below)
+    ]
+
+
+def cleanable_ratio(clean_bytes: int, dirty_bytes: int) -> float:
+    """The dirty share of the cleanable bytes (0 when there are none)."""
+    total = clean_bytes + dirty_bytes
+    return dirty_bytes / total if total else 0.0
