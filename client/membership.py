@@ -24,6 +24,7 @@ from typing import Final, Protocol
 
 from headwater.client.positions import TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
+from headwater.topics import check_group_id
 from headwater.v1 import headwater_pb2 as pb
 
 JOIN_EPOCH: Final = 0
@@ -93,11 +94,7 @@ def subscription_of(
         raise HeadwaterError(
             ErrorCode.INVALID_CONFIG, "subscribe to at least one topic or a pattern"
         )
-    size = len(group_id.encode())
-    if not 1 <= size <= 255:
-        raise HeadwaterError(
-            ErrorCode.INVALID_GROUP_ID, f"group_id is {size} bytes; valid: 1 to 255 bytes of UTF-8"
-        )
+    check_group_id(group_id)
     return Subscription(
         group_id,
         tuple(sorted(set(names))),

@@ -1,4 +1,5 @@
-"""Topic names, and the errors for unknown topics and partitions (pure).
+"""Topic names and consumer group ids, and the errors for unknown topics and partitions
+(pure).
 
 A topic name is 1 to 249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..`` (Kafka's
 rules, so names move between the systems), and does not start with ``__``, which is
@@ -16,6 +17,7 @@ from headwater.errors import ErrorCode, HeadwaterError
 TOPIC_NAME_LENGTH_MAX: Final = 249
 _LEGAL_NAME: Final = re.compile(r"[a-zA-Z0-9._-]+")
 INTERNAL_PREFIX: Final = "__"
+GROUP_ID_BYTES_MAX: Final = 255
 
 
 def check_topic_name(name: str, allow_internal: bool = False) -> None:
@@ -42,6 +44,17 @@ def check_topic_name(name: str, allow_internal: bool = False) -> None:
         raise HeadwaterError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"topic name {name!r} starts with {INTERNAL_PREFIX!r}, reserved for internal topics",
+        )
+
+
+def check_group_id(group_id: str) -> None:
+    """Raise INVALID_GROUP_ID unless ``group_id`` is 1 to GROUP_ID_BYTES_MAX bytes of
+    UTF-8 (the rule of the coordinator, the clients and the Spark source alike)."""
+    size = len(group_id.encode())
+    if not 1 <= size <= GROUP_ID_BYTES_MAX:
+        raise HeadwaterError(
+            ErrorCode.INVALID_GROUP_ID,
+            f"group id is {size} bytes; valid: 1 to {GROUP_ID_BYTES_MAX} bytes of UTF-8",
         )
 
 

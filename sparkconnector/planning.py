@@ -32,6 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from headwater.errors import HeadwaterError
+from headwater.topics import check_group_id
+
 EARLIEST: Final = -2
 LATEST: Final = -1
 BOOTSTRAP_KEYS: Final = (
@@ -46,9 +49,6 @@ FETCH_BYTES_DEFAULT: Final = 8 << 20
 FETCH_BYTES_MAX: Final = 64 << 20
 
 Key = tuple[str, int]  # (topic, partition)
-
-
-GROUP_ID_BYTES_MAX: Final = 255
 
 
 class OptionError(ValueError):
@@ -288,10 +288,10 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     if group_id is not None:
         if not streaming:
             raise OptionError("groupId is for streams (spark.readStream), not batch reads")
-        if not 1 <= len(group_id.encode()) <= GROUP_ID_BYTES_MAX:
-            raise OptionError(
-                f"groupId is {len(group_id.encode())} bytes; valid: 1 to {GROUP_ID_BYTES_MAX}"
-            )
+        try:
+            check_group_id(group_id)
+        except HeadwaterError as error:
+            raise OptionError(f"groupId: {error.message}") from None
     return SourceOptions(
         bootstrap=bootstrap.strip(),
         subscription=subscription,

@@ -14,9 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from headwater.errors import HeadwaterError
 from headwater.node.groups import records as r
 from headwater.node.groups.assignors import range_assignor, reconcile, uniform
 from headwater.node.groups.image import GroupsImage, GroupState, apply
+from headwater.topics import check_group_id
 
 G = "g"
 
@@ -74,10 +76,10 @@ def test_the_coordinator_partition_and_group_ids() -> None:
     assert r.coordinator_partition("g1") == r.coordinator_partition("g1")
     spread = {r.coordinator_partition(f"group-{i}") for i in range(500)}
     assert spread <= set(range(r.OFFSETS_TOPIC_PARTITIONS)) and len(spread) > 40
-    r.check_group_id("g" * 255)
+    check_group_id("g" * 255)
     for bad in ("", "g" * 256):
-        with pytest.raises(r.GroupRecordError, match="1 to 255"):
-            r.check_group_id(bad)
+        with pytest.raises(HeadwaterError, match="1 to 255"):
+            check_group_id(bad)
 
 
 # ---------------------------------------------------------------------- assignors

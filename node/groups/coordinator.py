@@ -517,7 +517,6 @@ class GroupCoordinator:
         member_epoch: int,
         items: list[decisions.CommitItem],
     ) -> list[HeadwaterError | None]:
-        decisions.check_group_id(group_id)
         shard = self.shard(index)
         counts = partition_counts(self.metadata())
         answers = await shard.write(

@@ -32,7 +32,6 @@ from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, reconcile
 from headwater.node.groups.image import GroupsImage, GroupState, apply, apply_offsets
 from headwater.node.groups.records import (
-    GROUP_ID_BYTES_MAX,
     GroupDeleted,
     GroupEpochBumped,
     GroupRecord,
@@ -44,7 +43,7 @@ from headwater.node.groups.records import (
     TargetAssignment,
     TopicPartitionKey,
 )
-from headwater.topics import INTERNAL_PREFIX, TOPIC_NAME_LENGTH_MAX
+from headwater.topics import INTERNAL_PREFIX, TOPIC_NAME_LENGTH_MAX, check_group_id
 
 T = TypeVar("T")
 JOIN_EPOCH: Final = 0
@@ -117,15 +116,6 @@ class CommitItem:
 
 def _error(code: ErrorCode, message: str) -> HeadwaterError:
     return HeadwaterError(code, message)
-
-
-def check_group_id(group_id: str) -> None:
-    size = len(group_id.encode())
-    if not 1 <= size <= GROUP_ID_BYTES_MAX:
-        raise _error(
-            ErrorCode.INVALID_GROUP_ID,
-            f"group id is {size} bytes; valid: 1 to {GROUP_ID_BYTES_MAX} bytes of UTF-8",
-        )
 
 
 def compile_pattern(pattern: str) -> re2._Regexp:

@@ -29,7 +29,6 @@ from headwater.client.partitioner import murmur2
 RECORD_VERSION: Final = 1
 RECORD_BYTES_MAX: Final = 16 << 20
 """Larger than any record the coordinator writes (a target of 100,000 partitions)."""
-GROUP_ID_BYTES_MAX: Final = 255
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 OFFSETS_TOPIC_PARTITIONS: Final = 50
 
@@ -45,15 +44,6 @@ def coordinator_partition(group_id: str, partitions: int = OFFSETS_TOPIC_PARTITI
     """The partition of ``__consumer_offsets`` that holds ``group_id``: murmur2 of its
     UTF-8 bytes, made non-negative, modulo the partition count."""
     return (murmur2(group_id.encode()) & 0x7FFFFFFF) % partitions
-
-
-def check_group_id(group_id: str) -> None:
-    """Raise GroupRecordError unless ``group_id`` is 1 to ``GROUP_ID_BYTES_MAX`` UTF-8 bytes."""
-    size = len(group_id.encode())
-    if not 1 <= size <= GROUP_ID_BYTES_MAX:
-        raise GroupRecordError(
-            f"group id is {size} bytes; valid: 1 to {GROUP_ID_BYTES_MAX} bytes of UTF-8"
-        )
 
 
 @dataclass(frozen=True, slots=True)

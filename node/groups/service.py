@@ -38,6 +38,7 @@ from headwater.node.peers import (
 from headwater.node.service import rpc_handler
 from headwater.raft.image import MetadataImage
 from headwater.raft.records import NO_LEADER
+from headwater.topics import check_group_id
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
@@ -181,7 +182,7 @@ class GroupsService(pb_grpc.GroupsServicer):
 
     async def _locate(self, group_id: str) -> tuple[MetadataImage, int, int]:
         """(image, coordinator partition, its leader) of ``group_id``."""
-        decisions.check_group_id(group_id)
+        check_group_id(group_id)
         image = await self._offsets_topic()
         topic = image.topics[OFFSETS_TOPIC]
         index = coordinator_partition(group_id, len(topic.partitions))
