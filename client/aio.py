@@ -61,7 +61,12 @@ from headwater.client.connection import (
     resolve_bootstrap,
 )
 from headwater.client.consumer import FetchedBatch, PollResult, fetched_from
-from headwater.client.membership import Membership, RebalanceListener, subscription_of
+from headwater.client.membership import (
+    Membership,
+    RebalanceListener,
+    subscription_of,
+    uncommitted,
+)
 from headwater.client.offsets import offset_requests, offsets_answered, one_timestamp
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
 from headwater.client.positions import FetchPositions, TopicPartition
@@ -976,9 +981,7 @@ class AsyncConsumer:
     def _uncommitted(
         self, group: _AsyncGroup, partitions: Iterable[TopicPartition] | None
     ) -> dict[TopicPartition, int]:
-        known = self._positions.known()
-        wanted = known if partitions is None else {p: known[p] for p in partitions if p in known}
-        return {p: o for p, o in wanted.items() if group.last_committed.get(p) != o}
+        return uncommitted(self._positions.known(), group.last_committed, partitions)
 
     async def _commit_quietly(self, partitions: list[TopicPartition] | None) -> None:
         group = self._require_group()

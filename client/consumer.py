@@ -34,7 +34,12 @@ from headwater.client import offsets
 from headwater.client.connection import Cluster
 from headwater.client.groups import GroupCalls
 from headwater.client.heartbeat import HeartbeatThread
-from headwater.client.membership import Membership, RebalanceListener, subscription_of
+from headwater.client.membership import (
+    Membership,
+    RebalanceListener,
+    subscription_of,
+    uncommitted,
+)
 from headwater.client.positions import FetchPositions, TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
@@ -493,9 +498,7 @@ class Consumer:
     ) -> dict[TopicPartition, int]:
         """Positions (of ``partitions``, or all) that differ from what was last committed."""
         group = self._require_group()
-        known = self._positions.known()
-        wanted = known if partitions is None else {p: known[p] for p in partitions if p in known}
-        return {p: o for p, o in wanted.items() if group.last_committed.get(p) != o}
+        return uncommitted(self._positions.known(), group.last_committed, partitions)
 
     def _submit_commit(
         self,

@@ -33,7 +33,6 @@ class HeartbeatThread:
         self.lock = threading.Lock()
         self.error: HeadwaterError | None = None
         """A heartbeat error that retrying cannot fix; the next poll raises it."""
-        self.left_for_poll_timeout = False
         self._last_poll_s = time.monotonic()
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -45,9 +44,6 @@ class HeartbeatThread:
     def polled(self) -> None:
         with self.lock:
             self._last_poll_s = time.monotonic()
-            if self.left_for_poll_timeout:
-                self.left_for_poll_timeout = False
-                self._wake.set()
 
     def wake(self) -> None:
         self._wake.set()
@@ -60,7 +56,7 @@ class HeartbeatThread:
             with self.lock:
                 now = time.monotonic()
                 membership = self.membership
-                if self.left_for_poll_timeout:
+                if membership.lost():  # until the poll thread has given its partitions up
                     wait_s = IDLE_WAIT_S
                 elif now - self._last_poll_s > self.max_poll_interval_s:
                     leave = self._leave_for_poll_timeout()
@@ -73,12 +69,8 @@ class HeartbeatThread:
                     membership.failed(SESSION_EXPIRED, now)
                 elif membership.due(now):
                     request = membership.request()
-                else:  # not due yet, or fenced until the poll thread gives partitions up
-                    wait_s = (
-                        IDLE_WAIT_S
-                        if membership.lost()
-                        else min(max(membership.next_heartbeat_s - now, 0.001), IDLE_WAIT_S)
-                    )
+                else:
+                    wait_s = min(max(membership.next_heartbeat_s - now, 0.001), IDLE_WAIT_S)
             if leave is not None:
                 self._send_quietly(leave)
             elif request is not None:
@@ -100,7 +92,7 @@ class HeartbeatThread:
                 _log.debug("heartbeat of group %r: %s", self.calls.group_id, error)
             return
         with self.lock:
-            if not self.left_for_poll_timeout and not self.membership.lost():
+            if not self.membership.lost():
                 self.membership.answered(response, time.monotonic(), sent_s)
 
     def _send_quietly(self, request: pb.ConsumerGroupHeartbeatRequest) -> None:
@@ -118,7 +110,6 @@ class HeartbeatThread:
             self.calls.group_id,
             self.max_poll_interval_s,
         )
-        self.left_for_poll_timeout = True
         request = self.membership.leave_request()
         self.membership.failed(
             HeadwaterError(ErrorCode.UNKNOWN_MEMBER_ID, "left the group: no poll in time"),

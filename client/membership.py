@@ -18,7 +18,7 @@ the member may read) and what the consumer reads now (``owned``). The engine dri
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -105,6 +105,19 @@ def subscription_of(
         session_timeout_ms,
         max_poll_interval_ms,
     )
+
+
+def uncommitted(
+    positions: Mapping[TopicPartition, int],
+    last_committed: Mapping[TopicPartition, int],
+    partitions: Iterable[TopicPartition] | None = None,
+) -> dict[TopicPartition, int]:
+    """The ``positions`` (of ``partitions``, or all) that differ from what was last
+    committed: what a commit of the consumer's positions sends."""
+    wanted = (
+        positions if partitions is None else {p: positions[p] for p in partitions if p in positions}
+    )
+    return {p: o for p, o in wanted.items() if last_committed.get(p) != o}
 
 
 def _partitions(items: Iterable[pb.TopicPartitions]) -> frozenset[TopicPartition]:

@@ -69,10 +69,6 @@ RECONCILING_HEARTBEAT_MS: Final = 100
 """Heartbeat interval given to a member with partitions to take or give up."""
 
 
-def partition_counts(image: MetadataImage) -> dict[str, int]:
-    return {name: len(topic.partitions) for name, topic in image.topics.items()}
-
-
 class GroupShard:
     """The groups of one ``__consumer_offsets`` partition led here (see the module)."""
 
@@ -429,6 +425,8 @@ class GroupCoordinator:
         self._loading: dict[int, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
         self._ticking: dict[int, asyncio.Task[None]] = {}
+        self._counts_image: MetadataImage | None = None
+        self._counts: Mapping[str, int] = {}
 
     def start(self) -> None:
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
@@ -468,8 +466,18 @@ class GroupCoordinator:
             if self.shards.get(index) is shard:
                 del self.shards[index]  # the next reconcile tries again
         finally:
-            if self._loading.get(index) is not None and self._loading[index].done():
+            if self._loading.get(index) is asyncio.current_task():
                 del self._loading[index]
+
+    def partition_counts(self) -> Mapping[str, int]:
+        """Every topic's partition count in the current metadata image, computed once
+        per image (not per heartbeat and commit: a cluster may hold thousands of
+        topics)."""
+        image = self.metadata()
+        if image is not self._counts_image:
+            self._counts = {name: len(t.partitions) for name, t in image.topics.items()}
+            self._counts_image = image
+        return self._counts
 
     def shard(self, index: int) -> GroupShard:
         shard = self.shards.get(index)
@@ -488,7 +496,7 @@ class GroupCoordinator:
         """The member's answer and the heartbeat interval to give it."""
         request = decisions.check_heartbeat(request, self.limits)
         shard = self.shard(index)
-        counts = partition_counts(self.metadata())
+        counts = self.partition_counts()
         new_member_id = uuid.uuid4().hex
         answer = await shard.write(
             lambda image: decisions.heartbeat(image, request, counts, new_member_id, self.limits)
@@ -518,7 +526,7 @@ class GroupCoordinator:
         items: list[decisions.CommitItem],
     ) -> list[HeadwaterError | None]:
         shard = self.shard(index)
-        counts = partition_counts(self.metadata())
+        counts = self.partition_counts()
         answers = await shard.write(
             lambda image: decisions.commit_offsets(
                 image, group_id, member_id, member_epoch, items, counts, now_ms()
@@ -555,7 +563,7 @@ class GroupCoordinator:
         unless its last round is still running: one shard waiting on its replicas never
         holds up another's."""
         now = time.monotonic()
-        counts = partition_counts(self.metadata())
+        counts = self.partition_counts()
         failed = [index for index, shard in self.shards.items() if shard.failed]
         for index in failed:
             del self.shards[index]
@@ -577,7 +585,7 @@ class GroupCoordinator:
                 )
                 await shard.write(functools.partial(_remove, group_id, members, counts))
                 shard.forget(group_id, members)
-            if counts != shard.counts_seen:
+            if counts is not shard.counts_seen and counts != shard.counts_seen:
                 for group_id in decisions.stale_targets(shard.image, counts):
                     await shard.write(functools.partial(_refresh, group_id, counts))
                 shard.counts_seen = counts

@@ -26,7 +26,12 @@ from headwater.node.controller import ControllerDriver
 from headwater.node.groups import decisions
 from headwater.node.groups.coordinator import GroupCoordinator
 from headwater.node.groups.image import GroupsImage, GroupState
-from headwater.node.groups.records import OFFSETS_TOPIC, TopicPartitionKey, coordinator_partition
+from headwater.node.groups.records import (
+    OFFSETS_TOPIC,
+    OffsetCommitted,
+    TopicPartitionKey,
+    coordinator_partition,
+)
 from headwater.node.peers import (
     FORWARDED,
     LOCAL_ONLY_KEY,
@@ -108,7 +113,7 @@ def describe(group: GroupState, coordinator_id: int) -> pb.DescribeGroupResponse
     )
 
 
-def _committed(committed: Any) -> pb.CommittedOffset:
+def _committed(committed: OffsetCommitted) -> pb.CommittedOffset:
     return pb.CommittedOffset(
         topic=committed.topic,
         partition=committed.partition,
