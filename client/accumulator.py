@@ -21,6 +21,16 @@ Per partition (a *slot*, ``(topic, partition)``):
   deadline has passed plus the clock margin (``RetryPolicy``), so the lost request can
   never land after a later batch.
 
+**Idempotence** (``idempotent``): every batch carries the producer id (``producer_id``,
+from InitProducerId; nothing is sent before the engine sets it), a producer epoch and the
+sequence number of its first record, per partition. A batch gets its epoch and sequence
+when it is first handed out and keeps them through its retries, so the leader appends a
+retried batch once and answers a copy of one it has with the original offsets. A
+partition starts a new epoch at sequence 0 (``SlotSequence``) when a batch of it failed
+for good (a hole may follow it) and when the leader answers OUT_OF_ORDER_SEQUENCE_NUMBER
+or UNKNOWN_PRODUCER_ID (its state was lost or expired): the batch is then stamped again
+at the new epoch and resent at once.
+
 Every batch has a **delivery deadline**, ``delivery_timeout_s`` after it opened: a batch
 still queued (never sent) at its deadline expires; no retry starts after it
 (``RetryPolicy.retry_after_s``). ``buffered_bytes`` counts the records of every batch from
@@ -37,6 +47,7 @@ the asyncio engine's futures); the accumulator only carries it.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +56,7 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 from headwater.client.partitioner import partition_for_key
 from headwater.client.retry import OUTCOME_UNKNOWN, RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.log.batch import HeaderPairs
+from headwater.log.batch import PRODUCER_EPOCH_MAX, HeaderPairs, stamp_producer
 
 if TYPE_CHECKING:
     import random  # the caller passes a seeded random.Random
@@ -57,6 +68,11 @@ Slot = tuple[str, int]
 RECORD_OVERHEAD_BYTES: Final = 12
 """What a record costs in the buffer besides its key and value bytes."""
 NEVER: Final = float("inf")
+SEQUENCE_SPACE: Final = 1 << 31
+RESTAMPED: Final = frozenset(
+    {ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID}
+)
+"""Answers after which a batch is stamped at a new epoch of its partition and resent."""
 
 
 def record_size(value: bytes | None, key: bytes | None) -> int:
@@ -95,6 +111,40 @@ class ProducerBatch(Generic[C]):
     sent_s: float = 0.0  # monotonic time of the latest attempt
     # ProduceRequest.deadline_unix_ms of the latest attempt: no node appends it later.
     append_deadline_unix_ms: int = 0
+    # Idempotence: the epoch and first sequence it is sent with (-1: not yet, or none).
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    restamps: int = 0  # times it was stamped again at a new epoch
+
+    def stamped_payload(self, producer_id: int) -> bytes:
+        """The encoded batch with this attempt's producer fields (stamped again, CRC
+        included, only when they differ from the payload's)."""
+        payload = self.payload
+        assert payload is not None
+        if self.base_sequence < 0:
+            return payload
+        if _PRODUCER_FIELDS.unpack_from(payload, 56) == (
+            producer_id,
+            self.base_sequence,
+            self.producer_epoch,
+        ):
+            return payload
+        self.payload = stamp_producer(payload, producer_id, self.producer_epoch, self.base_sequence)
+        return self.payload
+
+
+_PRODUCER_FIELDS: Final = struct.Struct("<qih")
+
+
+@dataclass(slots=True)
+class SlotSequence:
+    """A partition's idempotence state in the producer: the epoch its batches are sent
+    at and the sequence of the next batch's first record; ``restart``: the next batch
+    starts a new epoch at sequence 0."""
+
+    epoch: int = 0
+    next_sequence: int = 0
+    restart: bool = False
 
 
 class _OpenBatch(Generic[C]):
@@ -136,8 +186,13 @@ class RecordAccumulator(Generic[C]):
         new_completion: Callable[[Slot], C],
         clock: Callable[[], float],
         on_batch_closed: Callable[[Slot], None] = lambda _slot: None,
+        idempotent: bool = False,
     ) -> None:
         self.settings = settings
+        self.idempotent = idempotent
+        self.producer_id = -1
+        """Set by the engine from InitProducerId; nothing is sent before (idempotent)."""
+        self._sequences: dict[Slot, SlotSequence] = {}
         self._clock = clock
         self._batch_bytes = settings.batch_bytes
         self.buffered_bytes = 0
@@ -300,6 +355,13 @@ class RecordAccumulator(Generic[C]):
             if head.not_before_s > now_s:
                 wake_at_s = min(wake_at_s, head.not_before_s)
                 continue
+            if self.idempotent and (
+                self.producer_id < 0 or (head.base_sequence < 0 and not self._stamp(head))
+            ):
+                # The engine is asking for a producer id (or the partition has no epoch
+                # left): the batch waits, and expires at its deadline.
+                wake_at_s = min(wake_at_s, head.delivery_deadline_s)
+                continue
             queue.popleft()
             if not queue:
                 del self._queued[slot]
@@ -309,6 +371,33 @@ class RecordAccumulator(Generic[C]):
             drained.sendable.append(head)
         drained.wake_at_s = wake_at_s
         return drained
+
+    def _stamp(self, batch: ProducerBatch[C]) -> bool:
+        """Give ``batch`` its epoch and first sequence (its partition's next); False when
+        the partition has used up its epochs (the batch is left to expire)."""
+        sequence = self._sequences.setdefault(batch.slot, SlotSequence())
+        if sequence.restart:
+            if sequence.epoch >= PRODUCER_EPOCH_MAX:
+                return False
+            sequence.epoch += 1
+            sequence.next_sequence = 0
+            sequence.restart = False
+        batch.producer_epoch = sequence.epoch
+        batch.base_sequence = sequence.next_sequence
+        sequence.next_sequence = (sequence.next_sequence + batch.record_count) % SEQUENCE_SPACE
+        return True
+
+    def _restamp(self, batch: ProducerBatch[C]) -> bool:
+        """Stamp ``batch`` (the partition's only batch in flight) at a new epoch of its
+        partition, sequence 0; False when no epoch is left or it was restamped too often."""
+        if batch.restamps >= self.settings.retry.retries:
+            return False
+        sequence = self._sequences.setdefault(batch.slot, SlotSequence())
+        sequence.restart = True
+        if not self._stamp(batch):
+            return False
+        batch.restamps += 1
+        return True
 
     def retry_after(
         self,
@@ -322,6 +411,19 @@ class RecordAccumulator(Generic[C]):
         said so; False: no answer, the outcome is unknown). Returns the seconds until its
         retry, having queued it again at the front of its partition; or None when the
         failure is final (the batch stays in flight until ``settle``)."""
+        if (
+            self.idempotent
+            and error.code in RESTAMPED
+            and now_s < batch.delivery_deadline_s
+            and self._restamp(batch)
+        ):
+            # Nothing was appended, and the partition's sequence starts again (see the
+            # module docstring): resend at once, ahead of everything queued.
+            if self._in_flight.get(batch.slot) is batch:
+                del self._in_flight[batch.slot]
+            batch.not_before_s = now_s
+            self._queued.setdefault(batch.slot, deque()).appendleft(batch)
+            return 0.0
         wait_s = self.settings.retry.retry_after_s(
             error,
             answered,
@@ -356,6 +458,10 @@ class RecordAccumulator(Generic[C]):
         if self._in_flight.get(slot) is batch:
             del self._in_flight[slot]
         self.buffered_bytes -= batch.size
+        if error is not None and self.idempotent and batch.base_sequence >= 0:
+            # The failed batch may or may not be in the log: the next one cannot follow
+            # its sequence, so the partition starts a new epoch.
+            self._sequences.setdefault(slot, SlotSequence()).restart = True
         unknown = error is not None and (not answered or error.code in OUTCOME_UNKNOWN)
         if unknown and batch.append_deadline_unix_ms:
             retry = self.settings.retry

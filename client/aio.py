@@ -76,6 +76,7 @@ from headwater.client.producer import (
     buffer_full,
     check_batch_lengths,
     encoded_record_count,
+    idempotence_for,
     parse_acks,
     producer_settings,
 )
@@ -224,6 +225,7 @@ class AsyncProducer:
         buffer_bytes_max: int = 256 << 20,
         max_block_ms: int = 60_000,
         append_timeout_ms: int = 5_000,
+        enable_idempotence: bool | None = None,
     ) -> None:
         settings = producer_settings(
             append_timeout_ms=append_timeout_ms,
@@ -240,6 +242,7 @@ class AsyncProducer:
         self.address = resolve_bootstrap(bootstrap)[0]
         self.settings = settings
         self.acks = parse_acks(acks)
+        self.idempotent = idempotence_for(enable_idempotence, self.acks)
         self.compression = Compression.parse(compression)
         self.timeout_s = request_timeout_ms / 1000
         self.batch_bytes = batch_bytes
@@ -258,7 +261,9 @@ class AsyncProducer:
             new_completion=lambda _slot: _Completion(),
             clock=time.monotonic,
             on_batch_closed=self._advance_sticky,
+            idempotent=self.idempotent,
         )
+        self._initializing: asyncio.Task[None] | None = None
         self._room = asyncio.Event()
         self._closing = False
         self._flushing = 0
@@ -420,6 +425,13 @@ class AsyncProducer:
         """Send what the accumulator hands out, fail what expired, and come back at the
         next deadline (a linger, a backoff, an append-deadline barrier)."""
         self._pump_scheduled = False
+        if (
+            self.idempotent
+            and self._acc.producer_id < 0
+            and self._initializing is None
+            and not self._acc.idle()
+        ):
+            self._initializing = asyncio.get_running_loop().create_task(self._init_producer_id())
         now_s = time.monotonic()
         drained = self._acc.drain(
             now_s, time.time_ns() // 1_000_000, bool(self._flushing or self._closing)
@@ -434,6 +446,24 @@ class AsyncProducer:
             self._timer_at_s = drained.wake_at_s
             delay_s = max(drained.wake_at_s - now_s, 0.0)
             self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+
+    async def _init_producer_id(self) -> None:
+        """Ask for this producer's id (idempotence) until one arrives or nothing waits
+        to be sent; batches wait (and expire) meanwhile."""
+        try:
+            while self._acc.producer_id < 0 and not self._acc.idle():
+                try:
+                    answer = await self._router.stub(self.address).InitProducerId(
+                        pb.InitProducerIdRequest(), timeout=self.timeout_s
+                    )
+                except grpc.RpcError:
+                    await asyncio.sleep(self.settings.retry.backoff_base_ms / 1000)
+                    self._schedule_pump()  # expire what waited too long
+                    continue
+                self._acc.producer_id = answer.producer_id
+        finally:
+            self._initializing = None
+            self._schedule_pump()
 
     def _on_timer(self) -> None:
         self._timer, self._timer_at_s = None, NEVER
@@ -460,6 +490,9 @@ class AsyncProducer:
                     headers=batch.headers,
                     timestamps_ms=batch.timestamps,
                     compression=self.compression,
+                    producer_id=self._acc.producer_id if self.idempotent else -1,
+                    producer_epoch=batch.producer_epoch,
+                    base_sequence=batch.base_sequence,
                 )
             except ValueError as exc:
                 self._finish(batch, -1, HeadwaterError(ErrorCode.INVALID_RECORD, str(exc)))
@@ -497,7 +530,7 @@ class AsyncProducer:
         request = pb.ProduceRequest(
             topic=topic,
             partition=partition,
-            batch=batch.payload,
+            batch=batch.stamped_payload(self._acc.producer_id),
             acks=self.acks,
             timeout_ms=int(self.timeout_s * 1000),
             deadline_unix_ms=batch.append_deadline_unix_ms,

@@ -172,6 +172,21 @@ def buffer_full(buffered_bytes: int, buffer_bytes_max: int, max_block_s: float) 
     )
 
 
+def idempotence_for(enable_idempotence: bool | None, acks: pb.Acks.ValueType) -> bool:
+    """Whether a producer is idempotent: ``enable_idempotence`` when given, else (the
+    default) whenever acks is "all", as Kafka. Idempotence asked for with acks 0 or 1 is
+    INVALID_CONFIG: deduplication covers only what the in-sync replicas hold."""
+    if enable_idempotence is None:
+        return acks == pb.ACKS_ALL
+    if enable_idempotence and acks != pb.ACKS_ALL:
+        raise HeadwaterError(
+            ErrorCode.INVALID_CONFIG,
+            "enable_idempotence=True needs acks='all'; with acks 0 or 1 pass "
+            "enable_idempotence=False (or leave it unset)",
+        )
+    return enable_idempotence
+
+
 def parse_acks(acks: str | int) -> pb.Acks.ValueType:
     """0, 1 or "all" (also -1) to the protobuf Acks value; INVALID_REQUIRED_ACKS otherwise."""
     value = _ACKS.get(str(acks).strip().lower())
@@ -321,6 +336,7 @@ class Producer:
         buffer_bytes_max: int = 256 << 20,
         max_block_ms: int = 60_000,
         append_timeout_ms: int = 5_000,
+        enable_idempotence: bool | None = None,
     ) -> None:
         settings = producer_settings(
             append_timeout_ms=append_timeout_ms,
@@ -335,6 +351,7 @@ class Producer:
             max_block_ms=max_block_ms,
         )
         self.acks = parse_acks(acks)
+        self.idempotent = idempotence_for(enable_idempotence, self.acks)
         self.compression = Compression.parse(compression)
         self.settings = settings
         self.batch_bytes = batch_bytes
@@ -351,6 +368,7 @@ class Producer:
             new_completion=lambda slot: BatchResult(*slot),
             clock=time.monotonic,
             on_batch_closed=self._advance_sticky,
+            idempotent=self.idempotent,
         )
         # The hot path (send) takes the C-level lock directly; waiting and notifying go
         # through the condition built on the same lock.
@@ -552,8 +570,27 @@ class Producer:
                     self._cond.wait(max(wake_at - now, 0.0005))
             return drained
 
+    def _init_producer_id(self) -> None:
+        """Ask the cluster for this producer's id (idempotence), retrying retriable
+        failures within one delivery timeout; batches wait (and expire) meanwhile."""
+        try:
+            answer = self.cluster.call_any(
+                lambda address: self.cluster.broker(address).InitProducerId(
+                    pb.InitProducerIdRequest(), timeout=self.request_timeout_s
+                ),
+                retry_s=self.request_timeout_s,
+            )
+        except HeadwaterError:
+            time.sleep(self.settings.retry.backoff_base_ms / 1000)
+            return
+        with self._cond:
+            self._acc.producer_id = answer.producer_id
+            self._cond.notify_all()
+
     def _run_sender(self) -> None:
         while True:
+            if self.idempotent and self._acc.producer_id < 0 and not self._acc.idle():
+                self._init_producer_id()
             self._expire_streams(time.monotonic())
             drained = self._next_drained()
             if drained is None:
@@ -573,8 +610,12 @@ class Producer:
                     headers=batch.headers,
                     timestamps_ms=batch.timestamps,
                     compression=self.compression,
+                    producer_id=self._acc.producer_id if self.idempotent else -1,
+                    producer_epoch=batch.producer_epoch,
+                    base_sequence=batch.base_sequence,
                 )
                 batch.values = batch.keys = batch.headers = ()  # free the record lists
+            payload = batch.stamped_payload(self._acc.producer_id)
             address = self.cluster.leader(topic, partition)
         except HeadwaterError as error:
             self._on_answer(batch, None, error, answered=True)  # nothing sent: retried
@@ -585,7 +626,7 @@ class Producer:
         request = pb.ProduceRequest(
             topic=topic,
             partition=partition,
-            batch=batch.payload,
+            batch=payload,
             acks=self.acks,
             timeout_ms=int(self.request_timeout_s * 1000),
             deadline_unix_ms=batch.append_deadline_unix_ms,

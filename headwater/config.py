@@ -394,6 +394,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         high=INT64_MAX,
     ),
     Setting(
+        "producer_id_expiration_ms",
+        DAY_MS,
+        "An idempotent producer silent this long on a partition (by its batches' "
+        "timestamps) is forgotten there; its next batch must start a new epoch at "
+        "sequence 0 (clients do so on UNKNOWN_PRODUCER_ID).",
+        unit="ms",
+        low=1000,
+        high=INT64_MAX,
+    ),
+    Setting(
         "retention_check_interval_ms",
         60_000,
         "How often retention runs over every partition.",
@@ -571,6 +581,7 @@ class NodeConfig:
     group_heartbeat_interval_ms: int = 500
     group_members_max: int = 1000
     offsets_retention_ms: int = 7 * DAY_MS
+    producer_id_expiration_ms: int = DAY_MS
     retention_check_interval_ms: int = 60_000
     log_level: str = "info"
     segment_bytes: int = 1 << 30
@@ -688,6 +699,7 @@ class NodeConfig:
             index_interval_bytes=int(values["index_interval_bytes"]),
             flush_policy=FlushPolicy(values["flush_policy"]),
             flush_interval_ms=int(values["flush_interval_ms"]),
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
 
 

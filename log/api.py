@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log.producer_state import ProducerStates
 
 
 class FlushPolicy(enum.StrEnum):
@@ -42,6 +43,8 @@ class LogConfig:
     index_interval_bytes: int = 4096
     flush_policy: FlushPolicy = FlushPolicy.OS
     flush_interval_ms: int = 1000
+    producer_id_expiration_ms: int = 24 * 3600 * 1000
+    """Idempotent producers silent this long are forgotten (``producer_state.expire``)."""
 
     def timestamp_range(self, now_ms: int) -> tuple[int, int]:
         """The record timestamps a producer may send now: [now - before_max, now +
@@ -60,6 +63,9 @@ class AppendInfo:
     last_offset: int
     record_count: int
     log_start_offset: int
+    duplicate: bool = False
+    """The batch was a retry of one of its producer's last batches: nothing was written;
+    the offsets are the original's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +106,17 @@ class PartitionLog(Protocol):
     def damage(self) -> str:
         """What recovery cut and set aside when the log was opened ("" when nothing)."""
 
+    @property
+    def producer_states(self) -> ProducerStates:
+        """Idempotent producers' state as of log_end_offset (see ``producer_state``)."""
+
     def append(self, batch: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
-        """Append one verified batch at log_end_offset (its base offset is rewritten)."""
+        """Append one verified batch at log_end_offset (its base offset is rewritten).
+        A batch with a producer id is first checked against the producer's sequence
+        (``producer_state.check``): a duplicate of one of its last batches is answered
+        with the original offsets (``duplicate``) and not written; a refused one raises
+        the refusal's error (OUT_OF_ORDER_SEQUENCE_NUMBER and the others) and is not
+        written either. The check and the append are one step under the log's lock."""
 
     def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> ReadResult:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one

@@ -106,6 +106,7 @@ UNCOMPRESSED_BYTES_MAX: Final = 1 << 30
 max_message_bytes a topic may set); the broker checks produced batches against the
 topic's own max_message_bytes."""
 _BASE_OFFSET_LEADER_EPOCH: Final = struct.Struct("<qii")
+_PRODUCER_FIELDS: Final = struct.Struct("<qih")
 
 
 class Compression(enum.IntEnum):
@@ -754,6 +755,37 @@ def _check_timestamp(timestamp: int, what: str, valid: tuple[int, int]) -> None:
         )
 
 
+PRODUCER_EPOCH_MAX: Final = (1 << 15) - 1
+SEQUENCE_MAX: Final = (1 << 31) - 1
+
+
+def _check_producer_fields(header: BatchHeader) -> None:
+    """A batch is either not idempotent (producer_id, producer_epoch and base_sequence
+    all -1) or idempotent (producer_id >= 0, producer_epoch in [0, 32767], base_sequence
+    in [0, 2^31 - 1])."""
+    producer_id, epoch, sequence = header.producer_id, header.producer_epoch, header.base_sequence
+    if producer_id == -1 and epoch == -1 and sequence == -1:
+        return
+    if producer_id >= 0 and 0 <= epoch <= PRODUCER_EPOCH_MAX and 0 <= sequence <= SEQUENCE_MAX:
+        return
+    raise CorruptBatchError(
+        f"producer_id {producer_id}, producer_epoch {epoch}, base_sequence {sequence}: "
+        "either all three are -1 (not idempotent), or producer_id >= 0, producer_epoch in "
+        f"[0, {PRODUCER_EPOCH_MAX}] and base_sequence in [0, {SEQUENCE_MAX}]"
+    )
+
+
+def stamp_producer(
+    batch: bytes, producer_id: int, producer_epoch: int, base_sequence: int
+) -> bytes:
+    """``batch`` with its producer fields (bytes 56-69) rewritten and its CRC computed
+    again (the fields are covered by it)."""
+    stamped = bytearray(batch)
+    _PRODUCER_FIELDS.pack_into(stamped, 56, producer_id, base_sequence, producer_epoch)
+    struct.pack_into("<I", stamped, 20, _crc32c.crc32c(memoryview(stamped)[CRC_START:]))
+    return bytes(stamped)
+
+
 def validate_batch(
     buffer: bytes | memoryview,
     max_uncompressed_bytes: int = UNCOMPRESSED_BYTES_MAX,
@@ -781,6 +813,7 @@ def validate_batch(
             f"transactional 0x0010, control 0x0020); a producer may set only "
             f"{PRODUCER_ATTRIBUTE_BITS:#06x} (codec, has keys, has headers)"
         )
+    _check_producer_fields(header)
     low = max(timestamp_range[0], TIMESTAMP_MIN_MS)
     high = min(timestamp_range[1], TIMESTAMP_MAX_MS)
     _check_timestamp(header.first_timestamp, "first_timestamp", (low, high))

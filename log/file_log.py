@@ -9,6 +9,8 @@ Directory layout (one directory per partition)::
                                     offset format: ``write_checked_offset``)
     clean-shutdown                  present only between a clean close and the next open
     leader-epoch-checkpoint         the leader-epoch cache (see leader_epochs.py)
+    00000000000000000000.producers  idempotent producers' state as of that offset
+                                    (``producer_state.encode_snapshot``)
 
 Opening: without the clean-shutdown marker, every segment that may hold data past the
 recovery point is scanned with CRC checks and base-offset contiguity; at the first torn
@@ -33,6 +35,18 @@ cuts a divergent tail with ``truncate_to`` (or starts over at the leader's log s
 checkpoint is rewritten (atomically) whenever it changes, which is once per leader
 change, and rebuilt from the batch headers when missing or unreadable.
 
+Idempotent producers: the log keeps their state (``producer_state``) as of its end,
+checks every batch with a producer id against it in the same locked step as the append,
+and updates it on every append, leader's and follower's alike. It is snapshotted when a
+segment rolls (at the new segment's base offset) and on close (at the log end), and
+rebuilt on open and after every truncation from the newest snapshot at or below the log
+end, followed by the batch headers after it (one pread per batch; no snapshot: every
+batch of the log). Snapshots above the log end (a truncated tail's) are deleted before
+the rebuild, so a state never holds a batch the log does not; snapshots below the log
+start go with retention. Invariant: the state is always the one the log's batches give,
+which is what lets a follower that becomes leader answer a retried batch with the
+offsets it was first appended at, and never with offsets a truncation removed.
+
 Thread-safety: all public methods take the log's lock; appends and reads serialize per
 partition (reads are one pread each, so the lock is held briefly).
 """
@@ -44,6 +58,7 @@ import dataclasses
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -52,6 +67,7 @@ import pyarrow.compute as pc
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
+from headwater.log import producer_state
 from headwater.log.api import (
     AppendInfo,
     FlushPolicy,
@@ -60,6 +76,7 @@ from headwater.log.api import (
     offset_out_of_range,
 )
 from headwater.log.leader_epochs import EpochCheckpointError, LeaderEpochCache
+from headwater.log.producer_state import Duplicate, ProducerEntry, ProducerStates, Refused
 from headwater.log.retention import SegmentSummary, segments_to_delete
 from headwater.log.segment import LOG_SUFFIX, Segment
 
@@ -67,6 +84,8 @@ RECOVERY_POINT_FILE: Final = "recovery-point"
 CLEAN_SHUTDOWN_FILE: Final = "clean-shutdown"
 EPOCH_CHECKPOINT_FILE: Final = "leader-epoch-checkpoint"
 DAMAGED_DIR: Final = "damaged"
+PRODUCER_SNAPSHOT_SUFFIX: Final = ".producers"
+PRODUCER_SNAPSHOT_BYTES_MAX: Final = 256 << 20
 NO_DAMAGE: Final = 1 << 63
 """Where recovery sets aside what it cannot keep in the log: never deleted by the node."""
 
@@ -138,10 +157,12 @@ class FileLog:
         self._damaged_from = NO_DAMAGE
         self._last_flush_ms = now_ms
         self._epochs = LeaderEpochCache()
+        self._producers: dict[int, ProducerEntry] = {}
         with self._lock:  # the bounded set of sealed handles takes it before closing one
             try:
                 self._load(now_ms)
                 self._load_epochs()
+                self._load_producers()
             except BaseException:
                 for segment in self._segments:
                     segment.close()
@@ -280,6 +301,84 @@ class FileLog:
         fsync_directory(self.directory)
         return segment
 
+    # ------------------------------------------------------------------ producers
+
+    def _producer_snapshots(self) -> list[tuple[int, Path]]:
+        """(offset, path) of every producer snapshot file, in offset order."""
+        return sorted(
+            (int(path.stem), path)
+            for path in self.directory.glob(f"*{PRODUCER_SNAPSHOT_SUFFIX}")
+            if path.stem.isdigit()
+        )
+
+    def _write_producer_snapshot(self) -> None:
+        end = self.log_end_offset
+        path = self.directory / f"{end:020d}{PRODUCER_SNAPSHOT_SUFFIX}"
+        write_atomically(path, producer_state.encode_snapshot(self._producers, end))
+
+    def _read_producer_snapshot(self, path: Path, offset: int) -> ProducerStates | None:
+        """The snapshot's state, or None (logged) when it cannot be used."""
+        try:
+            if path.stat().st_size > PRODUCER_SNAPSHOT_BYTES_MAX:
+                raise producer_state.SnapshotError(
+                    f"larger than {PRODUCER_SNAPSHOT_BYTES_MAX} bytes"
+                )
+            states, end = producer_state.decode_snapshot(path.read_bytes())
+        except (OSError, producer_state.SnapshotError) as exc:
+            _log.warning("log %s: producer snapshot %s ignored: %s", self.directory, path.name, exc)
+            return None
+        if end != offset:
+            _log.warning(
+                "log %s: producer snapshot %s says offset %d; ignored",
+                self.directory,
+                path.name,
+                end,
+            )
+            return None
+        return states
+
+    def _load_producers(self) -> None:
+        """Rebuild the producer state as of the log end: delete snapshots above it, take
+        the newest readable one at or below it, and replay the batch headers after it."""
+        end = self.log_end_offset
+        states: ProducerStates = producer_state.EMPTY
+        replay_from = self.log_start_offset
+        for offset, path in reversed(self._producer_snapshots()):
+            if offset > end:
+                path.unlink(missing_ok=True)
+                continue
+            loaded = self._read_producer_snapshot(path, offset)
+            if loaded is not None:
+                states, replay_from = loaded, offset
+                break
+        producers = dict(states)
+        for header in self._headers_from(replay_from):
+            if header.producer_id != producer_state.NO_PRODUCER:
+                producer_state.record_header(producers, header)
+        self._producers = producers
+
+    def _headers_from(self, offset: int) -> Iterator[batch_format.BatchHeader]:
+        """The header of every batch that starts at or after ``offset`` (the segments
+        passed recovery, so their headers are sound)."""
+        for segment in self._segments:
+            if segment.next_offset <= offset:
+                continue
+            position = 0
+            while position < segment.size:
+                header = batch_format.BatchHeader(
+                    *batch_format.HEADER_STRUCT.unpack(
+                        os.pread(segment.fd, batch_format.HEADER_BYTES, position)
+                    )
+                )
+                if header.base_offset >= offset:
+                    yield header
+                position += header.total_size
+
+    @property
+    def producer_states(self) -> ProducerStates:
+        with self._lock:
+            return dict(self._producers)
+
     # ------------------------------------------------------------------ properties
 
     @property
@@ -314,6 +413,19 @@ class FileLog:
         with self._lock:
             self._check_open()
             base_offset = self.log_end_offset
+            if header.producer_id != producer_state.NO_PRODUCER:
+                verdict = producer_state.check_header(self._producers, header)
+                if isinstance(verdict, Duplicate):
+                    original = verdict.original
+                    return AppendInfo(
+                        original.first_offset,
+                        original.last_offset,
+                        header.record_count,
+                        self.log_start_offset,
+                        duplicate=True,
+                    )
+                if isinstance(verdict, Refused):
+                    raise producer_state.refusal_error(verdict)
             prefix = batch_format.stamp_prefix(batch, base_offset, leader_epoch)
             self._maybe_roll(len(batch), now_ms)
             stamped = dataclasses.replace(
@@ -353,6 +465,8 @@ class FileLog:
             ) from exc
         if self._epochs.assign(header.leader_epoch, header.base_offset):
             self._write_epochs()
+        if header.producer_id != producer_state.NO_PRODUCER:
+            producer_state.record_header(self._producers, header)
         if self.config.flush_policy is FlushPolicy.ACK:
             self._flush_locked()
         return AppendInfo(
@@ -412,11 +526,14 @@ class FileLog:
         self._segments = [self._new_segment(offset, now_ms)]
         _log.warning("log %s: emptied, starting at offset %d", self.directory, offset)
         self._epochs = LeaderEpochCache()
+        for _offset, path in self._producer_snapshots():
+            path.unlink(missing_ok=True)
         self._after_truncation()
 
     def _after_truncation(self) -> None:
         if self._epochs.truncate_from_end(self.log_end_offset) or not self._epochs.entries:
             self._write_epochs()
+        self._load_producers()
         self._recovery_point = min(self._recovery_point, self.log_end_offset)
         self._write_recovery_point()
 
@@ -438,6 +555,7 @@ class FileLog:
         self._segments[-2].seal()
         self._recovery_point = self._segments[-1].base_offset
         self._write_recovery_point()
+        self._write_producer_snapshot()
 
     def _write_recovery_point(self) -> None:
         write_checked_offset(self.directory / RECOVERY_POINT_FILE, self._recovery_point)
@@ -478,8 +596,13 @@ class FileLog:
             return True
 
     def delete_expired(self, now_ms: int) -> int:
+        """Apply retention, and forget producers silent for producer_id_expiration_ms."""
         with self._lock:
             self._check_open()
+            expiration_ms = self.config.producer_id_expiration_ms
+            for producer_id, entry in list(self._producers.items()):
+                if now_ms - entry.last_timestamp_ms >= expiration_ms:
+                    del self._producers[producer_id]
             summaries = [
                 SegmentSummary(
                     s.base_offset, s.size, s.max_timestamp, s.next_offset - s.base_offset
@@ -506,6 +629,9 @@ class FileLog:
             fsync_directory(self.directory)
             if self._epochs.truncate_from_start(self.log_start_offset):
                 self._write_epochs()
+            for offset, path in self._producer_snapshots():
+                if offset < self.log_start_offset:
+                    path.unlink(missing_ok=True)
             return count
 
     # ------------------------------------------------------------------ reading
@@ -577,6 +703,11 @@ class FileLog:
             # Sealed segments were flushed when they rolled; the active one holds the
             # index entries written since.
             self._segments[-1].flush()
+            if self._producers:
+                try:
+                    self._write_producer_snapshot()
+                except OSError as exc:  # the next open replays the log instead
+                    _log.warning("log %s: producer snapshot not written: %s", self.directory, exc)
             for segment in self._segments:
                 segment.close()
             if self._damaged_from == NO_DAMAGE:

@@ -14,8 +14,10 @@ import pyarrow.compute as pc
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
+from headwater.log import producer_state
 from headwater.log.api import AppendInfo, LogConfig, ReadResult, offset_out_of_range
 from headwater.log.leader_epochs import LeaderEpochCache
+from headwater.log.producer_state import Duplicate, ProducerEntry, ProducerStates, Refused
 from headwater.log.retention import SegmentSummary, segments_to_delete
 
 
@@ -29,6 +31,12 @@ class MemoryLog:
         self._start = log_start_offset
         self._end = log_start_offset
         self._epochs = LeaderEpochCache()
+        self._producers: dict[int, ProducerEntry] = {}
+
+    @property
+    def producer_states(self) -> ProducerStates:
+        with self._lock:
+            return dict(self._producers)
 
     @property
     def log_start_offset(self) -> int:
@@ -57,6 +65,19 @@ class MemoryLog:
                 f"payload is {len(batch)} bytes but the batch header says {header.total_size}"
             )
         with self._lock:
+            if header.producer_id != producer_state.NO_PRODUCER:
+                verdict = producer_state.check_header(self._producers, header)
+                if isinstance(verdict, Duplicate):
+                    original = verdict.original
+                    return AppendInfo(
+                        original.first_offset,
+                        original.last_offset,
+                        header.record_count,
+                        self._start,
+                        duplicate=True,
+                    )
+                if isinstance(verdict, Refused):
+                    raise producer_state.refusal_error(verdict)
             return self._append_locked(batch_format.set_base_offset(batch, self._end, leader_epoch))
 
     def append_replicated(self, batch: bytes | memoryview, now_ms: int) -> AppendInfo:  # noqa: ARG002
@@ -81,6 +102,8 @@ class MemoryLog:
         self._headers.append(stamped)
         self._end = stamped.next_offset
         self._epochs.assign(stamped.leader_epoch, stamped.base_offset)
+        if stamped.producer_id != producer_state.NO_PRODUCER:
+            producer_state.record_header(self._producers, stamped)
         return AppendInfo(
             stamped.base_offset, stamped.last_offset, stamped.record_count, self._start
         )
@@ -110,6 +133,10 @@ class MemoryLog:
             del self._bases[cut:], self._batches[cut:], self._headers[cut:]
             self._end = self._headers[-1].next_offset if self._headers else self._start
             self._epochs.truncate_from_end(self._end)
+            self._producers = {}  # rebuilt from the batches kept
+            for header in self._headers:
+                if header.producer_id != producer_state.NO_PRODUCER:
+                    producer_state.record_header(self._producers, header)
             return self._end
 
     def reset_to(self, offset: int, now_ms: int) -> None:  # noqa: ARG002
@@ -120,6 +147,7 @@ class MemoryLog:
         self._bases, self._batches, self._headers = [], [], []
         self._start = self._end = offset
         self._epochs = LeaderEpochCache()
+        self._producers = {}
 
     def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> ReadResult:
         assert max_bytes > 0
@@ -156,6 +184,10 @@ class MemoryLog:
 
     def delete_expired(self, now_ms: int) -> int:
         with self._lock:
+            expiration_ms = self.config.producer_id_expiration_ms
+            for producer_id, entry in list(self._producers.items()):
+                if now_ms - entry.last_timestamp_ms >= expiration_ms:
+                    del self._producers[producer_id]
             summaries = [
                 SegmentSummary(h.base_offset, len(d), h.max_timestamp, h.record_count)
                 for d, h in zip(self._batches, self._headers, strict=True)

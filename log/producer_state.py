@@ -37,6 +37,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Literal
 
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log.batch import BatchHeader
+
 DUPLICATE_WINDOW: Final = 5
 SEQUENCE_MAX: Final = (1 << 31) - 1
 NO_PRODUCER: Final = -1
@@ -178,8 +181,28 @@ def record(
 ) -> ProducerStates:
     """The state after appending the batch (leader after ``Append``, followers for every
     batch they copy)."""
-    if producer_id == NO_PRODUCER:
+    entry = updated_entry(
+        states, producer_id, epoch, first_sequence, record_count, first_offset, timestamp_ms
+    )
+    if entry is None:
         return states
+    return MappingProxyType({**states, producer_id: entry})
+
+
+def updated_entry(
+    states: ProducerStates,
+    producer_id: int,
+    epoch: int,
+    first_sequence: int,
+    record_count: int,
+    first_offset: int,
+    timestamp_ms: int,
+) -> ProducerEntry | None:
+    """The producer's entry after appending the batch, or None when the state does not
+    change (no producer id, or an older epoch than the one known). A log keeps its state
+    in a dict and sets the entry in place: ``record`` copies the whole mapping."""
+    if producer_id == NO_PRODUCER:
+        return None
     span = BatchSpan(
         first_sequence,
         last_sequence(first_sequence, record_count),
@@ -188,12 +211,53 @@ def record(
     )
     entry = states.get(producer_id)
     if entry is not None and epoch < entry.epoch:
-        return states  # never in log order: an older epoch's batch after a newer one's
+        return None  # never in log order: an older epoch's batch after a newer one's
     if entry is None or epoch > entry.epoch:
         batches: tuple[BatchSpan, ...] = (span,)
     else:
         batches = (*entry.batches, span)[-DUPLICATE_WINDOW:]
-    return MappingProxyType({**states, producer_id: ProducerEntry(epoch, batches, timestamp_ms)})
+    return ProducerEntry(epoch, batches, timestamp_ms)
+
+
+def check_header(states: ProducerStates, header: BatchHeader) -> Verdict:
+    """``check`` for a batch, by its header."""
+    return check(
+        states,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.record_count,
+    )
+
+
+def record_header(states: dict[int, ProducerEntry], header: BatchHeader) -> None:
+    """Update ``states`` in place for a stamped batch (its base offset assigned), by its
+    header; the producer's last timestamp is the batch's ``max_timestamp``, so that every
+    replica, and a replay of the log, computes the same state."""
+    entry = updated_entry(
+        states,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.record_count,
+        header.base_offset,
+        header.max_timestamp,
+    )
+    if entry is not None:
+        states[header.producer_id] = entry
+
+
+REFUSAL_CODES: Final[dict[RefusalReason, ErrorCode]] = {
+    "stale_epoch": ErrorCode.INVALID_PRODUCER_EPOCH,
+    "out_of_order": ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    "old_duplicate": ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+    "unknown_producer": ErrorCode.UNKNOWN_PRODUCER_ID,
+}
+
+
+def refusal_error(refused: Refused) -> HeadwaterError:
+    """The error a leader answers a refused batch with (nothing of it was appended)."""
+    return HeadwaterError(REFUSAL_CODES[refused.reason], refused.message + "; nothing was appended")
 
 
 def expire(states: ProducerStates, now_ms: int, expiration_ms: int) -> ProducerStates:

@@ -300,6 +300,15 @@ class ControllerDriver:
         topic_id, _ = await self.run(decide)
         return topic_id
 
+    async def allocate_producer_ids(self, node_id: int, broker_epoch: int) -> tuple[int, int]:
+        """The next block of producer ids for broker ``node_id``, committed first."""
+        block, _ = await self.run(
+            lambda image, epoch: decisions.allocate_producer_ids(
+                image, epoch, node_id, broker_epoch
+            )
+        )
+        return block
+
     async def _propose(self, records: tuple[Record, ...]) -> int:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[str | None, int, ProposalFailedError | None]] = (

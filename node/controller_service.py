@@ -88,6 +88,15 @@ class ControllerService(pb_grpc.ControllerServicer):
     ) -> pb.CreateOffsetsTopicResponse:
         return pb.CreateOffsetsTopicResponse(topic_id=await self._active().create_offsets_topic())
 
+    @rpc_handler
+    async def AllocateProducerIds(
+        self, request: pb.AllocateProducerIdsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AllocateProducerIdsResponse:
+        first, end = await self._active().allocate_producer_ids(
+            request.node_id, request.broker_epoch
+        )
+        return pb.AllocateProducerIdsResponse(first_producer_id=first, end_producer_id=end)
+
     async def FetchMetadata(
         self, request: pb.FetchMetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.FetchMetadataResponse]:

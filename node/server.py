@@ -29,6 +29,7 @@ from headwater.node.groups.coordinator import GroupCoordinator
 from headwater.node.groups.service import GroupsService
 from headwater.node.log_manager import DataDirError, LogManager, now_ms
 from headwater.node.peers import Peers
+from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.replica_manager import ReplicaManager
 from headwater.node.replica_service import ReplicaService
 from headwater.node.service import BrokerService
@@ -203,7 +204,21 @@ class Node:
         )
         pb_grpc.add_BrokerServicer_to_server(
             BrokerService(
-                config, self.logs, self.state, self.peers, self._quorum_status, self.may_lead
+                config,
+                self.logs,
+                self.state,
+                self.peers,
+                self._quorum_status,
+                self.may_lead,
+                ProducerIdAllocator(
+                    config,
+                    self.state,
+                    self.peers,
+                    self.controller,
+                    lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
+                )
+                if config.is_broker
+                else None,
             ),
             server,
         )

@@ -42,6 +42,7 @@ from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.metadata_answers import MetadataAnswers
 from headwater.node.partition import Partition
 from headwater.node.peers import Peers, is_forwarded
+from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.record_encoding import decoded_records, encode_records
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.raft.records import NO_LEADER
@@ -84,6 +85,9 @@ def _invalid(message: str, code: ErrorCode = ErrorCode.INVALID_REQUEST) -> Headw
     return HeadwaterError(code, message)
 
 
+PRODUCER_ID_WAIT_S: Final = 1.0
+
+
 class BrokerService(pb_grpc.BrokerServicer):
     """Produce, fetch, offsets and metadata; requests for partitions led elsewhere are
     forwarded to their leader (one hop, see ``headwater.node.peers``)."""
@@ -96,8 +100,10 @@ class BrokerService(pb_grpc.BrokerServicer):
         peers: Peers,
         quorum_status: Callable[[], tuple[int, int]],
         may_lead: Callable[[], bool] = lambda: True,
+        producer_ids: ProducerIdAllocator | None = None,
     ) -> None:
         self.config = config
+        self.producer_ids = producer_ids
         self.logs = logs
         self.state = state
         self.forwarding = Forwarder(config, peers)
@@ -328,13 +334,15 @@ class BrokerService(pb_grpc.BrokerServicer):
                 f"batch of {len(batch)} bytes exceeds max_message_bytes {max_message_bytes} of "
                 f"topic {partition.topic!r}",
             )
-        batch_format.validate_batch(
+        header = batch_format.validate_batch(
             batch,
             max_uncompressed_bytes=max_message_bytes,
             timestamp_range=partition.log_config.timestamp_range(now_ms()),
         )
         partition.check_open()
         acks_all = request.acks in (pb.ACKS_ALL, pb.ACKS_UNSPECIFIED)
+        if header.producer_id >= 0:
+            await self._check_idempotent(header.producer_id, acks_all)
         if acks_all:
             partition.check_min_insync()
         info = await partition.append(batch, now_ms(), request.deadline_unix_ms)
@@ -353,6 +361,41 @@ class BrokerService(pb_grpc.BrokerServicer):
             return result
 
         return asyncio.get_running_loop().create_task(replicated())
+
+    async def _check_idempotent(self, producer_id: int, acks_all: bool) -> None:
+        """An idempotent batch needs acks=all (a retry deduplicates only what the in-sync
+        replicas hold) and a producer id the cluster allocated."""
+        if not acks_all:
+            raise _invalid(
+                f"the batch carries producer id {producer_id} (idempotent) and needs acks=all; "
+                "idempotent batches sent with acks 0 or 1 are refused",
+                ErrorCode.INVALID_REQUIRED_ACKS,
+            )
+        if producer_id >= self.state.image.next_producer_id:
+            # Allocated a moment ago through another node, maybe: this image may lag.
+            await self.state.wait_until(
+                lambda image: image.next_producer_id > producer_id, PRODUCER_ID_WAIT_S
+            )
+        allocated = self.state.image.next_producer_id
+        if producer_id >= allocated:
+            raise HeadwaterError(
+                ErrorCode.UNKNOWN_PRODUCER_ID,
+                f"producer id {producer_id} was never allocated (ids below {allocated} are); "
+                "ask InitProducerId for one; nothing was appended",
+            )
+
+    @rpc_handler
+    async def InitProducerId(
+        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.InitProducerIdResponse:
+        if self.producer_ids is None:
+            raise HeadwaterError(
+                ErrorCode.BROKER_NOT_AVAILABLE,
+                f"node {self.config.node_id} is not a broker; ask a broker for a producer id",
+            )
+        return pb.InitProducerIdResponse(
+            producer_id=await self.producer_ids.next_id(), producer_epoch=0
+        )
 
     def _encode_records(
         self, request: pb.ProduceRequest, partitions: int, topic: TopicImage

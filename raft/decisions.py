@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.raft import records as r
-from headwater.raft.image import BrokerState, MetadataImage, PartitionState, TopicImage
+from headwater.raft.image import (
+    PRODUCER_ID_MAX,
+    BrokerState,
+    MetadataImage,
+    PartitionState,
+    TopicImage,
+)
 from headwater.topics import INTERNAL_PREFIX, check_topic_name, unknown_topic
 
 if TYPE_CHECKING:
@@ -179,6 +185,31 @@ def heartbeat(
     records = [r.UnfenceBroker(epoch, node_id, broker_epoch)]
     records += _elect_all(after, epoch, lambda p: p.leader == r.NO_LEADER)
     return ControllerResult(tuple(records), HeartbeatOutcome(False))
+
+
+PRODUCER_ID_BLOCK: Final = 1000
+
+
+def allocate_producer_ids(
+    image: MetadataImage, epoch: int, node_id: int, broker_epoch: int
+) -> ControllerResult[tuple[int, int]]:
+    """The next block of PRODUCER_ID_BLOCK producer ids for broker ``node_id`` (at its
+    current ``broker_epoch``): ``(first, end)``, committed as ``ProducerIdsAllocated``."""
+    broker = image.brokers.get(node_id)
+    if broker is None or broker.broker_epoch != broker_epoch:
+        raise HeadwaterError(
+            ErrorCode.STALE_BROKER_EPOCH,
+            f"broker {node_id} at epoch {broker_epoch} is not registered (current: "
+            f"{broker.broker_epoch if broker else 'none'}); producer ids go to registered "
+            "brokers",
+        )
+    first = image.next_producer_id
+    end = min(first + PRODUCER_ID_BLOCK, PRODUCER_ID_MAX + 1)
+    if first >= end:
+        raise HeadwaterError(
+            ErrorCode.UNKNOWN_SERVER_ERROR, "every producer id has been allocated (2^63)"
+        )
+    return ControllerResult((r.ProducerIdsAllocated(epoch, node_id, first, end),), (first, end))
 
 
 def fence_expired(

@@ -29,6 +29,7 @@ from typing import Final
 from headwater.raft import records as r
 from headwater.topics import check_partition, unknown_topic
 
+PRODUCER_ID_MAX: Final = (1 << 63) - 1
 BROKER_RUNNING: Final = "running"
 BROKER_FENCED: Final = "fenced"
 BROKER_SHUTTING_DOWN: Final = "shutting_down"
@@ -109,6 +110,8 @@ class MetadataImage:
     brokers: Mapping[int, BrokerState] = field(default_factory=dict)
     topics: Mapping[str, TopicImage] = field(default_factory=dict)
     topic_names: Mapping[str, str] = field(default_factory=dict)  # topic_id -> name
+    next_producer_id: int = 0
+    """Producer ids below this are allocated (``ProducerIdsAllocated``); it only grows."""
 
     def topic_named(self, name: str) -> TopicImage:
         """The topic ``name``; raises UNKNOWN_TOPIC_OR_PARTITION when there is none."""
@@ -194,6 +197,8 @@ def snapshot_records(image: MetadataImage) -> list[r.Record]:
             out.append(r.UnfenceBroker(epoch, b.node_id, b.broker_epoch))
         if b.shutting_down:
             out.append(r.BrokerShuttingDown(epoch, b.node_id, b.broker_epoch))
+    if image.next_producer_id:
+        out.append(r.ProducerIdsAllocated(epoch, -1, 0, image.next_producer_id))
     for topic in image.topics.values():
         configs = tuple(sorted(topic.configs.items()))
         out.append(r.TopicCreated(epoch, topic.name, topic.topic_id, configs))
@@ -240,6 +245,7 @@ class _Builder:
         self.brokers = dict(image.brokers)
         self.topics = dict(image.topics)
         self.topic_names = dict(image.topic_names)
+        self.next_producer_id = image.next_producer_id
         self.partitions: dict[str, list[PartitionState]] = {}  # topic_id -> being changed
 
     def build(self) -> MetadataImage:
@@ -260,6 +266,7 @@ class _Builder:
             brokers=self.brokers,
             topics=self.topics,
             topic_names=self.topic_names,
+            next_producer_id=self.next_producer_id,
         )
 
     def apply(self, record: r.Record) -> None:
@@ -340,6 +347,15 @@ class _Builder:
                 del self.topics[topic.name]
                 del self.topic_names[record.topic_id]
                 self.partitions.pop(record.topic_id, None)
+            case r.ProducerIdsAllocated():
+                if record.first_id != self.next_producer_id or not (
+                    record.first_id < record.end_id <= PRODUCER_ID_MAX + 1
+                ):
+                    raise RefusedBatchError(
+                        f"producer ids [{record.first_id}, {record.end_id}) are not the next "
+                        f"block (ids from {self.next_producer_id} are free)"
+                    )
+                self.next_producer_id = record.end_id
 
     def _broker(self, node_id: int, broker_epoch: int) -> BrokerState:
         broker = self.brokers.get(node_id)

@@ -156,6 +156,20 @@ class TopicDeleted:
     topic_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerIdsAllocated:
+    """Producer ids [first_id, end_id) now belong to broker ``node_id``, which hands them
+    out to idempotent producers (InitProducerId). Blocks are contiguous: ``first_id`` is
+    the end of the previous block (the image's ``next_producer_id``), so no id is ever
+    given twice, whichever controller allocates. ``node_id`` -1: the block of a snapshot
+    (everything below ``end_id`` is taken)."""
+
+    controller_epoch: int
+    node_id: int
+    first_id: int
+    end_id: int
+
+
 Record = (
     ControllerActivated
     | RegisterBroker
@@ -167,6 +181,7 @@ Record = (
     | PartitionChanged
     | TopicConfigChanged
     | TopicDeleted
+    | ProducerIdsAllocated
 )
 RECORD_TYPES: Final[dict[str, type[Record]]] = {
     cls.__name__: cls
@@ -181,6 +196,7 @@ RECORD_TYPES: Final[dict[str, type[Record]]] = {
         PartitionChanged,
         TopicConfigChanged,
         TopicDeleted,
+        ProducerIdsAllocated,
     )
 }
 

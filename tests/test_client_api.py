@@ -90,7 +90,17 @@ def test_send_encoded_keeps_the_batch_and_its_order(shared_node: NodeProcess) ->
     with LogReader(shared_node.address) as reader:
         records = reader.fetch("api-encoded", 1, landed.base_offset).records
     (_, header), *_ = iter_headers(records)
-    assert (header.producer_id, header.base_sequence) == (77, 9)
+    # An idempotent producer (the default with acks=all) stamps its own producer id,
+    # epoch and sequence on an encoded batch: "first" took sequence 0.
+    assert header.producer_id >= 0
+    assert (header.producer_epoch, header.base_sequence) == (0, 1)
+    # Without idempotence the batch is stored as it came, byte for byte.
+    plain = encode_batch([b"x", b"y"])
+    with Producer(shared_node.address, acks="1") as producer:
+        kept = producer.send_encoded("api-encoded", 0, plain).result(10)
+    with LogReader(shared_node.address) as reader:
+        stored = reader.fetch("api-encoded", 0, kept.base_offset).records
+    assert stored[16:] == plain[16:]  # all but base offset and leader epoch
 
 
 def test_node_serving_answers_for_a_node_and_not_for_a_closed_port(

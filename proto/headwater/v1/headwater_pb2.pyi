@@ -86,7 +86,28 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     INVALID_CONFIG: _ErrorCode.ValueType  # 40
     NOT_CONTROLLER: _ErrorCode.ValueType  # 41
     INVALID_REQUEST: _ErrorCode.ValueType  # 42
+    OUT_OF_ORDER_SEQUENCE_NUMBER: _ErrorCode.ValueType  # 45
+    """Idempotent produce: the batch's base_sequence is past the next sequence the partition
+    expects of its producer id and epoch (a batch in between is missing), or a new epoch's
+    first batch does not start at 0. Nothing was appended. A client restarts the
+    partition's sequence at a new producer epoch (sequence 0) and sends again.
+    """
+    DUPLICATE_SEQUENCE_NUMBER: _ErrorCode.ValueType  # 46
+    """Idempotent produce: the batch was appended before, but longer ago than the last 5
+    batches of its producer on the partition, whose offsets the leader keeps; nothing was
+    appended again and the original offsets are not known.
+    """
+    INVALID_PRODUCER_EPOCH: _ErrorCode.ValueType  # 47
+    """Idempotent produce: the batch's producer_epoch is older than the one the partition
+    has seen for its producer id (a newer instance fenced it). Nothing was appended.
+    """
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
+    UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
+    """Idempotent produce: the partition does not know the batch's producer id and the batch
+    does not start at sequence 0 (the producer's state expired after
+    producer_id_expiration_ms of silence, or was lost with the log it was in), or the id
+    was never allocated by the cluster (InitProducerId). Nothing was appended.
+    """
     REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 60
     NON_EMPTY_GROUP: _ErrorCode.ValueType  # 68
     """The group has members: deleting it or resetting its offsets needs it empty."""
@@ -165,7 +186,28 @@ INVALID_REPLICA_ASSIGNMENT: ErrorCode.ValueType  # 39
 INVALID_CONFIG: ErrorCode.ValueType  # 40
 NOT_CONTROLLER: ErrorCode.ValueType  # 41
 INVALID_REQUEST: ErrorCode.ValueType  # 42
+OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode.ValueType  # 45
+"""Idempotent produce: the batch's base_sequence is past the next sequence the partition
+expects of its producer id and epoch (a batch in between is missing), or a new epoch's
+first batch does not start at 0. Nothing was appended. A client restarts the
+partition's sequence at a new producer epoch (sequence 0) and sends again.
+"""
+DUPLICATE_SEQUENCE_NUMBER: ErrorCode.ValueType  # 46
+"""Idempotent produce: the batch was appended before, but longer ago than the last 5
+batches of its producer on the partition, whose offsets the leader keeps; nothing was
+appended again and the original offsets are not known.
+"""
+INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 47
+"""Idempotent produce: the batch's producer_epoch is older than the one the partition
+has seen for its producer id (a newer instance fenced it). Nothing was appended.
+"""
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
+UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
+"""Idempotent produce: the partition does not know the batch's producer id and the batch
+does not start at sequence 0 (the producer's state expired after
+producer_id_expiration_ms of silence, or was lost with the log it was in), or the id
+was never allocated by the cluster (InitProducerId). Nothing was appended.
+"""
 REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 60
 NON_EMPTY_GROUP: ErrorCode.ValueType  # 68
 """The group has members: deleting it or resetting its offsets needs it empty."""
@@ -300,6 +342,47 @@ RECORD_FORMAT_BATCHES: RecordFormat.ValueType  # 0
 RECORD_FORMAT_RECORDS: RecordFormat.ValueType  # 1
 """`decoded` holds one message per record (for clients without a batch decoder)."""
 Global___RecordFormat: _TypeAlias = RecordFormat  # noqa: Y015
+
+@_typing.final
+class InitProducerIdRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitProducerIdRequest: _TypeAlias = InitProducerIdRequest  # noqa: Y015
+
+@_typing.final
+class InitProducerIdResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    """In [0, 2^63): never handed out twice in the cluster's life."""
+    producer_epoch: _builtins.int
+    """0 for a new id. A client may raise it itself, per partition, to restart that
+    partition's sequence at 0 (up to 32767).
+    """
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitProducerIdResponse: _TypeAlias = InitProducerIdResponse  # noqa: Y015
 
 @_typing.final
 class Header(_message.Message):
@@ -2106,6 +2189,51 @@ class DescribeTopicsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeTopicsResponse: _TypeAlias = DescribeTopicsResponse  # noqa: Y015
+
+@_typing.final
+class AllocateProducerIdsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    broker_epoch: _builtins.int
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocateProducerIdsRequest: _TypeAlias = AllocateProducerIdsRequest  # noqa: Y015
+
+@_typing.final
+class AllocateProducerIdsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    END_PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    first_producer_id: _builtins.int
+    """The block [first_producer_id, end_producer_id), now this broker's alone."""
+    end_producer_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        first_producer_id: _builtins.int = ...,
+        end_producer_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_producer_id", b"end_producer_id", "first_producer_id", b"first_producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocateProducerIdsResponse: _TypeAlias = AllocateProducerIdsResponse  # noqa: Y015
 
 @_typing.final
 class CreateOffsetsTopicRequest(_message.Message):

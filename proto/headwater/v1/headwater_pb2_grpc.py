@@ -66,6 +66,11 @@ class BrokerStub:
                 request_serializer=headwater_dot_v1_dot_headwater__pb2.MetadataRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_headwater__pb2.MetadataResponse.FromString,
                 _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/headwater.v1.Broker/InitProducerId',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -126,6 +131,16 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducerId(self, request, context):
+        """A new producer id and epoch for an idempotent producer (unique in the cluster: ids
+        come in blocks the controller allocates through the metadata quorum). The producer
+        writes them, with the sequence number of each batch's first record, into every batch
+        header (docs/record-batch-format.md, "Idempotent producers").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -158,6 +173,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Metadata,
                     request_deserializer=headwater_dot_v1_dot_headwater__pb2.MetadataRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_headwater__pb2.MetadataResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.InitProducerIdResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -324,6 +344,33 @@ class Broker:
             '/headwater.v1.Broker/Metadata',
             headwater_dot_v1_dot_headwater__pb2.MetadataRequest.SerializeToString,
             headwater_dot_v1_dot_headwater__pb2.MetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Broker/InitProducerId',
+            headwater_dot_v1_dot_headwater__pb2.InitProducerIdRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.InitProducerIdResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1142,6 +1189,11 @@ class ControllerStub:
                 request_serializer=headwater_dot_v1_dot_headwater__pb2.CreateOffsetsTopicRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_headwater__pb2.CreateOffsetsTopicResponse.FromString,
                 _registered_method=True)
+        self.AllocateProducerIds = channel.unary_unary(
+                '/headwater.v1.Controller/AllocateProducerIds',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.AllocateProducerIdsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.AllocateProducerIdsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -1194,6 +1246,15 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AllocateProducerIds(self, request, context):
+        """A broker takes the next block of producer ids (it hands them out to InitProducerId
+        callers). Committed through the metadata quorum before the answer, so no id is given
+        twice across controller failovers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1221,6 +1282,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.CreateOffsetsTopic,
                     request_deserializer=headwater_dot_v1_dot_headwater__pb2.CreateOffsetsTopicRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_headwater__pb2.CreateOffsetsTopicResponse.SerializeToString,
+            ),
+            'AllocateProducerIds': grpc.unary_unary_rpc_method_handler(
+                    servicer.AllocateProducerIds,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.AllocateProducerIdsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.AllocateProducerIdsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1366,6 +1432,33 @@ class Controller:
             '/headwater.v1.Controller/CreateOffsetsTopic',
             headwater_dot_v1_dot_headwater__pb2.CreateOffsetsTopicRequest.SerializeToString,
             headwater_dot_v1_dot_headwater__pb2.CreateOffsetsTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AllocateProducerIds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Controller/AllocateProducerIds',
+            headwater_dot_v1_dot_headwater__pb2.AllocateProducerIdsRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.AllocateProducerIdsResponse.FromString,
             options,
             channel_credentials,
             insecure,

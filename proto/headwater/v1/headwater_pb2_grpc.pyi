@@ -77,6 +77,12 @@ class BrokerStub:
     """Earliest, latest or by-timestamp offsets of a topic's partitions."""
     Metadata: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.MetadataRequest, _headwater_pb2.MetadataResponse]
     """Brokers, the controller and, per partition, leader, replicas and in-sync replicas."""
+    InitProducerId: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.InitProducerIdRequest, _headwater_pb2.InitProducerIdResponse]
+    """A new producer id and epoch for an idempotent producer (unique in the cluster: ids
+    come in blocks the controller allocates through the metadata quorum). The producer
+    writes them, with the sequence number of each batch's first record, into every batch
+    header (docs/record-batch-format.md, "Idempotent producers").
+    """
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -109,6 +115,12 @@ class BrokerAsyncStub(BrokerStub):
     """Earliest, latest or by-timestamp offsets of a topic's partitions."""
     Metadata: _aio.UnaryUnaryMultiCallable[_headwater_pb2.MetadataRequest, _headwater_pb2.MetadataResponse]  # type: ignore[assignment]
     """Brokers, the controller and, per partition, leader, replicas and in-sync replicas."""
+    InitProducerId: _aio.UnaryUnaryMultiCallable[_headwater_pb2.InitProducerIdRequest, _headwater_pb2.InitProducerIdResponse]  # type: ignore[assignment]
+    """A new producer id and epoch for an idempotent producer (unique in the cluster: ids
+    come in blocks the controller allocates through the metadata quorum). The producer
+    writes them, with the sequence number of each batch's first record, into every batch
+    header (docs/record-batch-format.md, "Idempotent producers").
+    """
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
     """--------------------------------------------------------------------------- Broker"""
@@ -174,6 +186,18 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_headwater_pb2.MetadataResponse, _abc.Awaitable[_headwater_pb2.MetadataResponse]]:
         """Brokers, the controller and, per partition, leader, replicas and in-sync replicas."""
+
+    @_abc_1.abstractmethod
+    def InitProducerId(
+        self,
+        request: _headwater_pb2.InitProducerIdRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.InitProducerIdResponse, _abc.Awaitable[_headwater_pb2.InitProducerIdResponse]]:
+        """A new producer id and epoch for an idempotent producer (unique in the cluster: ids
+        come in blocks the controller allocates through the metadata quorum). The producer
+        writes them, with the sequence number of each batch's first record, into every batch
+        header (docs/record-batch-format.md, "Idempotent producers").
+        """
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
@@ -516,6 +540,11 @@ class ControllerStub:
     factor and settings are the controller's; see docs/groups.md). Idempotent: when the
     topic exists, the answer is the same.
     """
+    AllocateProducerIds: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.AllocateProducerIdsRequest, _headwater_pb2.AllocateProducerIdsResponse]
+    """A broker takes the next block of producer ids (it hands them out to InitProducerId
+    callers). Committed through the metadata quorum before the answer, so no id is given
+    twice across controller failovers.
+    """
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -545,6 +574,11 @@ class ControllerAsyncStub(ControllerStub):
     """Create the internal topic __consumer_offsets (its partition count, replication
     factor and settings are the controller's; see docs/groups.md). Idempotent: when the
     topic exists, the answer is the same.
+    """
+    AllocateProducerIds: _aio.UnaryUnaryMultiCallable[_headwater_pb2.AllocateProducerIdsRequest, _headwater_pb2.AllocateProducerIdsResponse]  # type: ignore[assignment]
+    """A broker takes the next block of producer ids (it hands them out to InitProducerId
+    callers). Committed through the metadata quorum before the answer, so no id is given
+    twice across controller failovers.
     """
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
@@ -602,6 +636,17 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         """Create the internal topic __consumer_offsets (its partition count, replication
         factor and settings are the controller's; see docs/groups.md). Idempotent: when the
         topic exists, the answer is the same.
+        """
+
+    @_abc_1.abstractmethod
+    def AllocateProducerIds(
+        self,
+        request: _headwater_pb2.AllocateProducerIdsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.AllocateProducerIdsResponse, _abc.Awaitable[_headwater_pb2.AllocateProducerIdsResponse]]:
+        """A broker takes the next block of producer ids (it hands them out to InitProducerId
+        callers). Committed through the metadata quorum before the answer, so no id is given
+        twice across controller failovers.
         """
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

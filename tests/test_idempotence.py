@@ -1,0 +1,351 @@
+"""Idempotent producers (issue 14): the log's producer state (both logs), across crash,
+restart and truncation; the producer's sequence stamps on a virtual clock; producer id
+blocks in the metadata; and a real node answering retries, gaps, stale epochs and ids it
+never allocated, before and after a SIGKILL.
+
+Reproductions: ``test_a_retry_after_a_lost_answer_is_written_once`` failed before
+idempotence (the retried batch landed twice, as the chaos runs' ``duplicate`` anomaly
+showed under leader kills); ``test_a_truncated_batch_is_forgotten_by_the_producer_state``
+guards the invariant that a state never holds a batch its log does not.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+from headwater.client import Admin, LogReader, Producer
+from headwater.client.accumulator import AccumulatorSettings, RecordAccumulator, record_size
+from headwater.client.retry import RetryPolicy
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.grpc_errors import from_rpc_error
+from headwater.log import batch as batch_format
+from headwater.log.api import LogConfig, PartitionLog
+from headwater.log.file_log import FileLog
+from headwater.log.memory_log import MemoryLog
+from headwater.raft import decisions
+from headwater.raft import records as r
+from headwater.raft.image import MetadataImage, apply, snapshot_records
+from headwater.v1 import headwater_pb2 as pb
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+from tests.node_process import NodeProcess, wait_until
+
+NOW_MS = 1_700_000_000_000
+
+
+def batch(producer_id: int, epoch: int, sequence: int, count: int = 2, ts: int = NOW_MS) -> bytes:
+    return batch_format.encode_batch(
+        [b"v%d" % (sequence + i) for i in range(count)],
+        timestamps_ms=ts,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+    )
+
+
+def file_log(directory: Path, segment_bytes: int = 1 << 20) -> FileLog:
+    return FileLog(directory, LogConfig(segment_bytes=segment_bytes), NOW_MS)
+
+
+LOGS: dict[str, Callable[[Path], PartitionLog]] = {
+    "file": lambda d: file_log(d / "log"),
+    "memory": lambda _d: MemoryLog(),
+}
+
+
+# ----------------------------------------------------------------------------- the log
+
+
+@pytest.mark.parametrize("kind", sorted(LOGS))
+def test_the_log_appends_once_answers_retries_and_refuses_what_breaks_the_sequence(
+    kind: str, tmp_path: Path
+) -> None:
+    log = LOGS[kind](tmp_path)
+    first = log.append(batch(7, 0, 0), 0, NOW_MS)
+    second = log.append(batch(7, 0, 2), 0, NOW_MS)
+    assert (first.base_offset, second.base_offset) == (0, 2)
+    retried = log.append(batch(7, 0, 0), 0, NOW_MS)  # a retry of the first batch
+    assert (retried.base_offset, retried.last_offset, retried.duplicate) == (0, 1, True)
+    assert log.log_end_offset == 4
+    log.append(batch(8, 3, 0), 0, NOW_MS)
+    refusals = {
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: batch(7, 0, 9),  # 4..8 missing
+        ErrorCode.INVALID_PRODUCER_EPOCH: batch(8, 2, 2),  # fenced by epoch 3
+        ErrorCode.UNKNOWN_PRODUCER_ID: batch(9, 0, 5),  # unknown id, not at 0
+    }
+    for code, data in refusals.items():
+        with pytest.raises(HeadwaterError) as refused:
+            log.append(data, 0, NOW_MS)
+        assert refused.value.code is code and "nothing was appended" in refused.value.message
+    assert log.log_end_offset == 6
+    # A new epoch starts at 0; a plain batch (no producer id) is never checked.
+    assert log.append(batch(7, 1, 0), 0, NOW_MS).base_offset == 6
+    plain = batch_format.encode_batch([b"p"], timestamps_ms=NOW_MS)
+    assert log.append(plain, 0, NOW_MS).base_offset == 8
+    assert log.append(plain, 0, NOW_MS).base_offset == 9
+    assert sorted(log.producer_states) == [7, 8]
+    log.close()
+
+
+def test_the_state_survives_a_crash_and_a_clean_restart_through_snapshots(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "log"
+    log = file_log(directory, segment_bytes=600)  # a few batches per segment
+    sent = [batch(5, 0, 2 * i) for i in range(20)]
+    offsets = [log.append(data, 0, NOW_MS).base_offset for data in sent]
+    assert log.segment_count > 3
+    assert len(list(directory.glob("*.producers"))) == log.segment_count - 1  # one per roll
+    log.abandon()  # a crash: no clean shutdown, no snapshot at the end
+    for reopen in range(2):
+        log = file_log(directory, segment_bytes=600)
+        for data, offset in zip(sent[-5:], offsets[-5:], strict=True):
+            answer = log.append(data, 0, NOW_MS)
+            assert (answer.base_offset, answer.duplicate) == (offset, True), reopen
+        with pytest.raises(HeadwaterError) as old:
+            log.append(sent[-6], 0, NOW_MS)  # appended, but before the last five
+        assert old.value.code is ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+        log.close()  # the second open starts from the close's snapshot at the log end
+    # A damaged snapshot is passed over for an older one (and the log replayed).
+    for path in directory.glob("*.producers"):
+        path.write_bytes(b"{not json")
+    log = file_log(directory, segment_bytes=600)
+    assert log.append(sent[-1], 0, NOW_MS).duplicate
+    assert log.append(batch(5, 0, 40), 0, NOW_MS).base_offset == 40
+    log.close()
+
+
+@pytest.mark.parametrize("kind", sorted(LOGS))
+def test_a_truncated_batch_is_forgotten_by_the_producer_state(kind: str, tmp_path: Path) -> None:
+    """A follower that cut a batch its old leader never committed, then became leader,
+    must append the producer's retry of it (at the new offset), not answer it as a
+    duplicate at offsets that now hold nothing, or other records."""
+    leader = MemoryLog()
+    follower = LOGS[kind](tmp_path)
+    for sequence in (0, 2, 4):
+        leader.append(batch(3, 0, sequence), 0, NOW_MS)
+    copied = leader.read(0, 1 << 20).data
+    position = 0
+    while position < len(copied):
+        header = batch_format.read_header(copied, position)
+        follower.append_replicated(copied[position : position + header.total_size], NOW_MS)
+        position += header.total_size
+    assert follower.truncate_to(2, NOW_MS) == 2  # batches at sequence 2 and 4 are cut
+    retried = follower.append(batch(3, 0, 2), 1, NOW_MS)
+    assert (retried.base_offset, retried.duplicate) == (2, False)
+    assert follower.append(batch(3, 0, 0), 1, NOW_MS).duplicate  # still known
+    with pytest.raises(HeadwaterError) as gap:
+        follower.append(batch(3, 0, 6), 1, NOW_MS)
+    assert gap.value.code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    follower.reset_to(50, NOW_MS)  # behind the leader's log start: everything goes
+    assert follower.producer_states == {}
+    follower.close()
+
+
+@pytest.mark.parametrize("kind", sorted(LOGS))
+def test_silent_producers_expire(kind: str, tmp_path: Path) -> None:
+    log = LOGS[kind](tmp_path)
+    log.append(batch(1, 0, 0, ts=NOW_MS - 2 * 86_400_000), 0, NOW_MS)
+    log.append(batch(2, 0, 0, ts=NOW_MS), 0, NOW_MS)
+    log.delete_expired(NOW_MS)
+    assert sorted(log.producer_states) == [2]
+    with pytest.raises(HeadwaterError) as unknown:
+        log.append(batch(1, 0, 2), 0, NOW_MS)
+    assert unknown.value.code is ErrorCode.UNKNOWN_PRODUCER_ID
+    log.close()
+
+
+def test_a_producer_batch_with_half_set_producer_fields_is_refused() -> None:
+    for producer_id, epoch, sequence in ((-1, 0, -1), (5, -1, 0), (5, 0, -1), (-2, -1, -1)):
+        data = batch_format.encode_batch(
+            [b"x"],
+            timestamps_ms=NOW_MS,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            base_sequence=sequence,
+        )
+        with pytest.raises(batch_format.CorruptBatchError) as refused:
+            batch_format.validate_batch(data)
+        assert "producer_id" in refused.value.message
+    stamped = batch_format.stamp_producer(batch_format.encode_batch([b"x"]), 4, 1, 9)
+    header = batch_format.validate_batch(stamped)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (4, 1, 9)
+
+
+# ----------------------------------------------------------------------------- the client
+
+
+def accumulator(retries: int = 5) -> RecordAccumulator[object]:
+    settings = AccumulatorSettings(
+        batch_bytes=1000,
+        linger_s=0.0,
+        delivery_timeout_s=10.0,
+        append_timeout_ms=500,
+        retry=RetryPolicy(retries, 100, 1000),
+    )
+    return RecordAccumulator(
+        settings,
+        random.Random(1),
+        new_completion=lambda _s: object(),
+        clock=lambda: 0.0,
+        idempotent=True,
+    )
+
+
+def send(acc: RecordAccumulator[object], count: int, now: float) -> None:
+    for i in range(count):
+        acc.append(("t", 0), b"r%d" % i, None, None, 0, record_size(b"r", None))
+
+
+def test_the_producer_stamps_consecutive_sequences_and_keeps_them_through_retries() -> None:
+    acc = accumulator()
+    send(acc, 3, 0.0)
+    assert acc.drain(0.0, NOW_MS, flushing=True).sendable == []  # no producer id yet
+    acc.producer_id = 11
+    (first,) = acc.drain(0.0, NOW_MS, flushing=True).sendable
+    assert (first.producer_epoch, first.base_sequence, first.record_count) == (0, 0, 3)
+    moved = HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved")
+    assert acc.retry_after(first, moved, True, 0.0, NOW_MS) is not None
+    (again,) = acc.drain(1.0, NOW_MS, flushing=True).sendable
+    assert again is first and (again.producer_epoch, again.base_sequence) == (0, 0)
+    acc.settle(again, 1.0, NOW_MS)
+    send(acc, 2, 1.0)
+    (second,) = acc.drain(1.0, NOW_MS, flushing=True).sendable
+    assert (second.producer_epoch, second.base_sequence) == (0, 3)
+    # The leader lost the producer's state: the batch goes again at once, at a new epoch.
+    lost = HeadwaterError(ErrorCode.UNKNOWN_PRODUCER_ID, "expired")
+    assert acc.retry_after(second, lost, True, 1.0, NOW_MS) == 0.0
+    (restamped,) = acc.drain(1.0, NOW_MS, flushing=True).sendable
+    assert (restamped.producer_epoch, restamped.base_sequence) == (1, 0)
+    payload = batch_format.encode_batch([b"a", b"b"], timestamps_ms=NOW_MS)
+    restamped.payload = payload
+    header = batch_format.read_header(restamped.stamped_payload(11))
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (11, 1, 0)
+    # A batch that fails for good leaves a possible hole: the next one starts an epoch.
+    too_large = HeadwaterError(ErrorCode.MESSAGE_TOO_LARGE, "too large")
+    assert acc.retry_after(restamped, too_large, True, 1.0, NOW_MS) is None
+    acc.settle(restamped, 1.0, NOW_MS, too_large)
+    send(acc, 1, 2.0)
+    (third,) = acc.drain(2.0, NOW_MS, flushing=True).sendable
+    assert (third.producer_epoch, third.base_sequence) == (2, 0)
+
+
+def test_idempotence_is_the_default_with_acks_all_and_refused_with_acks_0_or_1() -> None:
+    with Producer("127.0.0.1:1", acks="all") as idempotent:
+        assert idempotent.idempotent
+    with Producer("127.0.0.1:1", acks="1") as plain:
+        assert not plain.idempotent
+    for acks in ("0", "1"):
+        with pytest.raises(HeadwaterError) as refused:
+            Producer("127.0.0.1:1", acks=acks, enable_idempotence=True)
+        assert refused.value.code is ErrorCode.INVALID_CONFIG and "acks='all'" in str(refused.value)
+
+
+# ----------------------------------------------------------------------------- metadata
+
+
+def test_producer_id_blocks_are_contiguous_and_survive_a_snapshot() -> None:
+    image = MetadataImage()
+    image = apply(image, [r.ControllerActivated(1, 1, "a:1", "c")]).image
+    image = apply(image, [r.RegisterBroker(1, 1, "inc", 1, "a:1", "")]).image
+    result = decisions.allocate_producer_ids(image, 1, 1, 1)
+    assert result.response == (0, decisions.PRODUCER_ID_BLOCK)
+    image = apply(image, result.records).image
+    second = decisions.allocate_producer_ids(image, 1, 1, 1)
+    assert second.response == (decisions.PRODUCER_ID_BLOCK, 2 * decisions.PRODUCER_ID_BLOCK)
+    replayed = apply(image, second.records).image
+    # A copy of the first block (a controller with an old image) is refused.
+    refused = apply(replayed, result.records)
+    assert refused.refusal is not None and "not the next block" in refused.refusal
+    rebuilt = apply(MetadataImage(), snapshot_records(replayed)).image
+    assert rebuilt.next_producer_id == replayed.next_producer_id == 2000
+    with pytest.raises(HeadwaterError) as stale:
+        decisions.allocate_producer_ids(image, 1, 1, 7)
+    assert stale.value.code is ErrorCode.STALE_BROKER_EPOCH
+
+
+# ----------------------------------------------------------------------------- a node
+
+
+def produce(stub: pb_grpc.BrokerStub, data: bytes, acks: int = pb.ACKS_ALL) -> int:
+    """The batch's base offset; a leadership still being taken (after a restart) is
+    waited for."""
+    request = pb.ProduceRequest(topic="idem", partition=0, batch=data, acks=acks)
+
+    def answered() -> pb.ProduceResponse | None:
+        try:
+            return stub.Produce(request, timeout=10)
+        except grpc.RpcError as error:
+            if from_rpc_error(error, "node").retriable:
+                return None
+            raise
+
+    response = wait_until(answered, 30, "a produce answer")
+    return int(response.results[0].base_offset)
+
+
+def produce_error(stub: pb_grpc.BrokerStub, data: bytes, acks: int = pb.ACKS_ALL) -> ErrorCode:
+    request = pb.ProduceRequest(topic="idem", partition=0, batch=data, acks=acks)
+    with pytest.raises(grpc.RpcError) as failed:
+        stub.Produce(request, timeout=10)
+    return from_rpc_error(failed.value, "node").code
+
+
+def values_of(address: str) -> list[bytes]:
+    values: list[bytes] = []
+    with LogReader(address) as reader:
+        offset = 0
+        while True:
+            fetched = reader.fetch("idem", 0, offset)
+            for item in batch_format.decode_batches(fetched.records):
+                values += item.records.column("value").to_pylist()
+            if fetched.next_offset == offset:
+                return values
+            offset = fetched.next_offset
+
+
+def test_a_retry_after_a_lost_answer_is_written_once(tmp_path: Path) -> None:
+    """A node answers a retried batch with its original offsets, before and after a
+    SIGKILL and restart, and refuses gaps, fenced epochs and ids it never allocated."""
+    now = int(time.time() * 1000)
+    node = NodeProcess(tmp_path / "n")
+    node.start()
+    try:
+        with Admin(node.address) as admin:
+            admin.create_topic("idem", 1, 1, {"segment_bytes": "4096"})
+        with grpc.insecure_channel(node.address) as channel:
+            stub = pb_grpc.BrokerStub(channel)
+            ids = {
+                stub.InitProducerId(pb.InitProducerIdRequest(), timeout=10).producer_id
+                for _ in range(3)
+            }
+            assert len(ids) == 3
+            producer_id = min(ids)
+            sent = [batch(producer_id, 0, 2 * i, ts=now) for i in range(60)]
+            offsets = [produce(stub, data) for data in sent]
+            assert produce(stub, sent[-1]) == offsets[-1]  # the answer was lost; a retry
+            gap = batch(producer_id, 0, 500, ts=now)
+            assert produce_error(stub, gap) is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+            never = batch(10**12, 0, 0, ts=now)
+            assert produce_error(stub, never) is ErrorCode.UNKNOWN_PRODUCER_ID
+            acks_1 = batch(producer_id, 0, 120, ts=now)
+            assert produce_error(stub, acks_1, pb.ACKS_LEADER) is ErrorCode.INVALID_REQUIRED_ACKS
+        node.kill()
+        node.start()
+        with grpc.insecure_channel(node.address) as channel:
+            stub = pb_grpc.BrokerStub(channel)
+            for data, offset in zip(sent[-5:], offsets[-5:], strict=True):
+                assert produce(stub, data) == offset
+            assert produce(stub, batch(producer_id, 1, 0, ts=now)) == offsets[-1] + 2
+            fenced = batch(producer_id, 0, 120, ts=now)
+            assert produce_error(stub, fenced) is ErrorCode.INVALID_PRODUCER_EPOCH
+        values = values_of(node.address)
+        assert len(values) == 2 * 60 + 2  # each batch once, then b"v0", b"v1" at epoch 1
+        assert values[:120] == [b"v%d" % i for i in range(120)]
+    finally:
+        node.stop()
