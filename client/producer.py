@@ -18,9 +18,16 @@ Delivery semantics by ``acks``:
 - ``acks="all"``: the future completes when every in-sync replica has it.
 
 Retriable errors (NOT_LEADER_OR_FOLLOWER, unreachable node, timeouts, ...) are retried
-with exponential backoff up to ``retries`` times within ``delivery_timeout_ms``; a retry
-after a lost response may append a batch twice (at least once). Futures fail with the
-HeadwaterError that ended the attempts.
+with exponential backoff up to ``retries`` times within ``delivery_timeout_ms``. Futures
+fail with the HeadwaterError that ended the attempts.
+
+Idempotence (``enable_idempotence``; by default on with acks="all", off with 0 and 1, and
+INVALID_CONFIG when asked for with 0 or 1): the producer gets a producer id from the
+cluster before its first send and stamps every batch with it, an epoch and the sequence
+of its first record (headwater.client.accumulator); the leader appends a retried batch
+once and answers it with the original offsets, so retries never duplicate or reorder a
+partition's records, through leader changes and restarts. Without idempotence a retry
+after a lost response may append a batch twice (at least once).
 
 Retries keep send order. Every request carries a deadline, ``append_timeout_ms`` after it
 is sent (``ProduceRequest.deadline_unix_ms``), after which no node appends it. When an

@@ -31,6 +31,9 @@ def vector(name: str, description: str, **inputs: Any) -> dict[str, Any]:
         compression=inputs.get("compression", Compression.NONE),
         base_offset=inputs.get("base_offset", 0),
         leader_epoch=inputs.get("leader_epoch", -1),
+        producer_id=inputs.get("producer_id", -1),
+        producer_epoch=inputs.get("producer_epoch", -1),
+        base_sequence=inputs.get("base_sequence", -1),
     )
     decoded = decode_batch(data)
     stamps = timestamps_ms(decoded.records)
@@ -51,6 +54,9 @@ def vector(name: str, description: str, **inputs: Any) -> dict[str, Any]:
         "byte_exact": inputs.get("compression", Compression.NONE) == Compression.NONE,
         "base_offset": inputs.get("base_offset", 0),
         "leader_epoch": inputs.get("leader_epoch", -1),
+        "producer_id": inputs.get("producer_id", -1),
+        "producer_epoch": inputs.get("producer_epoch", -1),
+        "base_sequence": inputs.get("base_sequence", -1),
         "crc": decoded.header.crc,
         "attributes": decoded.header.attributes,
         "batch_hex": data.hex(),
@@ -75,6 +81,17 @@ def main() -> None:
             timestamps_ms=[1_700_000_000_000, 1_700_000_000_005, 1_699_999_999_990],
             base_offset=42,
             leader_epoch=3,
+        ),
+        vector(
+            "idempotent",
+            "an idempotent producer's batch: producer id 1000, epoch 2, records at "
+            "sequences 7 and 8",
+            values=[b"a", b"b"],
+            keys=[b"k", b"k"],
+            timestamps_ms=1_700_000_000_000,
+            producer_id=1000,
+            producer_epoch=2,
+            base_sequence=7,
         ),
         vector(
             "zstd",

@@ -90,6 +90,10 @@ def test_published_vectors(vector: dict) -> None:
     data = bytes.fromhex(vector["batch_hex"])
     decoded = bf.decode_batch(data)
     assert decoded.header.crc == vector["crc"] == crc32c.crc32c(data[bf.CRC_START :])
+    producer = (vector["producer_id"], vector["producer_epoch"], vector["base_sequence"])
+    header = decoded.header
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == producer
+    bf.validate_batch(data)  # a producer may send it as it is
     rows = decoded.records.to_pylist()
     assert len(rows) == len(vector["records"])
     for row, stamp, expected in zip(
@@ -119,6 +123,9 @@ def test_published_vectors(vector: dict) -> None:
             timestamps_ms=[r["timestamp_ms"] for r in vector["records"]],
             base_offset=vector["base_offset"],
             leader_epoch=vector["leader_epoch"],
+            producer_id=vector["producer_id"],
+            producer_epoch=vector["producer_epoch"],
+            base_sequence=vector["base_sequence"],
         )
         if len({r["timestamp_ms"] for r in vector["records"]}) == 1:
             assert bf.decode_batch(rebuilt).records.equals(decoded.records)

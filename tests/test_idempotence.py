@@ -12,14 +12,15 @@ guards the invariant that a state never holds a batch its log does not.
 from __future__ import annotations
 
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
-from headwater.client import Admin, LogReader, Producer
+from headwater.client import Admin, LogReader, Producer, RecordFuture
 from headwater.client.accumulator import AccumulatorSettings, RecordAccumulator, record_size
 from headwater.client.retry import RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
@@ -33,7 +34,9 @@ from headwater.raft import records as r
 from headwater.raft.image import MetadataImage, apply, snapshot_records
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
+from tests.local_cluster import LocalCluster
 from tests.node_process import NodeProcess, wait_until
+from tests.test_safety import all_in_sync, read_partition
 
 NOW_MS = 1_700_000_000_000
 
@@ -272,10 +275,12 @@ def test_producer_id_blocks_are_contiguous_and_survive_a_snapshot() -> None:
 # ----------------------------------------------------------------------------- a node
 
 
-def produce(stub: pb_grpc.BrokerStub, data: bytes, acks: int = pb.ACKS_ALL) -> int:
+def produce(
+    stub: pb_grpc.BrokerStub, data: bytes, acks: int = pb.ACKS_ALL, topic: str = "idem"
+) -> int:
     """The batch's base offset; a leadership still being taken (after a restart) is
     waited for."""
-    request = pb.ProduceRequest(topic="idem", partition=0, batch=data, acks=acks)
+    request = pb.ProduceRequest(topic=topic, partition=0, batch=data, acks=acks)
 
     def answered() -> pb.ProduceResponse | None:
         try:
@@ -349,3 +354,125 @@ def test_a_retry_after_a_lost_answer_is_written_once(tmp_path: Path) -> None:
         assert values[:120] == [b"v%d" % i for i in range(120)]
     finally:
         node.stop()
+
+
+# ----------------------------------------------------------------------------- a cluster
+
+
+@pytest.fixture
+def cluster3(tmp_path: Path) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(tmp_path, 3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.mark.slow
+def test_a_retry_sent_to_the_next_leader_is_answered_with_the_original_offsets(
+    cluster3: LocalCluster,
+) -> None:
+    """The leader appends and replicates a batch, then dies before its answer reaches the
+    producer; the producer sends the batch again, now to the new leader. Before
+    idempotence the new leader appended it a second time; now it answers with the offsets
+    the batch already has, from the state it built while following."""
+    topic = "moved"
+    now = int(time.time() * 1000)
+    with Admin(cluster3.bootstrap()) as admin:
+        admin.create_topic(topic, 1, 3, {"min_insync_replicas": "2"})
+    wait_until(lambda: all_in_sync(cluster3, topic), 60, "a full ISR")
+    old_leader = cluster3.partitions(cluster3.alive()[0], topic)[0].leader
+    with grpc.insecure_channel(cluster3.nodes[old_leader].address) as channel:
+        stub = pb_grpc.BrokerStub(channel)
+        producer_id = stub.InitProducerId(pb.InitProducerIdRequest(), timeout=10).producer_id
+        sent = [batch(producer_id, 0, 2 * i, ts=now) for i in range(8)]
+        offsets = [produce(stub, data, topic=topic) for data in sent]
+    cluster3.nodes[old_leader].kill()
+    via = next(n for n in cluster3.alive() if n.node_id != old_leader)
+    wait_until(
+        lambda: cluster3.partitions(via, topic)[0].leader not in (-1, old_leader),
+        60,
+        "a new leader",
+    )
+    with grpc.insecure_channel(via.address) as channel:
+        stub = pb_grpc.BrokerStub(channel)  # forwards to the new leader
+        for data, offset in zip(sent[-5:], offsets[-5:], strict=True):
+            assert produce(stub, data, topic=topic) == offset
+        assert produce(stub, batch(producer_id, 0, 16, ts=now), topic=topic) == 16
+    cluster3.nodes[old_leader].start()
+    wait_until(lambda: all_in_sync(cluster3, topic), 60, "the old leader back in the ISR")
+    values = [value for _, value in read_partition(via.address, topic, 0)]
+    assert values == [b"v%d" % i for i in range(18)]
+
+
+EXACTLY_ONCE_RECORDS = 100_000
+EXACTLY_ONCE_KEYS = 500
+EXACTLY_ONCE_RATE_PER_S = 4000
+EXACTLY_ONCE_KILLS = 6
+
+
+@pytest.mark.slow
+def test_an_idempotent_producer_writes_each_record_once_and_in_order_through_leader_kills(
+    cluster3: LocalCluster,
+) -> None:
+    """100,000 keyed records, acks=all, while the leader of a partition is SIGKILLed and
+    restarted, again and again: every record is acknowledged, stored exactly once, at the
+    offset its acknowledgement gave, and each partition holds its records in send order."""
+    topic, partitions = "exactly", 3
+    with Admin(cluster3.bootstrap()) as admin:
+        admin.create_topic(topic, partitions, 3, {"min_insync_replicas": "2"})
+    sent = [0]
+    futures: list[RecordFuture] = []
+    producer = Producer(
+        cluster3.bootstrap(),
+        acks="all",
+        linger_ms=2,
+        request_timeout_ms=4000,
+        append_timeout_ms=1500,
+        retries=1000,
+        delivery_timeout_ms=120_000,
+    )
+    assert producer.idempotent
+
+    def produce_all() -> None:
+        start = time.monotonic()
+        for i in range(EXACTLY_ONCE_RECORDS):
+            key = b"k%d" % (i % EXACTLY_ONCE_KEYS)
+            futures.append(producer.send(topic, b"%08d" % i, key=key))
+            sent[0] = i + 1
+            if i % 1000 == 999:  # the workload's pace, so that the kills fall inside it
+                ahead_s = start + (i + 1) / EXACTLY_ONCE_RATE_PER_S - time.monotonic()
+                if ahead_s > 0:
+                    time.sleep(ahead_s)
+
+    sender = threading.Thread(target=produce_all, daemon=True)
+    sender.start()
+    try:
+        for kill in range(EXACTLY_ONCE_KILLS):
+            floor = (kill + 1) * EXACTLY_ONCE_RECORDS // (EXACTLY_ONCE_KILLS + 1)
+            wait_until(lambda floor=floor: sent[0] >= floor, 120, f"{floor} records sent")
+            leader = cluster3.partitions(cluster3.alive()[0], topic)[kill % partitions].leader
+            victim = cluster3.nodes[leader]
+            victim.kill()
+            victim.start()
+        sender.join(timeout=300)
+        producer.flush(timeout_s=300)
+    finally:
+        producer.close(timeout_s=60)
+    failed = [f.exception(0) for f in futures if f.exception(0) is not None]
+    assert not failed, f"{len(failed)} records failed, e.g. {failed[:3]}"
+    wait_until(lambda: all_in_sync(cluster3, topic), 60, "every ISR to heal")
+    where: dict[bytes, list[tuple[int, int]]] = {}
+    for p in range(partitions):
+        records = read_partition(cluster3.alive()[0].address, topic, p)
+        values = [int(value) for _, value in records]
+        assert values == sorted(values), f"partition {p} holds records out of send order"
+        for offset, value in records:
+            where.setdefault(value, []).append((p, offset))
+    twice = {v: at for v, at in where.items() if len(at) > 1}
+    assert not twice, f"{len(twice)} records stored twice, e.g. {list(twice.items())[:3]}"
+    assert len(where) == EXACTLY_ONCE_RECORDS, "records missing"
+    for i, future in enumerate(futures):  # acknowledged where it is stored
+        metadata = future.result(0)
+        assert where[b"%08d" % i] == [(metadata.partition, metadata.offset)], i

@@ -211,6 +211,13 @@ def bench() -> None:
 @click.option(
     "--compression", type=click.Choice(["none", "lz4", "zstd"]), default="none", show_default=True
 )
+@click.option(
+    "--idempotence",
+    type=click.Choice(["default", "on", "off"]),
+    default="default",
+    show_default=True,
+    help="The producer's enable_idempotence: default is on with acks=all, off otherwise.",
+)
 def bench_produce(
     topic: str,
     records: int,
@@ -224,6 +231,7 @@ def bench_produce(
     linger_ms: int,
     acks: str,
     compression: str,
+    idempotence: str,
 ) -> None:
     """Produce RECORDS records of RECORD_SIZE bytes as fast as possible."""
     from headwater.client import Producer
@@ -233,7 +241,12 @@ def bench_produce(
     latencies: list[float] = []
     lock = threading.Lock()
     producer = Producer(
-        bootstrap, acks=acks, compression=compression, linger_ms=linger_ms, batch_bytes=batch_bytes
+        bootstrap,
+        acks=acks,
+        compression=compression,
+        linger_ms=linger_ms,
+        batch_bytes=batch_bytes,
+        enable_idempotence=None if idempotence == "default" else idempotence == "on",
     )
     sent = 0
     try:
@@ -268,6 +281,7 @@ def bench_produce(
     settings = {
         "mode": mode,
         "acks": acks,
+        "idempotent": producer.idempotent,
         "compression": compression,
         "batch_records": batch_records,
         "batch_bytes": batch_bytes,

@@ -24,8 +24,7 @@ Anomalies (names as in Jepsen's ``jepsen.tests.kafka``, where it has them):
 - ``inconsistent-offsets``: two or more values at one (partition, offset) in the version
   order.
 - ``duplicate``: one value, from a producer that retries, at two or more offsets of a
-  partition (expected from retries until idempotence exists; reported apart from the
-  others).
+  partition (the producers are idempotent: a retry is appended once).
 - ``duplicate-single-send``: the same, for a value its producer sent in one attempt
   (``may_resend`` False): a node appended one request twice.
 - ``non-monotonic-send``: one producer's acknowledged sends to a partition, taken in send
@@ -80,8 +79,9 @@ ANOMALIES: Final = (
     "missing-final-read",
     "final-read-gap",
 )
-TOLERATED_DEFAULT: Final = frozenset({"duplicate"})
-"""Anomalies that do not fail a run by default (no idempotent producer yet)."""
+TOLERATED_DEFAULT: Final[frozenset[str]] = frozenset()
+"""Anomalies that do not fail a run by default: none (the producers are idempotent, so
+a retried batch is never written twice)."""
 
 
 @dataclass(frozen=True, slots=True)

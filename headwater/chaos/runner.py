@@ -7,7 +7,7 @@ every partition (``headwater.chaos.workload``); run the planned fault cycles
 full ISRs, stop the producers, read every partition whole, run the checker
 (``headwater.chaos.checker``) and compare the replicas byte for byte below the high
 watermark (``headwater.chaos.replicas``). Exit status 0 when the checker finds no anomaly
-other than duplicates and the replicas are identical, 1 otherwise, 130 on Ctrl-C.
+and the replicas are identical, 1 otherwise, 130 on Ctrl-C.
 
 Network partitions need the nodes in network namespaces. When a network nemesis is
 chosen and the machine allows it (root, ``ip``, ``iptables``), this process makes the
