@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -63,18 +64,27 @@ class Setting:
     """One configuration key: its default, unit, valid range or choices, and meaning."""
 
     name: str
-    default: int | str
+    default: int | str | float
     doc: str
     unit: str = ""
-    low: int | None = None
-    high: int | None = None
+    low: int | float | None = None
+    high: int | float | None = None
     choices: tuple[str, ...] = ()
     minus_one_disables: bool = False
     topic: bool = False
     address: bool = False
 
-    def parse(self, raw: object, source: str) -> int | str:
+    def parse(self, raw: object, source: str) -> int | str | float:
         """Convert and range-check a value from ``source``; raise INVALID_CONFIG if wrong."""
+        if isinstance(self.default, float):
+            number = _parse_float(raw)
+            low_f = self.low if self.low is not None else -math.inf
+            high_f = self.high if self.high is not None else math.inf
+            if number is None or not low_f <= number <= high_f:
+                raise _invalid(
+                    f"{self.name} from {source} is {raw!r}; valid: a number in [{low_f}, {high_f}]"
+                )
+            return number
         if isinstance(self.default, int):
             value = _parse_int(raw)
             if value is None:
@@ -112,6 +122,21 @@ def _parse_int(raw: object) -> int | None:
         except ValueError:
             return None
     return None
+
+
+def _parse_float(raw: object) -> float | None:
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int | float):
+        number = float(raw)
+    elif isinstance(raw, str):
+        try:
+            number = float(raw.strip())
+        except ValueError:
+            return None
+    else:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _invalid(message: str) -> HeadwaterError:
@@ -404,6 +429,31 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         high=INT64_MAX,
     ),
     Setting(
+        "log_cleaner_io_max_bytes_per_s",
+        64 * MiB,
+        "Most bytes a second the log cleaner reads and writes, over all compacted "
+        "partitions of the node (its share of the disk and of a core).",
+        unit="bytes/s",
+        low=1024,
+        high=INT64_MAX,
+    ),
+    Setting(
+        "log_cleaner_keys_max",
+        1_000_000,
+        "Most distinct keys one cleaning pass holds in memory (its offset map); a "
+        "partition with more dirty keys is cleaned over several passes.",
+        low=1,
+        high=100_000_000,
+    ),
+    Setting(
+        "log_cleaner_backoff_ms",
+        15_000,
+        "How often the log cleaner looks for a compacted partition to clean when it found none.",
+        unit="ms",
+        low=10,
+        high=INT64_MAX,
+    ),
+    Setting(
         "retention_check_interval_ms",
         60_000,
         "How often retention runs over every partition.",
@@ -532,6 +582,44 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         high=INT64_MAX,
         topic=True,
     ),
+    Setting(
+        "cleanup_policy",
+        "delete",
+        "What removes old records: 'delete' (retention_ms and retention_bytes delete "
+        "whole old segments), 'compact' (the log cleaner keeps only the newest record "
+        "of each key; records need keys), or 'compact,delete' (both).",
+        choices=("delete", "compact", "compact,delete"),
+        topic=True,
+    ),
+    Setting(
+        "delete_retention_ms",
+        DAY_MS,
+        "Compacted topics: how long a tombstone (a record with a null value) is kept "
+        "once its segment is older than this, so that consumers see the deletion.",
+        unit="ms",
+        low=0,
+        high=INT64_MAX,
+        topic=True,
+    ),
+    Setting(
+        "min_cleanable_dirty_ratio",
+        0.5,
+        "Compacted topics: the share of the cleanable log written since its last "
+        "cleaning at which the cleaner cleans it.",
+        low=0.0,
+        high=1.0,
+        topic=True,
+    ),
+    Setting(
+        "min_compaction_lag_ms",
+        0,
+        "Compacted topics: a segment is cleaned only once all its records are this "
+        "old (by timestamp), so a consumer this far behind still sees every update.",
+        unit="ms",
+        low=0,
+        high=INT64_MAX,
+        topic=True,
+    ),
 )
 
 SETTINGS_BY_NAME: Final = {s.name: s for s in SETTINGS}
@@ -582,6 +670,9 @@ class NodeConfig:
     group_members_max: int = 1000
     offsets_retention_ms: int = 7 * DAY_MS
     producer_id_expiration_ms: int = DAY_MS
+    log_cleaner_io_max_bytes_per_s: int = 64 * MiB
+    log_cleaner_keys_max: int = 1_000_000
+    log_cleaner_backoff_ms: int = 15_000
     retention_check_interval_ms: int = 60_000
     log_level: str = "info"
     segment_bytes: int = 1 << 30
@@ -596,6 +687,10 @@ class NodeConfig:
     index_interval_bytes: int = 4096
     flush_policy: str = "os"
     flush_interval_ms: int = 1000
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = DAY_MS
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
 
     def __post_init__(self) -> None:
         for setting in SETTINGS:
@@ -700,6 +795,10 @@ class NodeConfig:
             flush_policy=FlushPolicy(values["flush_policy"]),
             flush_interval_ms=int(values["flush_interval_ms"]),
             producer_id_expiration_ms=self.producer_id_expiration_ms,
+            cleanup_policy=values["cleanup_policy"],
+            delete_retention_ms=int(values["delete_retention_ms"]),
+            min_cleanable_dirty_ratio=float(values["min_cleanable_dirty_ratio"]),
+            min_compaction_lag_ms=int(values["min_compaction_lag_ms"]),
         )
 
 

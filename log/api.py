@@ -45,6 +45,20 @@ class LogConfig:
     flush_interval_ms: int = 1000
     producer_id_expiration_ms: int = 24 * 3600 * 1000
     """Idempotent producers silent this long are forgotten (``producer_state.expire``)."""
+    cleanup_policy: str = "delete"
+    """"delete", "compact" or "compact,delete" (see docs/configuration.md)."""
+    delete_retention_ms: int = 24 * 3600 * 1000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def deletes(self) -> bool:
+        """Do retention_ms and retention_bytes delete old segments?"""
+        return "delete" in self.cleanup_policy
 
     def timestamp_range(self, now_ms: int) -> tuple[int, int]:
         """The record timestamps a producer may send now: [now - before_max, now +
@@ -90,6 +104,9 @@ def offset_out_of_range(offset: int, log_start_offset: int, log_end_offset: int)
 class PartitionLog(Protocol):
     """Thread-safety: every method may be called from any thread."""
 
+    config: LogConfig
+    """The topic's settings; replaced whole when the topic's settings are altered."""
+
     @property
     def log_start_offset(self) -> int: ...
 
@@ -128,7 +145,8 @@ class PartitionLog(Protocol):
 
     def append_replicated(self, batch: bytes | memoryview, now_ms: int) -> AppendInfo:
         """Append a batch as its leader stored it (base offset and leader epoch kept); its
-        base offset must equal log_end_offset, else OFFSET_OUT_OF_RANGE."""
+        base offset must be at least log_end_offset (past it where the leader's cleaner
+        compacted records away), else OFFSET_OUT_OF_RANGE."""
 
     def truncate_to(self, offset: int, now_ms: int) -> int:
         """Remove every batch holding an offset >= ``offset``; return the new log end

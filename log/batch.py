@@ -790,6 +790,7 @@ def validate_batch(
     buffer: bytes | memoryview,
     max_uncompressed_bytes: int = UNCOMPRESSED_BYTES_MAX,
     timestamp_range: tuple[int, int] = FORMAT_TIMESTAMP_RANGE,
+    require_keys: bool = False,
 ) -> BatchHeader:
     """Full check of one batch a producer sent: header, CRC, codec, body structure, the
     attribute bits a producer may set, and every record timestamp.
@@ -798,8 +799,10 @@ def validate_batch(
     consumer's decoder. The uncompressed body may not exceed ``max_uncompressed_bytes``
     (decompression stops there); every record timestamp must lie in ``timestamp_range``
     (inclusive, within [TIMESTAMP_MIN_MS, TIMESTAMP_MAX_MS]) and ``max_timestamp`` must be
-    the largest of them. Raises CorruptBatchError, UnsupportedCompressionError or
-    InvalidTimestampError naming the failed check; never anything else, whatever the bytes.
+    the largest of them; with ``require_keys`` (a compacted topic) every record has a
+    key (INVALID_RECORD). Raises CorruptBatchError, UnsupportedCompressionError,
+    InvalidTimestampError or that INVALID_RECORD naming the failed check; never anything
+    else, whatever the bytes.
     """
     header = verify_batch(buffer, 0)
     if header.total_size != len(buffer):
@@ -823,6 +826,13 @@ def validate_batch(
         stored, header.compression, header.uncompressed_body_length, max_uncompressed_bytes
     )
     columns = _decode_columns(header, body)
+    if require_keys and (not header.has_keys or columns.keys.null_count):
+        raise HeadwaterError(
+            ErrorCode.INVALID_RECORD,
+            f"{columns.keys.null_count if header.has_keys else header.record_count} record(s) "
+            "without a key: a compacted topic (cleanup_policy compact) keeps the newest "
+            "record per key, so every record needs one",
+        )
     extremes = pc.min_max(columns.deltas).as_py()
     smallest = header.first_timestamp + extremes["min"]
     largest = header.first_timestamp + extremes["max"]

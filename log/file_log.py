@@ -9,6 +9,10 @@ Directory layout (one directory per partition)::
                                     offset format: ``write_checked_offset``)
     clean-shutdown                  present only between a clean close and the next open
     leader-epoch-checkpoint         the leader-epoch cache (see leader_epochs.py)
+    cleaner-offset                  compacted topics: offset below which the log is
+                                    clean (checked offset format)
+    cleaning/                       a cleaning pass's output, being written
+    swap/                           a finished pass's output, being swapped in
     00000000000000000000.producers  idempotent producers' state as of that offset
                                     (``producer_state.encode_snapshot``)
 
@@ -47,6 +51,16 @@ start go with retention. Invariant: the state is always the one the log's batche
 which is what lets a follower that becomes leader answer a retried batch with the
 offsets it was first appended at, and never with offsets a truncation removed.
 
+Compaction (``headwater.log.cleaner``): a pass writes cleaned copies of segments into
+``cleaning/``, then ``swap_cleaned`` makes them the log's, atomically: it renames
+``cleaning/`` to ``swap/`` (the commit point, after every file was fsynced), then moves
+each file over the original of the same name and removes ``swap/``. Opening a log first
+finishes a ``swap/`` left by a crash and deletes a ``cleaning/``: a crash at any point
+leaves either the original segments or the cleaned ones, never a mix, and loses nothing.
+Cleaned segments keep their base offsets; their batches keep their offsets, with gaps
+where records were removed (base offsets grow along a segment, by one batch's records or
+more; a segment may end before the next one's base offset, or hold nothing at all).
+
 Thread-safety: all public methods take the log's lock; appends and reads serialize per
 partition (reads are one pread each, so the lock is held briefly).
 """
@@ -57,8 +71,10 @@ import bisect
 import dataclasses
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -75,6 +91,7 @@ from headwater.log.api import (
     ReadResult,
     offset_out_of_range,
 )
+from headwater.log.compaction import cleanable_ratio
 from headwater.log.leader_epochs import EpochCheckpointError, LeaderEpochCache
 from headwater.log.producer_state import Duplicate, ProducerEntry, ProducerStates, Refused
 from headwater.log.retention import SegmentSummary, segments_to_delete
@@ -84,6 +101,9 @@ RECOVERY_POINT_FILE: Final = "recovery-point"
 CLEAN_SHUTDOWN_FILE: Final = "clean-shutdown"
 EPOCH_CHECKPOINT_FILE: Final = "leader-epoch-checkpoint"
 DAMAGED_DIR: Final = "damaged"
+CLEANER_OFFSET_FILE: Final = "cleaner-offset"
+CLEANING_DIR: Final = "cleaning"
+SWAP_DIR: Final = "swap"
 PRODUCER_SNAPSHOT_SUFFIX: Final = ".producers"
 PRODUCER_SNAPSHOT_BYTES_MAX: Final = 256 << 20
 NO_DAMAGE: Final = 1 << 63
@@ -141,6 +161,41 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+class CleaningAbortedError(Exception):
+    """The log changed under a cleaning pass (retention, truncation, deletion)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentView:
+    """A closed segment as a cleaning pass saw it."""
+
+    segment: Segment
+    base_offset: int
+    next_offset: int
+    size: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class CleanPlan:
+    """The cleanable part of a log: ``segments`` (closed, below the bound, past the
+    compaction lag), from the log start to ``end_offset``; ``first_dirty``: where the
+    last pass stopped."""
+
+    segments: tuple[SegmentView, ...]
+    log_start_offset: int
+    first_dirty: int
+    end_offset: int
+
+    @property
+    def clean_bytes(self) -> int:
+        return sum(v.size for v in self.segments if v.next_offset <= self.first_dirty)
+
+    @property
+    def dirty_bytes(self) -> int:
+        return sum(v.size for v in self.segments if v.next_offset > self.first_dirty)
+
+
 class FileLog:
     """See the module docstring."""
 
@@ -158,11 +213,17 @@ class FileLog:
         self._last_flush_ms = now_ms
         self._epochs = LeaderEpochCache()
         self._producers: dict[int, ProducerEntry] = {}
+        self._cleaned_offset = 0
         with self._lock:  # the bounded set of sealed handles takes it before closing one
             try:
+                self._finish_swap()
                 self._load(now_ms)
                 self._load_epochs()
                 self._load_producers()
+                found = read_checked_offset(self.directory / CLEANER_OFFSET_FILE)
+                self._cleaned_offset = min(
+                    max(found or 0, self.log_start_offset), self.log_end_offset
+                )
             except BaseException:
                 for segment in self._segments:
                     segment.close()
@@ -202,8 +263,12 @@ class FileLog:
                 # go to the bounded set.
                 self._segments[-1].seal()
             self._segments.append(segment)
+            # A segment ends at or before the next one's base (before it when compaction
+            # removed its last records).
             expected_next = next_base if next_base is not None else result.next_offset
-            if result.problem is None and result.next_offset == expected_next:
+            if result.problem is None and result.next_offset <= expected_next:
+                if next_base is not None:
+                    segment.next_offset = next_base
                 continue
             problem = result.problem or (
                 f"segment {base} ends at offset {result.next_offset} but the next segment "
@@ -300,6 +365,108 @@ class FileLog:
         segment.next_offset = base_offset
         fsync_directory(self.directory)
         return segment
+
+    # ------------------------------------------------------------------ compaction
+
+    def _finish_swap(self) -> None:
+        """Complete a swap a crash interrupted (``swap/`` is whole: move what is left of
+        it), and drop an unfinished pass (``cleaning/``)."""
+        swap = self.directory / SWAP_DIR
+        if swap.is_dir():
+            for path in sorted(swap.iterdir()):
+                os.replace(path, self.directory / path.name)
+            fsync_directory(self.directory)
+            swap.rmdir()
+            fsync_directory(self.directory)
+            _log.info("log %s: swapped in cleaned segments", self.directory)
+        shutil.rmtree(self.directory / CLEANING_DIR, ignore_errors=True)
+
+    def cleaning_plan(self, now_ms: int, upper_bound: int) -> CleanPlan | None:
+        """The cleanable part of the log (see CleanPlan): closed segments wholly below
+        ``upper_bound`` (the high watermark: nothing a truncation may cut) whose records
+        are all older than min_compaction_lag_ms. None when there is none."""
+        with self._lock:
+            if self._closed:
+                return None
+            lag_cut = now_ms - self.config.min_compaction_lag_ms
+            views = []
+            for segment in self._segments[:-1]:
+                if segment.next_offset > upper_bound or segment.max_timestamp > lag_cut:
+                    break
+                views.append(
+                    SegmentView(
+                        segment,
+                        segment.base_offset,
+                        segment.next_offset,
+                        segment.size,
+                        segment.max_timestamp,
+                    )
+                )
+            if not views:
+                return None
+            start = self.log_start_offset
+            first_dirty = min(max(self._cleaned_offset, start), views[-1].next_offset)
+            return CleanPlan(tuple(views), start, first_dirty, views[-1].next_offset)
+
+    def cleanable_ratio(self, now_ms: int, upper_bound: int) -> float:
+        """The dirty share of the cleanable bytes (0 when nothing is cleanable)."""
+        plan = self.cleaning_plan(now_ms, upper_bound)
+        if plan is None:
+            return 0.0
+        return cleanable_ratio(plan.clean_bytes, plan.dirty_bytes)
+
+    @property
+    def cleaned_offset(self) -> int:
+        return self._cleaned_offset
+
+    def read_segment(self, view: SegmentView, position: int, size: int) -> bytes:
+        """``size`` bytes of a closed segment from ``position`` (a cleaning pass's read);
+        CleaningAbortedError once the segment is no longer the log's as the pass saw it."""
+        with self._lock:
+            if self._closed or not any(s is view.segment for s in self._segments):
+                raise CleaningAbortedError(f"segment {view.base_offset} left the log")
+            data = os.pread(view.segment.fd, size, position)
+        if len(data) != size:
+            raise CleaningAbortedError(f"segment {view.base_offset} shrank")
+        return data
+
+    def swap_cleaned(
+        self, cleaned: list[tuple[SegmentView, Segment]], cleaning_dir: Path, cleaned_offset: int
+    ) -> bool:
+        """Make the cleaned copies (written and fsynced in ``cleaning_dir``) the log's
+        segments, atomically (see the module docstring), and record that the log is clean
+        below ``cleaned_offset``. False, and nothing changed, when a segment cleaned is
+        no longer the log's as the pass saw it."""
+        with self._lock:
+            if self._closed:
+                return False
+            places = []
+            for view, _output in cleaned:
+                place = next((i for i, s in enumerate(self._segments) if s is view.segment), None)
+                if (
+                    place is None
+                    or place == len(self._segments) - 1
+                    or view.segment.size != view.size
+                ):
+                    return False
+                places.append(place)
+            os.rename(cleaning_dir, self.directory / SWAP_DIR)
+            fsync_directory(self.directory)
+            self._finish_swap()
+            for place, (view, _output) in zip(places, cleaned, strict=True):
+                original = self._segments[place]
+                replacement = Segment(
+                    self.directory, view.base_offset, self.config.index_interval_bytes, self._lock
+                )
+                replacement.created_ms = original.created_ms
+                replacement.load(trust_index=True)
+                replacement.next_offset = original.next_offset  # it covers its gap
+                original.close()  # its files were replaced; the old handle goes
+                replacement.seal()
+                self._segments[place] = replacement
+            self._cleaned_offset = max(self._cleaned_offset, cleaned_offset)
+            write_checked_offset(self.directory / CLEANER_OFFSET_FILE, self._cleaned_offset)
+            return True
 
     # ------------------------------------------------------------------ producers
 
@@ -443,7 +610,7 @@ class FileLog:
             )
         with self._lock:
             self._check_open()
-            if header.base_offset != self.log_end_offset:
+            if header.base_offset < self.log_end_offset:
                 raise HeadwaterError(
                     ErrorCode.OFFSET_OUT_OF_RANGE,
                     f"replicated batch starts at offset {header.base_offset} but the log ends "
@@ -536,6 +703,9 @@ class FileLog:
         self._load_producers()
         self._recovery_point = min(self._recovery_point, self.log_end_offset)
         self._write_recovery_point()
+        if not self.log_start_offset <= self._cleaned_offset <= self.log_end_offset:
+            self._cleaned_offset = self.log_start_offset
+            write_checked_offset(self.directory / CLEANER_OFFSET_FILE, self._cleaned_offset)
 
     def _maybe_roll(self, incoming_bytes: int, now_ms: int) -> None:
         active = self._segments[-1]
@@ -603,6 +773,8 @@ class FileLog:
             for producer_id, entry in list(self._producers.items()):
                 if now_ms - entry.last_timestamp_ms >= expiration_ms:
                     del self._producers[producer_id]
+            if not self.config.deletes:
+                return 0  # cleanup_policy "compact": only the cleaner removes records
             summaries = [
                 SegmentSummary(
                     s.base_offset, s.size, s.max_timestamp, s.next_offset - s.base_offset
@@ -650,14 +822,21 @@ class FileLog:
             bound = end if upper_bound is None else min(upper_bound, end)
             if offset >= bound:
                 return ReadResult(b"", offset)
-            segment = self._segment_for(offset)
-            try:
-                data, next_offset = segment.read_from(offset, max_bytes, bound)
-            except HeadwaterError as error:
-                if error.code is ErrorCode.KAFKA_STORAGE_ERROR:
-                    self._note_damage(segment, error.message)
-                raise
-            return ReadResult(data, next_offset if data else offset)
+            at = offset
+            while True:
+                segment = self._segment_for(at)
+                try:
+                    data, next_offset = segment.read_from(at, max_bytes, bound)
+                except HeadwaterError as error:
+                    if error.code is ErrorCode.KAFKA_STORAGE_ERROR:
+                        self._note_damage(segment, error.message)
+                    raise
+                if data or segment is self._segments[-1]:
+                    return ReadResult(data, next_offset if data else offset)
+                # ``at`` is in a gap compaction left at the segment's end: the next one.
+                at = self._segments[self._segments.index(segment) + 1].base_offset
+                if at >= bound:
+                    return ReadResult(b"", offset)
 
     def _note_damage(self, segment: Segment, problem: str) -> None:
         """A read found ``segment`` damaged: the next open scans it and everything after
@@ -678,6 +857,8 @@ class FileLog:
                 offset = segment.base_offset + segment.index.first_offset_at_or_after(timestamp_ms)
                 while offset < segment.next_offset:
                     data, next_offset = segment.read_from(offset, 1, segment.next_offset)
+                    if not data:
+                        break
                     header = batch_format.read_header(data)
                     if header.max_timestamp >= timestamp_ms:
                         records = batch_format.decode_batch(data).records

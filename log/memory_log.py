@@ -87,7 +87,7 @@ class MemoryLog:
                 f"payload is {len(batch)} bytes but the batch header says {header.total_size}"
             )
         with self._lock:
-            if header.base_offset != self._end:
+            if header.base_offset < self._end:  # after it: a gap compaction left
                 raise HeadwaterError(
                     ErrorCode.OFFSET_OUT_OF_RANGE,
                     f"replicated batch starts at offset {header.base_offset} but the log ends "
@@ -97,7 +97,7 @@ class MemoryLog:
 
     def _append_locked(self, data: bytes) -> AppendInfo:
         stamped = batch_format.read_header(data)
-        self._bases.append(self._end)
+        self._bases.append(stamped.base_offset)
         self._batches.append(data)
         self._headers.append(stamped)
         self._end = stamped.next_offset
@@ -157,7 +157,9 @@ class MemoryLog:
             bound = self._end if upper_bound is None else min(upper_bound, self._end)
             if offset >= bound:
                 return ReadResult(b"", offset)
-            i = bisect.bisect_right(self._bases, offset) - 1
+            i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+            if i < len(self._headers) and self._headers[i].next_offset <= offset:
+                i += 1  # ``offset`` is in a gap compaction left: the next batch
             parts: list[bytes] = []
             size = 0
             next_offset = offset
@@ -188,6 +190,8 @@ class MemoryLog:
             for producer_id, entry in list(self._producers.items()):
                 if now_ms - entry.last_timestamp_ms >= expiration_ms:
                     del self._producers[producer_id]
+            if not self.config.deletes:
+                return 0  # cleanup_policy "compact": only the cleaner removes records
             summaries = [
                 SegmentSummary(h.base_offset, len(d), h.max_timestamp, h.record_count)
                 for d, h in zip(self._batches, self._headers, strict=True)

@@ -1,7 +1,9 @@
 """One log segment on disk: ``{base_offset:020d}.log`` with its ``.index`` and ``.timeindex``.
 
 The .log file is a plain concatenation of v1 record batches (docs/record-batch-format.md)
-with contiguous offsets starting at ``base_offset``; the index formats are in
+with increasing offsets from ``base_offset``: contiguous as appended, with gaps where the
+log cleaner removed records of a compacted topic (a follower copies them as they are);
+the index formats are in
 ``headwater.log.index``. A segment never holds more than ``segment_bytes`` (a batch
 larger than that gets a segment of its own) and positions fit in uint32.
 
@@ -224,10 +226,10 @@ class Segment:
             except HeadwaterError as exc:
                 problem = f"{exc.message} (segment {self.base_offset}, byte {position})"
                 return ScanResult(position, next_offset, max_timestamp, problem)
-            if header.base_offset != next_offset:
+            if header.base_offset < next_offset:
                 problem = (
                     f"batch at byte {position} of segment {self.base_offset} has base offset "
-                    f"{header.base_offset}, expected {next_offset}"
+                    f"{header.base_offset}, expected at least {next_offset}"
                 )
                 return ScanResult(position, next_offset, max_timestamp, problem)
             self._maybe_index(position, header)
@@ -313,7 +315,7 @@ class Segment:
     ) -> None:
         """Append one batch at the end: ``prefix`` (its stamped first 16 bytes, see
         batch.stamp_prefix) then ``batch[16:]``, in one writev and without copying."""
-        assert header.base_offset == self.next_offset
+        assert header.base_offset >= self.next_offset  # a gap: records compacted away
         position = self.size
         total = len(batch)
         self._maybe_reserve(total)
@@ -382,38 +384,51 @@ class Segment:
     # ------------------------------------------------------------------ reading
 
     def _check_base_offset(
-        self, header: batch_format.BatchHeader, expected: int, position: int
+        self, header: batch_format.BatchHeader, expected: int, position: int, exact: bool
     ) -> None:
-        """Offsets are contiguous: a batch whose base offset is not where the one before it
-        (or its index entry) ends has changed on disk (it lies outside the CRC), and its
-        records must not be served at offsets they were never given."""
-        if header.base_offset != expected:
+        """A batch at an index entry has exactly the entry's base offset; every other one
+        starts at or after the end of the batch before it (after, where compaction left a
+        gap). A batch that breaks this has changed on disk (the base offset lies outside
+        the CRC), and its records must not be served at offsets they were never given."""
+        if header.base_offset != expected if exact else header.base_offset < expected:
             raise HeadwaterError(
                 ErrorCode.KAFKA_STORAGE_ERROR,
                 f"segment {self.log_path} is damaged: the batch at byte {position} has base "
-                f"offset {header.base_offset}, expected {expected}; this replica cannot serve "
-                "these offsets (restart the node to set the damage aside)",
+                f"offset {header.base_offset}, expected {'' if exact else 'at least '}"
+                f"{expected}; this replica cannot serve these offsets (restart the node to "
+                "set the damage aside)",
             )
 
     def read_from(self, offset: int, max_bytes: int, upper_bound: int) -> tuple[bytes, int]:
-        """Whole batches starting with the one that holds ``offset``: (bytes, next offset).
+        """Whole batches starting with the one that holds ``offset`` (or the first after
+        it, in a gap left by compaction): (bytes, next offset); (b"", ``offset``) when no
+        batch of the segment ends after ``offset``.
 
         Reads one chunk from the floor index entry (which lies less than
         index_interval_bytes before the batch holding ``offset``) and cuts it at whole
         batches: at most ``max_bytes``, but always the first batch; none at or past
         ``upper_bound``.
         """
-        relative, position = self.index.floor_entry(offset - self.base_offset)
+        index = self.index
+        relative, position = index.floor_entry(offset - self.base_offset)
+        if index.positions and offset - self.base_offset < index.relative_offsets[0]:
+            # Before the first entry (the segment's first batch, which compaction may have
+            # moved past the segment's base offset).
+            relative, position = index.relative_offsets[0], index.positions[0]
         expected = self.base_offset + relative
         chunk_start = position
         want = min(
             self.size - position, max_bytes + self.index_interval_bytes + batch_format.HEADER_BYTES
         )
         chunk = os.pread(self.fd, want, position)
+        exact = bool(index.positions)  # the batch at the index entry
         while True:
+            if position >= self.size:
+                return b"", offset  # in a gap compaction left at the segment's end
             chunk, chunk_start = self._batch_at(position, chunk, chunk_start)
             header = batch_format.read_header(chunk, position - chunk_start)
-            self._check_base_offset(header, expected, position)
+            self._check_base_offset(header, expected, position, exact)
+            exact = False
             if header.next_offset > offset:
                 break
             expected = header.next_offset
@@ -430,7 +445,7 @@ class Segment:
                 else None
             )
             if following is not None:
-                self._check_base_offset(following, next_offset, chunk_start + end)
+                self._check_base_offset(following, next_offset, chunk_start + end, exact=False)
             if following is None or following.base_offset >= upper_bound:
                 break
             if end + following.total_size - first > max_bytes:

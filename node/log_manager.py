@@ -48,8 +48,9 @@ import crc32c
 
 from headwater.config import NodeConfig
 from headwater.errors import HeadwaterError
-from headwater.log.api import FlushPolicy
-from headwater.log.file_log import FileLog, write_atomically
+from headwater.log.api import FlushPolicy, LogConfig
+from headwater.log.cleaner import CleaningStoppedError, CleanResult, Throttle, clean
+from headwater.log.file_log import CleaningAbortedError, FileLog, write_atomically
 from headwater.log.sealed_files import SEALED_FILES
 from headwater.node.partition import Partition
 from headwater.raft.decisions import UNCLEAN_ELECTION_KEY
@@ -181,6 +182,9 @@ class LogManager:
             target=self._maintain, name="log-maintenance", daemon=True
         )
         self._maintenance.start()
+        self.cleaner_throttle = Throttle(config.log_cleaner_io_max_bytes_per_s, self._stop)
+        self._cleaner = threading.Thread(target=self._run_cleaner, name="log-cleaner", daemon=True)
+        self._cleaner.start()
 
     @property
     def raft_dir(self) -> Path:
@@ -313,6 +317,7 @@ class LogManager:
             current = dict(self._partitions)
             changed = False
             roles: list[tuple[Partition, PartitionState]] = []
+            log_configs: dict[str, LogConfig] = {}
             for key, partition in list(current.items()):
                 entry = wanted.get(key)
                 if entry is None or entry[0].topic_id != partition.topic_id:
@@ -334,6 +339,13 @@ class LogManager:
                 hosted.unclean_leader_election = (
                     topic.configs.get(UNCLEAN_ELECTION_KEY, "false") == "true"
                 )
+                log_config = log_configs.get(topic.topic_id)
+                if log_config is None:
+                    log_config = log_configs[topic.topic_id] = self.config.log_config(topic.configs)
+                if hosted.log_config != log_config:  # the topic's settings were altered
+                    hosted.log_config = log_config
+                    hosted.max_message_bytes = log_config.max_message_bytes
+                    hosted.log.config = log_config
                 if (
                     may_lead
                     and state.leader == node_id
@@ -484,10 +496,64 @@ class LogManager:
                 self.run_retention(now_ms())
                 next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
 
+    def clean_once(self) -> CleanResult | None:
+        """Clean the compacted partition with the largest dirty ratio, if one has reached
+        its topic's min_cleanable_dirty_ratio (below its high watermark only: nothing a
+        truncation may cut is ever cleaned). The result of the pass, or None."""
+        now = now_ms()
+        best: tuple[float, Partition] | None = None
+        for partition in self.hosted():
+            log = partition.log
+            if not isinstance(log, FileLog) or not log.config.compacted:
+                continue
+            ratio = log.cleanable_ratio(now, partition.high_watermark)
+            wanted = ratio > 0 and ratio >= log.config.min_cleanable_dirty_ratio
+            if wanted and (best is None or ratio > best[0]):
+                best = (ratio, partition)
+        if best is None:
+            return None
+        partition = best[1]
+        assert isinstance(partition.log, FileLog)
+        try:
+            result = clean(
+                partition.log,
+                now,
+                partition.high_watermark,
+                self.config.log_cleaner_keys_max,
+                self.cleaner_throttle,
+            )
+        except (CleaningAbortedError, HeadwaterError, OSError) as exc:
+            _log.warning("cleaning %s-%d stopped: %s", partition.topic, partition.index, exc)
+            return None
+        if result is not None:
+            _log.info(
+                "cleaned %s-%d below offset %d: %d segment(s), %d -> %d bytes, %d records removed",
+                partition.topic,
+                partition.index,
+                result.cleaned_offset,
+                result.segments,
+                result.bytes_before,
+                result.bytes_after,
+                result.records_removed,
+            )
+        return result
+
+    def _run_cleaner(self) -> None:
+        """Background: clean one partition after another; wait log_cleaner_backoff_ms
+        when none needs it."""
+        while not self._stop.is_set():
+            try:
+                result = self.clean_once()
+            except CleaningStoppedError:
+                return
+            if result is None:
+                self._stop.wait(self.config.log_cleaner_backoff_ms / 1000)
+
     def close(self) -> None:
         """Flush and close every log cleanly (writes clean-shutdown markers)."""
         self._stop.set()
         self._maintenance.join(timeout=5)
+        self._cleaner.join(timeout=30)
         with self._reconcile_lock:
             for partition in self._partitions.values():
                 partition.close()

@@ -338,6 +338,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             batch,
             max_uncompressed_bytes=max_message_bytes,
             timestamp_range=partition.log_config.timestamp_range(now_ms()),
+            require_keys=partition.log_config.compacted,
         )
         partition.check_open()
         acks_all = request.acks in (pb.ACKS_ALL, pb.ACKS_UNSPECIFIED)

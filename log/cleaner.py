@@ -1,0 +1,249 @@
+"""The log cleaner of a compacted partition: one cleaning pass over a FileLog (I/O; the
+decisions are ``headwater.log.compaction``'s).
+
+A pass (``clean``):
+
+1. asks the log for its cleanable part (``FileLog.cleaning_plan``): the closed segments
+   below the high watermark whose records are all older than ``min_compaction_lag_ms``;
+   the active segment is never cleaned;
+2. builds the offset map (key -> newest offset) over the dirty segments, those from the
+   log's cleaned offset on, up to ``keys_max`` keys (a pass that fills it covers part of
+   the dirty log; the next pass the rest);
+3. rewrites every cleanable segment below the map's end into ``cleaning/`` in the
+   partition folder: each batch whose records are all kept is copied byte for byte; the
+   records kept from any other batch are re-encoded, one batch per run of consecutive
+   offsets, with their offsets, timestamps, keys, values and headers, the batch's codec
+   and leader epoch (so offsets never change and order is kept; compaction leaves gaps
+   between batches, never inside one). A tombstone (null value) is dropped once its
+   segment is wholly older than ``delete_retention_ms``;
+4. hands the rewritten segments to ``FileLog.swap_cleaned``, which replaces the
+   originals atomically (see there) unless the log changed meanwhile (retention, a
+   truncation, deletion), in which case the pass is dropped whole.
+
+I/O is bounded by a ``Throttle`` shared by the node's passes (bytes read plus written a
+second); memory by ``keys_max`` and by one segment chunk and one batch at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import pyarrow as pa
+
+from headwater.log import batch as batch_format
+from headwater.log.compaction import OffsetMap, RecordSummary, keep
+from headwater.log.segment import Segment
+
+if TYPE_CHECKING:
+    from headwater.log.file_log import CleanPlan, FileLog, SegmentView
+
+CHUNK_BYTES: Final = 1 << 20
+CLEANING_DIR: Final = "cleaning"
+
+
+class CleaningStoppedError(Exception):
+    """The node is stopping: the pass was dropped (nothing changed)."""
+
+
+class Throttle:
+    """At most ``bytes_per_s`` over time, shared by threads: ``take`` sleeps as long as
+    the bytes taken so far are ahead of the rate, and raises CleaningStoppedError once
+    ``stop`` is set."""
+
+    def __init__(self, bytes_per_s: int, stop: threading.Event | None = None) -> None:
+        self.bytes_per_s = bytes_per_s
+        self.stop = stop or threading.Event()
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._taken = 0
+
+    def take(self, count: int) -> None:
+        with self._lock:
+            self._taken += count
+            due_s = self._start + self._taken / self.bytes_per_s
+            now = time.monotonic()
+            if due_s < now - 1.0:  # idle for a while: no credit for the past
+                self._start, self._taken = now, count
+                due_s = now + count / self.bytes_per_s
+        delay_s = due_s - time.monotonic()
+        if self.stop.wait(max(delay_s, 0.0)):
+            raise CleaningStoppedError("the node is stopping")
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    """What a pass did: the offsets it cleaned up to, bytes before and after, records
+    removed."""
+
+    cleaned_offset: int
+    bytes_before: int
+    bytes_after: int
+    records_removed: int
+    segments: int
+
+
+def _batches(
+    log: FileLog, view: SegmentView, throttle: Throttle
+) -> Iterator[tuple[batch_format.BatchHeader, bytes]]:
+    """Every batch of the segment, in order, read a chunk at a time (under the log's
+    lock, through ``FileLog.read_segment``)."""
+    position = 0
+    pending = b""
+    while position < view.size or pending:
+        if position < view.size:
+            chunk = log.read_segment(view, position, min(CHUNK_BYTES, view.size - position))
+            throttle.take(len(chunk))
+            position += len(chunk)
+            pending += chunk
+        cursor = 0
+        while len(pending) - cursor >= batch_format.HEADER_BYTES:
+            header = batch_format.read_header(pending, cursor)
+            if cursor + header.total_size > len(pending):
+                break
+            yield header, pending[cursor : cursor + header.total_size]
+            cursor += header.total_size
+        pending = pending[cursor:]
+        if position >= view.size and pending:
+            raise batch_format.CorruptBatchError(
+                f"segment {view.base_offset} ends inside a batch ({len(pending)} bytes left)"
+            )
+
+
+def _summaries(header: batch_format.BatchHeader, data: bytes) -> list[RecordSummary]:
+    records = batch_format.decode_batch(data).records
+    keys = records.column("key").to_pylist()
+    tombstones = records.column("value").is_null().to_pylist()
+    base = header.base_offset
+    return [
+        RecordSummary(base + i, key, tombstone)
+        for i, (key, tombstone) in enumerate(zip(keys, tombstones, strict=True))
+    ]
+
+
+def _runs(kept: list[bool]) -> Iterator[tuple[int, int]]:
+    """(start, end) index ranges of consecutive True."""
+    start = None
+    for i, flag in enumerate(kept):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            yield start, i
+            start = None
+    if start is not None:
+        yield start, len(kept)
+
+
+def _rewrite(header: batch_format.BatchHeader, data: bytes, kept: list[bool]) -> list[bytes]:
+    """The batches holding the kept records of one batch: one per run of consecutive
+    offsets, with the batch's codec and leader epoch."""
+    records = batch_format.decode_batch(data).records
+    stamps = batch_format.timestamps_ms(records)
+    out = []
+    for start, end in _runs(kept):
+        part = records.slice(start, end - start)
+        headers = [
+            None if pairs is None else [(pair["key"], pair["value"]) for pair in pairs]
+            for pairs in part.column("headers").to_pylist()
+        ]
+        keys: pa.Array = part.column("key")
+        out.append(
+            batch_format.encode_batch(
+                part.column("value"),
+                keys=keys if keys.null_count < len(keys) else None,
+                headers=headers,
+                timestamps_ms=stamps[start:end],
+                compression=header.compression,
+                base_offset=header.base_offset + start,
+                leader_epoch=header.leader_epoch,
+            )
+        )
+    return out
+
+
+def clean(
+    log: FileLog, now_ms: int, upper_bound: int, keys_max: int, throttle: Throttle
+) -> CleanResult | None:
+    """One pass over ``log`` (see the module docstring); None when nothing is dirty."""
+    plan = log.cleaning_plan(now_ms, upper_bound)
+    if plan is None or plan.first_dirty >= plan.end_offset:
+        return None
+    offset_map = _offset_map(log, plan, keys_max, throttle)
+    config = log.config
+    retention_cut = now_ms - config.delete_retention_ms
+    tombstones_expired_below = plan.log_start_offset
+    for view in plan.segments:
+        if view.max_timestamp >= retention_cut:
+            break
+        tombstones_expired_below = view.next_offset
+    cleaning_dir = log.directory / CLEANING_DIR
+    shutil.rmtree(cleaning_dir, ignore_errors=True)
+    cleaning_dir.mkdir()
+    rewritten: list[tuple[SegmentView, Segment]] = []
+    before = after = removed = 0
+    try:
+        for view in plan.segments:
+            if view.base_offset >= offset_map.end_offset:
+                break
+            output = Segment(cleaning_dir, view.base_offset, config.index_interval_bytes)
+            rewritten.append((view, output))
+            for header, data in _batches(log, view, throttle):
+                summaries = _summaries(header, data)
+                kept = [
+                    s.offset >= offset_map.end_offset
+                    or keep(s, offset_map.newest, s.offset < tombstones_expired_below)
+                    for s in summaries
+                ]
+                if all(kept):
+                    pieces = [data]
+                else:
+                    removed += kept.count(False)
+                    pieces = _rewrite(header, data, kept) if any(kept) else []
+                for piece in pieces:
+                    output.append(piece[:16], piece, batch_format.read_header(piece))
+                    throttle.take(len(piece))
+            before += view.size
+            after += output.size
+            output.rewrite_index_files()
+            output.close()
+            for path in (output.log_path, output.index_path, output.time_index_path):
+                _fsync(path)
+        swapped = log.swap_cleaned(
+            [(view, output) for view, output in rewritten], cleaning_dir, offset_map.end_offset
+        )
+    finally:
+        for _view, output in rewritten:
+            output.close()
+        shutil.rmtree(cleaning_dir, ignore_errors=True)
+    if not swapped:
+        return None
+    return CleanResult(offset_map.end_offset, before, after, removed, len(rewritten))
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _offset_map(log: FileLog, plan: CleanPlan, keys_max: int, throttle: Throttle) -> OffsetMap:
+    """The newest offset of each key in the dirty segments, up to ``keys_max`` keys."""
+    offset_map = OffsetMap(keys_max, plan.first_dirty)
+    for view in plan.segments:
+        if view.next_offset <= plan.first_dirty:
+            continue
+        for header, data in _batches(log, view, throttle):
+            if header.next_offset <= plan.first_dirty:
+                continue
+            if not offset_map.add(_summaries(header, data)):
+                return offset_map
+        offset_map.cover_to(view.next_offset)
+    return offset_map
