@@ -293,6 +293,18 @@ def describe_json(description: Any) -> dict[str, Any]:
                 "damaged_replicas": [
                     {"node_id": d.node_id, "damage": d.damage} for d in p.damaged_replicas
                 ],
+                "cleanable_ratio": round(p.cleanable_ratio, 4),
+                "cleaned_offset": p.cleaned_offset,
+                "producers": [
+                    {
+                        "producer_id": q.producer_id,
+                        "producer_epoch": q.producer_epoch,
+                        "next_sequence": q.next_sequence,
+                        "last_offset": q.last_offset,
+                        "last_timestamp_ms": q.last_timestamp_ms,
+                    }
+                    for q in p.producers
+                ],
             }
             for p in description.partitions
         ],
@@ -304,8 +316,9 @@ def describe_json(description: Any) -> dict[str, Any]:
 @json_option
 @bootstrap_option
 def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
-    """Show NAME's partitions (leader, replicas, ISR, offsets, size, replicas a node set
-    aside damage from) and configs."""
+    """Show NAME's partitions (leader, replicas, ISR, offsets, size, a compacted topic's
+    dirty ratio, the idempotent producers tracked, replicas a node set aside damage from)
+    and configs; --json adds each producer and the cleaned offset."""
     from headwater.client import Admin
 
     with Admin(bootstrap) as admin:
@@ -326,6 +339,8 @@ def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
         "high watermark",
         "bytes",
         "segments",
+        "dirty",
+        "producers",
         "damaged",
     )
     for p in data["partitions"]:
@@ -344,6 +359,8 @@ def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
                     "segment_count",
                 )
             ),
+            f"{p['cleanable_ratio']:.2f}" if p["cleanable_ratio"] >= 0 else "-",
+            str(len(p["producers"])),
             ",".join(str(d["node_id"]) for d in p["damaged_replicas"]),
         )
     _out.print(table)

@@ -104,9 +104,13 @@ def _batches(
             pending += chunk
         cursor = 0
         while len(pending) - cursor >= batch_format.HEADER_BYTES:
+            total = (
+                int.from_bytes(pending[cursor + 8 : cursor + 12], "little", signed=True)
+                + batch_format.LENGTH_PREFIX_BYTES
+            )
+            if total >= batch_format.HEADER_BYTES and cursor + total > len(pending):
+                break  # the rest of the batch is in the next chunk
             header = batch_format.read_header(pending, cursor)
-            if cursor + header.total_size > len(pending):
-                break
             yield header, pending[cursor : cursor + header.total_size]
             cursor += header.total_size
         pending = pending[cursor:]

@@ -30,6 +30,7 @@ from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import PartitionLog
+from headwater.log.file_log import FileLog
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import ControllerDriver, not_controller
 from headwater.node.log_manager import LogManager, now_ms
@@ -261,6 +262,8 @@ class AdminService(pb_grpc.AdminServicer):
                 high_watermark=-1,
                 size_bytes=-1,
                 segment_count=-1,
+                cleanable_ratio=-1,
+                cleaned_offset=-1,
             )
             local = self.logs.partition(topic.name, p.partition)
             if local is not None and (any_replica or p.leader == self.config.node_id):
@@ -313,7 +316,10 @@ class AdminService(pb_grpc.AdminServicer):
                         mine.high_watermark = remote.high_watermark
                         mine.size_bytes = remote.size_bytes
                         mine.segment_count = remote.segment_count
+                        mine.cleanable_ratio = remote.cleanable_ratio
+                        mine.cleaned_offset = remote.cleaned_offset
                         mine.followers.extend(remote.followers)
+                        mine.producers.extend(remote.producers)
 
     async def _describe_on(
         self, image: MetadataImage, node_id: int, names: set[str]
@@ -431,12 +437,32 @@ def hash_log_range(
     return ReplicaHash(first, last, batches, size, digest.digest())
 
 
+PRODUCERS_DESCRIBED_MAX: Final = 1000
+"""Most producers one partition's description lists (the most recently active)."""
+
+
 def _fill_log_figures(description: pb.PartitionDescription, log: Any, high_watermark: int) -> None:
     description.log_start_offset = log.log_start_offset
     description.log_end_offset = log.log_end_offset
     description.high_watermark = high_watermark
     description.size_bytes = log.size_bytes
     description.segment_count = log.segment_count
+    if isinstance(log, FileLog) and log.config.compacted:
+        description.cleanable_ratio = log.cleanable_ratio(now_ms(), high_watermark)
+        description.cleaned_offset = log.cleaned_offset
+    producers = sorted(
+        log.producer_states.items(), key=lambda item: item[1].last_timestamp_ms, reverse=True
+    )[:PRODUCERS_DESCRIBED_MAX]
+    description.producers.extend(
+        pb.ProducerState(
+            producer_id=producer_id,
+            producer_epoch=entry.epoch,
+            next_sequence=entry.next_sequence,
+            last_offset=entry.batches[-1].last_offset if entry.batches else -1,
+            last_timestamp_ms=entry.last_timestamp_ms,
+        )
+        for producer_id, entry in sorted(producers)
+    )
 
 
 def _followers(partition: Partition) -> list[pb.ReplicaProgress]:

@@ -168,6 +168,10 @@ class DataDirError(Exception):
     """The data folder cannot be used; the message says why (the node does not start)."""
 
 
+CLEANER_RETRY_S: Final = 60.0
+"""How long a partition whose cleaning pass failed waits before the cleaner tries again."""
+
+
 class LogManager:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
@@ -182,6 +186,7 @@ class LogManager:
             target=self._maintain, name="log-maintenance", daemon=True
         )
         self._maintenance.start()
+        self._cleaner_failed: dict[int, float] = {}  # id(log) -> monotonic time to retry
         self.cleaner_throttle = Throttle(config.log_cleaner_io_max_bytes_per_s, self._stop)
         self._cleaner = threading.Thread(target=self._run_cleaner, name="log-cleaner", daemon=True)
         self._cleaner.start()
@@ -506,6 +511,8 @@ class LogManager:
             log = partition.log
             if not isinstance(log, FileLog) or not log.config.compacted:
                 continue
+            if self._cleaner_failed.get(id(log), 0) > time.monotonic():
+                continue  # its last pass failed: the others go first for a while
             ratio = log.cleanable_ratio(now, partition.high_watermark)
             wanted = ratio > 0 and ratio >= log.config.min_cleanable_dirty_ratio
             if wanted and (best is None or ratio > best[0]):
@@ -523,7 +530,14 @@ class LogManager:
                 self.cleaner_throttle,
             )
         except (CleaningAbortedError, HeadwaterError, OSError) as exc:
-            _log.warning("cleaning %s-%d stopped: %s", partition.topic, partition.index, exc)
+            _log.warning(
+                "cleaning %s-%d stopped (next try in %g s): %s",
+                partition.topic,
+                partition.index,
+                CLEANER_RETRY_S,
+                exc,
+            )
+            self._cleaner_failed[id(partition.log)] = time.monotonic() + CLEANER_RETRY_S
             return None
         if result is not None:
             _log.info(

@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from headwater.cli import describe_json
+from headwater.client import Admin, Consumer, Producer, TopicPartition
+from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import LogConfig
 from headwater.log.cleaner import Throttle, clean
 from headwater.log.file_log import SWAP_DIR, FileLog
 from headwater.log.memory_log import MemoryLog
+from tests.node_process import NodeProcess, wait_until
 
 NOW_MS = 1_700_000_000_000
 DAY_MS = 86_400_000
@@ -194,3 +199,121 @@ def test_a_crash_during_cleaning_loses_nothing(
         assert found == expected(history, cleaned, tombstones_expired=False)
     assert not (tmp_path / SWAP_DIR).exists() and not (tmp_path / "cleaning").exists()
     recovered.close()
+
+
+# ----------------------------------------------------------------------------- a node
+
+TOPIC_CONFIGS = {
+    "cleanup_policy": "compact",
+    "segment_bytes": "8192",
+    "min_cleanable_dirty_ratio": "0.01",
+}
+
+
+def produce_table(address: str, records: int, keys: int, seed: int) -> dict[bytes, bytes | None]:
+    """Send ``records`` keyed records (some tombstones); the newest value of each key."""
+    rng = random.Random(seed)
+    newest: dict[bytes, bytes | None] = {}
+    with Producer(address, linger_ms=5) as producer:
+        for i in range(records):
+            key = b"key-%d" % rng.randrange(keys)
+            value = None if rng.random() < 0.05 else b"value-%d-" % i + b"x" * 40
+            producer.send("table", value, key=key)
+            newest[key] = value
+    return newest
+
+
+def read_table(address: str) -> tuple[dict[bytes, bytes | None], list[tuple[int, bytes]]]:
+    """The topic read from offset 0 to its end: the newest value per key, and every
+    (offset, key) read."""
+    table: dict[bytes, bytes | None] = {}
+    read: list[tuple[int, bytes]] = []
+    with Consumer(address) as consumer:
+        consumer.assign([TopicPartition("table", 0)])
+        consumer.seek_to_beginning()
+        with Admin(address) as admin:
+            (end,) = admin.end_offsets([("table", 0)]).values()
+        position = 0
+        while position < end:
+            for record in consumer.poll(timeout_ms=2000):
+                assert record.key is not None
+                table[record.key] = record.value
+                read.append((record.offset, record.key))
+                position = record.offset + 1
+            position = max(position, consumer.position(TopicPartition("table", 0)))
+    return table, read
+
+
+def describe_partition(address: str) -> dict[str, Any]:
+    with Admin(address) as admin:
+        (description,) = admin.describe_topics(["table"])
+    partition: dict[str, Any] = describe_json(description)["partitions"][0]
+    return partition
+
+
+def test_a_compacted_topic_read_from_zero_holds_the_newest_value_per_key(
+    tmp_path: Path,
+) -> None:
+    node = NodeProcess(tmp_path / "n", env={"HEADWATER_LOG_CLEANER_BACKOFF_MS": "100"})
+    node.start()
+    try:
+        with Admin(node.address) as admin:
+            admin.create_topic("table", 1, 1, TOPIC_CONFIGS)
+        newest = produce_table(node.address, 20_000, 150, seed=1)
+        cleaned = wait_until(
+            lambda: describe_partition(node.address)["cleaned_offset"] > 10_000,
+            60,
+            "the cleaner to clean most of the log",
+        )
+        assert cleaned
+        described = describe_partition(node.address)
+        cleaned_offset = described["cleaned_offset"]
+        assert described["cleanable_ratio"] < 0.5
+        assert len(described["producers"]) == 1  # the idempotent producer above
+        table, read = read_table(node.address)
+        assert {k: v for k, v in table.items() if v is not None} == {
+            k: v for k, v in newest.items() if v is not None
+        }
+        below = [key for offset, key in read if offset < cleaned_offset]
+        assert len(below) == len(set(below)), "a key twice below the cleaned offset"
+        assert len(read) < 20_000 // 4
+        offsets = [offset for offset, _ in read]
+        assert offsets == sorted(set(offsets))
+        with Producer(node.address) as producer:  # keyless records are refused
+            keyless = producer.send("table", b"no key")
+            with pytest.raises(HeadwaterError) as refused:
+                keyless.result(10)
+        assert refused.value.code is ErrorCode.INVALID_RECORD
+    finally:
+        node.stop()
+
+
+def test_a_sigkill_during_cleaning_loses_nothing(tmp_path: Path) -> None:
+    env = {
+        "HEADWATER_LOG_CLEANER_BACKOFF_MS": "100",
+        "HEADWATER_LOG_CLEANER_IO_MAX_BYTES_PER_S": "300000",  # a pass takes seconds
+    }
+    node = NodeProcess(tmp_path / "n", env=env)
+    node.start()
+    try:
+        with Admin(node.address) as admin:
+            admin.create_topic("table", 1, 1, TOPIC_CONFIGS)
+        newest = produce_table(node.address, 15_000, 100, seed=2)
+        folder = node.data_dir / "table-0"
+        wait_until((folder / "cleaning").is_dir, 60, "a cleaning pass under way")
+        node.kill()
+        node.start()
+        table, _ = read_table(node.address)
+        assert {k: v for k, v in table.items() if v is not None} == {
+            k: v for k, v in newest.items() if v is not None
+        }
+        wait_until(
+            lambda: describe_partition(node.address)["cleaned_offset"] > 0,
+            120,
+            "a cleaning pass to finish after the restart",
+        )
+        after, read = read_table(node.address)
+        assert after == table
+        assert len(read) < 15_000
+    finally:
+        node.stop()

@@ -1997,6 +1997,9 @@ class PartitionDescription(_message.Message):
     REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
     FOLLOWERS_FIELD_NUMBER: _builtins.int
     DAMAGED_REPLICAS_FIELD_NUMBER: _builtins.int
+    CLEANABLE_RATIO_FIELD_NUMBER: _builtins.int
+    CLEANED_OFFSET_FIELD_NUMBER: _builtins.int
+    PRODUCERS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     leader: _builtins.int
     leader_epoch: _builtins.int
@@ -2010,6 +2013,12 @@ class PartitionDescription(_message.Message):
     """Bytes of segment files (log and indexes) on the leader's disk."""
     segment_count: _builtins.int
     partition_epoch: _builtins.int
+    cleanable_ratio: _builtins.float
+    """Compacted topics (cleanup_policy compact): the leader's dirty share of its cleanable
+    log, in [0, 1] (the cleaner cleans it at min_cleanable_dirty_ratio), and the offset
+    below which its log is clean; -1 for other topics or when unknown.
+    """
+    cleaned_offset: _builtins.int
     @_builtins.property
     def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -2027,6 +2036,10 @@ class PartitionDescription(_message.Message):
         """Replicas whose node set something aside when it opened them (see ReplicaDamage);
         empty when none did, or when their nodes could not be asked.
         """
+
+    @_builtins.property
+    def producers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProducerState]:
+        """The idempotent producers the leader tracks on this partition."""
 
     def __init__(
         self,
@@ -2046,14 +2059,53 @@ class PartitionDescription(_message.Message):
         removing_replicas: _abc.Iterable[_builtins.int] | None = ...,
         followers: _abc.Iterable[Global___ReplicaProgress] | None = ...,
         damaged_replicas: _abc.Iterable[Global___ReplicaDamage] | None = ...,
+        cleanable_ratio: _builtins.float = ...,
+        cleaned_offset: _builtins.int = ...,
+        producers: _abc.Iterable[Global___ProducerState] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "damaged_replicas", b"damaged_replicas", "followers", b"followers", "high_watermark", b"high_watermark", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "segment_count", b"segment_count", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "cleanable_ratio", b"cleanable_ratio", "cleaned_offset", b"cleaned_offset", "damaged_replicas", b"damaged_replicas", "followers", b"followers", "high_watermark", b"high_watermark", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_epoch", b"partition_epoch", "producers", b"producers", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "segment_count", b"segment_count", "size_bytes", b"size_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartitionDescription: _TypeAlias = PartitionDescription  # noqa: Y015
+
+@_typing.final
+class ProducerState(_message.Message):
+    """An idempotent producer as a partition leader knows it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    NEXT_SEQUENCE_FIELD_NUMBER: _builtins.int
+    LAST_OFFSET_FIELD_NUMBER: _builtins.int
+    LAST_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    next_sequence: _builtins.int
+    """The sequence its next batch must start at."""
+    last_offset: _builtins.int
+    """Offset of its last batch's last record."""
+    last_timestamp_ms: _builtins.int
+    """max_timestamp of its last batch (it is forgotten producer_id_expiration_ms later)."""
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        next_sequence: _builtins.int = ...,
+        last_offset: _builtins.int = ...,
+        last_timestamp_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_offset", b"last_offset", "last_timestamp_ms", b"last_timestamp_ms", "next_sequence", b"next_sequence", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProducerState: _TypeAlias = ProducerState  # noqa: Y015
 
 @_typing.final
 class ReplicaDamage(_message.Message):
