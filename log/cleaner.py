@@ -178,20 +178,20 @@ def clean(
     plan = log.cleaning_plan(now_ms, upper_bound)
     if plan is None or plan.first_dirty >= plan.end_offset:
         return None
-    offset_map = _offset_map(log, plan, keys_max, throttle)
-    config = log.config
-    retention_cut = now_ms - config.delete_retention_ms
-    tombstones_expired_below = plan.log_start_offset
-    for view in plan.segments:
-        if view.max_timestamp >= retention_cut:
-            break
-        tombstones_expired_below = view.next_offset
     cleaning_dir = log.directory / CLEANING_DIR
     shutil.rmtree(cleaning_dir, ignore_errors=True)
-    cleaning_dir.mkdir()
+    cleaning_dir.mkdir()  # a pass under way (an open deletes what a crash leaves)
     rewritten: list[tuple[SegmentView, Segment]] = []
     before = after = removed = 0
     try:
+        offset_map = _offset_map(log, plan, keys_max, throttle)
+        config = log.config
+        retention_cut = now_ms - config.delete_retention_ms
+        tombstones_expired_below = plan.log_start_offset
+        for view in plan.segments:
+            if view.max_timestamp >= retention_cut:
+                break
+            tombstones_expired_below = view.next_offset
         for view in plan.segments:
             if view.base_offset >= offset_map.end_offset:
                 break

@@ -57,9 +57,10 @@ Compaction (``headwater.log.cleaner``): a pass writes cleaned copies of segments
 each file over the original of the same name and removes ``swap/``. Opening a log first
 finishes a ``swap/`` left by a crash and deletes a ``cleaning/``: a crash at any point
 leaves either the original segments or the cleaned ones, never a mix, and loses nothing.
-Cleaned segments keep their base offsets; their batches keep their offsets, with gaps
-where records were removed (base offsets grow along a segment, by one batch's records or
-more; a segment may end before the next one's base offset, or hold nothing at all).
+Cleaned segments keep their base offsets (a segment the cleaner emptied is deleted, but
+the first); their batches keep their offsets, with gaps where records were removed (base
+offsets grow along a segment, by one batch's records or more; a segment may end before
+the next one's base offset, and the first may hold nothing at all).
 
 Thread-safety: all public methods take the log's lock; appends and reads serialize per
 partition (reads are one pread each, so the lock is held briefly).
@@ -464,6 +465,15 @@ class FileLog:
                 original.close()  # its files were replaced; the old handle goes
                 replacement.seal()
                 self._segments[place] = replacement
+            # A segment the cleaner emptied goes (but the first: it holds the log start
+            # offset); the one before it covers its offsets.
+            for place in sorted(places, reverse=True):
+                emptied = self._segments[place]
+                if place > 0 and emptied.size == 0:
+                    self._segments[place - 1].next_offset = emptied.next_offset
+                    emptied.delete()
+                    del self._segments[place]
+            fsync_directory(self.directory)
             self._cleaned_offset = max(self._cleaned_offset, cleaned_offset)
             write_checked_offset(self.directory / CLEANER_OFFSET_FILE, self._cleaned_offset)
             return True

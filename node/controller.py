@@ -270,8 +270,9 @@ class ControllerDriver:
     async def create_offsets_topic(self) -> str:
         """Create ``__consumer_offsets`` unless it exists; its topic id. The replication
         factor is ``offsets_topic_replication_factor`` capped by the live brokers, with
-        min_insync_replicas 2 from 3 replicas up (else 1), and no time retention: group
-        records are the groups' only copy until compaction keeps the newest per key."""
+        min_insync_replicas 2 from 3 replicas up (else 1), compacted and never deleted
+        by time: the log cleaner keeps the newest record of each group key (see
+        headwater.node.groups.records)."""
         config = self.config
 
         def decide(image: MetadataImage, epoch: int) -> decisions.ControllerResult[str]:
@@ -287,7 +288,7 @@ class ControllerDriver:
                 replication_factor=replicas,
                 configs={
                     "min_insync_replicas": "2" if replicas >= 3 else "1",
-                    "retention_ms": "-1",
+                    "cleanup_policy": "compact",
                 },
                 internal=True,
             )

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from headwater.errors import HeadwaterError
 from headwater.node.groups import records as r
 from headwater.node.groups.assignors import range_assignor, reconcile, uniform
-from headwater.node.groups.image import GroupsImage, GroupState, apply
+from headwater.node.groups.image import GroupsImage, GroupState, apply, replay
 from headwater.topics import check_group_id
 
 G = "g"
@@ -329,3 +329,82 @@ def test_deeply_nested_or_huge_values_are_refused() -> None:
     for data in (b"[" * 100_000 + b"]" * 100_000, b" " * (r.RECORD_BYTES_MAX + 1)):
         with pytest.raises(r.GroupRecordError):
             r.decode_record(data)
+
+
+# ---------------------------------------------------------------------- compaction
+
+
+def compact(
+    entries: list[tuple[bytes, bytes | None]], cut: int, drop_tombstones: bool
+) -> list[tuple[bytes, bytes | None]]:
+    """What the log cleaner leaves of ``entries`` cleaned below index ``cut``: the newest
+    entry of each key among those below it (tombstones too, unless expired), and
+    everything from ``cut`` on."""
+    newest = {key: i for i, (key, _) in enumerate(entries[:cut])}
+    return [
+        (key, value)
+        for i, (key, value) in enumerate(entries)
+        if i >= cut or (newest[key] == i and not (value is None and drop_tombstones))
+    ]
+
+
+def replayed(entries: list[tuple[bytes, bytes | None]]) -> GroupsImage:
+    image, problems = replay(GroupsImage(), [k for k, _ in entries], [v for _, v in entries])
+    assert problems == []
+    return image
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_a_compacted_group_log_replays_to_the_image_of_the_whole_log(seed: int) -> None:
+    """The cleaner keeps the newest record per key of __consumer_offsets: replaying what
+    it leaves, at any cleaned point, with or without expired tombstones, gives the image
+    the whole log gives (and the coordinator's)."""
+    rng = random.Random(seed)
+    topics = {"a": rng.randint(1, 8), "b": rng.randint(1, 4)}
+    coordinator = Coordinator(topics)
+    next_id = 0
+    for _step in range(300):
+        members = sorted(coordinator.group.members)
+        action = rng.random()
+        if action < 0.1 or (not members and action < 0.5):
+            next_id += 1
+            subscribed = tuple(sorted(rng.sample(["a", "b"], rng.randint(1, 2))))
+            coordinator.membership(
+                r.MemberJoined(G, f"m{next_id % 7}", "", "c", subscribed, "", 45_000, 60_000)
+            )
+        elif action < 0.18 and members:
+            coordinator.membership(r.MemberLeft(G, rng.choice(members)))
+        elif action < 0.4:
+            topic = rng.choice(sorted(topics))
+            partition = rng.randrange(topics[topic])
+            coordinator.write(r.OffsetCommitted(G, topic, partition, rng.randrange(1000), "", 0))
+        elif action < 0.45:
+            topic = rng.choice(sorted(topics))
+            coordinator.write(r.OffsetDeleted(G, topic, rng.randrange(topics[topic])))
+        elif action < 0.47 and not members:
+            coordinator.write(r.GroupDeleted(G))
+        elif members:
+            coordinator.heartbeat(rng.choice(members), releases=rng.random() < 0.6)
+    entries = [entry for record in coordinator.log for entry in r.log_entries(record)]
+    whole = replayed(entries)
+    assert whole == coordinator.image
+    for cut in sorted({0, len(entries), *(rng.randrange(len(entries)) for _ in range(6))}):
+        for drop_tombstones in (False, True):
+            left = compact(entries, cut, drop_tombstones)
+            assert replayed(left) == whole, (cut, drop_tombstones)
+            # A second pass over what the first left changes nothing either.
+            assert replayed(compact(left, len(left), drop_tombstones)) == whole
+    assert len(compact(entries, len(entries), True)) < len(entries) // 2
+
+
+def test_tombstone_keys_name_their_removal_and_nothing_else() -> None:
+    left = r.MemberLeft(G, "m1")
+    (member_key, none1), (assignment_key, none2) = r.log_entries(left)
+    assert none1 is None and none2 is None
+    assert r.removal_of(member_key) == left
+    assert r.removal_of(assignment_key) == r.AssignmentCleared(G, "m1")
+    ((offset_key, none3),) = r.log_entries(r.OffsetDeleted(G, "a", 3))
+    assert none3 is None and r.removal_of(offset_key) == r.OffsetDeleted(G, "a", 3)
+    for bad in (b"\xff", b"[]", b'["epoch","g"]', b'["offset","g","a",-1]', b'["target","g","x"]'):
+        with pytest.raises(r.GroupRecordError):
+            r.removal_of(bad)

@@ -43,15 +43,11 @@ from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.node.groups import decisions
-from headwater.node.groups.image import GroupsImage, apply, apply_offsets
+from headwater.node.groups.image import GroupsImage, replay
 from headwater.node.groups.records import (
     OFFSETS_TOPIC,
     GroupRecord,
-    GroupRecordError,
-    OffsetCommitted,
-    decode_record,
-    encode_record,
-    record_key,
+    log_entries,
 )
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
@@ -138,7 +134,12 @@ class GroupShard:
             if not result.data:
                 break
             for decoded in batch_format.decode_batches(result.data):
-                image = self._replay(image, decoded.records.column("value").to_pylist())
+                records = decoded.records
+                image = self._replay(
+                    image,
+                    records.column("key").to_pylist(),
+                    records.column("value").to_pylist(),
+                )
                 if decoded.header.next_offset <= high_watermark:
                     committed = image
                 await asyncio.sleep(0)  # let the loop serve other calls between batches
@@ -168,29 +169,16 @@ class GroupShard:
             else "",
         )
 
-    def _replay(self, image: GroupsImage, values: list[bytes | None]) -> GroupsImage:
-        """``image`` after one batch's records. A run of offset commits of one group is
-        applied in one step (``apply_offsets``), so that a commit of many partitions
-        costs no more to replay than to make."""
-        run: list[OffsetCommitted] = []
-        for value in values:
-            try:
-                record = decode_record(value) if value is not None else None
-                if isinstance(record, OffsetCommitted) and (
-                    not run or run[0].group_id == record.group_id
-                ):
-                    run.append(record)
-                    continue
-                image = apply_offsets(image, run)
-                run = []
-                if isinstance(record, OffsetCommitted):
-                    run.append(record)
-                elif record is not None:
-                    image = apply(image, record)
-            except GroupRecordError as exc:
-                self.skipped_records += 1
-                _log.warning("%s-%d: skipping a group record: %s", OFFSETS_TOPIC, self.index, exc)
-        return apply_offsets(image, run)
+    def _replay(
+        self, image: GroupsImage, keys: list[bytes | None], values: list[bytes | None]
+    ) -> GroupsImage:
+        """``image`` after one batch's records (``replay``); a record that cannot be read
+        or applied is skipped, counted and logged."""
+        image, problems = replay(image, keys, values)
+        for problem in problems:
+            self.skipped_records += 1
+            _log.warning("%s-%d: skipping a group record: %s", OFFSETS_TOPIC, self.index, problem)
+        return image
 
     # ------------------------------------------------------------------ writes
 
@@ -337,7 +325,7 @@ class _Buffered:
     """A decision's records, encoded, waiting for ``_flush``; ``image`` is the image after
     them, ``appended`` gets the log end offset once they are in the log."""
 
-    values: list[bytes]
+    values: list[bytes | None]
     keys: list[bytes]
     image: GroupsImage
     appended: asyncio.Future[int]
@@ -346,13 +334,12 @@ class _Buffered:
     def of(
         cls, records: tuple[GroupRecord, ...], image: GroupsImage, appended: asyncio.Future[int]
     ) -> _Buffered:
-        return cls(
-            [encode_record(r) for r in records], [record_key(r) for r in records], image, appended
-        )
+        entries = [entry for record in records for entry in log_entries(record)]
+        return cls([v for _, v in entries], [k for k, _ in entries], image, appended)
 
     @property
     def size(self) -> int:
-        return sum(map(len, self.values)) + sum(map(len, self.keys))
+        return sum(len(v) for v in self.values if v is not None) + sum(map(len, self.keys))
 
 
 class _RefusedError(Exception):

@@ -16,16 +16,24 @@ GroupRecordError, and the image is unchanged):
   member's epoch never passes the target's.
 - a current assignment is of a member that exists; a member that leaves takes its
   current assignment with it (its partitions become free).
+
+A replay of the log (``trusted=True``) sets state as the records say, without these
+checks: the records were checked when they were decided, and a compacted log (see
+``records``) skips intermediate states, so a record may meet an image its decision never
+saw (a target before the epoch bump that preceded it, an assignment of a member whose
+joining record was superseded). What a trusted replay gives is the image the whole log
+gives (tests/test_groups_core.py, against compacted histories).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TypeVar
 
 from headwater.node.groups.records import (
+    AssignmentCleared,
     GroupDeleted,
     GroupEpochBumped,
     GroupRecord,
@@ -37,6 +45,8 @@ from headwater.node.groups.records import (
     OffsetDeleted,
     TargetAssignment,
     TopicPartitionKey,
+    decode_record,
+    removal_of,
 )
 
 K = TypeVar("K")
@@ -91,15 +101,51 @@ class GroupsImage:
         return self.groups.get(group_id)
 
 
-def apply(image: GroupsImage, record: GroupRecord) -> GroupsImage:
-    """The image after ``record``; GroupRecordError if the record does not fit it."""
+def apply(image: GroupsImage, record: GroupRecord, trusted: bool = False) -> GroupsImage:
+    """The image after ``record``; GroupRecordError if the record does not fit it (not
+    checked when ``trusted``: a replay of the log, see the module docstring)."""
     if isinstance(record, GroupDeleted):
         groups = dict(image.groups)
         groups.pop(record.group_id, None)
         return GroupsImage(_frozen(groups))
     group = image.groups.get(record.group_id) or GroupState(record.group_id)
-    updated = _apply_to_group(group, record)
+    updated = _replay_in_group(group, record) if trusted else _apply_to_group(group, record)
     return GroupsImage(_frozen({**image.groups, record.group_id: updated}))
+
+
+def replay(
+    image: GroupsImage, keys: Sequence[bytes | None], values: Sequence[bytes | None]
+) -> tuple[GroupsImage, list[GroupRecordError]]:
+    """``image`` after log records (key, value) in log order, as a new coordinator loads
+    them: a value is decoded (``decode_record``), a tombstone (None) is the removal its
+    key names (``removal_of``), and each is applied as the log says (``trusted``). A run
+    of offset commits of one group is applied in one step (``apply_offsets``), so that a
+    commit of many partitions costs no more to replay than to make. Records that cannot
+    be read or applied are skipped; their errors are returned."""
+    problems: list[GroupRecordError] = []
+    run: list[OffsetCommitted] = []
+    for key, value in zip(keys, values, strict=True):
+        try:
+            if value is not None:
+                record: GroupRecord | None = decode_record(value)
+            elif key is not None:
+                record = removal_of(key)
+            else:
+                record = None
+            if isinstance(record, OffsetCommitted) and (
+                not run or run[0].group_id == record.group_id
+            ):
+                run.append(record)
+                continue
+            image = apply_offsets(image, run)
+            run = []
+            if isinstance(record, OffsetCommitted):
+                run.append(record)
+            elif record is not None:
+                image = apply(image, record, trusted=True)
+        except GroupRecordError as exc:
+            problems.append(exc)
+    return apply_offsets(image, run), problems
 
 
 def apply_offsets(image: GroupsImage, records: list[OffsetCommitted]) -> GroupsImage:
@@ -118,6 +164,27 @@ def apply_offsets(image: GroupsImage, records: list[OffsetCommitted]) -> GroupsI
     return GroupsImage(_frozen({**image.groups, group_id: updated}))
 
 
+def _replay_in_group(group: GroupState, record: GroupRecord) -> GroupState:
+    """``record`` taken as the log says (a trusted replay)."""
+    if isinstance(record, GroupEpochBumped):
+        return replace(group, epoch=record.epoch)
+    if isinstance(record, MemberLeft | AssignmentCleared):
+        current = {k: v for k, v in group.current.items() if k != record.member_id}
+        members = group.members
+        if isinstance(record, MemberLeft):
+            members = {k: v for k, v in group.members.items() if k != record.member_id}
+        return replace(group, members=_frozen(members), current=_frozen(current))
+    if isinstance(record, TargetAssignment):
+        return replace(
+            group,
+            target_epoch=record.epoch,
+            target=_frozen({m: frozenset(p) for m, p in record.members}),
+        )
+    if isinstance(record, MemberAssignment):
+        return replace(group, current=_frozen({**group.current, record.member_id: record}))
+    return _apply_to_group(group, record)
+
+
 def _apply_to_group(group: GroupState, record: GroupRecord) -> GroupState:
     name = f"group {group.group_id!r}"
     if isinstance(record, GroupEpochBumped):
@@ -132,6 +199,9 @@ def _apply_to_group(group: GroupState, record: GroupRecord) -> GroupState:
         members = {k: v for k, v in group.members.items() if k != record.member_id}
         current = {k: v for k, v in group.current.items() if k != record.member_id}
         return replace(group, members=_frozen(members), current=_frozen(current))
+    if isinstance(record, AssignmentCleared):
+        current = {k: v for k, v in group.current.items() if k != record.member_id}
+        return replace(group, current=_frozen(current))
     if isinstance(record, TargetAssignment):
         return _target(group, record, name)
     if isinstance(record, MemberAssignment):

@@ -12,9 +12,20 @@ record per key; its **value** is the record as UTF-8 JSON::
     {"type": "OffsetCommitted", "version": 1, "group_id": "g", "topic": "t", ...}
 
 ``type`` names the dataclass below and ``version`` is ``RECORD_VERSION`` (a decoder
-refuses a newer one rather than guess); tuples are JSON arrays. A record whose value is
-None (a tombstone) is never written: removals are records of their own (``MemberLeft``,
-``OffsetDeleted``, ``GroupDeleted``) so that replay needs no key decoding.
+refuses a newer one rather than guess); tuples are JSON arrays.
+
+The partition is compacted (cleanup_policy compact): the cleaner keeps only the newest
+record of each key, in log order. So every piece of state has exactly one key, and a
+removal is a **tombstone** (a null value) on the key of what it removes (``log_entries``):
+a member that leaves is a tombstone on its member key and one on its assignment key
+(``AssignmentCleared``), a deleted offset one on its offset key; ``removal_of`` turns a
+tombstone back into the removal record for replay. Tombstones go, with everything they
+removed, delete_retention_ms after compaction reaches them. A group deletion
+(``GroupDeleted``) is a record of its own key: it removes what came before it in the log.
+Replaying a compacted log gives the same final image as replaying the whole log
+(tests/test_groups_core.py), with ``apply(..., trusted=True)``: a compacted log skips
+intermediate states, so replay sets state as the log says without the checks a decision
+passes.
 """
 
 from __future__ import annotations
@@ -80,6 +91,15 @@ class MemberLeft:
 
 
 @dataclass(frozen=True, slots=True)
+class AssignmentCleared:
+    """Replay only (a tombstone on a member's assignment key, written when it left): the
+    member holds no partitions. Never written as a value."""
+
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class TargetAssignment:
     """The assignor's answer for group epoch ``epoch``: each member's partitions."""
 
@@ -131,6 +151,7 @@ GroupRecord = (
     | OffsetCommitted
     | OffsetDeleted
     | GroupDeleted
+    | AssignmentCleared
 )
 RECORD_TYPES: Final[dict[str, type[GroupRecord]]] = {
     cls.__name__: cls
@@ -151,6 +172,7 @@ _KEY_KIND: Final[dict[type[GroupRecord], str]] = {
     MemberLeft: "member",
     TargetAssignment: "target",
     MemberAssignment: "assignment",
+    AssignmentCleared: "assignment",
     OffsetCommitted: "offset",
     OffsetDeleted: "offset",
     GroupDeleted: "group",
@@ -160,11 +182,50 @@ _KEY_KIND: Final[dict[type[GroupRecord], str]] = {
 def record_key(record: GroupRecord) -> bytes:
     """The log key of ``record``: records that set the same thing share a key."""
     parts: list[Any] = [_KEY_KIND[type(record)], record.group_id]
-    if isinstance(record, MemberJoined | MemberLeft | MemberAssignment):
+    if isinstance(record, MemberJoined | MemberLeft | MemberAssignment | AssignmentCleared):
         parts.append(record.member_id)
     elif isinstance(record, OffsetCommitted | OffsetDeleted):
         parts += [record.topic, record.partition]
     return json.dumps(parts, separators=(",", ":")).encode()
+
+
+def log_entries(record: GroupRecord) -> list[tuple[bytes, bytes | None]]:
+    """The (key, value) log records that write ``record``: a removal is a tombstone (a
+    None value) on each key it removes (see the module docstring)."""
+    if isinstance(record, MemberLeft):
+        cleared = AssignmentCleared(record.group_id, record.member_id)
+        return [(record_key(record), None), (record_key(cleared), None)]
+    if isinstance(record, OffsetDeleted):
+        return [(record_key(record), None)]
+    if isinstance(record, AssignmentCleared):
+        return [(record_key(record), None)]
+    return [(record_key(record), encode_record(record))]
+
+
+def removal_of(key: bytes) -> GroupRecord:
+    """The removal a tombstone on ``key`` stands for (MemberLeft, AssignmentCleared or
+    OffsetDeleted); GroupRecordError for a key that names no removable state."""
+    if len(key) > RECORD_BYTES_MAX:
+        raise GroupRecordError(f"group record key is {len(key)} bytes; at most {RECORD_BYTES_MAX}")
+    try:
+        parts = json.loads(key)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise GroupRecordError(f"tombstone key is not JSON: {type(exc).__name__}") from exc
+    if isinstance(parts, list) and len(parts) == 3 and all(isinstance(v, str) for v in parts):
+        kind, group_id, member_id = parts
+        if kind == "member":
+            return MemberLeft(group_id, member_id)
+        if kind == "assignment":
+            return AssignmentCleared(group_id, member_id)
+    if (
+        isinstance(parts, list)
+        and len(parts) == 4
+        and parts[0] == "offset"
+        and isinstance(parts[1], str)
+        and _is_partition_key(parts[2:])
+    ):
+        return OffsetDeleted(parts[1], parts[2], parts[3])
+    raise GroupRecordError(f"a tombstone on key {key[:80]!r} removes nothing known")
 
 
 def encode_record(record: GroupRecord) -> bytes:
