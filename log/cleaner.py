@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 
 from headwater.log import batch as batch_format
-from headwater.log.compaction import OffsetMap, RecordSummary, keep
+from headwater.log.compaction import OffsetMap
 from headwater.log.segment import Segment
 
 if TYPE_CHECKING:
@@ -120,15 +120,37 @@ def _batches(
             )
 
 
-def _summaries(header: batch_format.BatchHeader, data: bytes) -> list[RecordSummary]:
+def _keys_and_tombstones(data: bytes) -> tuple[list[bytes | None], list[bool] | None]:
+    """A batch's keys, and which records are tombstones (None when there is none)."""
     records = batch_format.decode_batch(data).records
-    keys = records.column("key").to_pylist()
-    tombstones = records.column("value").is_null().to_pylist()
+    values = records.column("value")
+    tombstones = values.is_null().to_pylist() if values.null_count else None
+    return records.column("key").to_pylist(), tombstones
+
+
+def _kept(
+    header: batch_format.BatchHeader,
+    data: bytes,
+    offset_map: OffsetMap,
+    tombstones_expired_below: int,
+) -> list[bool]:
+    """Which records of the batch a pass keeps: ``compaction.keep`` for each record
+    below the map's end, written as one comprehension over the batch (the records at or
+    past the end are kept)."""
+    keys, tombstones = _keys_and_tombstones(data)
     base = header.base_offset
-    return [
-        RecordSummary(base + i, key, tombstone)
-        for i, (key, tombstone) in enumerate(zip(keys, tombstones, strict=True))
+    end = offset_map.end_offset
+    newest = offset_map.newest.get
+    kept = [
+        key is None or offset >= end or newest(key, offset) <= offset
+        for offset, key in zip(range(base, base + len(keys)), keys, strict=True)
     ]
+    if tombstones is not None and base < tombstones_expired_below:
+        for i, tombstone in enumerate(tombstones):
+            offset = base + i
+            if tombstone and keys[i] is not None and offset < min(end, tombstones_expired_below):
+                kept[i] = False
+    return kept
 
 
 def _runs(kept: list[bool]) -> Iterator[tuple[int, int]]:
@@ -198,12 +220,7 @@ def clean(
             output = Segment(cleaning_dir, view.base_offset, config.index_interval_bytes)
             rewritten.append((view, output))
             for header, data in _batches(log, view, throttle):
-                summaries = _summaries(header, data)
-                kept = [
-                    s.offset >= offset_map.end_offset
-                    or keep(s, offset_map.newest, s.offset < tombstones_expired_below)
-                    for s in summaries
-                ]
+                kept = _kept(header, data, offset_map, tombstones_expired_below)
                 if all(kept):
                     pieces = [data]
                 else:
@@ -247,7 +264,8 @@ def _offset_map(log: FileLog, plan: CleanPlan, keys_max: int, throttle: Throttle
         for header, data in _batches(log, view, throttle):
             if header.next_offset <= plan.first_dirty:
                 continue
-            if not offset_map.add(_summaries(header, data)):
+            keys, _tombstones = _keys_and_tombstones(data)
+            if not offset_map.add_keys(keys, header.base_offset):
                 return offset_map
         offset_map.cover_to(view.next_offset)
     return offset_map

@@ -72,6 +72,18 @@ class OffsetMap:
             self.end_offset = record.offset + 1
         return True
 
+    def add_keys(self, keys: Sequence[bytes | None], base_offset: int) -> bool:
+        """``add`` for one batch's keys (record i at ``base_offset + i``), in one dict
+        update when they fit for sure, else record by record."""
+        if base_offset < self.end_offset or len(self.newest) + len(keys) > self.capacity:
+            return self.add(
+                RecordSummary(base_offset + i, key, False) for i, key in enumerate(keys)
+            )
+        offsets = range(base_offset, base_offset + len(keys))
+        self.newest.update((k, o) for k, o in zip(keys, offsets, strict=True) if k is not None)
+        self.end_offset = base_offset + len(keys)
+        return True
+
     def cover_to(self, offset: int) -> None:
         """Every record below ``offset`` was added (a whole segment was read, some of its
         offsets already compacted away): the map covers up to there."""

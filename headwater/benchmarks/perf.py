@@ -175,6 +175,7 @@ def with_produce_options(function: Any) -> Any:
         "cluster": "headwater.benchmarks.cluster:bench_cluster",
         "replication": "headwater.benchmarks.cluster:bench_replication",
         "groups": "headwater.benchmarks.groups:bench_groups",
+        "clean": "headwater.benchmarks.compaction:bench_clean",
         "spark": "headwater.benchmarks.spark:bench_spark",
     },
 )
