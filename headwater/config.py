@@ -878,6 +878,48 @@ def load(
     return NodeConfig(**values)
 
 
+COMPACTION_AND_PRODUCERS_DOC: Final = """
+## Log compaction
+
+A topic with `cleanup_policy` `compact` keeps, for every key, its newest record: a table
+rather than a history (Kafka's compacted topics; a KTable's changelog). `compact,delete`
+does both: compaction, and retention by `retention_ms`/`retention_bytes` on top. With
+`compact` alone nothing is deleted by age or size.
+
+- Records of a compacted topic need a key: a batch with a keyless record is refused with
+  `INVALID_RECORD`. A record with a null value (a *tombstone*) deletes its key: it is kept
+  `delete_retention_ms` (1 day) once its segment is older than that, so that consumers
+  see the deletion, then removed with everything before it of that key.
+- Each node runs one cleaner thread over the compacted partitions it holds, leader or
+  follower (each replica compacts its own copy; they converge on the same records). It
+  picks the partition with the largest dirty share of its cleanable log once that share
+  reaches the topic's `min_cleanable_dirty_ratio`, and looks again every
+  `log_cleaner_backoff_ms` when none needs it. Its reads and writes together are bounded
+  by `log_cleaner_io_max_bytes_per_s`; its memory by `log_cleaner_keys_max` keys per pass
+  (more dirty keys than that take several passes).
+- Only closed segments wholly below the high watermark whose records are all older than
+  `min_compaction_lag_ms` are cleaned: the active segment never is, nor anything a
+  follower could still have to truncate.
+- Offsets never change and order is kept: the newest record of a key keeps its offset, so
+  a compacted log has gaps. A consumer reading it sees increasing offsets with holes; a
+  fetch from an offset that was removed returns the next record kept.
+- A crash in the middle of a cleaning loses nothing: cleaned segments are written into
+  `cleaning/` in the partition folder and swapped in atomically (`swap/`); the next start
+  finishes or drops an interrupted swap.
+- `headwater topics describe T` shows each partition's dirty ratio (`--json`: also the
+  cleaned offset). `__consumer_offsets` is compacted (see docs/groups.md).
+
+## Idempotent producers
+
+`producer_id_expiration_ms` is how long a partition remembers an idempotent producer
+(its epoch, next sequence and last 5 batches) after its last batch's timestamp; see the
+README and docs/record-batch-format.md ("Idempotent producers"). A producer forgotten
+this way has its next batch refused with `UNKNOWN_PRODUCER_ID`, and the Python producers
+start that partition over at a new epoch. `headwater topics describe T --json` lists the
+producers each partition tracks.
+"""
+
+
 def render_markdown() -> str:
     """docs/configuration.md, generated from SETTINGS."""
     lines = [
@@ -900,6 +942,8 @@ def render_markdown() -> str:
     for s in SETTINGS:
         if s.choices:
             valid = ", ".join(f"`{c}`" for c in s.choices)
+        elif isinstance(s.default, float):
+            valid = f"[{s.low}, {s.high}]"
         elif isinstance(s.default, int):
             low = s.low if s.low is not None else -INT64_MAX
             high = s.high if s.high is not None else INT64_MAX
@@ -910,7 +954,7 @@ def render_markdown() -> str:
             f"| `{s.name}` | `{s.default}` | {s.unit} | {valid} | "
             f"{'yes' if s.topic else ''} | {s.doc} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + COMPACTION_AND_PRODUCERS_DOC
 
 
 if __name__ == "__main__":
