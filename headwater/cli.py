@@ -339,10 +339,11 @@ def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
         "high watermark",
         "bytes",
         "segments",
-        "dirty",
-        "producers",
         "damaged",
     )
+    compacted = any(p["cleanable_ratio"] >= 0 for p in data["partitions"])
+    if compacted:
+        table.add_column("dirty")
     for p in data["partitions"]:
         table.add_row(
             *(str(p[k]) for k in ("partition", "leader")),
@@ -359,11 +360,13 @@ def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
                     "segment_count",
                 )
             ),
-            f"{p['cleanable_ratio']:.2f}" if p["cleanable_ratio"] >= 0 else "-",
-            str(len(p["producers"])),
             ",".join(str(d["node_id"]) for d in p["damaged_replicas"]),
+            *([f"{max(p['cleanable_ratio'], 0):.2f}"] if compacted else []),
         )
     _out.print(table)
+    producers = [f"{p['partition']}: {len(p['producers'])}" for p in data["partitions"]]
+    if any(p["producers"] for p in data["partitions"]):
+        _out.print("idempotent producers tracked, by partition: " + ", ".join(producers))
     for p in data["partitions"]:
         for d in p["damaged_replicas"]:
             _out.print(
