@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from headwater.log import batch as batch_format
 from headwater.log.compaction import OffsetMap
-from headwater.log.segment import Segment
+from headwater.log.segment import GapBound, Segment
 
 if TYPE_CHECKING:
     from headwater.log.file_log import CleanPlan, FileLog, SegmentView
@@ -217,7 +217,12 @@ def clean(
         for view in plan.segments:
             if view.base_offset >= offset_map.end_offset:
                 break
-            output = Segment(cleaning_dir, view.base_offset, config.index_interval_bytes)
+            output = Segment(
+                cleaning_dir,
+                view.base_offset,
+                config.index_interval_bytes,
+                gaps=GapBound(offset_map.end_offset),
+            )
             rewritten.append((view, output))
             for header, data in _batches(log, view, throttle):
                 kept = _kept(header, data, offset_map, tombstones_expired_below)

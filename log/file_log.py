@@ -11,6 +11,8 @@ Directory layout (one directory per partition)::
     leader-epoch-checkpoint         the leader-epoch cache (see leader_epochs.py)
     cleaner-offset                  compacted topics: offset below which the log is
                                     clean (checked offset format)
+    compacted-below                 compacted topics: offsets below it may have gaps
+                                    (``GapBound``; checked offset format)
     cleaning/                       a cleaning pass's output, being written
     swap/                           a finished pass's output, being swapped in
     00000000000000000000.producers  idempotent producers' state as of that offset
@@ -96,13 +98,14 @@ from headwater.log.compaction import cleanable_ratio
 from headwater.log.leader_epochs import EpochCheckpointError, LeaderEpochCache
 from headwater.log.producer_state import Duplicate, ProducerEntry, ProducerStates, Refused
 from headwater.log.retention import SegmentSummary, segments_to_delete
-from headwater.log.segment import LOG_SUFFIX, Segment
+from headwater.log.segment import LOG_SUFFIX, GapBound, Segment
 
 RECOVERY_POINT_FILE: Final = "recovery-point"
 CLEAN_SHUTDOWN_FILE: Final = "clean-shutdown"
 EPOCH_CHECKPOINT_FILE: Final = "leader-epoch-checkpoint"
 DAMAGED_DIR: Final = "damaged"
 CLEANER_OFFSET_FILE: Final = "cleaner-offset"
+GAP_BOUND_FILE: Final = "compacted-below"
 CLEANING_DIR: Final = "cleaning"
 SWAP_DIR: Final = "swap"
 PRODUCER_SNAPSHOT_SUFFIX: Final = ".producers"
@@ -215,6 +218,8 @@ class FileLog:
         self._epochs = LeaderEpochCache()
         self._producers: dict[int, ProducerEntry] = {}
         self._cleaned_offset = 0
+        self.gaps = GapBound(read_checked_offset(directory / GAP_BOUND_FILE) or 0)
+        """Offsets below it may have gaps (compaction); contiguous elsewhere."""
         with self._lock:  # the bounded set of sealed handles takes it before closing one
             try:
                 self._finish_swap()
@@ -251,7 +256,9 @@ class FileLog:
                 orphan.unlink()
                 orphan.with_suffix(".timeindex").unlink(missing_ok=True)
         for i, base in enumerate(bases):
-            segment = Segment(self.directory, base, self.config.index_interval_bytes, self._lock)
+            segment = Segment(
+                self.directory, base, self.config.index_interval_bytes, self._lock, self.gaps
+            )
             segment.created_ms = now_ms
             next_base = bases[i + 1] if i + 1 < len(bases) else None
             trusted = clean or (
@@ -264,10 +271,10 @@ class FileLog:
                 # go to the bounded set.
                 self._segments[-1].seal()
             self._segments.append(segment)
-            # A segment ends at or before the next one's base (before it when compaction
-            # removed its last records).
+            # A segment ends at the next one's base (before it, below the gap bound, when
+            # compaction removed its last records).
             expected_next = next_base if next_base is not None else result.next_offset
-            if result.problem is None and result.next_offset <= expected_next:
+            if result.problem is None and self.gaps.allows(result.next_offset, expected_next):
                 if next_base is not None:
                     segment.next_offset = next_base
                 continue
@@ -361,7 +368,9 @@ class FileLog:
         write_atomically(self.directory / EPOCH_CHECKPOINT_FILE, self._epochs.to_text().encode())
 
     def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
-        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes, self._lock)
+        segment = Segment(
+            self.directory, base_offset, self.config.index_interval_bytes, self._lock, self.gaps
+        )
         segment.created_ms = now_ms
         segment.next_offset = base_offset
         fsync_directory(self.directory)
@@ -381,6 +390,11 @@ class FileLog:
             fsync_directory(self.directory)
             _log.info("log %s: swapped in cleaned segments", self.directory)
         shutil.rmtree(self.directory / CLEANING_DIR, ignore_errors=True)
+
+    def _raise_gap_bound(self, offset: int) -> None:
+        if offset > self.gaps.offset:
+            write_checked_offset(self.directory / GAP_BOUND_FILE, offset)
+            self.gaps.offset = offset
 
     def cleaning_plan(self, now_ms: int, upper_bound: int) -> CleanPlan | None:
         """The cleanable part of the log (see CleanPlan): closed segments wholly below
@@ -451,13 +465,18 @@ class FileLog:
                 ):
                     return False
                 places.append(place)
+            self._raise_gap_bound(cleaned_offset)
             os.rename(cleaning_dir, self.directory / SWAP_DIR)
             fsync_directory(self.directory)
             self._finish_swap()
             for place, (view, _output) in zip(places, cleaned, strict=True):
                 original = self._segments[place]
                 replacement = Segment(
-                    self.directory, view.base_offset, self.config.index_interval_bytes, self._lock
+                    self.directory,
+                    view.base_offset,
+                    self.config.index_interval_bytes,
+                    self._lock,
+                    self.gaps,
                 )
                 replacement.created_ms = original.created_ms
                 replacement.load(trust_index=True)
@@ -620,12 +639,24 @@ class FileLog:
             )
         with self._lock:
             self._check_open()
-            if header.base_offset < self.log_end_offset:
+            end = self.log_end_offset
+            if header.base_offset != end and not (
+                self.config.compacted and header.base_offset > end
+            ):
                 raise HeadwaterError(
                     ErrorCode.OFFSET_OUT_OF_RANGE,
                     f"replicated batch starts at offset {header.base_offset} but the log ends "
-                    f"at {self.log_end_offset}",
+                    f"at {end}"
+                    + (
+                        ""
+                        if self.config.compacted
+                        else " (a gap: never in a log that is not compacted)"
+                    ),
                 )
+            if header.base_offset > self.gaps.offset:
+                # The leader compacted these offsets away: recorded before the append,
+                # so that the gap is never taken for damage.
+                self._raise_gap_bound(header.base_offset)
             self._maybe_roll(len(batch), now_ms)
             return self._append_locked(bytes(batch[:16]), batch, header)
 

@@ -87,7 +87,9 @@ class MemoryLog:
                 f"payload is {len(batch)} bytes but the batch header says {header.total_size}"
             )
         with self._lock:
-            if header.base_offset < self._end:  # after it: a gap compaction left
+            if header.base_offset != self._end and not (
+                self.config.compacted and header.base_offset > self._end
+            ):
                 raise HeadwaterError(
                     ErrorCode.OFFSET_OUT_OF_RANGE,
                     f"replicated batch starts at offset {header.base_offset} but the log ends "

@@ -1,9 +1,10 @@
 """One log segment on disk: ``{base_offset:020d}.log`` with its ``.index`` and ``.timeindex``.
 
 The .log file is a plain concatenation of v1 record batches (docs/record-batch-format.md)
-with increasing offsets from ``base_offset``: contiguous as appended, with gaps where the
-log cleaner removed records of a compacted topic (a follower copies them as they are);
-the index formats are in
+with contiguous offsets from ``base_offset``, except below the log's ``GapBound``: there
+the log cleaner of a compacted topic removed records, leaving gaps (a follower copies
+them as they are); anywhere else a gap means the file changed on disk. The index formats
+are in
 ``headwater.log.index``. A segment never holds more than ``segment_bytes`` (a batch
 larger than that gets a segment of its own) and positions fit in uint32.
 
@@ -89,6 +90,21 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+class GapBound:
+    """Offsets below ``offset`` may have gaps (records compaction removed); at and above
+    it, and in every log that was never compacted (0), a log's offsets are contiguous.
+    One per log, shared by its segments; it only grows."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self, offset: int = 0) -> None:
+        self.offset = offset
+
+    def allows(self, expected: int, found: int) -> bool:
+        """May a batch start at ``found`` where ``expected`` was next?"""
+        return found == expected or expected < found <= self.offset
+
+
 @dataclass(frozen=True, slots=True)
 class ScanResult:
     """Outcome of scanning a segment's .log: valid bytes, next offset, max timestamp, and
@@ -107,8 +123,11 @@ class Segment:
         base_offset: int,
         index_interval_bytes: int,
         owner_lock: threading.RLock | None = None,
+        gaps: GapBound | None = None,
     ) -> None:
         self.directory = directory
+        self.gaps = gaps if gaps is not None else GapBound()
+        """Where this segment's offsets may have gaps (its log's bound)."""
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.owner_lock = owner_lock if owner_lock is not None else threading.RLock()
@@ -226,10 +245,10 @@ class Segment:
             except HeadwaterError as exc:
                 problem = f"{exc.message} (segment {self.base_offset}, byte {position})"
                 return ScanResult(position, next_offset, max_timestamp, problem)
-            if header.base_offset < next_offset:
+            if not self.gaps.allows(next_offset, header.base_offset):
                 problem = (
                     f"batch at byte {position} of segment {self.base_offset} has base offset "
-                    f"{header.base_offset}, expected at least {next_offset}"
+                    f"{header.base_offset}, expected {next_offset}"
                 )
                 return ScanResult(position, next_offset, max_timestamp, problem)
             self._maybe_index(position, header)
@@ -315,7 +334,7 @@ class Segment:
     ) -> None:
         """Append one batch at the end: ``prefix`` (its stamped first 16 bytes, see
         batch.stamp_prefix) then ``batch[16:]``, in one writev and without copying."""
-        assert header.base_offset >= self.next_offset  # a gap: records compacted away
+        assert self.gaps.allows(self.next_offset, header.base_offset)
         position = self.size
         total = len(batch)
         self._maybe_reserve(total)
@@ -387,16 +406,20 @@ class Segment:
         self, header: batch_format.BatchHeader, expected: int, position: int, exact: bool
     ) -> None:
         """A batch at an index entry has exactly the entry's base offset; every other one
-        starts at or after the end of the batch before it (after, where compaction left a
-        gap). A batch that breaks this has changed on disk (the base offset lies outside
-        the CRC), and its records must not be served at offsets they were never given."""
-        if header.base_offset != expected if exact else header.base_offset < expected:
+        starts where the batch before it ends (or after it, below the gap bound, where
+        compaction left a gap). A batch that breaks this has changed on disk (the base
+        offset lies outside the CRC), and its records must not be served at offsets they
+        were never given."""
+        if (
+            header.base_offset != expected
+            if exact
+            else not self.gaps.allows(expected, header.base_offset)
+        ):
             raise HeadwaterError(
                 ErrorCode.KAFKA_STORAGE_ERROR,
                 f"segment {self.log_path} is damaged: the batch at byte {position} has base "
-                f"offset {header.base_offset}, expected {'' if exact else 'at least '}"
-                f"{expected}; this replica cannot serve these offsets (restart the node to "
-                "set the damage aside)",
+                f"offset {header.base_offset}, expected {expected}; this replica cannot serve "
+                "these offsets (restart the node to set the damage aside)",
             )
 
     def read_from(self, offset: int, max_bytes: int, upper_bound: int) -> tuple[bytes, int]:

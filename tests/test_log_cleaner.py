@@ -144,7 +144,7 @@ def test_a_follower_copies_a_compacted_log_with_its_gaps(tmp_path: Path) -> None
     fill(leader, 5, batches=100, keys=6)
     clean_all(leader, keys_max=100)
     kept = rows(leader)
-    for follower in (FileLog(tmp_path / "follower", config(), NOW_MS), MemoryLog()):
+    for follower in (FileLog(tmp_path / "follower", config(), NOW_MS), MemoryLog(config())):
         offset = 0
         while offset < leader.log_end_offset:
             result = leader.read(offset, 300)
@@ -355,3 +355,20 @@ def test_consumer_offsets_is_compacted_and_a_restarted_coordinator_reads_it_back
             assert "g2" not in {g.group_id for g in admin.list_groups().groups}
     finally:
         node.stop()
+
+
+def test_a_gap_outside_the_compacted_bound_is_damage(tmp_path: Path) -> None:
+    """Gaps are allowed only below the offset compaction reached (``compacted-below``):
+    anywhere else a gap means the files changed, and recovery sets the rest aside."""
+    log = FileLog(tmp_path, config(), NOW_MS)
+    fill(log, 7, batches=120, keys=8)
+    clean_all(log, keys_max=1000)
+    kept = rows(log)
+    log.abandon()
+    assert FileLog(tmp_path, config(), NOW_MS).damage == ""  # with its bound: sound
+    (tmp_path / "compacted-below").unlink()
+    (tmp_path / "recovery-point").unlink()  # scan everything again
+    damaged = FileLog(tmp_path, config(), NOW_MS)
+    assert "starts at" in damaged.damage or "expected" in damaged.damage
+    assert len(rows(damaged)) < len(kept)
+    damaged.close()
