@@ -169,12 +169,12 @@ class Cluster:
     ) -> T:
         """Run ``call(address)`` against bootstrap nodes in turn until one is reachable.
 
-        Transport failures (NETWORK_EXCEPTION, REQUEST_TIMED_OUT) move on to the next
-        address. With ``retry_s`` > 0, retriable operating errors (no active controller
-        yet, a leader moving, a node down) are retried too, with backoff, for up to that
-        many seconds, except the codes in ``final`` (an answer that will not change, such
-        as the active controller's "no such topic"); other operating errors are raised as
-        they are.
+        Transport failures (NETWORK_EXCEPTION, REQUEST_TIMED_OUT) and retriable operating
+        errors (no active controller yet, a leader moving, a node starting) move on to the
+        next address; once every address failed, the last error is raised, or with
+        ``retry_s`` > 0 the round starts again, with backoff, for up to that many seconds.
+        The codes in ``final`` (an answer that will not change, such as the active
+        controller's "no such topic") and other operating errors are raised as they are.
         """
         deadline = time.monotonic() + retry_s
         backoff_s = RETRY_BACKOFF_MIN_S
@@ -190,10 +190,9 @@ class Cluster:
                 except HeadwaterError as exc:
                     error = exc
                 transport = error.code in TRANSPORT_ERRORS
-                retry = retry_s > 0 and error.retriable and error.code not in final
-                if not transport and not retry:
+                if not transport and (not error.retriable or error.code in final):
                     raise error
-                last = error
+                last = error  # the next address may answer (a node starting, moving on)
             assert last is not None
             if time.monotonic() + backoff_s > deadline:
                 if last.code in TRANSPORT_ERRORS:

@@ -435,28 +435,35 @@ def test_an_idempotent_producer_writes_each_record_once_and_in_order_through_lea
     )
     assert producer.idempotent
 
+    raised: list[BaseException] = []
+
     def produce_all() -> None:
         start = time.monotonic()
-        for i in range(EXACTLY_ONCE_RECORDS):
-            key = b"k%d" % (i % EXACTLY_ONCE_KEYS)
-            futures.append(producer.send(topic, b"%08d" % i, key=key))
-            sent[0] = i + 1
-            if i % 1000 == 999:  # the workload's pace, so that the kills fall inside it
-                ahead_s = start + (i + 1) / EXACTLY_ONCE_RATE_PER_S - time.monotonic()
-                if ahead_s > 0:
-                    time.sleep(ahead_s)
+        try:
+            for i in range(EXACTLY_ONCE_RECORDS):
+                key = b"k%d" % (i % EXACTLY_ONCE_KEYS)
+                futures.append(producer.send(topic, b"%08d" % i, key=key))
+                sent[0] = i + 1
+                if i % 1000 == 999:  # the workload's pace, so that the kills fall inside it
+                    ahead_s = start + (i + 1) / EXACTLY_ONCE_RATE_PER_S - time.monotonic()
+                    if ahead_s > 0:
+                        time.sleep(ahead_s)
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            raised.append(exc)
 
     sender = threading.Thread(target=produce_all, daemon=True)
     sender.start()
     try:
         for kill in range(EXACTLY_ONCE_KILLS):
             floor = (kill + 1) * EXACTLY_ONCE_RECORDS // (EXACTLY_ONCE_KILLS + 1)
-            wait_until(lambda floor=floor: sent[0] >= floor, 120, f"{floor} records sent")
+            wait_until(lambda floor=floor: sent[0] >= floor or raised, 120, f"{floor} sent")
+            assert not raised, f"send raised {raised[0]!r}"
             leader = cluster3.partitions(cluster3.alive()[0], topic)[kill % partitions].leader
             victim = cluster3.nodes[leader]
             victim.kill()
             victim.start()
         sender.join(timeout=300)
+        assert not raised, f"send raised {raised[0]!r}"
         producer.flush(timeout_s=300)
     finally:
         producer.close(timeout_s=60)
