@@ -756,6 +756,9 @@ def _check_timestamp(timestamp: int, what: str, valid: tuple[int, int]) -> None:
 
 
 PRODUCER_EPOCH_MAX: Final = (1 << 15) - 1
+SELF_NAMED_PRODUCER_ID_MIN: Final = 1 << 62
+"""Producer ids from here up are named by their writers (deterministic ids, as the Spark
+sink's); the cluster allocates ids below it (InitProducerId)."""
 SEQUENCE_MAX: Final = (1 << 31) - 1
 
 

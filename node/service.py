@@ -365,13 +365,16 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     async def _check_idempotent(self, producer_id: int, acks_all: bool) -> None:
         """An idempotent batch needs acks=all (a retry deduplicates only what the in-sync
-        replicas hold) and a producer id the cluster allocated."""
+        replicas hold) and a producer id the cluster allocated, or one from the range
+        writers name themselves (SELF_NAMED_PRODUCER_ID_MIN up)."""
         if not acks_all:
             raise _invalid(
                 f"the batch carries producer id {producer_id} (idempotent) and needs acks=all; "
                 "idempotent batches sent with acks 0 or 1 are refused",
                 ErrorCode.INVALID_REQUIRED_ACKS,
             )
+        if producer_id >= batch_format.SELF_NAMED_PRODUCER_ID_MIN:
+            return  # named by its writer, not allocated (docs/record-batch-format.md)
         if producer_id >= self.state.image.next_producer_id:
             # Allocated a moment ago through another node, maybe: this image may lag.
             await self.state.wait_until(

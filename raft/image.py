@@ -26,10 +26,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from headwater.log.batch import SELF_NAMED_PRODUCER_ID_MIN
 from headwater.raft import records as r
 from headwater.topics import check_partition, unknown_topic
 
-PRODUCER_ID_MAX: Final = (1 << 63) - 1
+PRODUCER_ID_MAX: Final = SELF_NAMED_PRODUCER_ID_MIN - 1
+"""The last id the controller allocates: the rest are named by writers (log.batch)."""
 BROKER_RUNNING: Final = "running"
 BROKER_FENCED: Final = "fenced"
 BROKER_SHUTTING_DOWN: Final = "shutting_down"

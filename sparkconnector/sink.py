@@ -11,30 +11,35 @@ column. A record goes to its ``partition`` when set, else to murmur2(key) % part
 partition as batches of up to ``batchBytes`` (default 1 MiB) with acks=all.
 
 **No duplicates on replay.** A chunk (one appended batch) is named by its writer and its
-place: producer id = ``hash31(sinkId, Spark partition id) << 32 | batch id``, base
-sequence = the chunk's number within that task's output to that partition. Before a
-write that may repeat an earlier attempt (a task retry, or the first micro-batch after a
-query restart: the one Spark replays after a crash), the task lists the chunks of its
-producer id already in each target partition, from the end offsets recorded when the
-previous micro-batch was committed, and skips them. The driver records those end offsets
-at every micro-batch commit in the sink's state topic
+place, as an idempotent producer's batch the broker checks: producer id = ``2^62 |
+hash62(writer, Spark partition id, batch id)`` (a writer-named id: ``SELF_NAMED_PRODUCER_ID_MIN``
+in docs/record-batch-format.md), epoch 0, base sequence = the records that task wrote
+to that partition before the chunk. The writer is the ``sinkId`` (default: the query's
+``checkpointLocation``), or a random name per query run or batch write when there is
+none. So the broker answers a chunk sent again (a retried request, a retried task, a
+replayed micro-batch) with the offsets it already has, or DUPLICATE_SEQUENCE_NUMBER
+when it is older than the producer's last 5 chunks there (taken as written). Besides,
+before a write that may repeat an earlier attempt (a task retry, or the first
+micro-batch after a query restart: the one Spark replays after a crash), the task lists
+the chunks of its producer id already in each target partition, from the end offsets
+recorded when the previous micro-batch was committed, and skips them. The driver records
+those end offsets at every micro-batch commit in the sink's state topic
 (``headwater-sink-state.<hash of sinkId>``, one partition; its last record is the state).
-``sinkId`` defaults to the query's ``checkpointLocation``.
 
 The guarantee: for a deterministic query (a replayed micro-batch holds the same rows in
 the same Spark partitions, as a query reading Headwater or files is), every row is
-written exactly once, with one exception: a chunk whose append timed out without an
-answer is retried by the producer and may then be written twice (until the broker
-deduplicates by producer id and sequence, which the chunks already carry). Without a
-``sinkId`` or checkpoint location, or for a non-deterministic query, writes are at least
-once. A task appends the chunks of a partition in order, one at a time, and of different
-partitions at once.
+written exactly once. Without a ``sinkId`` or checkpoint location, a query restarted
+writes its replayed micro-batch again (at least once). A non-deterministic replay whose
+chunks differ from the first attempt's fails its task with OUT_OF_ORDER_SEQUENCE_NUMBER
+rather than write a chunk over another. A task appends the chunks of a partition in
+order, one at a time, and of different partitions at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,7 +58,12 @@ from pyspark.sql.types import StructType
 from headwater.client import Admin, BatchFuture, LogReader
 from headwater.client.partitioner import partition_for_key
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.log.batch import decode_batches, encode_batch, iter_headers
+from headwater.log.batch import (
+    SELF_NAMED_PRODUCER_ID_MIN,
+    decode_batches,
+    encode_batch,
+    iter_headers,
+)
 from headwater.sparkconnector import planning
 from headwater.sparkconnector.source import CALL_RETRY_S, Clients, clients_for
 
@@ -65,8 +75,10 @@ STATE_TOPIC_CONFIGS: Final = {
 }
 CHUNK_BYTES_DEFAULT: Final = 1 << 20
 CHUNK_BYTES_MAX: Final = 8 << 20  # the broker's default max_message_bytes
+SEQUENCE_SPACE: Final = 1 << 31
 RECORD_OVERHEAD_BYTES: Final = 8  # per record in a batch body: offsets, timestamp delta
 NO_BATCH: Final = 0xFFFFFFFF  # the batch id part of producer ids of batch (not stream) writes
+NAMED_ID_BITS: Final = SELF_NAMED_PRODUCER_ID_MIN - 1
 
 Key = tuple[str, int]
 
@@ -133,10 +145,11 @@ def check_input_schema(schema: StructType, options: SinkOptions) -> None:
         raise SinkOptionError("headwater sink: give a topic option or a topic column")
 
 
-def producer_id(sink_id: str | None, spark_partition: int, batch_id: int) -> int:
-    """The producer id of one task's output in one micro-batch (see the module docstring)."""
-    digest = hashlib.sha256(f"{sink_id or ''}\0{spark_partition}".encode()).digest()
-    return (int.from_bytes(digest[:4], "big") & 0x7FFFFFFF) << 32 | (batch_id & NO_BATCH)
+def producer_id(writer: str, spark_partition: int, batch_id: int) -> int:
+    """The producer id of one task's output in one micro-batch (see the module
+    docstring): a writer-named id, at or above SELF_NAMED_PRODUCER_ID_MIN."""
+    digest = hashlib.sha256(f"{writer}\0{spark_partition}\0{batch_id}".encode()).digest()
+    return SELF_NAMED_PRODUCER_ID_MIN | (int.from_bytes(digest[:8], "big") & NAMED_ID_BITS)
 
 
 def state_topic(sink_id: str) -> str:
@@ -270,6 +283,7 @@ class _TaskWriter:
     def __init__(
         self,
         options: SinkOptions,
+        writer: str,
         batch_id: int,
         lower_bounds: dict[Key, int] | None,
     ) -> None:
@@ -277,9 +291,9 @@ class _TaskWriter:
         self.spark_partition = context.partitionId() if context is not None else 0
         self.options = options
         self.clients = clients_for(options.bootstrap)
-        self.producer = producer_id(options.sink_id, self.spark_partition, batch_id)
+        self.producer = producer_id(writer, self.spark_partition, batch_id)
         self.lower_bounds = lower_bounds  # None: this task cannot be a repeat
-        self.chunk_numbers: dict[Key, int] = {}
+        self.sequences: dict[Key, int] = {}  # records written per partition so far
         self.already: dict[Key, set[int]] = {}
         self.commit = SinkCommit()
         self.sent: list[BatchFuture] = []
@@ -294,8 +308,10 @@ class _TaskWriter:
                     self._write_batch(batch)
         finally:
             errors = [e for e in (f.exception() for f in self.sent) if e is not None]
-        if errors:
-            raise errors[0]
+        for error in errors:
+            if error.code is not ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+                raise error
+            self.commit.skipped_chunks += 1  # written before, older than the last 5
         return self.commit
 
     def _write_batch(self, batch: pa.RecordBatch) -> None:
@@ -345,8 +361,8 @@ class _TaskWriter:
         headers = rows.column(names["headers"]) if "headers" in names else None
         stamps = rows.column(names["timestamp"]) if "timestamp" in names else None
         for start, end in _chunks(values, keys, self.options.chunk_bytes):
-            number = self.chunk_numbers.get(key, 0)
-            self.chunk_numbers[key] = number + 1
+            number = self.sequences.get(key, 0)
+            self.sequences[key] = (number + end - start) % SEQUENCE_SPACE
             if number in self._already_written(key):
                 self.commit.skipped_chunks += 1
                 continue
@@ -367,7 +383,7 @@ class _TaskWriter:
                 # acknowledged (a failed one fails the task here, before anything after
                 # it is written). Chunks of different partitions are in flight together.
                 previous.result()
-            future = self.clients.producer().send_encoded(key[0], key[1], encoded)
+            future = self.clients.named_producer().send_encoded(key[0], key[1], encoded)
             self.sent.append(future)
             self.last_sent[key] = future
             self.commit.records[key] = self.commit.records.get(key, 0) + end - start
@@ -421,11 +437,13 @@ class HeadwaterBatchWriter(DataSourceArrowWriter):
         check_input_schema(schema, self.options)
         admin = clients_for(self.options.bootstrap).admin
         self.ends = _latest_offsets(admin, [self.options.topic]) if self.options.topic else {}
+        # This write's name: its retried tasks share it; another write never does.
+        self.writer = f"{self.options.sink_id or ''}\0batch\0{secrets.token_hex(16)}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = TaskContext.get()
         retry = context is not None and context.attemptNumber() > 0
-        writer = _TaskWriter(self.options, NO_BATCH, self.ends if retry else None)
+        writer = _TaskWriter(self.options, self.writer, NO_BATCH, self.ends if retry else None)
         return writer.write(iterator)
 
 
@@ -437,6 +455,9 @@ class HeadwaterStreamWriter(DataSourceStreamArrowWriter):
         self.options = _sink_options(options)
         check_input_schema(schema, self.options)
         self.state: SinkState | None = None
+        # The query's name: its sinkId (a restarted run names its chunks the same), else
+        # one of this run only.
+        self.writer = self.options.sink_id or f"\0run\0{secrets.token_hex(16)}"
         if self.options.sink_id is not None:
             clients = clients_for(self.options.bootstrap)
             self.state = read_state(clients, self.options.sink_id)
@@ -450,7 +471,7 @@ class HeadwaterStreamWriter(DataSourceStreamArrowWriter):
         raw = context.getLocalProperty("streaming.sql.batchId") if context else None
         batch_id = int(raw) if raw is not None else NO_BATCH
         if self.options.sink_id is None or self.state is None or raw is None:
-            return _TaskWriter(self.options, batch_id, None).write(iterator)
+            return _TaskWriter(self.options, self.writer, batch_id, None).write(iterator)
         if batch_id <= self.state.batch_id:  # committed before: Spark replays it only
             for _ in iterator:  # when it crashed between our commit and its own
                 pass
@@ -462,7 +483,7 @@ class HeadwaterStreamWriter(DataSourceStreamArrowWriter):
         elif retry:
             latest = read_state(clients_for(self.options.bootstrap), self.options.sink_id)
             bounds = latest.ends if latest is not None else {}
-        return _TaskWriter(self.options, batch_id, bounds).write(iterator)
+        return _TaskWriter(self.options, self.writer, batch_id, bounds).write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Record the end offsets after ``batchId`` (the lower bounds of the next one)."""

@@ -75,10 +75,11 @@ class Clients:
         self.admin = Admin(cluster=cluster)
         self.reader = LogReader(cluster=cluster, retry_s=CALL_RETRY_S)
         self._producer: Producer | None = None
+        self._named_producer: Producer | None = None
         self._lock = threading.Lock()
 
     def producer(self) -> Producer:
-        """acks=all, no linger, retrying each batch for up to CALL_RETRY_S."""
+        """acks=all (idempotent), no linger, retrying each batch for up to CALL_RETRY_S."""
         with self._lock:
             if self._producer is None:
                 self._producer = Producer(
@@ -88,6 +89,22 @@ class Clients:
                     delivery_timeout_ms=int(CALL_RETRY_S * 1000),
                 )
             return self._producer
+
+    def named_producer(self) -> Producer:
+        """acks=all, no linger, retrying for up to CALL_RETRY_S, sending batches with the
+        producer ids and sequences their writer gave them (the sink's chunks): not
+        stamped with an id of its own (``enable_idempotence=False``), while the broker
+        still checks their sequences."""
+        with self._lock:
+            if self._named_producer is None:
+                self._named_producer = Producer(
+                    self.admin.cluster.bootstrap,
+                    acks="all",
+                    linger_ms=0,
+                    delivery_timeout_ms=int(CALL_RETRY_S * 1000),
+                    enable_idempotence=False,
+                )
+            return self._named_producer
 
 
 def clients_for(bootstrap: str) -> Clients:
