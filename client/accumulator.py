@@ -13,9 +13,13 @@ Per partition (a *slot*, ``(topic, partition)``):
   has nothing queued or in flight. While a request of the partition is in flight, the open
   batch keeps filling (as Kafka's accumulator does): closing it on linger alone would
   queue one tiny batch per record behind the wire.
-- closed batches wait in a **queue** and are sent one at a time: at most one batch per
-  partition is in flight, so a partition's records are appended in the order they were
-  sent, retries included.
+- closed batches wait in a **queue** and are sent in order: without idempotence one at a
+  time (one batch per partition in flight, so a partition's records are appended in the
+  order they were sent, retries included); with idempotence up to ``max_in_flight``
+  (the leader appends a partition's batches only in sequence order, so order holds
+  without waiting for each answer). A batch sent again (a retry) goes alone: nothing
+  else of its partition is in flight with it, and batches come back to the queue in the
+  order they were first queued.
 - after a batch fails for good with an **unknown outcome** (no answer: it may still be
   appended somewhere), nothing more of the partition is sent before that attempt's append
   deadline has passed plus the clock margin (``RetryPolicy``), so the lost request can
@@ -29,7 +33,12 @@ retried batch once and answers a copy of one it has with the original offsets. A
 partition starts a new epoch at sequence 0 (``SlotSequence``) when a batch of it failed
 for good (a hole may follow it) and when the leader answers OUT_OF_ORDER_SEQUENCE_NUMBER
 or UNKNOWN_PRODUCER_ID (its state was lost or expired): the batch is then stamped again
-at the new epoch and resent at once.
+at the new epoch and resent at once. Both answers mean nothing of the batch was appended
+(a batch appended before would be answered as a duplicate), so stamping it again never
+writes it twice. With several batches in flight, a batch answered OUT_OF_ORDER while an
+earlier batch of its partition is still pending waits for that one instead (the gap is
+the earlier batch); a batch refused with INVALID_PRODUCER_EPOCH because its partition
+moved to a newer epoch while it was in flight is stamped again at that epoch.
 
 Every batch has a **delivery deadline**, ``delivery_timeout_s`` after it opened: a batch
 still queued (never sent) at its deadline expires; no retry starts after it
@@ -115,6 +124,7 @@ class ProducerBatch(Generic[C]):
     producer_epoch: int = -1
     base_sequence: int = -1
     restamps: int = 0  # times it was stamped again at a new epoch
+    order: int = 0  # queueing order: a partition's batches go out, and come back, in it
 
     def stamped_payload(self, producer_id: int) -> bytes:
         """The encoded batch with this attempt's producer fields (stamped again, CRC
@@ -187,9 +197,13 @@ class RecordAccumulator(Generic[C]):
         clock: Callable[[], float],
         on_batch_closed: Callable[[Slot], None] = lambda _slot: None,
         idempotent: bool = False,
+        max_in_flight: int = 1,
     ) -> None:
         self.settings = settings
         self.idempotent = idempotent
+        self.max_in_flight = max_in_flight if idempotent else 1
+        """Batches of one partition in flight at once (1 without idempotence)."""
+        self._order = 0
         self.producer_id = -1
         """Set by the engine from InitProducerId; nothing is sent before (idempotent)."""
         self._sequences: dict[Slot, SlotSequence] = {}
@@ -201,7 +215,7 @@ class RecordAccumulator(Generic[C]):
         self._on_batch_closed = on_batch_closed
         self._open: dict[Slot, _OpenBatch[C]] = {}
         self._queued: dict[Slot, deque[ProducerBatch[C]]] = {}
-        self._in_flight: dict[Slot, ProducerBatch[C]] = {}
+        self._in_flight: dict[Slot, list[ProducerBatch[C]]] = {}  # in send order
         self._barrier_s: dict[Slot, float] = {}  # nothing of the slot is sent before it
 
     # ------------------------------------------------------------------ records in
@@ -282,6 +296,7 @@ class RecordAccumulator(Generic[C]):
             size=size,
             delivery_deadline_s=now_s + self.settings.delivery_timeout_s,
             payload=payload,
+            order=self._next_order(),
         )
         self.buffered_bytes += size
         self._queued.setdefault(slot, deque()).append(batch)
@@ -299,15 +314,31 @@ class RecordAccumulator(Generic[C]):
             record_count=len(open_batch.values),
             size=open_batch.size,
             delivery_deadline_s=open_batch.created_s + self.settings.delivery_timeout_s,
+            order=self._next_order(),
         )
         self._queued.setdefault(slot, deque()).append(batch)
         self._on_batch_closed(slot)
 
+    def _next_order(self) -> int:
+        self._order += 1
+        return self._order
+
     # ------------------------------------------------------------------ batches out
+
+    def _room(self, slot: Slot, head: ProducerBatch[C]) -> bool:
+        """May ``head``, the front of the slot's queue, be sent now beside what is in
+        flight? A retry goes alone, and so does everything while one is in flight."""
+        flying = self._in_flight.get(slot)
+        if not flying:
+            return True
+        if head.attempts or any(b.attempts for b in flying):
+            return False
+        return len(flying) < self.max_in_flight
 
     def drain(self, now_s: float, now_unix_ms: int, flushing: bool) -> Drained[C]:
         """Close the open batches that are due, expire queued batches past their delivery
-        deadline, and hand out the next batch of every partition with none in flight."""
+        deadline, and hand out the next batches of every partition (as many as
+        ``_room`` allows)."""
         drained: Drained[C] = Drained()
         wake_at_s = NEVER
         linger_s = self.settings.linger_s
@@ -342,7 +373,7 @@ class RecordAccumulator(Generic[C]):
                 if not queue:
                     del self._queued[slot]
                     continue
-            if slot in self._in_flight:
+            if not self._room(slot, queue[0]):
                 wake_at_s = min(wake_at_s, queue[0].delivery_deadline_s)
                 continue
             barrier_s = self._barrier_s.get(slot)
@@ -351,24 +382,25 @@ class RecordAccumulator(Generic[C]):
                     wake_at_s = min(wake_at_s, barrier_s)
                     continue
                 del self._barrier_s[slot]
-            head = queue[0]
-            if head.not_before_s > now_s:
-                wake_at_s = min(wake_at_s, head.not_before_s)
-                continue
-            if self.idempotent and (
-                self.producer_id < 0 or (head.base_sequence < 0 and not self._stamp(head))
-            ):
-                # The engine is asking for a producer id (or the partition has no epoch
-                # left): the batch waits, and expires at its deadline.
-                wake_at_s = min(wake_at_s, head.delivery_deadline_s)
-                continue
-            queue.popleft()
+            while queue and self._room(slot, queue[0]):
+                head = queue[0]
+                if head.not_before_s > now_s:
+                    wake_at_s = min(wake_at_s, head.not_before_s)
+                    break
+                if self.idempotent and (
+                    self.producer_id < 0 or (head.base_sequence < 0 and not self._stamp(head))
+                ):
+                    # The engine is asking for a producer id (or the partition has no
+                    # epoch left): the batch waits, and expires at its deadline.
+                    wake_at_s = min(wake_at_s, head.delivery_deadline_s)
+                    break
+                queue.popleft()
+                head.sent_s = now_s
+                head.append_deadline_unix_ms = now_unix_ms + self.settings.append_timeout_ms
+                self._in_flight.setdefault(slot, []).append(head)
+                drained.sendable.append(head)
             if not queue:
                 del self._queued[slot]
-            head.sent_s = now_s
-            head.append_deadline_unix_ms = now_unix_ms + self.settings.append_timeout_ms
-            self._in_flight[slot] = head
-            drained.sendable.append(head)
         drained.wake_at_s = wake_at_s
         return drained
 
@@ -388,16 +420,39 @@ class RecordAccumulator(Generic[C]):
         return True
 
     def _restamp(self, batch: ProducerBatch[C]) -> bool:
-        """Stamp ``batch`` (the partition's only batch in flight) at a new epoch of its
-        partition, sequence 0; False when no epoch is left or it was restamped too often."""
+        """Stamp ``batch`` again (nothing of it was appended): at the partition's current
+        epoch when the partition moved to a newer epoch since the batch was stamped, else
+        at a new epoch, sequence 0. False when no epoch is left or it was restamped too
+        often."""
         if batch.restamps >= self.settings.retry.retries:
             return False
         sequence = self._sequences.setdefault(batch.slot, SlotSequence())
-        sequence.restart = True
+        if batch.producer_epoch >= sequence.epoch:
+            sequence.restart = True
         if not self._stamp(batch):
             return False
         batch.restamps += 1
         return True
+
+    def _earlier_pending(self, batch: ProducerBatch[C]) -> bool:
+        """Is a batch of the same partition queued before ``batch`` still unsettled (in
+        flight, or queued again after a failed attempt)?"""
+        slot = batch.slot
+        if any(b.order < batch.order for b in self._in_flight.get(slot, ())):
+            return True
+        return any(b.order < batch.order for b in self._queued.get(slot, ()))
+
+    def _requeue(self, batch: ProducerBatch[C], not_before_s: float) -> None:
+        """Take ``batch`` out of flight and queue it again at its place (queueing order)."""
+        flying = self._in_flight.get(batch.slot)
+        if flying is not None and batch in flying:
+            flying.remove(batch)
+            if not flying:
+                del self._in_flight[batch.slot]
+        batch.not_before_s = not_before_s
+        queue = self._queued.setdefault(batch.slot, deque())
+        place = next((i for i, b in enumerate(queue) if b.order > batch.order), len(queue))
+        queue.insert(place, batch)
 
     def retry_after(
         self,
@@ -411,19 +466,22 @@ class RecordAccumulator(Generic[C]):
         said so; False: no answer, the outcome is unknown). Returns the seconds until its
         retry, having queued it again at the front of its partition; or None when the
         failure is final (the batch stays in flight until ``settle``)."""
-        if (
-            self.idempotent
-            and error.code in RESTAMPED
-            and now_s < batch.delivery_deadline_s
-            and self._restamp(batch)
-        ):
-            # Nothing was appended, and the partition's sequence starts again (see the
-            # module docstring): resend at once, ahead of everything queued.
-            if self._in_flight.get(batch.slot) is batch:
-                del self._in_flight[batch.slot]
-            batch.not_before_s = now_s
-            self._queued.setdefault(batch.slot, deque()).appendleft(batch)
-            return 0.0
+        if self.idempotent and now_s < batch.delivery_deadline_s:
+            sequence = self._sequences.get(batch.slot)
+            moved_on = sequence is not None and batch.producer_epoch < sequence.epoch
+            refused = error.code in RESTAMPED or (
+                error.code is ErrorCode.INVALID_PRODUCER_EPOCH and moved_on
+            )
+            if refused and self._earlier_pending(batch):
+                # The gap is an earlier batch still on its way: wait for it.
+                batch.attempts += 1
+                self._requeue(batch, now_s)
+                return 0.0
+            if refused and self._restamp(batch):
+                # Nothing was appended (see the module docstring): resend at once.
+                batch.attempts += 1
+                self._requeue(batch, now_s)
+                return 0.0
         wait_s = self.settings.retry.retry_after_s(
             error,
             answered,
@@ -436,10 +494,7 @@ class RecordAccumulator(Generic[C]):
         if wait_s is None:
             return None
         batch.attempts += 1
-        batch.not_before_s = now_s + wait_s
-        if self._in_flight.get(batch.slot) is batch:
-            del self._in_flight[batch.slot]
-        self._queued.setdefault(batch.slot, deque()).appendleft(batch)
+        self._requeue(batch, now_s + wait_s)
         return wait_s
 
     def settle(
@@ -455,8 +510,11 @@ class RecordAccumulator(Generic[C]):
         batch, after the unknown-outcome barrier when the failure leaves the outcome
         unknown."""
         slot = batch.slot
-        if self._in_flight.get(slot) is batch:
-            del self._in_flight[slot]
+        flying = self._in_flight.get(slot)
+        if flying is not None and batch in flying:
+            flying.remove(batch)
+            if not flying:
+                del self._in_flight[slot]
         self.buffered_bytes -= batch.size
         if error is not None and self.idempotent and batch.base_sequence >= 0:
             # The failed batch may or may not be in the log: the next one cannot follow
@@ -482,8 +540,9 @@ class RecordAccumulator(Generic[C]):
         for queue in self._queued.values():
             for batch in queue:
                 yield batch.completion
-        for batch in self._in_flight.values():
-            yield batch.completion
+        for flying in self._in_flight.values():
+            for batch in flying:
+                yield batch.completion
 
 
 def group_by_partition(

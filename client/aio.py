@@ -75,6 +75,7 @@ from headwater.client.producer import (
     RecordMetadata,
     buffer_full,
     check_batch_lengths,
+    check_in_flight,
     encoded_record_count,
     idempotence_for,
     parse_acks,
@@ -226,7 +227,9 @@ class AsyncProducer:
         max_block_ms: int = 60_000,
         append_timeout_ms: int = 5_000,
         enable_idempotence: bool | None = None,
+        max_in_flight_per_partition: int = 5,
     ) -> None:
+        check_in_flight(max_in_flight_per_partition)
         settings = producer_settings(
             append_timeout_ms=append_timeout_ms,
             linger_ms=linger_ms,
@@ -262,6 +265,7 @@ class AsyncProducer:
             clock=time.monotonic,
             on_batch_closed=self._advance_sticky,
             idempotent=self.idempotent,
+            max_in_flight=max_in_flight_per_partition,
         )
         self._initializing: asyncio.Task[None] | None = None
         self._room = asyncio.Event()

@@ -6,8 +6,10 @@ on an event loop; tests/test_client_engines.py runs one behaviour suite against 
 Records accumulate per partition in an open batch; a batch closes when the next record
 would take it past ``batch_bytes``, when ``linger_ms`` has passed since its first record,
 or on ``flush``. One sender thread encodes closed batches (headwater.log.batch) and sends
-them, keeping at most one request in flight per partition so that records of a partition
-are appended in the order they were sent, retries included. A batch still unsent at its
+them so that records of a partition are appended in the order they were sent, retries
+included: an idempotent producer keeps up to ``max_in_flight_per_partition`` (5, at most
+5) requests of a partition in flight, since the leader appends its batches only in
+sequence order; without idempotence one at a time. A batch still unsent at its
 ``delivery_timeout_ms`` fails with REQUEST_TIMED_OUT.
 
 Delivery semantics by ``acks``:
@@ -179,6 +181,20 @@ def buffer_full(buffered_bytes: int, buffer_bytes_max: int, max_block_s: float) 
     )
 
 
+MAX_IN_FLIGHT_LIMIT: Final = 5
+
+
+def check_in_flight(max_in_flight_per_partition: int) -> None:
+    """INVALID_CONFIG unless in [1, MAX_IN_FLIGHT_LIMIT] (the leader keeps the offsets of
+    a producer's last 5 batches: more in flight could not all be answered as duplicates)."""
+    if not 1 <= max_in_flight_per_partition <= MAX_IN_FLIGHT_LIMIT:
+        raise HeadwaterError(
+            ErrorCode.INVALID_CONFIG,
+            f"max_in_flight_per_partition is {max_in_flight_per_partition}; valid range is "
+            f"[1, {MAX_IN_FLIGHT_LIMIT}]",
+        )
+
+
 def idempotence_for(enable_idempotence: bool | None, acks: pb.Acks.ValueType) -> bool:
     """Whether a producer is idempotent: ``enable_idempotence`` when given, else (the
     default) whenever acks is "all", as Kafka. Idempotence asked for with acks 0 or 1 is
@@ -344,7 +360,9 @@ class Producer:
         max_block_ms: int = 60_000,
         append_timeout_ms: int = 5_000,
         enable_idempotence: bool | None = None,
+        max_in_flight_per_partition: int = 5,
     ) -> None:
+        check_in_flight(max_in_flight_per_partition)
         settings = producer_settings(
             append_timeout_ms=append_timeout_ms,
             linger_ms=linger_ms,
@@ -376,6 +394,7 @@ class Producer:
             clock=time.monotonic,
             on_batch_closed=self._advance_sticky,
             idempotent=self.idempotent,
+            max_in_flight=max_in_flight_per_partition,
         )
         # The hot path (send) takes the C-level lock directly; waiting and notifying go
         # through the condition built on the same lock.

@@ -299,6 +299,7 @@ def _unsettled(acc: RecordAccumulator[Completion]) -> list[bytes | None]:
     for queue in acc._queued.values():
         for batch in queue:
             values += batch.values
-    for batch in acc._in_flight.values():
-        values += batch.values
+    for flying in acc._in_flight.values():
+        for batch in flying:
+            values += batch.values
     return values

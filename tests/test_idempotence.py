@@ -21,11 +21,17 @@ import grpc
 import pytest
 
 from headwater.client import Admin, LogReader, Producer, RecordFuture
-from headwater.client.accumulator import AccumulatorSettings, RecordAccumulator, record_size
+from headwater.client.accumulator import (
+    AccumulatorSettings,
+    ProducerBatch,
+    RecordAccumulator,
+    record_size,
+)
 from headwater.client.retry import RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log import batch as batch_format
+from headwater.log import producer_state
 from headwater.log.api import LogConfig, PartitionLog
 from headwater.log.file_log import FileLog
 from headwater.log.memory_log import MemoryLog
@@ -483,3 +489,163 @@ def test_an_idempotent_producer_writes_each_record_once_and_in_order_through_lea
     for i, future in enumerate(futures):  # acknowledged where it is stored
         metadata = future.result(0)
         assert where[b"%08d" % i] == [(metadata.partition, metadata.offset)], i
+
+
+# ----------------------------------------------------------------------------- in flight
+
+
+@pytest.mark.parametrize("forget", [False, True], ids=["kept", "forgotten"])
+@pytest.mark.parametrize("seed", range(10))
+def test_five_batches_in_flight_keep_order_and_write_each_record_once(
+    seed: int, forget: bool
+) -> None:
+    """The producer's core with up to 5 batches of a partition in flight, against a
+    leader that checks sequences with the real producer state: answers delivered in
+    stream order, some lost after or before the append, leaders moving, streams
+    breaking. Each partition's log holds every record at most once, in send order; every
+    acknowledged record is in it; every record is settled once. With ``forget`` the
+    leader also loses the producer's state now and then (as after producer_id_expiration_ms):
+    then a batch whose earlier attempt's answer was lost may be written twice (no leader
+    can tell), but order, acknowledged records and settling still hold."""
+    rng = random.Random(seed)
+    clock = [0.0]
+    settings = AccumulatorSettings(
+        batch_bytes=60,
+        linger_s=0.002,
+        delivery_timeout_s=60.0,
+        append_timeout_ms=300,
+        retry=RetryPolicy(200, 10, 100),
+    )
+    acc: RecordAccumulator[object] = RecordAccumulator(
+        settings,
+        random.Random(seed),
+        new_completion=lambda _slot: object(),
+        clock=lambda: clock[0],
+        idempotent=True,
+        max_in_flight=5,
+    )
+    acc.producer_id = 9
+    slots = [("t", 0), ("t", 1)]
+    states: dict[tuple[str, int], dict[int, producer_state.ProducerEntry]] = {s: {} for s in slots}
+    logs: dict[tuple[str, int], list[bytes]] = {s: [] for s in slots}
+    # One stream per leader of each partition; answers come back in order on a stream.
+    wire: dict[tuple[str, int], dict[int, list[ProducerBatch[object]]]] = {s: {} for s in slots}
+    leaders = dict.fromkeys(slots, 0)
+    appended: dict[tuple[str, int], list[bytes]] = {s: [] for s in slots}
+    acked: list[bytes] = []
+    failed: list[bytes] = []
+    most_in_flight = 0
+    now_ms = NOW_MS
+    timed_out = HeadwaterError(ErrorCode.REQUEST_TIMED_OUT, "no answer")
+    moved = HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved")
+
+    def leader(batch: ProducerBatch[object]) -> HeadwaterError | None:
+        """The leader takes ``batch``: None when appended or a duplicate, else its error."""
+        state = states[batch.slot]
+        verdict = producer_state.check(
+            state, 9, batch.producer_epoch, batch.base_sequence, batch.record_count
+        )
+        if isinstance(verdict, producer_state.Refused):
+            return producer_state.refusal_error(verdict)
+        if isinstance(verdict, producer_state.Append):
+            log = logs[batch.slot]
+            entry = producer_state.updated_entry(
+                state,
+                9,
+                batch.producer_epoch,
+                batch.base_sequence,
+                batch.record_count,
+                len(log),
+                now_ms,
+            )
+            assert entry is not None
+            state[9] = entry
+            log.extend(v for v in batch.values if v is not None)
+        return None
+
+    def fail(batch: ProducerBatch[object], error: HeadwaterError, answered: bool) -> None:
+        if acc.retry_after(batch, error, answered, clock[0], now_ms) is None:
+            failed.extend(v for v in batch.values if v is not None)
+            acc.settle(batch, clock[0], now_ms, error, answered)
+
+    def answer(slot: tuple[str, int], fate: float) -> None:
+        streams = [g for g, stream in wire[slot].items() if stream]
+        generation = rng.choice(streams)
+        stream = wire[slot][generation]
+        batch = stream.pop(0)
+        if generation != leaders[slot]:
+            fail(batch, moved, True)  # a former leader: nothing appended
+        elif fate < 0.6:
+            error = leader(batch)
+            if error is None:
+                acked.extend(v for v in batch.values if v is not None)
+                acc.settle(batch, clock[0], now_ms)
+            else:
+                fail(batch, error, True)
+        elif fate < 0.7:
+            leader(batch)  # appended (or refused), and the answer is lost
+            fail(batch, timed_out, False)
+        elif fate < 0.8:
+            fail(batch, moved, True)
+        elif fate < 0.9:
+            fail(batch, timed_out, False)  # lost on the way
+        else:  # the stream breaks: everything on it is lost on the way
+            fail(batch, timed_out, False)
+            while stream:
+                fail(stream.pop(0), timed_out, False)
+
+    def drain(flushing: bool) -> None:
+        nonlocal most_in_flight
+        drained = acc.drain(clock[0], now_ms, flushing)
+        for batch in drained.expired:
+            failed.extend(v for v in batch.values if v is not None)
+            acc.settle(batch, clock[0], now_ms, timed_out)
+        for batch in drained.sendable:
+            wire[batch.slot].setdefault(leaders[batch.slot], []).append(batch)
+        in_flight = [sum(len(stream) for stream in w.values()) for w in wire.values()]
+        most_in_flight = max(most_in_flight, *in_flight)
+
+    counter = 0
+    for _step in range(4000):
+        action = rng.random()
+        if action < 0.35:
+            slot = rng.choice(slots)
+            value = b"%d:%05d" % (slot[1], counter)
+            counter += 1
+            clock[0] += 0.0001
+            acc.append(slot, value, None, None, 0, record_size(value, None))
+            appended[slot].append(value)
+        elif action < 0.6:
+            drain(rng.random() < 0.2)
+        elif action < 0.85:
+            busy = [s for s in slots if any(wire[s].values())]
+            if busy:
+                answer(rng.choice(busy), rng.random())
+        elif action < 0.87:
+            leaders[rng.choice(slots)] += 1  # the leadership moves: a new stream
+        elif action < 0.88 and forget:
+            states[rng.choice(slots)].clear()  # the leader forgot the producer
+        else:
+            step_s = rng.choice([0.001, 0.01, 0.1, 0.5])
+            clock[0] += step_s
+            now_ms += int(step_s * 1000)
+    for _round in range(10_000):  # heal: every answer arrives
+        if acc.idle():
+            break
+        drain(True)
+        for slot in slots:
+            while any(wire[slot].values()):
+                answer(slot, 0.0)
+        clock[0] += 0.1
+        now_ms += 100
+    assert acc.idle()
+    assert most_in_flight == 5
+    for slot in slots:
+        log = logs[slot]
+        if not forget:
+            assert len(log) == len(set(log)), f"a record written twice in {slot}"
+        order = [appended[slot].index(v) for v in dict.fromkeys(log)]
+        assert order == sorted(order), f"{slot} out of send order"
+    written = {v for log in logs.values() for v in log}
+    assert set(acked) <= written
+    assert sorted(acked + failed) == sorted(v for s in slots for v in appended[s])
