@@ -430,9 +430,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "log_cleaner_io_max_bytes_per_s",
-        64 * MiB,
+        16 * MiB,
         "Most bytes a second the log cleaner reads and writes, over all compacted "
-        "partitions of the node (its share of the disk and of a core).",
+        "partitions of the node: it bounds the cleaner's share of the disk and of a core "
+        "(about a fifth of one core at the default, cleaning about 8 MB of log a second; "
+        "see BENCHMARKS.md).",
         unit="bytes/s",
         low=1024,
         high=INT64_MAX,
@@ -670,7 +672,7 @@ class NodeConfig:
     group_members_max: int = 1000
     offsets_retention_ms: int = 7 * DAY_MS
     producer_id_expiration_ms: int = DAY_MS
-    log_cleaner_io_max_bytes_per_s: int = 64 * MiB
+    log_cleaner_io_max_bytes_per_s: int = 16 * MiB
     log_cleaner_keys_max: int = 1_000_000
     log_cleaner_backoff_ms: int = 15_000
     retention_check_interval_ms: int = 60_000
