@@ -221,7 +221,9 @@ def clean(
                 cleaning_dir,
                 view.base_offset,
                 config.index_interval_bytes,
-                gaps=GapBound(offset_map.end_offset),
+                # The copy keeps the gaps the segment has (a follower's, copied from
+                # its leader, may lie past this pass's end) and makes new ones below it.
+                gaps=GapBound(max(log.gaps.offset, offset_map.end_offset)),
             )
             rewritten.append((view, output))
             for header, data in _batches(log, view, throttle):

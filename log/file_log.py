@@ -218,7 +218,14 @@ class FileLog:
         self._epochs = LeaderEpochCache()
         self._producers: dict[int, ProducerEntry] = {}
         self._cleaned_offset = 0
-        self.gaps = GapBound(read_checked_offset(directory / GAP_BOUND_FILE) or 0)
+        # Gaps go below the offset the cleaner reached, and below the bound raised before
+        # each swap and each copied gap (either file may be lost: the larger counts).
+        self.gaps = GapBound(
+            max(
+                read_checked_offset(directory / GAP_BOUND_FILE) or 0,
+                read_checked_offset(directory / CLEANER_OFFSET_FILE) or 0,
+            )
+        )
         """Offsets below it may have gaps (compaction); contiguous elsewhere."""
         with self._lock:  # the bounded set of sealed handles takes it before closing one
             try:
@@ -653,7 +660,7 @@ class FileLog:
                         else " (a gap: never in a log that is not compacted)"
                     ),
                 )
-            if header.base_offset > self.gaps.offset:
+            if header.base_offset > end:
                 # The leader compacted these offsets away: recorded before the append,
                 # so that the gap is never taken for damage.
                 self._raise_gap_bound(header.base_offset)

@@ -334,7 +334,13 @@ class Segment:
     ) -> None:
         """Append one batch at the end: ``prefix`` (its stamped first 16 bytes, see
         batch.stamp_prefix) then ``batch[16:]``, in one writev and without copying."""
-        assert self.gaps.allows(self.next_offset, header.base_offset)
+        if not self.gaps.allows(self.next_offset, header.base_offset):
+            raise HeadwaterError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"batch at offset {header.base_offset} cannot follow offset "
+                f"{self.next_offset} in segment {self.log_path} (a gap above {self.gaps.offset}, "
+                "where offsets must be contiguous)",
+            )
         position = self.size
         total = len(batch)
         self._maybe_reserve(total)

@@ -529,13 +529,17 @@ class LogManager:
                 self.config.log_cleaner_keys_max,
                 self.cleaner_throttle,
             )
-        except (CleaningAbortedError, HeadwaterError, OSError) as exc:
+        except CleaningStoppedError:
+            raise
+        except Exception as exc:  # this partition waits; the others are cleaned meanwhile
+            expected = isinstance(exc, CleaningAbortedError | HeadwaterError | OSError)
             _log.warning(
                 "cleaning %s-%d stopped (next try in %g s): %s",
                 partition.topic,
                 partition.index,
                 CLEANER_RETRY_S,
                 exc,
+                exc_info=not expected,
             )
             self._cleaner_failed[id(partition.log)] = time.monotonic() + CLEANER_RETRY_S
             return None
@@ -560,6 +564,10 @@ class LogManager:
                 result = self.clean_once()
             except CleaningStoppedError:
                 return
+            except Exception:  # a bug in a pass must not stop cleaning for good
+                _log.exception("the log cleaner failed; it tries again after a pause")
+                result = None
+                self._stop.wait(CLEANER_RETRY_S)
             if result is None:
                 self._stop.wait(self.config.log_cleaner_backoff_ms / 1000)
 

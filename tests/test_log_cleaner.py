@@ -139,26 +139,67 @@ def test_the_lag_and_the_upper_bound_keep_recent_segments_dirty(tmp_path: Path) 
     log.close()
 
 
+def copy_log(leader: FileLog | MemoryLog, follower: FileLog | MemoryLog) -> None:
+    """What a follower's fetches do: append the leader's batches as they are."""
+    offset = follower.log_end_offset
+    while offset < leader.log_end_offset:
+        result = leader.read(offset, 300)
+        position = 0
+        while position < len(result.data):
+            header = batch_format.read_header(result.data, position)
+            follower.append_replicated(result.data[position : position + header.total_size], NOW_MS)
+            position += header.total_size
+        offset = result.next_offset
+
+
 def test_a_follower_copies_a_compacted_log_with_its_gaps(tmp_path: Path) -> None:
     leader = FileLog(tmp_path / "leader", config(), NOW_MS)
     fill(leader, 5, batches=100, keys=6)
     clean_all(leader, keys_max=100)
     kept = rows(leader)
-    for follower in (FileLog(tmp_path / "follower", config(), NOW_MS), MemoryLog(config())):
-        offset = 0
-        while offset < leader.log_end_offset:
-            result = leader.read(offset, 300)
-            position = 0
-            while position < len(result.data):
-                header = batch_format.read_header(result.data, position)
-                follower.append_replicated(
-                    result.data[position : position + header.total_size], NOW_MS
-                )
-                position += header.total_size
-            offset = result.next_offset
-        assert rows(follower) == kept
-        assert follower.log_end_offset == leader.log_end_offset
-        follower.close()
+    memory = MemoryLog(config())
+    copy_log(leader, memory)
+    assert rows(memory) == kept and memory.log_end_offset == leader.log_end_offset
+    follower = FileLog(tmp_path / "follower", config(), NOW_MS)
+    copy_log(leader, follower)
+    assert rows(follower) == kept and follower.log_end_offset == leader.log_end_offset
+    follower.abandon()  # a crash: everything is scanned again, gaps included
+    (tmp_path / "follower" / "recovery-point").unlink(missing_ok=True)
+    follower = FileLog(tmp_path / "follower", config(), NOW_MS)
+    assert follower.damage == "" and rows(follower) == kept
+    # The follower compacts on its own, with a small key map, over the leader's gaps.
+    fill(follower, 6, batches=60, keys=6)
+    history = rows(follower)
+    clean_all(follower, keys_max=2)
+    assert rows(follower) == expected(history, follower.cleaned_offset, False)
+    follower.close()
+    leader.close()
+
+
+def test_a_follower_of_a_topic_that_is_not_compacted_allows_no_gap(tmp_path: Path) -> None:
+    """Its gap bound stays 0, so a lost middle segment is damage, found and set aside."""
+    plain = LogConfig(segment_bytes=2048)
+    leader = FileLog(tmp_path / "leader", plain, NOW_MS)
+    fill(leader, 8, batches=80, keys=6)
+    follower = FileLog(tmp_path / "follower", plain, NOW_MS)
+    copy_log(leader, follower)
+    assert follower.gaps.offset == 0 and not (tmp_path / "follower" / "compacted-below").exists()
+    gap = batch_format.set_base_offset(
+        batch_format.encode_batch([b"x"], keys=[b"k"], timestamps_ms=NOW_MS),
+        follower.log_end_offset + 5,
+        0,
+    )
+    with pytest.raises(HeadwaterError) as refused:
+        follower.append_replicated(gap, NOW_MS)
+    assert refused.value.code is ErrorCode.OFFSET_OUT_OF_RANGE
+    segments = sorted((tmp_path / "follower").glob("*.log"))
+    follower.abandon()
+    segments[len(segments) // 2].unlink()  # a middle segment lost
+    (tmp_path / "follower" / "recovery-point").unlink(missing_ok=True)
+    reopened = FileLog(tmp_path / "follower", plain, NOW_MS)
+    assert reopened.damage != ""
+    assert len(rows(reopened)) < len(rows(leader))
+    reopened.close()
     leader.close()
 
 
