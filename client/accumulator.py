@@ -18,8 +18,9 @@ Per partition (a *slot*, ``(topic, partition)``):
   order they were sent, retries included); with idempotence up to ``max_in_flight``
   (the leader appends a partition's batches only in sequence order, so order holds
   without waiting for each answer). A batch sent again (a retry) goes alone: nothing
-  else of its partition is in flight with it, and batches come back to the queue in the
-  order they were first queued.
+  else of its partition is in flight with it; batches come back to the queue in the
+  order they were first queued; and no batch of a new epoch leaves while batches of the
+  old one are in flight (they would be answered after it, out of order).
 - after a batch fails for good with an **unknown outcome** (no answer: it may still be
   appended somewhere), nothing more of the partition is sent before that attempt's append
   deadline has passed plus the clock margin (``RetryPolicy``), so the lost request can
@@ -333,7 +334,18 @@ class RecordAccumulator(Generic[C]):
             return True
         if head.attempts or any(b.attempts for b in flying):
             return False
+        if self._epoch_of(head) != flying[-1].producer_epoch:
+            return False  # a new epoch starts once the old one's batches are answered
         return len(flying) < self.max_in_flight
+
+    def _epoch_of(self, batch: ProducerBatch[C]) -> int:
+        """The epoch ``batch`` is (or will be, once stamped) sent at."""
+        if batch.base_sequence >= 0 or not self.idempotent:
+            return batch.producer_epoch
+        sequence = self._sequences.get(batch.slot)
+        if sequence is None:
+            return 0
+        return sequence.epoch + 1 if sequence.restart else sequence.epoch
 
     def drain(self, now_s: float, now_unix_ms: int, flushing: bool) -> Drained[C]:
         """Close the open batches that are due, expire queued batches past their delivery

@@ -585,8 +585,10 @@ def test_five_batches_in_flight_keep_order_and_write_each_record_once(
         elif fate < 0.7:
             leader(batch)  # appended (or refused), and the answer is lost
             fail(batch, timed_out, False)
-        elif fate < 0.8:
+        elif fate < 0.76:
             fail(batch, moved, True)
+        elif fate < 0.8:  # refused for good, nothing appended: a new epoch follows
+            fail(batch, HeadwaterError(ErrorCode.INVALID_RECORD, "refused"), True)
         elif fate < 0.9:
             fail(batch, timed_out, False)  # lost on the way
         else:  # the stream breaks: everything on it is lost on the way
