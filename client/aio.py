@@ -595,7 +595,9 @@ class AsyncProducer:
     ) -> None:
         """An attempt of ``batch`` failed: the accumulator queues its retry (before
         anything queued after it) or the failure is final."""
-        if self.acks == pb.ACKS_NONE:  # at most once: no error is reported
+        if self.acks == pb.ACKS_NONE or error.code is ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+            # acks=0: at most once, no error is reported. DUPLICATE_SEQUENCE_NUMBER: the
+            # batch was appended before (offsets no longer known): written.
             self._finish(batch, -1, None)
             return
         if error.retriable:  # e.g. the leader moved or stopped answering: ask again

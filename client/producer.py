@@ -711,7 +711,9 @@ class Producer:
         assert error is not None
         if answered is None:
             answered = response is not None
-        if self.acks == pb.ACKS_NONE:
+        if self.acks == pb.ACKS_NONE or error.code is ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+            # DUPLICATE_SEQUENCE_NUMBER: the batch was appended before (its offsets are
+            # no longer known): written, as Kafka's producer takes it.
             self._finish(batch, -1, None)
             return
         if error.retriable:  # e.g. the leader moved or stopped answering: ask again

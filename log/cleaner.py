@@ -12,10 +12,12 @@ A pass (``clean``):
 3. rewrites every cleanable segment below the map's end into ``cleaning/`` in the
    partition folder: each batch whose records are all kept is copied byte for byte; the
    records kept from any other batch are re-encoded, one batch per run of consecutive
-   offsets, with their offsets, timestamps, keys, values and headers, the batch's codec
-   and leader epoch (so offsets never change and order is kept; compaction leaves gaps
-   between batches, never inside one). A tombstone (null value) is dropped once its
-   segment is wholly older than ``delete_retention_ms``;
+   offsets, with their offsets, timestamps, keys, values and headers, the batch's codec,
+   leader epoch and producer (id, epoch, and each run's own first sequence), so offsets
+   never change, order is kept, and a replica rebuilding producer state from the log
+   still knows the producer (compaction leaves gaps between batches, never inside one).
+   A tombstone (null value) is dropped once its segment is wholly older than
+   ``delete_retention_ms``;
 4. hands the rewritten segments to ``FileLog.swap_cleaned``, which replaces the
    originals atomically (see there) unless the log changed meanwhile (retention, a
    truncation, deletion), in which case the pass is dropped whole.
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from headwater.log.file_log import CleanPlan, FileLog, SegmentView
 
 CHUNK_BYTES: Final = 1 << 20
+SEQUENCE_SPACE: Final = 1 << 31
 CLEANING_DIR: Final = "cleaning"
 
 
@@ -188,6 +191,13 @@ def _rewrite(header: batch_format.BatchHeader, data: bytes, kept: list[bool]) ->
                 compression=header.compression,
                 base_offset=header.base_offset + start,
                 leader_epoch=header.leader_epoch,
+                # The producer's fields, its sequences as they were, so that a replica
+                # rebuilding producer state from the log still knows the producer.
+                producer_id=header.producer_id,
+                producer_epoch=header.producer_epoch,
+                base_sequence=(header.base_sequence + start) % SEQUENCE_SPACE
+                if header.producer_id >= 0
+                else -1,
             )
         )
     return out
