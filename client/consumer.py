@@ -322,10 +322,11 @@ class Consumer:
             raise error
         assert response is not None
         records = response.records  # each read of a bytes field copies it
-        if not records:
-            return []
         position = self._positions.accept(partition, generation)
         if position is None:
+            return []
+        if not records:  # past a gap compaction left, or nothing new
+            self._positions.advance(partition, response.next_offset)
             return []
         fetched = fetched_from(partition, records, position, self.check_crcs)
         self._positions.advance(partition, response.next_offset)

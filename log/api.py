@@ -84,9 +84,12 @@ class AppendInfo:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    """Whole batches covering ``offset`` onwards; ``data`` may start before ``offset``.
+    """Whole batches covering ``offset`` onwards; ``data`` may start before ``offset``
+    (or after it, in a compacted log, where compaction removed the records at ``offset``).
 
-    ``next_offset`` is one past the last record returned (``offset`` if none).
+    ``next_offset`` is one past the last record returned; with no data, the read's bound
+    (no record lies between ``offset`` and it: ``offset`` itself, or the end of a gap
+    compaction left that runs to the bound).
     """
 
     data: bytes

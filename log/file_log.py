@@ -879,12 +879,17 @@ class FileLog:
                     if error.code is ErrorCode.KAFKA_STORAGE_ERROR:
                         self._note_damage(segment, error.message)
                     raise
-                if data or segment is self._segments[-1]:
-                    return ReadResult(data, next_offset if data else offset)
+                if data:
+                    return ReadResult(data, next_offset)
+                if segment is self._segments[-1]:
+                    break
                 # ``at`` is in a gap compaction left at the segment's end: the next one.
                 at = self._segments[self._segments.index(segment) + 1].base_offset
                 if at >= bound:
-                    return ReadResult(b"", offset)
+                    break
+            # Nothing from ``offset`` below the bound: a gap compaction left runs to it
+            # (offsets are contiguous elsewhere), so the reader may go on from the bound.
+            return ReadResult(b"", bound)
 
     def _note_damage(self, segment: Segment, problem: str) -> None:
         """A read found ``segment`` damaged: the next open scans it and everything after

@@ -173,7 +173,7 @@ class MemoryLog:
                 size += len(data)
                 next_offset = self._headers[i].next_offset
                 i += 1
-            return ReadResult(b"".join(parts), next_offset)
+            return ReadResult(b"".join(parts), next_offset if parts else bound)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         with self._lock:

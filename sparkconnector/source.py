@@ -263,6 +263,9 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
             position = _skip_lost(options, clients.admin, offset_range, position, error)
             continue
         batch, after = to_output(response.records, offset_range, position, schema)
+        # Offsets a compacted topic no longer holds are skipped (the fetch's next offset
+        # is past them, with no records between).
+        after = max(after, min(response.next_offset, offset_range.until_offset))
         if batch is not None:
             yield batch
             patience_until = time.monotonic() + READ_PATIENCE_S

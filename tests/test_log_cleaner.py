@@ -15,7 +15,7 @@ from headwater.cli import describe_json
 from headwater.client import Admin, Consumer, Producer, TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
-from headwater.log.api import LogConfig
+from headwater.log.api import LogConfig, ReadResult
 from headwater.log.cleaner import Throttle, clean
 from headwater.log.file_log import SWAP_DIR, FileLog
 from headwater.log.memory_log import MemoryLog
@@ -423,3 +423,23 @@ def test_a_gap_outside_the_compacted_bound_is_damage(tmp_path: Path) -> None:
     assert "starts at" in damaged.damage or "expected" in damaged.damage
     assert len(rows(damaged)) < len(kept)
     damaged.close()
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+def test_a_read_from_a_gap_that_runs_to_the_bound_moves_past_it(kind: str, tmp_path: Path) -> None:
+    """No record between the offset and the bound (the high watermark): the read says
+    so with the bound as its next offset, so that a consumer goes on from there instead
+    of asking again and again (a fetch's long poll would otherwise spin)."""
+    log: FileLog | MemoryLog = (
+        FileLog(tmp_path, config(), NOW_MS) if kind == "file" else MemoryLog(config())
+    )
+    for base in (0, 10):
+        data = batch_format.encode_batch(
+            [b"a", b"b"], keys=[b"k", b"j"], timestamps_ms=NOW_MS, base_offset=base
+        )
+        log.append_replicated(data, NOW_MS)
+    assert log.read(3, 1 << 20, upper_bound=10) == ReadResult(b"", 10)
+    assert log.read(3, 1 << 20, upper_bound=2) == ReadResult(b"", 3)  # at the bound already
+    found = log.read(3, 1 << 20)
+    assert found.next_offset == 12 and batch_format.read_header(found.data).base_offset == 10
+    log.close()
