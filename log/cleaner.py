@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from headwater.log.file_log import CleanPlan, FileLog, SegmentView
 
 CHUNK_BYTES: Final = 1 << 20
+KEY_BYTES_MAX: Final = 256 << 20
+"""Most bytes of keys one pass's map holds (with ``keys_max`` keys, its memory bound)."""
 SEQUENCE_SPACE: Final = 1 << 31
 CLEANING_DIR: Final = "cleaning"
 
@@ -274,7 +276,7 @@ def _fsync(path: Path) -> None:
 
 def _offset_map(log: FileLog, plan: CleanPlan, keys_max: int, throttle: Throttle) -> OffsetMap:
     """The newest offset of each key in the dirty segments, up to ``keys_max`` keys."""
-    offset_map = OffsetMap(keys_max, plan.first_dirty)
+    offset_map = OffsetMap(keys_max, plan.first_dirty, bytes_max=KEY_BYTES_MAX)
     for view in plan.segments:
         if view.next_offset <= plan.first_dirty:
             continue

@@ -52,6 +52,11 @@ class OffsetMap:
     start_offset: int
     end_offset: int = -1
     newest: dict[bytes, int] = field(default_factory=dict)
+    bytes_max: int = 1 << 62
+    """Most bytes of keys held (keys may be large: this, not only ``capacity``, bounds
+    the map's memory)."""
+    key_bytes: int = 0
+    """An upper bound of the bytes of the keys held."""
 
     def __post_init__(self) -> None:
         if self.capacity < 1:
@@ -66,8 +71,13 @@ class OffsetMap:
             if record.offset < self.end_offset:
                 continue
             if record.key is not None:
-                if record.key not in self.newest and len(self.newest) >= self.capacity:
-                    return False
+                if record.key not in self.newest:
+                    if (
+                        len(self.newest) >= self.capacity
+                        or self.key_bytes + len(record.key) > self.bytes_max
+                    ):
+                        return False
+                    self.key_bytes += len(record.key)
                 self.newest[record.key] = record.offset
             self.end_offset = record.offset + 1
         return True
@@ -75,10 +85,16 @@ class OffsetMap:
     def add_keys(self, keys: Sequence[bytes | None], base_offset: int) -> bool:
         """``add`` for one batch's keys (record i at ``base_offset + i``), in one dict
         update when they fit for sure, else record by record."""
-        if base_offset < self.end_offset or len(self.newest) + len(keys) > self.capacity:
+        batch_bytes = sum(len(k) for k in keys if k is not None)
+        if (
+            base_offset < self.end_offset
+            or len(self.newest) + len(keys) > self.capacity
+            or self.key_bytes + batch_bytes > self.bytes_max
+        ):
             return self.add(
                 RecordSummary(base_offset + i, key, False) for i, key in enumerate(keys)
             )
+        self.key_bytes += batch_bytes
         offsets = range(base_offset, base_offset + len(keys))
         self.newest.update((k, o) for k, o in zip(keys, offsets, strict=True) if k is not None)
         self.end_offset = base_offset + len(keys)

@@ -110,6 +110,7 @@ CLEANING_DIR: Final = "cleaning"
 SWAP_DIR: Final = "swap"
 PRODUCER_SNAPSHOT_SUFFIX: Final = ".producers"
 PRODUCER_SNAPSHOT_BYTES_MAX: Final = 256 << 20
+PRODUCER_SNAPSHOTS_KEPT: Final = 3
 NO_DAMAGE: Final = 1 << 63
 """Where recovery sets aside what it cannot keep in the log: never deleted by the node."""
 
@@ -515,9 +516,13 @@ class FileLog:
         )
 
     def _write_producer_snapshot(self) -> None:
+        """Snapshot the producer state at the log end; keep the newest
+        PRODUCER_SNAPSHOTS_KEPT (a truncation below all of them replays the log)."""
         end = self.log_end_offset
         path = self.directory / f"{end:020d}{PRODUCER_SNAPSHOT_SUFFIX}"
         write_atomically(path, producer_state.encode_snapshot(self._producers, end))
+        for _offset, old in self._producer_snapshots()[:-PRODUCER_SNAPSHOTS_KEPT]:
+            old.unlink(missing_ok=True)
 
     def _read_producer_snapshot(self, path: Path, offset: int) -> ProducerStates | None:
         """The snapshot's state, or None (logged) when it cannot be used."""

@@ -44,6 +44,8 @@ DUPLICATE_WINDOW: Final = 5
 SEQUENCE_MAX: Final = (1 << 31) - 1
 NO_PRODUCER: Final = -1
 SNAPSHOT_VERSION: Final = 1
+PRODUCERS_MAX: Final = 20_000
+"""Most producers one partition tracks (see ``record_header``)."""
 SNAPSHOT_PRODUCERS_MAX: Final = 1_000_000
 
 
@@ -233,7 +235,9 @@ def check_header(states: ProducerStates, header: BatchHeader) -> Verdict:
 def record_header(states: dict[int, ProducerEntry], header: BatchHeader) -> None:
     """Update ``states`` in place for a stamped batch (its base offset assigned), by its
     header; the producer's last timestamp is the batch's ``max_timestamp``, so that every
-    replica, and a replay of the log, computes the same state."""
+    replica, and a replay of the log, computes the same state. A partition tracks at most
+    PRODUCERS_MAX producers: a new one beyond that replaces the least recently active
+    (the oldest last timestamp, then the smallest id), which then counts as expired."""
     entry = updated_entry(
         states,
         header.producer_id,
@@ -244,6 +248,9 @@ def record_header(states: dict[int, ProducerEntry], header: BatchHeader) -> None
         header.max_timestamp,
     )
     if entry is not None:
+        if header.producer_id not in states and len(states) >= PRODUCERS_MAX:
+            oldest = min(states.items(), key=lambda item: (item[1].last_timestamp_ms, item[0]))
+            del states[oldest[0]]
         states[header.producer_id] = entry
 
 

@@ -72,3 +72,11 @@ def test_a_full_map_stops_where_the_next_key_would_not_fit() -> None:
 def test_cleanable_ratio() -> None:
     assert cleanable_ratio(0, 0) == 0.0
     assert cleanable_ratio(300, 100) == 0.25
+
+
+def test_the_offset_map_is_bounded_by_key_bytes_too() -> None:
+    offset_map = OffsetMap(capacity=100, start_offset=0, bytes_max=10)
+    assert offset_map.add_keys([b"aaaa", b"bbbb"], 0)
+    assert not offset_map.add_keys([b"cccc"], 2)  # 12 bytes of keys: full
+    assert offset_map.end_offset == 2 and set(offset_map.newest) == {b"aaaa", b"bbbb"}
+    assert offset_map.add_keys([b"aaaa"], 2)  # a key it holds costs nothing more

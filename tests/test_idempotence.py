@@ -33,7 +33,7 @@ from headwater.grpc_errors import from_rpc_error
 from headwater.log import batch as batch_format
 from headwater.log import producer_state
 from headwater.log.api import LogConfig, PartitionLog
-from headwater.log.file_log import FileLog
+from headwater.log.file_log import PRODUCER_SNAPSHOTS_KEPT, FileLog
 from headwater.log.memory_log import MemoryLog
 from headwater.raft import decisions
 from headwater.raft import records as r
@@ -109,7 +109,8 @@ def test_the_state_survives_a_crash_and_a_clean_restart_through_snapshots(
     sent = [batch(5, 0, 2 * i) for i in range(20)]
     offsets = [log.append(data, 0, NOW_MS).base_offset for data in sent]
     assert log.segment_count > 3
-    assert len(list(directory.glob("*.producers"))) == log.segment_count - 1  # one per roll
+    snapshots = len(list(directory.glob("*.producers")))  # one per roll, the newest kept
+    assert snapshots == min(log.segment_count - 1, PRODUCER_SNAPSHOTS_KEPT)
     log.abandon()  # a crash: no clean shutdown, no snapshot at the end
     for reopen in range(2):
         log = file_log(directory, segment_bytes=600)
@@ -166,6 +167,20 @@ def test_silent_producers_expire(kind: str, tmp_path: Path) -> None:
     with pytest.raises(HeadwaterError) as unknown:
         log.append(batch(1, 0, 2), 0, NOW_MS)
     assert unknown.value.code is ErrorCode.UNKNOWN_PRODUCER_ID
+    log.close()
+
+
+def test_a_partition_tracks_a_bounded_number_of_producers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(producer_state, "PRODUCERS_MAX", 3)
+    log = file_log(tmp_path / "log")
+    for producer_id, ts in ((1, NOW_MS - 5), (2, NOW_MS - 9), (3, NOW_MS), (4, NOW_MS)):
+        log.append(batch(producer_id, 0, 0, ts=ts), 0, NOW_MS)
+    assert sorted(log.producer_states) == [1, 3, 4]  # 2, the least recently active, went
+    with pytest.raises(HeadwaterError) as forgotten:
+        log.append(batch(2, 0, 2), 0, NOW_MS)
+    assert forgotten.value.code is ErrorCode.UNKNOWN_PRODUCER_ID
     log.close()
 
 
