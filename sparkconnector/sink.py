@@ -29,10 +29,11 @@ those end offsets at every micro-batch commit in the sink's state topic
 The guarantee: for a deterministic query (a replayed micro-batch holds the same rows in
 the same Spark partitions, as a query reading Headwater or files is), every row is
 written exactly once. Without a ``sinkId`` or checkpoint location, a query restarted
-writes its replayed micro-batch again (at least once). A non-deterministic replay whose
-chunks differ from the first attempt's fails its task with OUT_OF_ORDER_SEQUENCE_NUMBER
-rather than write a chunk over another. A task appends the chunks of a partition in
-order, one at a time, and of different partitions at once.
+writes its replayed micro-batch again (at least once). A non-deterministic query is not
+exactly once: a replayed chunk is taken as written when its sequences were written by
+the first attempt, whatever its rows, and chunks cut differently may be refused
+(OUT_OF_ORDER_SEQUENCE_NUMBER fails the task). A task appends the chunks of a partition
+in order, one at a time, and of different partitions at once.
 """
 
 from __future__ import annotations

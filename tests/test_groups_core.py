@@ -382,6 +382,8 @@ def test_a_compacted_group_log_replays_to_the_image_of_the_whole_log(seed: int) 
             topic = rng.choice(sorted(topics))
             coordinator.write(r.OffsetDeleted(G, topic, rng.randrange(topics[topic])))
         elif action < 0.47 and not members:
+            for topic, partition in sorted(coordinator.group.offsets):  # as delete_group
+                coordinator.write(r.OffsetDeleted(G, topic, partition))
             coordinator.write(r.GroupDeleted(G))
         elif members:
             coordinator.heartbeat(rng.choice(members), releases=rng.random() < 0.6)
@@ -395,6 +397,15 @@ def test_a_compacted_group_log_replays_to_the_image_of_the_whole_log(seed: int) 
             # A second pass over what the first left changes nothing either.
             assert replayed(compact(left, len(left), drop_tombstones)) == whole
     assert len(compact(entries, len(entries), True)) < len(entries) // 2
+    # A group deleted at the end leaves nothing once its tombstones expire.
+    for member in sorted(coordinator.group.members):
+        coordinator.write(r.MemberLeft(G, member))
+    for topic, partition in sorted(coordinator.group.offsets):
+        coordinator.write(r.OffsetDeleted(G, topic, partition))
+    coordinator.write(r.GroupDeleted(G))
+    entries = [entry for record in coordinator.log for entry in r.log_entries(record)]
+    assert replayed(entries) == GroupsImage()
+    assert compact(entries, len(entries), drop_tombstones=True) == []
 
 
 def test_tombstone_keys_name_their_removal_and_nothing_else() -> None:
@@ -405,6 +416,9 @@ def test_tombstone_keys_name_their_removal_and_nothing_else() -> None:
     assert r.removal_of(assignment_key) == r.AssignmentCleared(G, "m1")
     ((offset_key, none3),) = r.log_entries(r.OffsetDeleted(G, "a", 3))
     assert none3 is None and r.removal_of(offset_key) == r.OffsetDeleted(G, "a", 3)
-    for bad in (b"\xff", b"[]", b'["epoch","g"]', b'["offset","g","a",-1]', b'["target","g","x"]'):
+    deleted = r.log_entries(r.GroupDeleted(G))
+    assert [value for _, value in deleted] == [None, None, None]
+    assert {r.removal_of(key) for key, _ in deleted} == {r.GroupDeleted(G)}
+    for bad in (b"\xff", b"[]", b'["member","g"]', b'["offset","g","a",-1]', b'["target","g","x"]'):
         with pytest.raises(r.GroupRecordError):
             r.removal_of(bad)

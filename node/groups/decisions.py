@@ -630,6 +630,8 @@ def delete_group(image: GroupsImage, group_id: str) -> Decision[None]:
             "can be deleted",
         )
     changes = _Changes(image, group_id)
+    for topic, partition in sorted(group.offsets):  # a tombstone on each offset's key
+        changes.add(OffsetDeleted(group_id, topic, partition))
     changes.add(GroupDeleted(group_id))
     return changes.decision(None)
 

@@ -18,10 +18,11 @@ The partition is compacted (cleanup_policy compact): the cleaner keeps only the 
 record of each key, in log order. So every piece of state has exactly one key, and a
 removal is a **tombstone** (a null value) on the key of what it removes (``log_entries``):
 a member that leaves is a tombstone on its member key and one on its assignment key
-(``AssignmentCleared``), a deleted offset one on its offset key; ``removal_of`` turns a
-tombstone back into the removal record for replay. Tombstones go, with everything they
-removed, delete_retention_ms after compaction reaches them. A group deletion
-(``GroupDeleted``) is a record of its own key: it removes what came before it in the log.
+(``AssignmentCleared``), a deleted offset one on its offset key, a deleted group (empty,
+its offsets deleted first) tombstones on its group, epoch and target keys;
+``removal_of`` turns a tombstone back into the removal record for replay. Tombstones go,
+with everything they removed, delete_retention_ms after compaction reaches them: a group
+that is gone leaves nothing behind.
 Replaying a compacted log gives the same final image as replaying the whole log
 (tests/test_groups_core.py), with ``apply(..., trusted=True)``: a compacted log skips
 intermediate states, so replay sets state as the log says without the checks a decision
@@ -195,22 +196,41 @@ def log_entries(record: GroupRecord) -> list[tuple[bytes, bytes | None]]:
     if isinstance(record, MemberLeft):
         cleared = AssignmentCleared(record.group_id, record.member_id)
         return [(record_key(record), None), (record_key(cleared), None)]
-    if isinstance(record, OffsetDeleted):
+    if isinstance(record, OffsetDeleted | AssignmentCleared):
         return [(record_key(record), None)]
-    if isinstance(record, AssignmentCleared):
-        return [(record_key(record), None)]
+    if isinstance(record, GroupDeleted):
+        # Tombstones on the group's own keys (its members, assignments and offsets are
+        # gone by then, each with its tombstone): nothing of it outlives them.
+        return [
+            (_key("group", record.group_id), None),
+            (_key("epoch", record.group_id), None),
+            (_key("target", record.group_id), None),
+        ]
     return [(record_key(record), encode_record(record))]
 
 
+def _key(kind: str, group_id: str) -> bytes:
+    return json.dumps([kind, group_id], separators=(",", ":")).encode()
+
+
 def removal_of(key: bytes) -> GroupRecord:
-    """The removal a tombstone on ``key`` stands for (MemberLeft, AssignmentCleared or
-    OffsetDeleted); GroupRecordError for a key that names no removable state."""
+    """The removal a tombstone on ``key`` stands for (MemberLeft, AssignmentCleared,
+    OffsetDeleted, or GroupDeleted for the group's own keys); GroupRecordError for a key
+    that names no removable state."""
     if len(key) > RECORD_BYTES_MAX:
         raise GroupRecordError(f"group record key is {len(key)} bytes; at most {RECORD_BYTES_MAX}")
     try:
         parts = json.loads(key)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise GroupRecordError(f"tombstone key is not JSON: {type(exc).__name__}") from exc
+    if (
+        isinstance(parts, list)
+        and len(parts) == 2
+        and parts[0] in ("group", "epoch", "target")
+        and isinstance(parts[1], str)
+    ):
+        # Written only when the group is deleted (``log_entries``).
+        return GroupDeleted(parts[1])
     if isinstance(parts, list) and len(parts) == 3 and all(isinstance(v, str) for v in parts):
         kind, group_id, member_id = parts
         if kind == "member":
