@@ -577,6 +577,20 @@ class BrokerService(pb_grpc.BrokerServicer):
 
 
 def _offset_of(partition: Partition, request: pb.ListOffsetsRequest) -> pb.PartitionOffset:
+    """Raises OFFSET_NOT_AVAILABLE (retriable) for the latest or a timestamp's offset while
+    a new leader's high watermark is below the offset its leadership began at: it is
+    catching up with its followers, and answering it would send a reader back from
+    offsets it was told were committed (Kafka's KIP-207)."""
+    if (
+        request.spec != pb.OFFSET_SPEC_EARLIEST
+        and partition.high_watermark < partition.epoch_start_offset
+    ):
+        raise HeadwaterError(
+            ErrorCode.OFFSET_NOT_AVAILABLE,
+            f"{partition.topic}-{partition.index}: the new leader's high watermark "
+            f"{partition.high_watermark} has not yet reached the offset its leadership began "
+            f"at ({partition.epoch_start_offset}); retry",
+        )
     timestamp = -1
     if request.spec == pb.OFFSET_SPEC_EARLIEST:
         offset = partition.log.log_start_offset

@@ -666,3 +666,39 @@ def test_five_batches_in_flight_keep_order_and_write_each_record_once(
     written = {v for log in logs.values() for v in log}
     assert set(acked) <= written
     assert sorted(acked + failed) == sorted(v for s in slots for v in appended[s])
+
+
+# ----------------------------------------------------------------------------- ListOffsets
+
+
+def test_a_new_leader_does_not_answer_latest_offsets_below_its_epoch_start() -> None:
+    """Found by the short chaos run in CI: a leader elected a moment before the final read
+    still had the high watermark it had as a follower (994) below the end of its log
+    (1045, all committed); ListOffsets answered 994, and the reader stopped there, as if
+    51 acknowledged records were lost. The new leader now answers OFFSET_NOT_AVAILABLE
+    (retriable; Kafka's KIP-207) until its high watermark reaches its epoch's start."""
+    from headwater.node.partition import Partition
+    from headwater.node.service import _offset_of
+    from headwater.raft.image import PartitionState
+
+    log = MemoryLog()
+    for _ in range(5):
+        log.append(batch_format.encode_batch([b"a", b"b"], timestamps_ms=NOW_MS), 0, NOW_MS)
+    partition = Partition("t", 0, log, LogConfig())
+    partition.become(PartitionState(0, (1, 2), (1, 2), 2, 1, 1), node_id=1, now_ms=NOW_MS)
+    partition.follower_high_watermark(6)  # what the follower knew of the old leader's
+    partition.become(PartitionState(0, (1, 2), (1, 2), 1, 2, 2), node_id=1, now_ms=NOW_MS)
+    assert (partition.is_leader, partition.high_watermark, partition.epoch_start_offset) == (
+        True,
+        6,
+        10,
+    )
+    latest = pb.ListOffsetsRequest(topic="t", spec=pb.OFFSET_SPEC_LATEST)
+    with pytest.raises(HeadwaterError) as catching_up:
+        _offset_of(partition, latest)
+    assert catching_up.value.code is ErrorCode.OFFSET_NOT_AVAILABLE
+    assert catching_up.value.retriable
+    earliest = pb.ListOffsetsRequest(topic="t", spec=pb.OFFSET_SPEC_EARLIEST)
+    assert _offset_of(partition, earliest).offset == 0
+    partition.on_follower_fetch(2, 10, NOW_MS)  # the follower has everything
+    assert _offset_of(partition, latest).offset == 10

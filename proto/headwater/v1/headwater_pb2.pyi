@@ -117,6 +117,9 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     UNSUPPORTED_COMPRESSION_TYPE: _ErrorCode.ValueType  # 76
     STALE_BROKER_EPOCH: _ErrorCode.ValueType  # 77
     OFFSET_NOT_AVAILABLE: _ErrorCode.ValueType  # 78
+    """ListOffsets (latest, or by timestamp) asked of a leader elected a moment ago whose
+    high watermark has not yet caught up with its followers (retriable).
+    """
     INVALID_RECORD: _ErrorCode.ValueType  # 87
     GROUP_MAX_SIZE_REACHED: _ErrorCode.ValueType  # 81
     THROTTLING_QUOTA_EXCEEDED: _ErrorCode.ValueType  # 89
@@ -217,6 +220,9 @@ UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
 UNSUPPORTED_COMPRESSION_TYPE: ErrorCode.ValueType  # 76
 STALE_BROKER_EPOCH: ErrorCode.ValueType  # 77
 OFFSET_NOT_AVAILABLE: ErrorCode.ValueType  # 78
+"""ListOffsets (latest, or by timestamp) asked of a leader elected a moment ago whose
+high watermark has not yet caught up with its followers (retriable).
+"""
 INVALID_RECORD: ErrorCode.ValueType  # 87
 GROUP_MAX_SIZE_REACHED: ErrorCode.ValueType  # 81
 THROTTLING_QUOTA_EXCEEDED: ErrorCode.ValueType  # 89
