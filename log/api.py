@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log import producer_state
+from headwater.log.batch import BatchHeader
 from headwater.log.producer_state import ProducerStates
 
 
@@ -94,6 +96,30 @@ class ReadResult:
 
     data: bytes
     next_offset: int
+
+
+def answer_to_producer(
+    states: ProducerStates, header: BatchHeader, log_start_offset: int
+) -> AppendInfo | None:
+    """What a log answers a batch before appending it (both logs, under their lock):
+    None to append it; the original batch's offsets (``duplicate``) for a retry of one
+    of its producer's last batches; and the refusal's error raised for a batch that
+    breaks its producer's sequence (``producer_state.check``)."""
+    if header.producer_id == producer_state.NO_PRODUCER:
+        return None
+    verdict = producer_state.check_header(states, header)
+    if isinstance(verdict, producer_state.Duplicate):
+        original = verdict.original
+        return AppendInfo(
+            original.first_offset,
+            original.last_offset,
+            header.record_count,
+            log_start_offset,
+            duplicate=True,
+        )
+    if isinstance(verdict, producer_state.Refused):
+        raise producer_state.refusal_error(verdict)
+    return None
 
 
 def offset_out_of_range(offset: int, log_start_offset: int, log_end_offset: int) -> HeadwaterError:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 
 from headwater.log import batch as batch_format
-from headwater.log.compaction import OffsetMap
+from headwater.log.compaction import OffsetMap, kept
 from headwater.log.segment import GapBound, Segment
 
 if TYPE_CHECKING:
@@ -139,23 +139,10 @@ def _kept(
     offset_map: OffsetMap,
     tombstones_expired_below: int,
 ) -> list[bool]:
-    """Which records of the batch a pass keeps: ``compaction.keep`` for each record
-    below the map's end, written as one comprehension over the batch (the records at or
-    past the end are kept)."""
+    """Which records of the batch a pass keeps (``compaction.kept``)."""
     keys, tombstones = _keys_and_tombstones(data)
-    base = header.base_offset
-    end = offset_map.end_offset
-    newest = offset_map.newest.get
-    kept = [
-        key is None or offset >= end or newest(key, offset) <= offset
-        for offset, key in zip(range(base, base + len(keys)), keys, strict=True)
-    ]
-    if tombstones is not None and base < tombstones_expired_below:
-        for i, tombstone in enumerate(tombstones):
-            offset = base + i
-            if tombstone and keys[i] is not None and offset < min(end, tombstones_expired_below):
-                kept[i] = False
-    return kept
+    offsets = range(header.base_offset, header.base_offset + len(keys))
+    return kept(offsets, keys, tombstones, offset_map, tombstones_expired_below)
 
 
 def _runs(kept: list[bool]) -> Iterator[tuple[int, int]]:

@@ -13,8 +13,8 @@ is never cleaned. A pass:
    offset after the last pass, holding at most ``capacity`` keys (bounded memory): the
    pass covers the dirty records up to ``OffsetMap.end_offset`` and the next pass the
    rest;
-2. rewrites every cleanable segment below that end, keeping each record ``keep`` says to
-   keep (``survivors``).
+2. rewrites every cleanable segment below that end, keeping the records ``kept`` says to
+   keep (``survivors`` for a segment's).
 
 Invariant (tests/test_compaction.py, against an oracle): after passes that together
 cover the cleanable part, a record below the cleaned offset is kept exactly when it is
@@ -30,7 +30,7 @@ since the last pass; a partition is cleaned once it reaches ``min_cleanable_dirt
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -106,20 +106,30 @@ class OffsetMap:
         self.end_offset = max(self.end_offset, offset)
 
 
-def keep(
-    record: RecordSummary,
-    offset_map: Mapping[bytes, int],
-    tombstone_expired: bool,
-) -> bool:
-    """Is ``record`` kept by a pass whose map is ``offset_map`` (a record newer than the
-    map's end is never given to this)? ``tombstone_expired``: the record's segment has
-    been cleanable for more than ``delete_retention_ms``."""
-    if record.key is None:
-        return True
-    newest = offset_map.get(record.key)
-    if newest is not None and newest > record.offset:
-        return False  # a newer record of the key exists
-    return not (record.tombstone and tombstone_expired)
+def kept(
+    offsets: Sequence[int],
+    keys: Sequence[bytes | None],
+    tombstones: Sequence[bool] | None,
+    offset_map: OffsetMap,
+    tombstones_expired_below: int,
+) -> list[bool]:
+    """Which of these records (offset, key, tombstone: a null value; ``tombstones`` None
+    when there is none) a pass whose map is ``offset_map`` keeps: every record at or past
+    the map's end, and below it every record without a key, or that is the newest of its
+    key and not a tombstone at an offset below ``tombstones_expired_below`` (past its
+    retention). One comprehension over a batch: the cleaner's per-record path."""
+    end = offset_map.end_offset
+    newest = offset_map.newest.get
+    decided = [
+        key is None or offset >= end or newest(key, offset) <= offset
+        for offset, key in zip(offsets, keys, strict=True)
+    ]
+    if tombstones is not None:
+        expired_below = min(end, tombstones_expired_below)
+        for i, tombstone in enumerate(tombstones):
+            if tombstone and keys[i] is not None and offsets[i] < expired_below:
+                decided[i] = False
+    return decided
 
 
 def survivors(
@@ -127,14 +137,15 @@ def survivors(
     offset_map: OffsetMap,
     tombstones_expired_below: int,
 ) -> list[RecordSummary]:
-    """The records of a segment below ``offset_map.end_offset`` that a pass keeps;
-    tombstones at offsets below ``tombstones_expired_below`` are past their retention."""
-    return [
-        r
-        for r in records
-        if r.offset >= offset_map.end_offset
-        or keep(r, offset_map.newest, r.offset < tombstones_expired_below)
-    ]
+    """The records of a segment that a pass keeps (``kept``)."""
+    decided = kept(
+        [r.offset for r in records],
+        [r.key for r in records],
+        [r.tombstone for r in records],
+        offset_map,
+        tombstones_expired_below,
+    )
+    return [r for r, keep in zip(records, decided, strict=True) if keep]
 
 
 def cleanable_ratio(clean_bytes: int, dirty_bytes: int) -> float:

@@ -92,11 +92,12 @@ from headwater.log.api import (
     FlushPolicy,
     LogConfig,
     ReadResult,
+    answer_to_producer,
     offset_out_of_range,
 )
 from headwater.log.compaction import cleanable_ratio
 from headwater.log.leader_epochs import EpochCheckpointError, LeaderEpochCache
-from headwater.log.producer_state import Duplicate, ProducerEntry, ProducerStates, Refused
+from headwater.log.producer_state import ProducerEntry, ProducerStates
 from headwater.log.retention import SegmentSummary, segments_to_delete
 from headwater.log.segment import LOG_SUFFIX, GapBound, Segment
 
@@ -360,16 +361,8 @@ class FileLog:
         """The cache rebuilt from every batch header (one pread per batch; the segments
         passed recovery, so their headers are sound)."""
         cache = LeaderEpochCache()
-        for segment in self._segments:
-            position = 0
-            while position < segment.size:
-                header = batch_format.BatchHeader(
-                    *batch_format.HEADER_STRUCT.unpack(
-                        os.pread(segment.fd, batch_format.HEADER_BYTES, position)
-                    )
-                )
-                cache.assign(header.leader_epoch, header.base_offset)
-                position += header.total_size
+        for header in self._headers_from(self.log_start_offset):
+            cache.assign(header.leader_epoch, header.base_offset)
         return cache
 
     def _write_epochs(self) -> None:
@@ -621,19 +614,9 @@ class FileLog:
         with self._lock:
             self._check_open()
             base_offset = self.log_end_offset
-            if header.producer_id != producer_state.NO_PRODUCER:
-                verdict = producer_state.check_header(self._producers, header)
-                if isinstance(verdict, Duplicate):
-                    original = verdict.original
-                    return AppendInfo(
-                        original.first_offset,
-                        original.last_offset,
-                        header.record_count,
-                        self.log_start_offset,
-                        duplicate=True,
-                    )
-                if isinstance(verdict, Refused):
-                    raise producer_state.refusal_error(verdict)
+            duplicate = answer_to_producer(self._producers, header, self.log_start_offset)
+            if duplicate is not None:
+                return duplicate
             prefix = batch_format.stamp_prefix(batch, base_offset, leader_epoch)
             self._maybe_roll(len(batch), now_ms)
             stamped = dataclasses.replace(
@@ -822,10 +805,11 @@ class FileLog:
         """Apply retention, and forget producers silent for producer_id_expiration_ms."""
         with self._lock:
             self._check_open()
-            expiration_ms = self.config.producer_id_expiration_ms
-            for producer_id, entry in list(self._producers.items()):
-                if now_ms - entry.last_timestamp_ms >= expiration_ms:
-                    del self._producers[producer_id]
+            self._producers = dict(
+                producer_state.expire(
+                    self._producers, now_ms, self.config.producer_id_expiration_ms
+                )
+            )
             if not self.config.deletes:
                 return 0  # cleanup_policy "compact": only the cleaner removes records
             summaries = [

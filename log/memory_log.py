@@ -15,9 +15,15 @@ import pyarrow.compute as pc
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log import producer_state
-from headwater.log.api import AppendInfo, LogConfig, ReadResult, offset_out_of_range
+from headwater.log.api import (
+    AppendInfo,
+    LogConfig,
+    ReadResult,
+    answer_to_producer,
+    offset_out_of_range,
+)
 from headwater.log.leader_epochs import LeaderEpochCache
-from headwater.log.producer_state import Duplicate, ProducerEntry, ProducerStates, Refused
+from headwater.log.producer_state import ProducerEntry, ProducerStates
 from headwater.log.retention import SegmentSummary, segments_to_delete
 
 
@@ -65,19 +71,9 @@ class MemoryLog:
                 f"payload is {len(batch)} bytes but the batch header says {header.total_size}"
             )
         with self._lock:
-            if header.producer_id != producer_state.NO_PRODUCER:
-                verdict = producer_state.check_header(self._producers, header)
-                if isinstance(verdict, Duplicate):
-                    original = verdict.original
-                    return AppendInfo(
-                        original.first_offset,
-                        original.last_offset,
-                        header.record_count,
-                        self._start,
-                        duplicate=True,
-                    )
-                if isinstance(verdict, Refused):
-                    raise producer_state.refusal_error(verdict)
+            duplicate = answer_to_producer(self._producers, header, self._start)
+            if duplicate is not None:
+                return duplicate
             return self._append_locked(batch_format.set_base_offset(batch, self._end, leader_epoch))
 
     def append_replicated(self, batch: bytes | memoryview, now_ms: int) -> AppendInfo:  # noqa: ARG002
@@ -188,10 +184,11 @@ class MemoryLog:
 
     def delete_expired(self, now_ms: int) -> int:
         with self._lock:
-            expiration_ms = self.config.producer_id_expiration_ms
-            for producer_id, entry in list(self._producers.items()):
-                if now_ms - entry.last_timestamp_ms >= expiration_ms:
-                    del self._producers[producer_id]
+            self._producers = dict(
+                producer_state.expire(
+                    self._producers, now_ms, self.config.producer_id_expiration_ms
+                )
+            )
             if not self.config.deletes:
                 return 0  # cleanup_policy "compact": only the cleaner removes records
             summaries = [

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -450,9 +451,11 @@ def _fill_log_figures(description: pb.PartitionDescription, log: Any, high_water
     if isinstance(log, FileLog) and log.config.compacted:
         description.cleanable_ratio = log.cleanable_ratio(now_ms(), high_watermark)
         description.cleaned_offset = log.cleaned_offset
-    producers = sorted(
-        log.producer_states.items(), key=lambda item: item[1].last_timestamp_ms, reverse=True
-    )[:PRODUCERS_DESCRIBED_MAX]
+    producers = heapq.nlargest(
+        PRODUCERS_DESCRIBED_MAX,
+        log.producer_states.items(),
+        key=lambda item: item[1].last_timestamp_ms,
+    )
     description.producers.extend(
         pb.ProducerState(
             producer_id=producer_id,
