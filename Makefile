@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PROTO_DIR := proto/headwater/v1
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow lint proto bench typecheck-tree clean demo chaos chaos-short fuzz sim
+.PHONY: run test test-slow lint proto bench typecheck-tree clean demo chaos chaos-short fuzz sim up down images test-deploy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -80,3 +80,26 @@ bench: $(STAMP)
 
 clean:
 	rm -rf .build .venv .pytest_cache .mypy_cache .ruff_cache data
+
+# The docker-compose deployment (deploy/, README "Deploy with docker-compose"): `make up`
+# builds the images that are missing (Debian base by debootstrap, no registry needed),
+# starts 3 nodes and Prometheus, and waits until the nodes are healthy (NODES=5 for five).
+# `make down` stops them; `make down VOLUMES=1` also deletes their data.
+NODES ?= 3
+VOLUMES ?=
+COMPOSE := $(shell command -v docker-compose >/dev/null 2>&1 && echo docker-compose || echo docker compose)
+COMPOSE_FILES := -f deploy/docker-compose.yml -f deploy/docker-compose.5nodes.yml
+
+images:
+	deploy/build-images.sh
+
+up:
+	NODES=$(NODES) deploy/up.sh
+
+# The deployment's test on its own (CI runs it in `make test-slow`): make up, a killed
+# leader's container, a node cut off from the compose network, Prometheus, make down.
+test-deploy: $(STAMP)
+	$(BIN)/pytest -m slow tests/test_deploy.py $(PYTEST_ARGS)
+
+down:
+	$(COMPOSE) $(COMPOSE_FILES) down --remove-orphans $(if $(VOLUMES),--volumes)

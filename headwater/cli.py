@@ -131,6 +131,11 @@ def main() -> None:
     "follow the metadata there.",
 )
 @click.option("--rack", help="Rack of this node (replicas are spread across racks).")
+@click.option(
+    "--metrics-listen",
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics over HTTP there (docs/metrics.md; default: off).",
+)
 def serve(
     config_file: Path | None,
     node_id: int | None,
@@ -142,6 +147,7 @@ def serve(
     roles: str | None,
     controller_addresses: str | None,
     rack: str | None,
+    metrics_listen: str | None,
 ) -> None:
     """Run a node (Ctrl-C or SIGTERM stops it cleanly, moving its leadership away first).
 
@@ -163,6 +169,7 @@ def serve(
         "roles": roles,
         "controller_addresses": controller_addresses,
         "rack": rack,
+        "metrics_listen": metrics_listen,
     }
     config = load_config(config_file, os.environ, flags)
     logging.basicConfig(
@@ -465,6 +472,25 @@ def cluster_status(as_json: bool, bootstrap: str | None) -> None:
         print_status(data)
 
 
+@cluster.command("health")
+@click.option(
+    "--address",
+    metavar="HOST:PORT",
+    default="127.0.0.1:7700",
+    show_default=True,
+    help="The node's client listener.",
+)
+@click.option("--timeout-ms", type=click.IntRange(1, 600_000), default=2000, show_default=True)
+def cluster_health(address: str, timeout_ms: int) -> None:
+    """Exit 0 when the node at ADDRESS answers the gRPC health check with SERVING, 1
+    otherwise (a container HEALTHCHECK or a readiness probe)."""
+    from headwater.client import node_serving
+
+    if not node_serving(address, timeout_ms / 1000):
+        fail(f"node at {address} is not serving (or did not answer in {timeout_ms} ms)")
+    click.echo(f"node at {address} is serving")
+
+
 @main.command("dev-cluster")
 @click.option("--nodes", type=click.IntRange(1, 9), default=3, show_default=True)
 @click.option(
@@ -480,11 +506,18 @@ def cluster_status(as_json: bool, bootstrap: str | None) -> None:
     default=Path("./data/dev-cluster"),
     show_default=True,
 )
-def dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
+@click.option(
+    "--metrics-base-port",
+    type=click.IntRange(0, 65000),
+    default=9100,
+    show_default=True,
+    help="Node i serves Prometheus metrics on 127.0.0.1:(BASE + i); 0 turns metrics off.",
+)
+def dev_cluster(nodes: int, base_port: int, data_dir: Path, metrics_base_port: int) -> None:
     """Run NODES combined nodes on loopback until Ctrl-C."""
     from headwater.cli_cluster import run_dev_cluster
 
-    run_dev_cluster(nodes, base_port, data_dir)
+    run_dev_cluster(nodes, base_port, data_dir, metrics_base_port)
 
 
 # ---------------------------------------------------------------------- produce / consume

@@ -85,7 +85,11 @@ def dev_layout(root: Path, node_id: int) -> tuple[Path, Path]:
 
 
 def start_dev_cluster(
-    nodes: int, base_port: int, data_dir: Path, stopping: Callable[[], bool]
+    nodes: int,
+    base_port: int,
+    data_dir: Path,
+    stopping: Callable[[], bool],
+    metrics_base_port: int = 0,
 ) -> LocalCluster:
     """Start ``nodes`` nodes on the fixed port plan and wait until each serves (or
     ``stopping()``); on failure every node is killed and HeadwaterError names the cause."""
@@ -96,6 +100,7 @@ def start_dev_cluster(
         ports=PortPlan(base_port),
         internal_listener=False,
         layout=dev_layout,
+        metrics_base_port=metrics_base_port or None,
     )
     try:
         cluster.start(wait=False, own_session=True)  # Ctrl-C reaches this process only
@@ -109,7 +114,7 @@ def start_dev_cluster(
     return cluster
 
 
-def run_dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
+def run_dev_cluster(nodes: int, base_port: int, data_dir: Path, metrics_base_port: int) -> None:
     stopping = False
 
     def on_signal(_signum: int, _frame: object) -> None:
@@ -118,12 +123,13 @@ def run_dev_cluster(nodes: int, base_port: int, data_dir: Path) -> None:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    cluster = start_dev_cluster(nodes, base_port, data_dir, lambda: stopping)
+    cluster = start_dev_cluster(nodes, base_port, data_dir, lambda: stopping, metrics_base_port)
     try:
         for node in cluster.nodes.values():
             click.echo(
-                f"node {node.node_id}: {node.address} (raft {node.raft_address}, data "
-                f"{node.data_dir}, log {node.log_path})"
+                f"node {node.node_id}: {node.address} (raft {node.raft_address}, "
+                f"metrics {node.metrics_address or 'off'}, data {node.data_dir}, "
+                f"log {node.log_path})"
             )
         click.echo(f"bootstrap: {cluster.bootstrap(list(cluster.nodes.values()))}")
         click.echo(f"export HEADWATER_BOOTSTRAP={cluster.bootstrap(list(cluster.nodes.values()))}")

@@ -155,10 +155,36 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "internal_listen",
         "",
-        "HOST:PORT of the inter-broker listener: the Controller and Replica services, for "
-        "nodes that prove cluster_secret only (clients are refused there, and those services "
-        "are not on listen). Empty: the listen host and a port the system picks; set it on "
-        "controller nodes that broker-only nodes name in controller_addresses.",
+        "HOST:PORT of the inter-broker listener, for nodes that prove cluster_secret only "
+        "(clients are refused there): the Controller and Replica services (not on listen), "
+        "and the client services for requests one node forwards to another (to a "
+        "partition's leader, the controller, a group's coordinator). Empty: the listen host "
+        "and a port the system picks; set it on controller nodes that broker-only nodes "
+        "name in controller_addresses.",
+        address=True,
+    ),
+    Setting(
+        "internal_advertised_address",
+        "",
+        "HOST:PORT other nodes are told to dial for the inter-broker listener. Empty: "
+        "internal_listen, with a wildcard host (0.0.0.0, ::) replaced by the "
+        "advertised_address host. Set it where nodes reach each other by a name, as in "
+        "docker-compose (internal_listen 0.0.0.0:7701, this node1:7701).",
+        address=True,
+    ),
+    Setting(
+        "raft_listen",
+        "",
+        "HOST:PORT the Raft port binds. Empty: this node's own address in quorum. Set it "
+        "(e.g. 0.0.0.0:7800) where that address is a name other nodes resolve, which can "
+        "change across a container restart.",
+        address=True,
+    ),
+    Setting(
+        "metrics_listen",
+        "",
+        "HOST:PORT of the Prometheus metrics endpoint (HTTP, /metrics; docs/metrics.md). "
+        "Empty: no metrics are served or counted.",
         address=True,
     ),
     Setting("data_dir", "./data", "Folder holding the node's topics and partition logs."),
@@ -636,6 +662,9 @@ class NodeConfig:
     listen: str = DEFAULT_LISTEN
     advertised_address: str = ""
     internal_listen: str = ""
+    internal_advertised_address: str = ""
+    raft_listen: str = ""
+    metrics_listen: str = ""
     data_dir: str = "./data"
     rack: str = ""
     concurrent_calls_max: int = 1024
@@ -754,6 +783,8 @@ class NodeConfig:
         hosts.append(parse_address(self.listen, "listen")[0])
         if self.internal_listen:
             hosts.append(parse_address(self.internal_listen, "internal_listen")[0])
+        if self.raft_listen:
+            hosts.append(parse_address(self.raft_listen, "raft_listen")[0])
         return all(_is_loopback(h) for h in hosts)
 
     @property

@@ -113,6 +113,7 @@ class LocalNode:
         internal_listener: bool = True,
         log_path: Path | None = None,
         host: str = "127.0.0.1",
+        metrics_port: int | None = None,
     ) -> None:
         """``quorum`` defaults to this node alone on a free Raft port; ``env`` is added to
         this process's environment; the log defaults to ``node-PORT.log`` beside
@@ -125,6 +126,8 @@ class LocalNode:
         self.internal_address = f"{host}:{free_port()}" if internal_listener else None
         """The inter-broker listener (Controller and Replica services); None: on the
         client listener, as a single node without ``--internal-listen`` has it."""
+        self.metrics_address = f"{host}:{metrics_port}" if metrics_port else None
+        """Where the node serves Prometheus metrics (``--metrics-listen``); None: off."""
         self.extra_args = tuple(extra_args)
         self.env = dict(env or {})
         self.log_path = log_path or data_dir.parent / f"node-{self.port}.log"
@@ -156,6 +159,8 @@ class LocalNode:
         ]
         if self.internal_address is not None:
             command += ["--internal-listen", self.internal_address]
+        if self.metrics_address is not None:
+            command += ["--metrics-listen", self.metrics_address]
         return [*command, *self.extra_args]
 
     def start(self, wait: bool = True, own_session: bool = False) -> None:
@@ -249,10 +254,12 @@ class LocalCluster:
         ports: PortPlan | None = None,
         internal_listener: bool = True,
         layout: Callable[[Path, int], tuple[Path, Path]] | None = None,
+        metrics_base_port: int | None = None,
     ) -> None:
         """``layout(root, i)`` gives node i's data folder and log file, by default
         ``root/n<i>/data`` and ``root/n<i>.log``; ``secret`` defaults to a random one
-        (``env`` may set HEADWATER_CLUSTER_SECRET instead)."""
+        (``env`` may set HEADWATER_CLUSTER_SECRET instead); with ``metrics_base_port``
+        node i serves metrics on 127.0.0.1:(metrics_base_port + i)."""
         if ports is not None:
             ports.check(size)
         planned = {
@@ -272,6 +279,7 @@ class LocalCluster:
                 quorum=self.quorum,
                 internal_listener=internal_listener,
                 log_path=place(root, i)[1],
+                metrics_port=metrics_base_port + i if metrics_base_port else None,
             )
             for i, (client, _) in planned.items()
         }

@@ -8,6 +8,7 @@ the ErrorCode name, domain = "headwater.v1", metadata ``code`` (the number) and
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any, Final, NoReturn
 
 import grpc
@@ -23,6 +24,13 @@ _TRANSPORT_CODES = {
     grpc.StatusCode.CANCELLED: ErrorCode.NETWORK_EXCEPTION,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ErrorCode.INVALID_REQUEST,
 }
+
+
+ABORTED_WITH: Final[ContextVar[ErrorCode | None]] = ContextVar(
+    "headwater_aborted_with", default=None
+)
+"""The ErrorCode the current call was ended with by ``abort`` (in the call's own context:
+the server's metrics interceptor reads it to label the error)."""
 
 
 def to_status(error: HeadwaterError) -> grpc.Status:
@@ -42,6 +50,7 @@ def to_status(error: HeadwaterError) -> grpc.Status:
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: HeadwaterError) -> NoReturn:
     """End the call with ``error`` as its status (grpc.aio servicers)."""
     status = to_status(error)
+    ABORTED_WITH.set(error.code)
     await context.abort(status.code, status.details, status.trailing_metadata)
     raise AssertionError("abort returned")  # pragma: no cover
 

@@ -91,9 +91,9 @@ class AdminService(pb_grpc.AdminServicer):
             response, _ = await self.controller.run(functools.partial(decide, self.controller))
             return response
         image = self.state.image
-        if is_forwarded(context) or not image.controller_address:
+        if is_forwarded(context) or not image.controller_internal_address:
             raise not_controller(image)
-        address = image.controller_address
+        address = image.controller_internal_address
         try:
             return await getattr(self.peers.admin(address), method)(
                 request, metadata=FORWARDED, timeout=self.peers.timeout_s
@@ -327,7 +327,7 @@ class AdminService(pb_grpc.AdminServicer):
     ) -> pb.DescribeTopicsResponse | None:
         """``names`` as the node ``node_id`` describes its own replicas (None when it
         cannot be asked: its figures stay -1)."""
-        address = image.broker_address(node_id)
+        address = image.broker_internal_address(node_id)
         if not address:
             return None
         try:

@@ -46,7 +46,7 @@ class Forwarder:
                 f"node {self.config.node_id} does not lead partition {index} of {topic.name!r} "
                 f"(the leader is node {leader}); refresh metadata",
             )
-        address = image.broker_address(leader)
+        address = image.broker_internal_address(leader)
         if not address:
             raise HeadwaterError(
                 ErrorCode.LEADER_NOT_AVAILABLE, f"the leader of partition {index} is unknown"

@@ -67,16 +67,19 @@ class Peers:
         return channel
 
     def broker(self, address: str) -> pb_grpc.BrokerAsyncStub:
-        """Broker service at a client ``address``."""
-        return pb_grpc.BrokerStub(self.channel(address))
+        """Broker service at an inter-broker ``address`` (a forwarded request), calls
+        signed. Nodes reach each other only there: a client address is the one clients
+        are told (advertised_address), which another node may not be able to dial (a
+        published container port on the host's loopback)."""
+        return pb_grpc.BrokerStub(self.channel(address, internal=True))
 
     def admin(self, address: str) -> pb_grpc.AdminAsyncStub:
-        """Admin service at a client ``address``."""
-        return pb_grpc.AdminStub(self.channel(address))
+        """Admin service at an inter-broker ``address``, calls signed."""
+        return pb_grpc.AdminStub(self.channel(address, internal=True))
 
     def groups(self, address: str) -> pb_grpc.GroupsAsyncStub:
-        """Groups service at a client ``address``."""
-        return pb_grpc.GroupsStub(self.channel(address))
+        """Groups service at an inter-broker ``address``, calls signed."""
+        return pb_grpc.GroupsStub(self.channel(address, internal=True))
 
     def replica(self, address: str) -> pb_grpc.ReplicaAsyncStub:
         """Replica service at an inter-broker ``address``, calls signed."""

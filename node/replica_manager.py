@@ -51,11 +51,21 @@ Key = tuple[str, int]
 
 @dataclass(slots=True)
 class ReplicationCounters:
-    """Counters for metrics: ISR changes this node asked for and got, truncations."""
+    """Counters for metrics: ISR changes of partitions this node leads (whoever made
+    them: its own AlterPartition requests, or the controller removing a fenced broker),
+    and follower truncations."""
 
     isr_shrinks: int = 0
     isr_expands: int = 0
     truncations: int = 0
+
+    def isr_changed(self, before: tuple[int, ...], after: tuple[int, ...]) -> None:
+        """Count the change of a led partition's ISR from ``before`` to ``after`` (the
+        same leadership: a new leader's first ISR is not a change)."""
+        if len(after) < len(before):
+            self.isr_shrinks += 1
+        elif len(after) > len(before):
+            self.isr_expands += 1
 
 
 class ReplicaManager:
@@ -171,11 +181,9 @@ class ReplicaManager:
             adding_replicas=tuple(answer.adding_replicas),
             removing_replicas=tuple(answer.removing_replicas),
         )
+        held = partition.isr
         if self.proposals.answered(request, committed, None, monotonic_ms()):
-            if request.shrink:
-                self.counters.isr_shrinks += 1
-            else:
-                self.counters.isr_expands += 1
+            self.counters.isr_changed(held, partition.isr)
             _log.info("%s-%d: ISR %s -> %s", key[0], key[1], list(state.isr), list(committed.isr))
 
     def under_replicated(self) -> int:

@@ -28,6 +28,17 @@ from headwater.node.controller_service import ControllerService
 from headwater.node.groups.coordinator import GroupCoordinator
 from headwater.node.groups.service import GroupsService
 from headwater.node.log_manager import DataDirError, LogManager, now_ms
+from headwater.node.metrics import (
+    GroupSample,
+    MetricsListenError,
+    MetricsServer,
+    NodeMetrics,
+    NodeSnapshot,
+    NodeStateCollector,
+    PartitionSample,
+    RpcMetricsInterceptor,
+    registry_with_process,
+)
 from headwater.node.peers import Peers
 from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.replica_manager import ReplicaManager
@@ -40,6 +51,7 @@ from headwater.raft.quorum import (
     QuorumJournalError,
     QuorumTimings,
 )
+from headwater.raft.records import NO_LEADER
 from headwater.runtime_tuning import tune_runtime
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -82,6 +94,8 @@ class Node:
         self._reconcile_again = False
         self._reconciled_ready = False
         self._roles_allowed = False  # the leadership allowance the roles were set with
+        self.metrics = NodeMetrics() if config.metrics_listen else None
+        self.metrics_server: MetricsServer | None = None
 
     async def start(self) -> None:
         config = self.config
@@ -96,12 +110,22 @@ class Node:
                 interceptors=[RequireClusterSecret(self.secret.encode())]
             )
             self._bind()
+            if self.metrics is not None:
+                registry = registry_with_process(
+                    self.metrics, [NodeStateCollector(loop, self.metrics_snapshot)]
+                )
+                try:
+                    self.metrics_server = MetricsServer(config.metrics_listen, registry)
+                except MetricsListenError as exc:
+                    raise ListenError(str(exc)) from exc
             if config.is_controller:
                 self.quorum = self._start_quorum()
                 self.controller = ControllerDriver(
                     config, self.quorum, self.state, self.peers.internal_address
                 )
         except BaseException:
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             self.logs.close()
             raise
         self._add_services()
@@ -134,6 +158,8 @@ class Node:
     ) -> grpc.aio.Server:
         """A server with its own call limit: the client listener's calls can never use
         up the inter-broker listener's (heartbeats, replication, ISR changes)."""
+        if self.metrics is not None:  # outermost: refused calls are counted too
+            interceptors = [RpcMetricsInterceptor(self.metrics), *(interceptors or ())]
         return grpc.aio.server(
             options=grpc_options(self.config),
             maximum_concurrent_rpcs=self.config.concurrent_calls_max,
@@ -144,6 +170,9 @@ class Node:
         self.port = _bind(self.server, self.config.listen, "--listen")
         internal = self.config.internal_listen_address
         internal_port = _bind(self.internal_server, internal, "--internal-listen")
+        if self.config.internal_advertised_address:
+            self.peers.internal_address = self.config.internal_advertised_address
+            return
         host, _, _ = internal.rpartition(":")
         if host in ("0.0.0.0", "[::]", "::"):
             # A wildcard is not an address peers can dial: they get the client host.
@@ -167,6 +196,7 @@ class Node:
                 self.logs.raft_dir,
                 on_applied=lambda image, _refusal: self.state.publish(image),
                 secret=self.secret,
+                bind_address=config.raft_listen,
                 timings=QuorumTimings(
                     election_min_s=election_s,
                     election_max_s=election_s * 3,
@@ -198,39 +228,37 @@ class Node:
                 self.may_lead,
             )
             self.groups = GroupCoordinator(config, self.logs, lambda: self.state.image)
-        # The inter-broker listener: Replica and Controller only.
+        # The inter-broker listener: Replica and Controller, and the client services for
+        # requests other nodes forward (to a leader, the controller, a coordinator).
         pb_grpc.add_ReplicaServicer_to_server(
             ReplicaService(config, self.logs, self.state, self.may_lead), self.internal_server
         )
-        pb_grpc.add_BrokerServicer_to_server(
-            BrokerService(
+        broker = BrokerService(
+            config,
+            self.logs,
+            self.state,
+            self.peers,
+            self._quorum_status,
+            self.may_lead,
+            ProducerIdAllocator(
                 config,
-                self.logs,
                 self.state,
                 self.peers,
-                self._quorum_status,
-                self.may_lead,
-                ProducerIdAllocator(
-                    config,
-                    self.state,
-                    self.peers,
-                    self.controller,
-                    lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
-                )
-                if config.is_broker
-                else None,
-            ),
-            server,
+                self.controller,
+                lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
+            )
+            if config.is_broker
+            else None,
+            self.metrics,
         )
-        pb_grpc.add_AdminServicer_to_server(
-            AdminService(config, self.logs, self.state, self.peers, self.controller), server
+        admin = AdminService(config, self.logs, self.state, self.peers, self.controller)
+        groups = GroupsService(
+            config, self.state, self.peers, self.groups, self.controller, self.may_lead
         )
-        pb_grpc.add_GroupsServicer_to_server(
-            GroupsService(
-                config, self.state, self.peers, self.groups, self.controller, self.may_lead
-            ),
-            server,
-        )
+        for listener in (server, self.internal_server):
+            pb_grpc.add_BrokerServicer_to_server(broker, listener)
+            pb_grpc.add_AdminServicer_to_server(admin, listener)
+            pb_grpc.add_GroupsServicer_to_server(groups, listener)
         pb_grpc.add_ControllerServicer_to_server(
             ControllerService(self.state, self.controller, self._image_current),
             self.internal_server,
@@ -335,7 +363,12 @@ class Node:
                 self._roles_allowed = allowed
                 now = now_ms()
                 for partition, state in roles:
+                    led = partition.is_leader, partition.leader_epoch
+                    held = partition.isr
                     partition.become(state, self.config.node_id, now, allowed)
+                    still_led = partition.is_leader and led == (True, partition.leader_epoch)
+                    if self.replicas is not None and still_led:
+                        self.replicas.counters.isr_changed(held, partition.isr)
                 if self.replicas is not None:
                     await self.replicas.reconcile(image, roles)
                 if self.groups is not None:
@@ -388,6 +421,86 @@ class Node:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         _log.info("node %d is ready", self.config.node_id)
 
+    # ------------------------------------------------------------------ metrics
+
+    def metrics_snapshot(self) -> NodeSnapshot:
+        """The node's state for a metrics scrape (on the event loop: see
+        ``headwater.node.metrics``); drops the series of deleted topics."""
+        image = self.state.image
+        hosted = self.logs.hosted() if self.logs is not None else []
+        partitions = []
+        for partition in hosted:
+            state = partition.state
+            log = partition.log
+            end = log.log_end_offset
+            leader = partition.is_leader
+            partitions.append(
+                PartitionSample(
+                    topic=partition.topic,
+                    partition=partition.index,
+                    leader=leader,
+                    high_watermark=partition.high_watermark,
+                    log_start_offset=log.log_start_offset,
+                    log_end_offset=end,
+                    size_bytes=log.size_bytes,
+                    segments=log.segment_count,
+                    replicas=len(state.replicas) if state is not None else 0,
+                    isr=len(partition.isr),
+                    min_insync_replicas=partition.min_insync_replicas,
+                    follower_lag={
+                        replica: max(0, end - progress.log_end_offset)
+                        for replica, progress in partition.followers.items()
+                        if progress.log_end_offset >= 0
+                    }
+                    if leader
+                    else {},
+                )
+            )
+        active = self.controller is not None and self.controller.is_active()
+        term, commit_index = self._quorum_status()
+        if self.metrics is not None:
+            self.metrics.forget_topics(image.topics)
+        return NodeSnapshot(
+            node_id=self.config.node_id,
+            roles=self.config.roles,
+            partitions=partitions,
+            isr_shrinks=self.replicas.counters.isr_shrinks if self.replicas else 0,
+            isr_expands=self.replicas.counters.isr_expands if self.replicas else 0,
+            truncations=self.replicas.counters.truncations if self.replicas else 0,
+            voter=self.quorum is not None,
+            controller_active=active,
+            raft_term=term,
+            raft_commit_index=commit_index,
+            metadata_offset=image.offset,
+            offline_partitions=sum(
+                1
+                for topic in image.topics.values()
+                for state in topic.partitions
+                if state.leader == NO_LEADER
+            )
+            if active
+            else 0,
+            fenced_brokers=sum(1 for b in image.brokers.values() if b.fenced) if active else 0,
+            registered_brokers=len(image.brokers) if active else 0,
+            groups=self._group_samples(),
+        )
+
+    def _group_samples(self) -> list[GroupSample]:
+        if self.groups is None or self.logs is None:
+            return []
+        samples = []
+        for shard in list(self.groups.shards.values()):
+            if not shard.loaded:
+                continue
+            for group in shard.image.groups.values():
+                lag = {}
+                for (topic, index), committed in group.offsets.items():
+                    replica = self.logs.partition(topic, index)
+                    if replica is not None:
+                        lag[(topic, index)] = max(0, replica.high_watermark - committed.offset)
+                samples.append(GroupSample(group.group_id, len(group.members), lag))
+        return samples
+
     # ------------------------------------------------------------------ stop
 
     async def stop(self, controlled: bool = True) -> None:
@@ -404,6 +517,8 @@ class Node:
         )
         if self._reconciling is not None:
             await asyncio.gather(self._reconciling, return_exceptions=True)
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         if self.quorum is not None:
             self.quorum.close()
         await self.peers.close()

@@ -40,6 +40,7 @@ from headwater.node.forwarding import Forwarder
 from headwater.node.limits import LongCallSlots, StreamBudget
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.metadata_answers import MetadataAnswers
+from headwater.node.metrics import NodeMetrics
 from headwater.node.partition import Partition
 from headwater.node.peers import Peers, is_forwarded
 from headwater.node.producer_ids import ProducerIdAllocator
@@ -101,8 +102,12 @@ class BrokerService(pb_grpc.BrokerServicer):
         quorum_status: Callable[[], tuple[int, int]],
         may_lead: Callable[[], bool] = lambda: True,
         producer_ids: ProducerIdAllocator | None = None,
+        metrics: NodeMetrics | None = None,
     ) -> None:
+        """``metrics``: where to count records, bytes and produce latency (None: metrics
+        are off, and nothing is counted)."""
         self.config = config
+        self.metrics = metrics
         self.producer_ids = producer_ids
         self.logs = logs
         self.state = state
@@ -167,7 +172,13 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
-        return await self._produce(request, is_forwarded(context))
+        if self.metrics is None:
+            return await self._produce(request, is_forwarded(context))
+        began = time.perf_counter()
+        try:
+            return await self._produce(request, is_forwarded(context))
+        finally:
+            self.metrics.produce_timer("Produce", request.acks).observe(time.perf_counter() - began)
 
     async def ProduceStream(
         self,
@@ -229,19 +240,32 @@ class BrokerService(pb_grpc.BrokerServicer):
         appended: asyncio.Future[None],
         budget: StreamBudget,
     ) -> pb.ProduceResponse:
-        """_produce's response, or the error response it ended with."""
+        """_produce's response, or the error response it ended with (counted in the
+        ProduceStream errors, as a failed unary call is)."""
+        began = time.perf_counter()
         try:
             return await self._produce(request, forwarded, appended, budget)
         except HeadwaterError as error:
+            self._count_stream_error(error.code)
             return pb.ProduceResponse(
                 error_code=pb.ErrorCode.ValueType(error.code), error_message=error.message
             )
         except Exception as exc:
             _log.exception("ProduceStream request failed")
+            self._count_stream_error(ErrorCode.UNKNOWN_SERVER_ERROR)
             return pb.ProduceResponse(
                 error_code=pb.UNKNOWN_SERVER_ERROR,
                 error_message=f"internal error: {type(exc).__name__}: {exc}",
             )
+        finally:
+            if self.metrics is not None:
+                self.metrics.produce_timer("ProduceStream", request.acks).observe(
+                    time.perf_counter() - began
+                )
+
+    def _count_stream_error(self, code: ErrorCode) -> None:
+        if self.metrics is not None:
+            self.metrics.rpc_errors.labels("Broker", "ProduceStream", code.name).inc()
 
     async def _produce(
         self,
@@ -347,6 +371,8 @@ class BrokerService(pb_grpc.BrokerServicer):
         if acks_all:
             partition.check_min_insync()
         info = await partition.append(batch, now_ms(), request.deadline_unix_ms)
+        if self.metrics is not None and not info.duplicate:
+            self.metrics.count_in(partition.topic, info.record_count, len(batch))
         result = pb.PartitionProduceResult(
             partition=partition.index,
             base_offset=info.base_offset,
@@ -524,6 +550,8 @@ class BrokerService(pb_grpc.BrokerServicer):
             response.decoded.extend(decoded_records(result.data, offset))
         else:
             response.records = result.data
+        if self.metrics is not None and result.data:
+            self.metrics.count_out(partition.topic, result.next_offset - offset, len(result.data))
         return response
 
     # ------------------------------------------------------------------ ListOffsets

@@ -208,6 +208,8 @@ def bound_raft_reads(limit: int = RAFT_MESSAGE_BYTES_MAX) -> None:
 
 
 PYSYNCOBJ_VERSION: Final = "0.3.17"
+DNS_CACHE_S: Final = 3.0
+DNS_FAIL_CACHE_S: Final = 1.0
 """The pysyncobj release ``RaftFollowerGuard`` was written against (pinned in
 pyproject.toml): it reads the follower's private state by pysyncobj's mangled names."""
 
@@ -358,7 +360,10 @@ class MetadataQuorum:
         on_applied: Callable[[MetadataImage, str | None], None],
         secret: str = "",
         timings: QuorumTimings = QuorumTimings(),
+        bind_address: str = "",
     ) -> None:
+        """``bind_address`` is what the Raft port binds (default: ``self_address``, the
+        address the other voters dial)."""
         data_dir.mkdir(parents=True, exist_ok=True)
         _check_journal(data_dir, alone=not partner_addresses)
         bound_raft_reads()
@@ -366,7 +371,11 @@ class MetadataQuorum:
         self._log = _MetadataLog(on_applied)
         conf = SyncObjConf(
             password=secret or None,
-            bindAddress=self_address,
+            bindAddress=bind_address or self_address,
+            # Voters named by host names (containers) may come back at a new address:
+            # resolve names again after a few seconds, not pysyncobj's 10 minutes.
+            dnsCacheTime=DNS_CACHE_S,
+            dnsFailCacheTime=DNS_FAIL_CACHE_S,
             journalFile=str(data_dir / "journal"),
             fullDumpFile=str(data_dir / "snapshot"),
             # gRPC forbids fork() in its processes.
@@ -389,7 +398,7 @@ class MetadataQuorum:
             self._sync.waitBinded()
         except SyncObjException as exc:
             self.close()
-            raise QuorumBindError(f"cannot bind {self_address}") from exc
+            raise QuorumBindError(f"cannot bind {bind_address or self_address}") from exc
 
     @property
     def image(self) -> MetadataImage:

@@ -25,8 +25,16 @@ class LocalCluster(devcluster.LocalCluster):
         size: int,
         env: dict[str, str] | None = None,
         extra_args: tuple[str, ...] = (),
+        metrics_base_port: int | None = None,
     ) -> None:
-        super().__init__(root, size, env, extra_args, secret=CLUSTER_SECRET)
+        super().__init__(
+            root,
+            size,
+            env,
+            extra_args,
+            secret=CLUSTER_SECRET,
+            metrics_base_port=metrics_base_port,
+        )
 
     def metadata(self, node: NodeProcess, topics: tuple[str, ...] = ()) -> pb.MetadataResponse:
         with grpc.insecure_channel(node.address) as channel:

@@ -176,6 +176,7 @@ def with_produce_options(function: Any) -> Any:
         "replication": "headwater.benchmarks.cluster:bench_replication",
         "groups": "headwater.benchmarks.groups:bench_groups",
         "clean": "headwater.benchmarks.compaction:bench_clean",
+        "metrics": "headwater.benchmarks.metrics_cost:bench_metrics",
         "spark": "headwater.benchmarks.spark:bench_spark",
     },
 )

@@ -210,7 +210,7 @@ class GroupsService(pb_grpc.GroupsServicer):
                     f"node {self.config.node_id} does not coordinate group {group_id!r} (node "
                     f"{leader} does); find the coordinator again",
                 )
-            address = image.broker_address(leader)
+            address = image.broker_internal_address(leader)
             if not address:
                 raise HeadwaterError(
                     ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the address of node {leader} is unknown"
@@ -393,7 +393,7 @@ class GroupsService(pb_grpc.GroupsServicer):
         async def ask(node_id: int) -> pb.ListGroupsResponse | None:
             try:
                 answer: pb.ListGroupsResponse = await self.peers.groups(
-                    image.broker_address(node_id)
+                    image.broker_internal_address(node_id)
                 ).ListGroups(
                     pb.ListGroupsRequest(), metadata=LOCAL_ONLY, timeout=LIST_PEER_TIMEOUT_S
                 )

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `make up`: build the images that are missing (deploy/build-images.sh), start the compose
+# deployment, wait until every node is healthy, and print the addresses.
+#   NODES=5 deploy/up.sh       five nodes (deploy/docker-compose.5nodes.yml)
+#   UP_TIMEOUT_S=300           how long to wait for healthy nodes
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+nodes="${NODES:-3}"
+timeout_s="${UP_TIMEOUT_S:-300}"
+case "$nodes" in 3 | 5) ;; *) echo "NODES must be 3 or 5, not $nodes" >&2; exit 2 ;; esac
+if command -v docker-compose >/dev/null 2>&1; then compose=(docker-compose); else compose=(docker compose); fi
+files=(-f "$here/docker-compose.yml")
+[ "$nodes" = 5 ] && files+=(-f "$here/docker-compose.5nodes.yml")
+docker info >/dev/null 2>&1 || { echo "no Docker Engine answers here (docker info failed)" >&2; exit 1; }
+
+began=$(date +%s)
+"$here/build-images.sh"
+
+# The project name and the cluster secret live in deploy/.env (compose reads it from
+# there): written once, kept, so that a restart finds the same cluster.
+env_file="$here/.env"
+if [ ! -f "$env_file" ]; then
+  umask 077
+  {
+    echo "# Written by deploy/up.sh on $(date -u +%FT%TZ); read by docker-compose."
+    echo "COMPOSE_PROJECT_NAME=headwater"
+    echo "HEADWATER_CLUSTER_SECRET=${HEADWATER_CLUSTER_SECRET:-$(python3 -c 'import secrets; print(secrets.token_hex(32))')}"
+  } >"$env_file"
+  echo "wrote $env_file (project name and cluster secret)"
+fi
+
+"${compose[@]}" "${files[@]}" up -d --remove-orphans
+
+echo "waiting up to ${timeout_s} s for $nodes healthy nodes ..."
+deadline=$((began + timeout_s))
+while :; do
+  healthy=0
+  for i in $(seq 1 "$nodes"); do
+    id=$("${compose[@]}" "${files[@]}" ps -q "node$i" 2>/dev/null || true)
+    [ -n "$id" ] || continue
+    state=$(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{end}}' "$id" 2>/dev/null || true)
+    [ "$state" = healthy ] && healthy=$((healthy + 1))
+  done
+  [ "$healthy" = "$nodes" ] && break
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "only $healthy of $nodes nodes healthy after ${timeout_s} s; last log lines:" >&2
+    "${compose[@]}" "${files[@]}" logs --tail 20 >&2 || true
+    exit 1
+  fi
+  sleep 1
+done
+
+bootstrap=""
+for i in $(seq 1 "$nodes"); do
+  port=$((7700 + 2 * (i - 1)))
+  bootstrap="${bootstrap:+$bootstrap,}127.0.0.1:$port"
+  echo "node$i: gRPC 127.0.0.1:$port, metrics http://127.0.0.1:$((9100 + i))/metrics"
+done
+echo "prometheus: http://127.0.0.1:9090 (alerts: http://127.0.0.1:9090/alerts)"
+echo "export HEADWATER_BOOTSTRAP=$bootstrap"
+echo "$nodes nodes healthy $(($(date +%s) - began)) s after make up"
