@@ -93,7 +93,7 @@ COMPOSE_FILES := -f deploy/docker-compose.yml -f deploy/docker-compose.5nodes.ym
 images:
 	deploy/build-images.sh
 
-up:
+up: $(STAMP)
 	NODES=$(NODES) deploy/up.sh
 
 # The deployment's test on its own (CI runs it in `make test-slow`): make up, a killed
