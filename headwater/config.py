@@ -169,7 +169,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "HOST:PORT other nodes are told to dial for the inter-broker listener. Empty: "
         "internal_listen, with a wildcard host (0.0.0.0, ::) replaced by the "
         "advertised_address host. Set it where nodes reach each other by a name, as in "
-        "docker-compose (internal_listen 0.0.0.0:7701, this node1:7701).",
+        "docker-compose (internal_listen 0.0.0.0:7701, this node1:7701); it needs an "
+        "internal_listen with a fixed port.",
         address=True,
     ),
     Setting(
@@ -192,8 +193,9 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "concurrent_calls_max",
         1024,
-        "Most gRPC calls in progress at once (long polls and open streams included); "
-        "calls beyond it are refused with RESOURCE_EXHAUSTED.",
+        "Most gRPC calls in progress at once on each listener (long polls and open streams "
+        "included); calls beyond it are refused with RESOURCE_EXHAUSTED. On the "
+        "inter-broker listener, calls other nodes forward take at most half of it.",
         low=16,
         high=100_000,
     ),
@@ -742,6 +744,15 @@ class NodeConfig:
                 f"request_bytes_max ({self.request_bytes_max})"
             )
 
+        if self.internal_advertised_address and (
+            not self.internal_listen
+            or parse_address(self.internal_listen, "internal_listen")[1] == 0
+        ):
+            raise _invalid(
+                "internal_advertised_address needs internal_listen with a fixed port (the "
+                "port other nodes are told must be the one bound), e.g. internal_listen "
+                "0.0.0.0:7701 with internal_advertised_address node1:7701"
+            )
         voters = self.quorum_voters  # parses and checks the quorum
         if self.is_controller and self.node_id not in voters:
             raise _invalid(

@@ -26,6 +26,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.grpc_errors import to_status
+from headwater.node.call_hooks import around
+
 AUTH_KEY: Final = "headwater-cluster-auth"
 TOKEN_SKEW_MS: Final = 5 * 60 * 1000
 _VERSION: Final = "v1"
@@ -89,12 +93,16 @@ def _method_name(method: str | bytes) -> str:
 
 
 def _refusal(
-    handler: grpc.RpcMethodHandler[Any, Any], message: str
+    handler: grpc.RpcMethodHandler[Any, Any], message: str, status: grpc.Status | None = None
 ) -> grpc.RpcMethodHandler[Any, Any]:
-    """A handler of the same kind as ``handler`` that refuses with UNAUTHENTICATED."""
+    """A handler of the same kind as ``handler`` that refuses with ``status``, by default
+    UNAUTHENTICATED with ``message``."""
 
     async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        if status is None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        else:
+            await context.abort(status.code, status.details, status.trailing_metadata)
 
     kinds = {
         (False, False): grpc.unary_unary_rpc_method_handler,
@@ -148,6 +156,52 @@ class RequireClusterSecret(_ServerInterceptor):
         if problem is None:
             return handler
         return _refusal(handler, problem)
+
+
+FORWARDED_SERVICES: Final = ("headwater.v1.Broker", "headwater.v1.Admin", "headwater.v1.Groups")
+
+
+class ForwardedCallLimit(_ServerInterceptor):
+    """Bounds the calls other nodes forward to this one (the client services on the
+    inter-broker listener) to ``calls_max`` at once, so that forwarded client load (long
+    polls, acks=all produces, streams) can never take the calls that heartbeats,
+    replication and ISR changes need on the same listener. A call beyond it is refused
+    with THROTTLING_QUOTA_EXCEEDED (retriable), which the forwarding node passes on."""
+
+    def __init__(self, calls_max: int) -> None:
+        self.calls_max = calls_max
+        self.open = 0
+        self._wrapped: dict[str, tuple[Any, grpc.RpcMethodHandler[Any, Any]]] = {}
+
+    def started(self) -> None:
+        self.open += 1
+
+    def ended(self, _state: None, _error: BaseException | None, _context: Any) -> None:
+        self.open -= 1
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
+        method = _method_name(handler_call_details.method)
+        if handler is None or method.lstrip("/").partition("/")[0] not in FORWARDED_SERVICES:
+            return handler  # type: ignore[return-value]
+        if self.open >= self.calls_max:
+            error = HeadwaterError(
+                ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                f"this node is serving {self.open} calls forwarded by other nodes, its limit "
+                f"(concurrent_calls_max / 2 = {self.calls_max}); retry, or send requests to "
+                "the partition's leader",
+            )
+            return _refusal(handler, str(error), to_status(error))
+        cached = self._wrapped.get(method)
+        if cached is None or cached[0] is not handler:
+            cached = self._wrapped[method] = (handler, around(handler, self))
+        return cached[1]
 
 
 # ----------------------------------------------------------------------------- client

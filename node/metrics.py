@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import inspect
+import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 from wsgiref.simple_server import WSGIServer
@@ -46,13 +46,19 @@ from prometheus_client import (
     disable_created_metrics,
     start_http_server,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from headwater import __version__
 from headwater.addresses import parse_address
 from headwater.errors import ErrorCode
 from headwater.grpc_errors import ABORTED_WITH
+from headwater.node.call_hooks import around
 
 # grpc's interceptor class is generic in its type stubs only.
 if TYPE_CHECKING:
@@ -60,6 +66,7 @@ if TYPE_CHECKING:
 else:
     _ServerInterceptor = grpc.aio.ServerInterceptor
 
+_log = logging.getLogger(__name__)
 SCRAPE_SNAPSHOT_TIMEOUT_S: Final = 5.0
 SERIES_PER_FAMILY_MAX: Final = 20_000
 LATENCY_BUCKETS_S: Final = (
@@ -151,7 +158,7 @@ class NodeMetrics:
         )
         self._in: dict[str, tuple[Counter, Counter]] = {}
         self._out: dict[str, tuple[Counter, Counter]] = {}
-        self._produce: dict[tuple[str, int], Histogram] = {}
+        self._produce: dict[tuple[str, str], Histogram] = {}
 
     def count_in(self, topic: str, records: int, size: int) -> None:
         children = self._in.get(topic)
@@ -176,12 +183,10 @@ class NodeMetrics:
     def produce_timer(self, rpc: str, acks: int) -> Histogram:
         """The produce latency child of ``rpc`` ("Produce" or "ProduceStream") and the
         request's acks value."""
-        key = (rpc, acks)
+        key = (rpc, ACKS_LABELS.get(acks, "invalid"))  # bounded: acks is the client's
         child = self._produce.get(key)
         if child is None:
-            child = self._produce[key] = self.produce_duration.labels(
-                rpc, ACKS_LABELS.get(acks, "invalid")
-            )
+            child = self._produce[key] = self.produce_duration.labels(*key)
         return child
 
     def forget_topics(self, kept: Iterable[str]) -> None:
@@ -210,8 +215,8 @@ def _failure_code(exc: BaseException, context: Any) -> str:
     code = ABORTED_WITH.get()
     if code is not None:
         return code.name
-    if isinstance(exc, asyncio.CancelledError):
-        return "CANCELLED"
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+        return "CANCELLED"  # the client went away
     try:
         status = context.code()
     except Exception:  # not every context answers it
@@ -249,60 +254,39 @@ class RpcMetricsInterceptor(_ServerInterceptor):
 
     def _wrap(self, method: str, handler: Any) -> grpc.RpcMethodHandler[Any, Any]:
         service, name = _rpc_name(method)
-        requests = self.metrics.rpc_requests.labels(service, name)
-        errors = self.metrics.rpc_errors
+        timed = handler.unary_unary is not None  # streams are not timed
+        return around(
+            handler,
+            _RpcCounting(
+                self.metrics,
+                service,
+                name,
+                self.metrics.rpc_duration.labels(service, name) if timed else None,
+            ),
+        )
 
-        def failed(exc: BaseException, context: Any) -> None:
-            errors.labels(service, name, _failure_code(exc, context)).inc()
 
-        serializers = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            unary = handler.unary_unary
-            duration = self.metrics.rpc_duration.labels(service, name)
+class _RpcCounting:
+    """Counts one method's calls, times unary ones, and counts failures by code."""
 
-            async def unary_unary(request: Any, context: Any) -> Any:
-                requests.inc()
-                began = time.perf_counter()
-                try:
-                    result = unary(request, context)
-                    return await result if inspect.isawaitable(result) else result
-                except BaseException as exc:
-                    failed(exc, context)
-                    raise
-                finally:
-                    duration.observe(time.perf_counter() - began)
+    def __init__(
+        self, metrics: NodeMetrics, service: str, name: str, duration: Histogram | None
+    ) -> None:
+        self.requests = metrics.rpc_requests.labels(service, name)
+        self.errors = metrics.rpc_errors
+        self.service = service
+        self.name = name
+        self.duration = duration
 
-            return grpc.unary_unary_rpc_method_handler(unary_unary, **serializers)
-        if handler.unary_stream is not None:
-            unary_streaming = handler.unary_stream
+    def started(self) -> float:
+        self.requests.inc()
+        return time.perf_counter()
 
-            async def unary_stream(request: Any, context: Any) -> AsyncIterator[Any]:
-                requests.inc()
-                try:
-                    async for response in unary_streaming(request, context):
-                        yield response
-                except BaseException as exc:
-                    failed(exc, context)
-                    raise
-
-            return grpc.unary_stream_rpc_method_handler(unary_stream, **serializers)
-        if handler.stream_stream is not None:
-            streaming = handler.stream_stream
-
-            async def stream_stream(requests_in: Any, context: Any) -> AsyncIterator[Any]:
-                requests.inc()
-                try:
-                    async for response in streaming(requests_in, context):
-                        yield response
-                except BaseException as exc:
-                    failed(exc, context)
-                    raise
-
-            return grpc.stream_stream_rpc_method_handler(stream_stream, **serializers)
-        return handler  # type: ignore[no-any-return]  # client streaming: not served
+    def ended(self, began: float, error: BaseException | None, context: Any) -> None:
+        if self.duration is not None:
+            self.duration.observe(time.perf_counter() - began)
+        if error is not None:
+            self.errors.labels(self.service, self.name, _failure_code(error, context)).inc()
 
 
 # ----------------------------------------------------------------------------- state
@@ -371,12 +355,15 @@ def state_families(snapshot: NodeSnapshot) -> list[Metric]:
     led = [p for p in partitions if p.leader]
     dropped = 0
     families: list[Metric] = []
-    info = GaugeMetricFamily(
+    info = InfoMetricFamily(
         "headwater_node",
-        "This node: its id, roles and version (value 1).",
-        labels=["node_id", "roles", "version"],
+        "This node: its id, roles and version (served as headwater_node_info, value 1).",
+        value={
+            "node_id": str(snapshot.node_id),
+            "roles": snapshot.roles,
+            "version": __version__,
+        },
     )
-    info.add_metric([str(snapshot.node_id), snapshot.roles, __version__], 1)
     families.append(info)
     families += [
         _gauge(
@@ -492,7 +479,7 @@ def state_families(snapshot: NodeSnapshot) -> list[Metric]:
         "Records a follower is behind the log end of a partition this node leads.",
         labels=["topic", "partition", "replica"],
     )
-    series = 0
+    series = lag_series = 0
     for p in partitions:
         if series >= SERIES_PER_FAMILY_MAX:
             dropped += 1
@@ -508,6 +495,10 @@ def state_families(snapshot: NodeSnapshot) -> list[Metric]:
         if p.leader:
             per_partition["isr"].add_metric(labels, p.isr)
             for replica, behind in sorted(p.follower_lag.items()):
+                if lag_series >= SERIES_PER_FAMILY_MAX:
+                    dropped += 1
+                    continue
+                lag_series += 1
                 lag.add_metric([*labels, str(replica)], behind)
     families += [*per_partition.values(), lag]
     group_lag = GaugeMetricFamily(
@@ -522,8 +513,11 @@ def state_families(snapshot: NodeSnapshot) -> list[Metric]:
         labels=["group"],
     )
     series = 0
-    for group in snapshot.groups:
-        members.add_metric([group.group], group.members)
+    for number, group in enumerate(snapshot.groups):
+        if number < SERIES_PER_FAMILY_MAX:
+            members.add_metric([group.group], group.members)
+        else:
+            dropped += 1
         for (topic, index), behind in sorted(group.lag.items()):
             if series >= SERIES_PER_FAMILY_MAX:
                 dropped += 1
@@ -556,6 +550,9 @@ class NodeStateCollector(Collector):
             snapshot = _on_loop(self.loop, self.snapshot, SCRAPE_SNAPSHOT_TIMEOUT_S)
         except (RuntimeError, TimeoutError, concurrent.futures.TimeoutError):
             return  # the node is stopping, or its loop is stuck: the state series are absent
+        except Exception:  # a part closing under the snapshot, say: the scrape goes on
+            _log.exception("taking the node's state for a metrics scrape failed")
+            return
         yield from state_families(snapshot)
 
     def describe(self) -> Iterable[Metric]:

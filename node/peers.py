@@ -46,11 +46,17 @@ class Peers:
         self.config = config
         self.secret = secret
         self.internal_address = ""
-        self._channels: dict[tuple[str, bool], grpc.aio.Channel] = {}
+        self._channels: dict[tuple[str, bool, bool], grpc.aio.Channel] = {}
         self.timeout_s = config.request_timeout_ms / 1000
 
-    def channel(self, address: str, internal: bool = False) -> grpc.aio.Channel:
-        channel = self._channels.get((address, internal))
+    def channel(
+        self, address: str, internal: bool = False, forwarding: bool = False
+    ) -> grpc.aio.Channel:
+        """The channel to ``address``; ``forwarding`` calls (client requests passed on)
+        get a connection of their own, so that bulk client data never shares HTTP/2 flow
+        control with heartbeats and replication."""
+        key = (address, internal, forwarding)
+        channel = self._channels.get(key)
         if channel is None:
             channel = grpc.aio.insecure_channel(
                 address,
@@ -58,12 +64,15 @@ class Peers:
                     ("grpc.max_send_message_length", self.config.request_bytes_max),
                     ("grpc.max_receive_message_length", self.config.request_bytes_max),
                     *RECONNECT_OPTIONS,
+                    # Channels with the same target and options share connections
+                    # (gRPC's global subchannel pool): this keeps forwarding's apart.
+                    *((("grpc.use_local_subchannel_pool", 1),) if forwarding else ()),
                 ],
                 interceptors=(
                     signing_interceptors(self.secret, self.config.node_id) if internal else None
                 ),
             )
-            self._channels[(address, internal)] = channel
+            self._channels[key] = channel
         return channel
 
     def broker(self, address: str) -> pb_grpc.BrokerAsyncStub:
@@ -71,15 +80,15 @@ class Peers:
         signed. Nodes reach each other only there: a client address is the one clients
         are told (advertised_address), which another node may not be able to dial (a
         published container port on the host's loopback)."""
-        return pb_grpc.BrokerStub(self.channel(address, internal=True))
+        return pb_grpc.BrokerStub(self.channel(address, internal=True, forwarding=True))
 
     def admin(self, address: str) -> pb_grpc.AdminAsyncStub:
         """Admin service at an inter-broker ``address``, calls signed."""
-        return pb_grpc.AdminStub(self.channel(address, internal=True))
+        return pb_grpc.AdminStub(self.channel(address, internal=True, forwarding=True))
 
     def groups(self, address: str) -> pb_grpc.GroupsAsyncStub:
         """Groups service at an inter-broker ``address``, calls signed."""
-        return pb_grpc.GroupsStub(self.channel(address, internal=True))
+        return pb_grpc.GroupsStub(self.channel(address, internal=True, forwarding=True))
 
     def replica(self, address: str) -> pb_grpc.ReplicaAsyncStub:
         """Replica service at an inter-broker ``address``, calls signed."""

@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from headwater.config import NodeConfig
 from headwater.node.admin_service import AdminService
 from headwater.node.broker_lifecycle import BrokerLifecycle, MetadataFollower
-from headwater.node.cluster_auth import RequireClusterSecret
+from headwater.node.cluster_auth import ForwardedCallLimit, RequireClusterSecret
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import LEADER_FALLBACK_ELECTIONS, ControllerDriver
 from headwater.node.controller_service import ControllerService
@@ -107,7 +107,10 @@ class Node:
             self.peers = Peers(config, self.secret.encode())
             self.server = self._build_server()
             self.internal_server = self._build_server(
-                interceptors=[RequireClusterSecret(self.secret.encode())]
+                interceptors=[
+                    RequireClusterSecret(self.secret.encode()),
+                    ForwardedCallLimit(config.concurrent_calls_max // 2),
+                ]
             )
             self._bind()
             if self.metrics is not None:

@@ -208,10 +208,11 @@ def bound_raft_reads(limit: int = RAFT_MESSAGE_BYTES_MAX) -> None:
 
 
 PYSYNCOBJ_VERSION: Final = "0.3.17"
-DNS_CACHE_S: Final = 3.0
-DNS_FAIL_CACHE_S: Final = 1.0
 """The pysyncobj release ``RaftFollowerGuard`` was written against (pinned in
 pyproject.toml): it reads the follower's private state by pysyncobj's mangled names."""
+DNS_CACHE_S: Final = 3.0
+DNS_FAIL_CACHE_S: Final = 1.0
+"""How long pysyncobj keeps a voter's resolved address (and a failed resolution)."""
 
 
 class RaftFollowerGuard(SyncObj):  # type: ignore[misc]

@@ -8,6 +8,7 @@ import re
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -144,7 +145,19 @@ def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         process.kill()
 
 
-def test_a_node_counts_records_bytes_requests_and_errors(metered: NodeProcess) -> None:
+@pytest.fixture
+def fresh_metered(tmp_path: Path) -> Iterator[NodeProcess]:
+    """A node of its own, for counts no other test's calls may change."""
+    process = NodeProcess(tmp_path / "data", metrics_port=free_port())
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def test_a_node_counts_records_bytes_requests_and_errors(fresh_metered: NodeProcess) -> None:
+    metered = fresh_metered
     assert metered.metrics_address is not None
     with Admin(metered.address) as admin:
         admin.create_topic("counted", 2, 1)
@@ -225,7 +238,10 @@ def test_a_deleted_topic_leaves_no_series(metered: NodeProcess) -> None:
         admin.delete_topic("doomed")
 
     def gone() -> bool:
-        return not any('"doomed"' in str(labels) for (_, labels) in scrape(metered.metrics_address))
+        samples = scrape(metered.metrics_address or "")
+        return not any(dict(labels).get("topic") == "doomed" for (_, labels) in samples)
+
+    assert not gone()
 
     wait_until(gone, 30, "the deleted topic's series to go")
 
@@ -251,9 +267,9 @@ def test_every_series_a_node_serves_is_documented(metered: NodeProcess) -> None:
     documented = set(
         re.findall(r"^\| `(headwater_[a-z_]+)`", (ROOT / "docs/metrics.md").read_text(), re.M)
     )
-    # The parser names counter and info families without _total and _info; the docs
-    # give the names as queried.
-    documented_families = {re.sub(r"_(total|info)$", "", name) for name in documented}
+    # The parser names counter families without _total; the docs give the names as
+    # queried.
+    documented_families = {re.sub(r"_total$", "", name) for name in documented}
     assert served - documented_families == set(), "served but not in docs/metrics.md"
     assert documented_families - served == set(), "in docs/metrics.md but not served"
 
@@ -347,3 +363,129 @@ def test_a_killed_replica_shows_as_shrinks_under_replication_and_offline_partiti
         wait_until(healed, 60, "the ISR to expand again")
     finally:
         cluster.close()
+
+
+def test_streaming_handlers_that_write_keep_working_with_metrics_on(metered: NodeProcess) -> None:
+    """Health.Watch writes with context.write (a coroutine, not an async generator): the
+    metrics wrapper must await it, not iterate it."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    assert metered.metrics_address is not None
+    with grpc.insecure_channel(metered.address) as channel:
+        watch = health_pb2_grpc.HealthStub(channel).Watch(
+            health_pb2.HealthCheckRequest(), timeout=10
+        )
+        first = next(iter(watch))
+        assert first.status == health_pb2.HealthCheckResponse.SERVING
+        watch.cancel()
+    address = metered.metrics_address
+
+    def counted() -> bool:
+        samples = scrape(address)
+        labels = {"service": "Health", "method": "Watch"}
+        return (
+            value(samples, "headwater_rpc_requests_total", **labels) == 1
+            and value(samples, "headwater_rpc_errors_total", code="CANCELLED", **labels) == 1
+        )
+
+    wait_until(counted, 10, "the watch counted, and its cancellation")
+
+
+def test_unsigned_calls_on_the_inter_broker_listener_are_refused_and_counted(
+    metered: NodeProcess,
+) -> None:
+    """The client services forwarded calls reach there, streams included, refuse a
+    caller without the cluster secret's proof, with the reason."""
+    assert metered.metrics_address is not None and metered.internal_address is not None
+    with grpc.insecure_channel(metered.internal_address) as channel:
+        with pytest.raises(grpc.RpcError) as unary:
+            pb_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest(), timeout=10)
+        with pytest.raises(grpc.RpcError) as stream:
+            list(pb_grpc.BrokerStub(channel).FetchStream(pb.FetchRequest(topic="t"), timeout=10))
+    for refused in (unary.value, stream.value):
+        assert refused.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+        assert "cluster" in refused.details()  # type: ignore[attr-defined]
+    address = metered.metrics_address
+
+    def counted() -> bool:
+        samples = scrape(address)
+        return all(
+            value(
+                samples,
+                "headwater_rpc_errors_total",
+                service="Broker",
+                method=method,
+                code="UNAUTHENTICATED",
+            )
+            == 1
+            for method in ("Metadata", "FetchStream")
+        )
+
+    # The client may see the status a moment before the server's wrapper has counted it.
+    wait_until(counted, 10, "both refusals counted as UNAUTHENTICATED")
+
+
+def test_forwarded_calls_beyond_their_limit_are_refused_as_retriable() -> None:
+    """ForwardedCallLimit: client services on the inter-broker listener hold at most
+    calls_max calls; more are refused with THROTTLING_QUOTA_EXCEEDED, other services
+    (heartbeats, replication) never."""
+    import asyncio
+
+    from headwater.node.cluster_auth import ForwardedCallLimit
+
+    class Details:
+        def __init__(self, method: str) -> None:
+            self.method = method
+            self.invocation_metadata = ()
+
+    class Aborted(Exception):
+        pass
+
+    class Context:
+        def __init__(self) -> None:
+            self.aborted: tuple[Any, ...] | None = None
+
+        async def abort(self, *status: Any) -> None:
+            self.aborted = status
+            raise Aborted
+
+    release = asyncio.Event()
+
+    async def held(_request: Any, _context: Any) -> str:
+        await release.wait()
+        return "answered"
+
+    handler = grpc.unary_unary_rpc_method_handler(held)
+
+    async def continuation(_details: Any) -> Any:
+        return handler
+
+    async def scenario() -> None:
+        limit = ForwardedCallLimit(2)
+        produce = "/headwater.v1.Broker/Produce"
+        calls = [
+            asyncio.ensure_future(
+                (await limit.intercept_service(continuation, Details(produce))).unary_unary(
+                    None, Context()
+                )
+            )
+            for _ in range(2)
+        ]
+        await asyncio.sleep(0)
+        assert limit.open == 2
+        third = await limit.intercept_service(continuation, Details(produce))
+        context = Context()
+        with pytest.raises(Aborted):
+            await third.unary_unary(None, context)
+        assert context.aborted is not None
+        assert context.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "THROTTLING_QUOTA_EXCEEDED" in context.aborted[1]
+        heartbeat = await limit.intercept_service(
+            continuation, Details("/headwater.v1.Controller/BrokerHeartbeat")
+        )
+        assert heartbeat is handler, "inter-broker services are not limited"
+        release.set()
+        assert await asyncio.gather(*calls) == ["answered", "answered"]
+        assert limit.open == 0
+
+    asyncio.run(scenario())

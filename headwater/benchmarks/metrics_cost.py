@@ -46,6 +46,7 @@ class Scraper:
         self.url = f"http://{address}/metrics"
         self.interval_s = interval_s
         self.times_ms: list[float] = []
+        self.failures: list[str] = []
         self.last_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
@@ -61,8 +62,12 @@ class Scraper:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             began = time.perf_counter()
-            with urllib.request.urlopen(self.url, timeout=10) as answer:  # noqa: S310 (http://)
-                self.last_bytes = len(answer.read())
+            try:
+                with urllib.request.urlopen(self.url, timeout=10) as answer:  # noqa: S310
+                    self.last_bytes = len(answer.read())
+            except OSError as exc:  # reported with the figures; the scraping goes on
+                self.failures.append(str(exc))
+                continue
             self.times_ms.append((time.perf_counter() - began) * 1000)
 
 
@@ -119,6 +124,7 @@ def run(rounds: int, records: int, record_records: int, scrape_interval_s: float
     on: dict[str, list[float]] = {w: [] for w in WORKLOADS}
     off: dict[str, list[float]] = {w: [] for w in WORKLOADS}
     scrapes_ms: list[float] = []
+    scrape_failures: list[str] = []
     scrape_bytes = 0
     with tempfile.TemporaryDirectory(prefix="headwater-bench-metrics-") as root:
         for round_no in range(rounds):
@@ -134,6 +140,7 @@ def run(rounds: int, records: int, record_records: int, scrape_interval_s: float
                         with Scraper(node.metrics_address, scrape_interval_s) as scraper:
                             results = _workloads(node.address, round_no, records, record_records)
                         scrapes_ms += scraper.times_ms
+                        scrape_failures += scraper.failures
                         scrape_bytes = max(scrape_bytes, scraper.last_bytes)
                     else:
                         results = _workloads(node.address, round_no, records, record_records)
@@ -153,6 +160,7 @@ def run(rounds: int, records: int, record_records: int, scrape_interval_s: float
         "scrape_ms_p50": round(percentile(scrapes_ms, 0.5), 2) if scrapes_ms else None,
         "scrape_ms_max": round(scrapes_ms[-1], 2) if scrapes_ms else None,
         "scrape_bytes": scrape_bytes,
+        "scrape_failures": scrape_failures,
     }
 
 
@@ -192,5 +200,6 @@ def bench_metrics(
         )
     click.echo(
         f"{result['scrapes']} scrapes: p50 {result['scrape_ms_p50']} ms, max "
-        f"{result['scrape_ms_max']} ms, {result['scrape_bytes']} bytes"
+        f"{result['scrape_ms_max']} ms, {result['scrape_bytes']} bytes, "
+        f"{len(result['scrape_failures'])} failed"
     )

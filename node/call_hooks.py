@@ -1,0 +1,88 @@
+"""Run code around every call of a gRPC method handler, whatever its kind: the one place
+that knows how grpc.aio handlers look, for the server interceptors that count calls
+(``headwater.node.metrics``) and bound them (``ForwardedCallLimit``).
+
+A handler's behaviour is one of: a coroutine function (unary answers, and streaming ones
+that write with ``context.write``, as grpc's own Health.Watch and the refusals of
+``headwater.node.cluster_auth`` do), a plain function, or an async generator function
+(streaming answers that ``yield``). ``around(handler, hooks)`` returns a handler of the
+same kind that calls ``hooks.started()`` before the behaviour and
+``hooks.ended(state, error, context)`` once after it, with the exception it ended with
+(None when it ended normally; GeneratorExit or CancelledError when the client went away).
+Client-streaming handlers (no method of Headwater's has one) are returned unwrapped.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator
+from typing import Any, Generic, Protocol, TypeVar
+
+import grpc
+
+State = TypeVar("State")
+
+
+class CallHooks(Protocol, Generic[State]):
+    def started(self) -> State: ...
+
+    def ended(self, state: State, error: BaseException | None, context: Any) -> None: ...
+
+
+def around(handler: Any, hooks: CallHooks[Any]) -> grpc.RpcMethodHandler[Any, Any]:
+    """``handler`` with ``hooks`` run around each call (see the module docstring)."""
+    serializers = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            _around_unary(handler.unary_unary, hooks), **serializers
+        )
+    if handler.unary_stream is not None:
+        inner = handler.unary_stream
+        behaviour = (
+            _around_generator(inner, hooks)
+            if inspect.isasyncgenfunction(inner)
+            else _around_unary(inner, hooks)
+        )
+        return grpc.unary_stream_rpc_method_handler(behaviour, **serializers)
+    if handler.stream_stream is not None:
+        inner = handler.stream_stream
+        behaviour = (
+            _around_generator(inner, hooks)
+            if inspect.isasyncgenfunction(inner)
+            else _around_unary(inner, hooks)
+        )
+        return grpc.stream_stream_rpc_method_handler(behaviour, **serializers)
+    return handler  # type: ignore[no-any-return]
+
+
+def _around_unary(inner: Any, hooks: CallHooks[Any]) -> Any:
+    async def call(request: Any, context: Any) -> Any:
+        state = hooks.started()
+        try:
+            result = inner(request, context)
+            if inspect.isawaitable(result):
+                result = await result
+        except BaseException as exc:
+            hooks.ended(state, exc, context)
+            raise
+        hooks.ended(state, None, context)
+        return result
+
+    return call
+
+
+def _around_generator(inner: Any, hooks: CallHooks[Any]) -> Any:
+    async def call(request: Any, context: Any) -> AsyncIterator[Any]:
+        state = hooks.started()
+        try:
+            async for response in inner(request, context):
+                yield response
+        except BaseException as exc:
+            hooks.ended(state, exc, context)
+            raise
+        hooks.ended(state, None, context)
+
+    return call
