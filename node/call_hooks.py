@@ -39,22 +39,17 @@ def around(handler: Any, hooks: CallHooks[Any]) -> grpc.RpcMethodHandler[Any, An
         return grpc.unary_unary_rpc_method_handler(
             _around_unary(handler.unary_unary, hooks), **serializers
         )
-    if handler.unary_stream is not None:
-        inner = handler.unary_stream
-        behaviour = (
-            _around_generator(inner, hooks)
-            if inspect.isasyncgenfunction(inner)
-            else _around_unary(inner, hooks)
-        )
-        return grpc.unary_stream_rpc_method_handler(behaviour, **serializers)
-    if handler.stream_stream is not None:
-        inner = handler.stream_stream
-        behaviour = (
-            _around_generator(inner, hooks)
-            if inspect.isasyncgenfunction(inner)
-            else _around_unary(inner, hooks)
-        )
-        return grpc.stream_stream_rpc_method_handler(behaviour, **serializers)
+    for streaming, make in (
+        (handler.unary_stream, grpc.unary_stream_rpc_method_handler),
+        (handler.stream_stream, grpc.stream_stream_rpc_method_handler),
+    ):
+        if streaming is not None:
+            behaviour = (
+                _around_generator(streaming, hooks)
+                if inspect.isasyncgenfunction(streaming)
+                else _around_unary(streaming, hooks)
+            )
+            return make(behaviour, **serializers)
     return handler  # type: ignore[no-any-return]
 
 
