@@ -155,10 +155,6 @@ def serve(
     give every node its --node-id, --listen, --data-dir and the same --quorum, and the same
     secret with HEADWATER_CLUSTER_SECRET (or cluster_secret in the config file).
     """
-    from headwater.node.log_manager import DataDirError
-    from headwater.node.server import ListenError
-    from headwater.node.server import serve as run_node
-
     flags = {
         "node_id": node_id,
         "data_dir": data_dir,
@@ -177,8 +173,22 @@ def serve(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    metrics_endpoint = None
+    if config.metrics_listen:
+        # Bound before the server's modules load (over half a second): a restarted
+        # node's metrics answer as early as the process can.
+        from headwater.node.metrics_endpoint import MetricsEndpoint, MetricsListenError
+
+        try:
+            metrics_endpoint = MetricsEndpoint(config.metrics_listen, config.node_id, config.roles)
+        except MetricsListenError as exc:
+            fail(str(exc))
+    from headwater.node.log_manager import DataDirError
+    from headwater.node.server import ListenError
+    from headwater.node.server import serve as run_node
+
     try:
-        run_node(config)
+        run_node(config, metrics_endpoint)
     except (DataDirError, ListenError) as exc:
         fail(str(exc))
 

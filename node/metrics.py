@@ -1,5 +1,6 @@
-"""Prometheus metrics of one node, served over HTTP on ``metrics_listen``
-(docs/metrics.md lists every series with its labels and meaning).
+"""Prometheus metrics of one node, served over HTTP on ``metrics_listen`` by
+``headwater.node.metrics_endpoint`` (docs/metrics.md lists every series with its labels and
+meaning).
 
 Two kinds of series:
 
@@ -33,29 +34,21 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
-from wsgiref.simple_server import WSGIServer
 
 import grpc
 from prometheus_client import (
-    GC_COLLECTOR,
-    PLATFORM_COLLECTOR,
-    PROCESS_COLLECTOR,
     CollectorRegistry,
     Counter,
     Histogram,
     disable_created_metrics,
-    start_http_server,
 )
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    InfoMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
 
-from headwater import __version__
-from headwater.addresses import parse_address
 from headwater.errors import ErrorCode
 from headwater.grpc_errors import ABORTED_WITH
 from headwater.node.call_hooks import around
@@ -355,16 +348,6 @@ def state_families(snapshot: NodeSnapshot) -> list[Metric]:
     led = [p for p in partitions if p.leader]
     dropped = 0
     families: list[Metric] = []
-    info = InfoMetricFamily(
-        "headwater_node",
-        "This node: its id, roles and version (served as headwater_node_info, value 1).",
-        value={
-            "node_id": str(snapshot.node_id),
-            "roles": snapshot.roles,
-            "version": __version__,
-        },
-    )
-    families.append(info)
     families += [
         _gauge(
             "headwater_replica_partitions",
@@ -571,45 +554,3 @@ def _on_loop(loop: asyncio.AbstractEventLoop, function: Callable[[], Any], timeo
 
     loop.call_soon_threadsafe(run)
     return done.result(timeout_s)
-
-
-# ----------------------------------------------------------------------------- HTTP
-
-
-class MetricsListenError(Exception):
-    """The metrics port cannot be bound."""
-
-
-class MetricsServer:
-    """prometheus_client's HTTP server for ``registry`` on ``address`` (HOST:PORT), in a
-    daemon thread: GET /metrics (any path answers the metrics, as prometheus_client does)."""
-
-    def __init__(self, address: str, registry: CollectorRegistry) -> None:
-        host, port = parse_address(address, "metrics_listen")
-        try:
-            self._server: WSGIServer
-            self._server, self._thread = start_http_server(
-                port, host.strip("[]"), registry=registry
-            )
-        except OSError as exc:
-            raise MetricsListenError(
-                f"cannot serve metrics on {address}: {exc.strerror or exc}; choose another "
-                "with --metrics-listen HOST:PORT (empty turns metrics off)"
-            ) from exc
-        self.port: int = self._server.server_port
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
-def registry_with_process(
-    metrics: NodeMetrics, collectors: Sequence[Collector]
-) -> CollectorRegistry:
-    """``metrics``'s registry with ``collectors`` and the process, platform and GC
-    collectors (process_cpu_seconds_total, process_resident_memory_bytes, ...)."""
-    registry = metrics.registry
-    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR, *collectors):
-        registry.register(collector)
-    return registry

@@ -30,15 +30,13 @@ from headwater.node.groups.service import GroupsService
 from headwater.node.log_manager import DataDirError, LogManager, now_ms
 from headwater.node.metrics import (
     GroupSample,
-    MetricsListenError,
-    MetricsServer,
     NodeMetrics,
     NodeSnapshot,
     NodeStateCollector,
     PartitionSample,
     RpcMetricsInterceptor,
-    registry_with_process,
 )
+from headwater.node.metrics_endpoint import MetricsEndpoint, MetricsListenError
 from headwater.node.peers import Peers
 from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.replica_manager import ReplicaManager
@@ -80,7 +78,9 @@ class Node:
     shuts down cleanly (controlled shutdown first). Both must run on the loop that serves,
     on the main thread (pysyncobj's rule for creating the quorum)."""
 
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, metrics_endpoint: MetricsEndpoint | None = None) -> None:
+        """``metrics_endpoint``: one already bound (``headwater serve`` binds it first);
+        with metrics_listen set and none given, ``start`` binds one."""
         self.config = config
         self.port = 0
         self.logs: LogManager | None = None
@@ -95,7 +95,7 @@ class Node:
         self._reconciled_ready = False
         self._roles_allowed = False  # the leadership allowance the roles were set with
         self.metrics = NodeMetrics() if config.metrics_listen else None
-        self.metrics_server: MetricsServer | None = None
+        self.metrics_endpoint = metrics_endpoint
 
     async def start(self) -> None:
         config = self.config
@@ -114,21 +114,23 @@ class Node:
             )
             self._bind()
             if self.metrics is not None:
-                registry = registry_with_process(
-                    self.metrics, [NodeStateCollector(loop, self.metrics_snapshot)]
-                )
-                try:
-                    self.metrics_server = MetricsServer(config.metrics_listen, registry)
-                except MetricsListenError as exc:
-                    raise ListenError(str(exc)) from exc
+                if self.metrics_endpoint is None:
+                    try:
+                        self.metrics_endpoint = MetricsEndpoint(
+                            config.metrics_listen, config.node_id, config.roles
+                        )
+                    except MetricsListenError as exc:
+                        raise ListenError(str(exc)) from exc
+                self.metrics_endpoint.add(self.metrics.registry)
+                self.metrics_endpoint.add(NodeStateCollector(loop, self.metrics_snapshot))
             if config.is_controller:
                 self.quorum = self._start_quorum()
                 self.controller = ControllerDriver(
                     config, self.quorum, self.state, self.peers.internal_address
                 )
         except BaseException:
-            if self.metrics_server is not None:
-                self.metrics_server.close()
+            if self.metrics_endpoint is not None:
+                self.metrics_endpoint.close()
             self.logs.close()
             raise
         self._add_services()
@@ -422,6 +424,8 @@ class Node:
             await self.state.wait_for_offset(image.offset + 1, 0.2)
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.serving = True
         _log.info("node %d is ready", self.config.node_id)
 
     # ------------------------------------------------------------------ metrics
@@ -509,6 +513,8 @@ class Node:
     async def stop(self, controlled: bool = True) -> None:
         if controlled and self.lifecycle is not None:
             await self.lifecycle.controlled_shutdown()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.serving = False
         await self.health.enter_graceful_shutdown()
         for part in (self.groups, self.replicas, self.lifecycle, self.follower, self.controller):
             if part is not None:
@@ -520,8 +526,8 @@ class Node:
         )
         if self._reconciling is not None:
             await asyncio.gather(self._reconciling, return_exceptions=True)
-        if self.metrics_server is not None:
-            self.metrics_server.close()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
         if self.quorum is not None:
             self.quorum.close()
         await self.peers.close()
@@ -546,8 +552,8 @@ def _bind(server: grpc.aio.Server, address: str, flag: str) -> int:
     return port
 
 
-async def _run(config: NodeConfig) -> None:
-    node = Node(config)
+async def _run(config: NodeConfig, metrics_endpoint: MetricsEndpoint | None) -> None:
+    node = Node(config, metrics_endpoint)
     await node.start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -562,7 +568,8 @@ def _on_signal(signum: int, stopping: asyncio.Event) -> None:
     stopping.set()
 
 
-def serve(config: NodeConfig) -> None:
-    """Run a node until SIGTERM/SIGINT."""
+def serve(config: NodeConfig, metrics_endpoint: MetricsEndpoint | None = None) -> None:
+    """Run a node until SIGTERM/SIGINT (with ``metrics_endpoint`` already bound, if
+    given)."""
     tune_runtime()
-    asyncio.run(_run(config))
+    asyncio.run(_run(config, metrics_endpoint))
