@@ -15,7 +15,7 @@ Client-streaming handlers (no method of Headwater's has one) are returned unwrap
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
@@ -81,3 +81,25 @@ def _around_generator(inner: Any, hooks: CallHooks[Any]) -> Any:
         hooks.ended(state, None, context)
 
     return call
+
+
+def service_and_method(method: str) -> tuple[str, str]:
+    """("headwater.v1.Broker", "Produce") of the gRPC path "/headwater.v1.Broker/Produce"."""
+    service, _, name = method.lstrip("/").partition("/")
+    return service, name
+
+
+class WrappedHandlers:
+    """Each method's handler wrapped once by ``wrap(method, handler)`` and kept, so that
+    an interceptor does not wrap again on every call (a handler object the server hands
+    out anew is wrapped anew)."""
+
+    def __init__(self, wrap: Callable[[str, Any], grpc.RpcMethodHandler[Any, Any]]) -> None:
+        self.wrap = wrap
+        self._wrapped: dict[str, tuple[Any, grpc.RpcMethodHandler[Any, Any]]] = {}
+
+    def of(self, method: str, handler: Any) -> grpc.RpcMethodHandler[Any, Any]:
+        cached = self._wrapped.get(method)
+        if cached is None or cached[0] is not handler:
+            cached = self._wrapped[method] = (handler, self.wrap(method, handler))
+        return cached[1]

@@ -28,7 +28,7 @@ import grpc
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import to_status
-from headwater.node.call_hooks import around
+from headwater.node.call_hooks import WrappedHandlers, around, service_and_method
 
 AUTH_KEY: Final = "headwater-cluster-auth"
 TOKEN_SKEW_MS: Final = 5 * 60 * 1000
@@ -171,7 +171,7 @@ class ForwardedCallLimit(_ServerInterceptor):
     def __init__(self, calls_max: int) -> None:
         self.calls_max = calls_max
         self.open = 0
-        self._wrapped: dict[str, tuple[Any, grpc.RpcMethodHandler[Any, Any]]] = {}
+        self._wrapped = WrappedHandlers(lambda _method, handler: around(handler, self))
 
     def started(self) -> None:
         self.open += 1
@@ -188,7 +188,7 @@ class ForwardedCallLimit(_ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
         method = _method_name(handler_call_details.method)
-        if handler is None or method.lstrip("/").partition("/")[0] not in FORWARDED_SERVICES:
+        if handler is None or service_and_method(method)[0] not in FORWARDED_SERVICES:
             return handler  # type: ignore[return-value]
         if self.open >= self.calls_max:
             error = HeadwaterError(
@@ -198,10 +198,7 @@ class ForwardedCallLimit(_ServerInterceptor):
                 "the partition's leader",
             )
             return _refusal(handler, str(error), to_status(error))
-        cached = self._wrapped.get(method)
-        if cached is None or cached[0] is not handler:
-            cached = self._wrapped[method] = (handler, around(handler, self))
-        return cached[1]
+        return self._wrapped.of(method, handler)
 
 
 # ----------------------------------------------------------------------------- client

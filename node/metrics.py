@@ -51,7 +51,7 @@ from prometheus_client.registry import Collector
 
 from headwater.errors import ErrorCode
 from headwater.grpc_errors import ABORTED_WITH
-from headwater.node.call_hooks import around
+from headwater.node.call_hooks import WrappedHandlers, around, service_and_method
 
 # grpc's interceptor class is generic in its type stubs only.
 if TYPE_CHECKING:
@@ -198,12 +198,6 @@ class NodeMetrics:
 # ----------------------------------------------------------------------------- RPCs
 
 
-def _rpc_name(method: str) -> tuple[str, str]:
-    """("Broker", "Produce") of "/headwater.v1.Broker/Produce"."""
-    service, _, name = method.lstrip("/").partition("/")
-    return service.rpartition(".")[2], name
-
-
 def _failure_code(exc: BaseException, context: Any) -> str:
     code = ABORTED_WITH.get()
     if code is not None:
@@ -227,7 +221,7 @@ class RpcMetricsInterceptor(_ServerInterceptor):
 
     def __init__(self, metrics: NodeMetrics) -> None:
         self.metrics = metrics
-        self._wrapped: dict[str, tuple[Any, grpc.RpcMethodHandler[Any, Any]]] = {}
+        self._wrapped = WrappedHandlers(self._wrap)
 
     async def intercept_service(
         self,
@@ -237,16 +231,11 @@ class RpcMetricsInterceptor(_ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler  # type: ignore[return-value]  # unknown method: no series
-        method: str = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self._wrap(method, handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
+        return self._wrapped.of(handler_call_details.method, handler)
 
     def _wrap(self, method: str, handler: Any) -> grpc.RpcMethodHandler[Any, Any]:
-        service, name = _rpc_name(method)
+        qualified, name = service_and_method(method)
+        service = qualified.rpartition(".")[2]  # "Broker" of "headwater.v1.Broker"
         timed = handler.unary_unary is not None  # streams are not timed
         return around(
             handler,
