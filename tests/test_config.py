@@ -147,3 +147,17 @@ def test_a_loopback_cluster_without_a_secret_shares_a_private_one(
     path.symlink_to(target)
     with pytest.raises(DataDirError):
         shared_secret(path)
+
+
+@pytest.mark.parametrize("internal_listen", ["", "0.0.0.0:0"])
+def test_an_advertised_inter_broker_address_needs_a_fixed_internal_port(
+    internal_listen: str,
+) -> None:
+    """The port other nodes are told must be the one bound: with no internal_listen, or
+    port 0, the system picks a port the advertised address cannot know."""
+    with pytest.raises(HeadwaterError) as info:
+        NodeConfig(internal_advertised_address="node1:7701", internal_listen=internal_listen)
+    assert info.value.code == ErrorCode.INVALID_CONFIG
+    assert "fixed port" in info.value.message
+    fixed = NodeConfig(internal_advertised_address="node1:7701", internal_listen="0.0.0.0:7701")
+    assert fixed.internal_advertised_address == "node1:7701"
