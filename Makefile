@@ -87,14 +87,15 @@ clean:
 # `make down` stops them; `make down VOLUMES=1` also deletes their data.
 NODES ?= 3
 VOLUMES ?=
+NETWORK ?= bridge
 COMPOSE := $(shell command -v docker-compose >/dev/null 2>&1 && echo docker-compose || echo docker compose)
-COMPOSE_FILES := -f deploy/docker-compose.yml -f deploy/docker-compose.5nodes.yml
+COMPOSE_FILES := $(if $(filter host,$(NETWORK)),-f deploy/docker-compose.host.yml,-f deploy/docker-compose.yml -f deploy/docker-compose.5nodes.yml)
 
 images:
 	deploy/build-images.sh
 
 up: $(STAMP)
-	NODES=$(NODES) deploy/up.sh
+	NODES=$(NODES) NETWORK=$(NETWORK) deploy/up.sh
 
 # The deployment's test on its own (CI runs it in `make test-slow`): make up, a killed
 # leader's container, a node cut off from the compose network, Prometheus, make down.

@@ -2,15 +2,25 @@
 # `make up`: build the images that are missing (deploy/build-images.sh), start the compose
 # deployment, wait until every node is healthy, and print the addresses.
 #   NODES=5 deploy/up.sh       five nodes (deploy/docker-compose.5nodes.yml)
+#   NETWORK=host deploy/up.sh  three nodes on the host's network, loopback only
+#                              (deploy/docker-compose.host.yml: no docker-proxy between
+#                              the host's clients and the nodes)
 #   UP_TIMEOUT_S=300           how long to wait for healthy nodes
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 nodes="${NODES:-3}"
 timeout_s="${UP_TIMEOUT_S:-300}"
+network="${NETWORK:-bridge}"
 case "$nodes" in 3 | 5) ;; *) echo "NODES must be 3 or 5, not $nodes" >&2; exit 2 ;; esac
+case "$network" in bridge | host) ;; *) echo "NETWORK must be bridge or host, not $network" >&2; exit 2 ;; esac
+if [ "$network" = host ] && [ "$nodes" != 3 ]; then
+  echo "NETWORK=host runs 3 nodes (deploy/docker-compose.host.yml), not $nodes" >&2
+  exit 2
+fi
 if command -v docker-compose >/dev/null 2>&1; then compose=(docker-compose); else compose=(docker compose); fi
 files=(-f "$here/docker-compose.yml")
 [ "$nodes" = 5 ] && files+=(-f "$here/docker-compose.5nodes.yml")
+[ "$network" = host ] && files=(-f "$here/docker-compose.host.yml")
 docker info >/dev/null 2>&1 || { echo "no Docker Engine answers here (docker info failed)" >&2; exit 1; }
 
 began=$(date +%s)

@@ -494,7 +494,7 @@ def cluster_status(as_json: bool, bootstrap: str | None) -> None:
 def cluster_health(address: str, timeout_ms: int) -> None:
     """Exit 0 when the node at ADDRESS answers the gRPC health check with SERVING, 1
     otherwise (a container HEALTHCHECK or a readiness probe)."""
-    from headwater.client import node_serving
+    from headwater.healthcheck import node_serving
 
     if not node_serving(address, timeout_ms / 1000):
         fail(f"node at {address} is not serving (or did not answer in {timeout_ms} ms)")

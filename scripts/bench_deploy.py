@@ -1,7 +1,7 @@
 """Produce and consume throughput through the docker-compose deployment against the same
 3-node cluster run as local processes, in one run (BENCHMARKS.md, issue 15).
 
-    python scripts/bench_deploy.py [--rounds 3] [--records 3000000]
+    python scripts/bench_deploy.py [--rounds 3] [--records 3000000] [--network bridge|host]
 
 Each round brings up the compose deployment (``make up``; the images must exist or are
 built first), creates a topic of 4 partitions with replication factor 3 and
@@ -10,7 +10,8 @@ min_insync_replicas 2, runs ``headwater bench produce --mode batch --acks all`` 
 data (``make down VOLUMES=1``); then does the same with ``headwater dev-cluster``'s 3 local
 processes on the same ports. The order alternates between rounds. It reports each
 figure's compose/local ratio pair by pair, the median, and ``make up``'s seconds to
-healthy.
+healthy. ``--network host`` runs the host-network deployment
+(``make up NETWORK=host``, deploy/docker-compose.host.yml) instead of the default one.
 """
 
 from __future__ import annotations
@@ -54,14 +55,15 @@ def workload(topic: str, records: int) -> dict[str, float]:
     }
 
 
-def on_compose(topic: str, records: int) -> dict[str, float]:
+def on_compose(topic: str, records: int, network: str) -> dict[str, float]:
     began = time.monotonic()
-    subprocess.run(["make", "up"], cwd=ROOT, check=True, capture_output=True)
+    make = ["make", f"NETWORK={network}"]
+    subprocess.run([*make, "up"], cwd=ROOT, check=True, capture_output=True)
     healthy_s = time.monotonic() - began
     try:
         return {**workload(topic, records), "make_up_s": round(healthy_s, 1)}
     finally:
-        subprocess.run(["make", "down", "VOLUMES=1"], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run([*make, "down", "VOLUMES=1"], cwd=ROOT, check=True, capture_output=True)
 
 
 def on_local(topic: str, records: int) -> dict[str, float]:
@@ -77,6 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--records", type=int, default=3_000_000)
+    parser.add_argument("--network", choices=("bridge", "host"), default="bridge")
     args = parser.parse_args()
     compose: list[dict[str, float]] = []
     local: list[dict[str, float]] = []
@@ -85,11 +88,15 @@ def main() -> None:
         for where in order:
             topic = f"deploy-{round_no}-{where}"
             if where == "compose":
-                compose.append(on_compose(topic, args.records))
+                compose.append(on_compose(topic, args.records, args.network))
             else:
                 local.append(on_local(topic, args.records))
             print(where, (compose if where == "compose" else local)[-1], flush=True)
-    result: dict[str, Any] = {"rounds": args.rounds, "records": args.records}
+    result: dict[str, Any] = {
+        "rounds": args.rounds,
+        "records": args.records,
+        "network": args.network,
+    }
     for figure in ("produce_records_per_s", "consume_records_per_s"):
         ratios = [round(c[figure] / lo[figure], 3) for c, lo in zip(compose, local, strict=True)]
         result[figure] = {

@@ -4,6 +4,8 @@ request, and a health probe. Against a real node."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -108,3 +110,42 @@ def test_node_serving_answers_for_a_node_and_not_for_a_closed_port(
 ) -> None:
     assert node_serving(shared_node.address)
     assert not node_serving(f"127.0.0.1:{free_port()}", timeout_s=0.5)
+
+
+def test_the_container_health_probe_exits_by_the_answer_and_loads_only_grpc(
+    shared_node: NodeProcess,
+) -> None:
+    """``headwater-healthcheck`` is what Docker starts in every container at every check:
+    0 for a serving node, 1 for a closed port, 2 with a usage line for bad arguments, and
+    none of the project's heavy modules loaded (the full CLI cost 0.34 s of CPU a check)."""
+    probe = [sys.executable, "-m", "headwater.healthcheck"]
+    serving = subprocess.run(
+        [*probe, shared_node.address], check=False, capture_output=True, text=True
+    )
+    assert serving.returncode == 0 and "is serving" in serving.stdout
+    closed = f"127.0.0.1:{free_port()}"
+    refused = subprocess.run(
+        [*probe, closed, "--timeout-ms", "500"], check=False, capture_output=True
+    )
+    assert refused.returncode == 1
+    for bad, problem in (
+        (["--timeout-ms", "0"], "not an integer in 1..600000"),
+        (["127.0.0.1:99999"], "port in 1..65535"),
+        (["--verbose"], "unknown option"),
+        (["a:1", "b:2"], "one address expected"),
+    ):
+        answer = subprocess.run([*probe, *bad], check=False, capture_output=True, text=True)
+        assert answer.returncode == 2 and problem in answer.stderr and "usage:" in answer.stderr
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, headwater.healthcheck; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('headwater', 'pyarrow', 'click', 'pysyncobj')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "['headwater', 'headwater.healthcheck']"

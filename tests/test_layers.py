@@ -39,6 +39,17 @@ RULES: dict[str, tuple[str, ...]] = {
     "headwater/benchmarks": ("headwater.node", "headwater.raft", *PROTOBUF),
     "headwater/devcluster.py": (*SERVER, "headwater.sparkconnector", *COMMANDS, *PROTOBUF),
     "scripts/bench_all.py": ("headwater.node", "headwater.raft", *PROTOBUF),
+    # The container health probe, started as a new process at every check: gRPC only.
+    "headwater/healthcheck.py": (
+        *SERVER,
+        "headwater.client",
+        "headwater.log",
+        "headwater.sparkconnector",
+        "headwater.v1",
+        *COMMANDS,
+        "click",
+        "pyarrow",
+    ),
 }
 
 
