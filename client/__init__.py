@@ -31,11 +31,13 @@ from headwater.client.producer import (
     RecordMetadata,
 )
 from headwater.client.reader import FetchedRange, LogReader
+from headwater.tls import ClientSecurity
 
 __all__ = [
     "Admin",
     "BatchFuture",
     "BatchMetadata",
+    "ClientSecurity",
     "CommitFailedError",
     "Consumer",
     "ConsumerRecord",

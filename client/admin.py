@@ -15,6 +15,7 @@ from headwater.client.connection import Cluster, call
 from headwater.client.groups import GroupCalls
 from headwater.client.positions import TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
+from headwater.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
 CONTROLLER_ANSWERS: Final = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
@@ -53,11 +54,15 @@ class Admin:
         *,
         request_timeout_s: float = 30.0,
         cluster: Cluster | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         """``cluster`` shares another client's connections and metadata cache (then its
-        ``request_timeout_s`` applies); closing this Admin does not close a shared one."""
+        ``request_timeout_s`` applies); closing this Admin does not close a shared one.
+        ``security``: TLS settings (headwater.tls.ClientSecurity), else the environment's."""
         self._owns_cluster = cluster is None
-        self.cluster = cluster or Cluster(bootstrap, request_timeout_s=request_timeout_s)
+        self.cluster = cluster or Cluster(
+            bootstrap, request_timeout_s=request_timeout_s, security=security
+        )
         self._timeout = self.cluster.request_timeout_s
 
     def __enter__(self) -> Admin:

@@ -85,6 +85,7 @@ from headwater.client.retry import ANSWER_GRACE_S
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import Compression, HeaderPairs, encode_batch
+from headwater.tls import ClientSecurity, secure_channel_arguments
 from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -111,16 +112,25 @@ class _Router:
     ``LayoutCache``), and one channel per node. A partition without a leader goes to the
     bootstrap node, which forwards or explains."""
 
-    def __init__(self, bootstrap_address: str, timeout_s: float) -> None:
+    def __init__(
+        self, bootstrap_address: str, timeout_s: float, security: ClientSecurity | None = None
+    ) -> None:
         self.bootstrap_address = bootstrap_address
         self.timeout_s = timeout_s
+        self.security = ClientSecurity.resolve(security)
+        self._credentials, tls_options = secure_channel_arguments(self.security, None)
+        self._options = [*_OPTIONS, *tls_options]
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._layouts: LayoutCache[list[str]] = LayoutCache()  # leader address by partition
 
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=_OPTIONS)
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(address, options=self._options)
+            else:
+                channel = grpc.aio.secure_channel(address, self._credentials, self._options)
+            self._channels[address] = channel
         return channel
 
     def stub(self, address: str) -> pb_grpc.BrokerAsyncStub:
@@ -228,6 +238,7 @@ class AsyncProducer:
         append_timeout_ms: int = 5_000,
         enable_idempotence: bool | None = None,
         max_in_flight_per_partition: int = 5,
+        security: ClientSecurity | None = None,
     ) -> None:
         check_in_flight(max_in_flight_per_partition)
         settings = producer_settings(
@@ -252,7 +263,7 @@ class AsyncProducer:
         self.delivery_timeout_s = settings.delivery_timeout_s
         self.buffer_bytes_max = buffer_bytes_max
         self.max_block_s = max_block_ms / 1000
-        self._router = _Router(self.address, self.timeout_s)
+        self._router = _Router(self.address, self.timeout_s, security)
         self._streams: dict[str, _ProduceStream] = {}
         self._rng = random.Random()
         # Keyless records stick to a partition until its batch leaves (Kafka's KIP-480).
@@ -679,6 +690,7 @@ class AsyncConsumer:
         fetch_max_wait_ms: int = 500,
         auto_offset_reset: str = "latest",
         check_crcs: bool = True,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._positions = FetchPositions(auto_offset_reset)
         if fetch_max_bytes < 1 or fetch_max_wait_ms < 0:
@@ -691,7 +703,7 @@ class AsyncConsumer:
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.auto_offset_reset = auto_offset_reset
         self.check_crcs = check_crcs
-        self._router = _Router(self.address, CONSUMER_CALL_TIMEOUT_S)
+        self._router = _Router(self.address, CONSUMER_CALL_TIMEOUT_S, security)
         self._readers: dict[TopicPartition, asyncio.Task[None]] = {}
         # (partition, generation, (record batches, next offset) or None, error or None)
         self._arrivals: asyncio.Queue[

@@ -22,6 +22,7 @@ import grpc
 from headwater.addresses import DEFAULT_LISTEN, parse_address
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
+from headwater.tls import ClientSecurity, secure_channel_arguments
 from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -112,13 +113,20 @@ class Cluster:
         *,
         request_timeout_s: float = 30.0,
         message_bytes_max: int = MESSAGE_BYTES_MAX,
+        security: ClientSecurity | None = None,
     ) -> None:
+        """``security``: TLS settings (headwater.tls); None takes them from the
+        environment (HEADWATER_SECURITY_PROTOCOL, HEADWATER_TLS_*), plaintext when unset.
+        The files are read here, so a missing or bad one fails at construction."""
         self.bootstrap = resolve_bootstrap(bootstrap)
         self.request_timeout_s = request_timeout_s
-        self._options = [
+        self.security = ClientSecurity.resolve(security)
+        self._credentials, tls_options = secure_channel_arguments(self.security, None)
+        self._options: list[tuple[str, int | str]] = [
             ("grpc.max_send_message_length", message_bytes_max),
             ("grpc.max_receive_message_length", message_bytes_max),
             *RECONNECT_OPTIONS,
+            *tls_options,
         ]
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
@@ -138,7 +146,10 @@ class Cluster:
                 raise HeadwaterError(ErrorCode.NETWORK_EXCEPTION, "client is closed")
             channel = self._channels.get(address)
             if channel is None:
-                channel = grpc.insecure_channel(address, options=self._options)
+                if self._credentials is None:
+                    channel = grpc.insecure_channel(address, options=self._options)
+                else:
+                    channel = grpc.secure_channel(address, self._credentials, self._options)
                 self._channels[address] = channel
             return channel
 

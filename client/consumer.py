@@ -44,6 +44,7 @@ from headwater.client.positions import FetchPositions, TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import columns_without_timestamps, decode_batches, timestamps_ms
+from headwater.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
 _log = logging.getLogger(__name__)
@@ -184,6 +185,7 @@ class Consumer:
         auto_offset_reset: str = "latest",
         request_timeout_ms: int = 30_000,
         check_crcs: bool = True,
+        security: ClientSecurity | None = None,
     ) -> None:
         positions = FetchPositions(auto_offset_reset)
         if fetch_max_bytes < 1 or fetch_max_wait_ms < 0 or fetch_min_bytes < 0:
@@ -191,7 +193,9 @@ class Consumer:
                 ErrorCode.INVALID_CONFIG,
                 "fetch_max_bytes must be >= 1, fetch_max_wait_ms and fetch_min_bytes >= 0",
             )
-        self.cluster = Cluster(bootstrap, request_timeout_s=request_timeout_ms / 1000)
+        self.cluster = Cluster(
+            bootstrap, request_timeout_s=request_timeout_ms / 1000, security=security
+        )
         self.fetch_max_bytes = fetch_max_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.fetch_min_bytes = fetch_min_bytes

@@ -77,6 +77,7 @@ from headwater.log.batch import (
     encode_batch,
     read_header,
 )
+from headwater.tls import ClientSecurity
 from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 
@@ -361,6 +362,7 @@ class Producer:
         append_timeout_ms: int = 5_000,
         enable_idempotence: bool | None = None,
         max_in_flight_per_partition: int = 5,
+        security: ClientSecurity | None = None,
     ) -> None:
         check_in_flight(max_in_flight_per_partition)
         settings = producer_settings(
@@ -384,7 +386,9 @@ class Producer:
         self.request_timeout_s = request_timeout_ms / 1000
         self.buffer_bytes_max = buffer_bytes_max
         self.max_block_s = max_block_ms / 1000
-        self.cluster = Cluster(bootstrap, request_timeout_s=self.request_timeout_s)
+        self.cluster = Cluster(
+            bootstrap, request_timeout_s=self.request_timeout_s, security=security
+        )
         self._rng = random.Random()
         self._sticky = StickyPartitioner(self._rng)
         self._acc: RecordAccumulator[BatchResult] = RecordAccumulator(

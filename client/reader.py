@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from headwater.client.connection import Cluster
+from headwater.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
 FETCH_BYTES_DEFAULT: Final = 1 << 20
@@ -48,12 +49,15 @@ class LogReader:
         request_timeout_s: float = 30.0,
         retry_s: float = 30.0,
         cluster: Cluster | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         """``cluster`` shares another client's connections and metadata cache (then
         ``bootstrap`` and ``request_timeout_s`` are its own); closing this reader does not
         close a shared cluster."""
         self._owns_cluster = cluster is None
-        self.cluster = cluster or Cluster(bootstrap, request_timeout_s=request_timeout_s)
+        self.cluster = cluster or Cluster(
+            bootstrap, request_timeout_s=request_timeout_s, security=security
+        )
         self.retry_s = retry_s
 
     def __enter__(self) -> LogReader:

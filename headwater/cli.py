@@ -92,8 +92,65 @@ def json_option(function: F) -> F:
     lazy_subcommands={"bench": "headwater.benchmarks.perf:bench"},
 )
 @click.version_option(__version__, prog_name="headwater")
-def main() -> None:
-    """Headwater: a partitioned, replicated commit-log broker with a gRPC API."""
+@click.option(
+    "--security-protocol",
+    type=click.Choice(["PLAINTEXT", "SSL", "plaintext", "tls"]),
+    help="How clients connect (env HEADWATER_SECURITY_PROTOCOL): PLAINTEXT, or SSL (TLS).",
+)
+@click.option(
+    "--tls-ca-file",
+    metavar="PEM",
+    help="CA certificates trusted to sign the nodes' certificates (env HEADWATER_TLS_CA_FILE; "
+    "implies SSL).",
+)
+@click.option(
+    "--tls-cert-file",
+    metavar="PEM",
+    help="Client certificate, for nodes that require mutual TLS (env HEADWATER_TLS_CERT_FILE).",
+)
+@click.option("--tls-key-file", metavar="PEM", help="Its private key (env HEADWATER_TLS_KEY_FILE).")
+@click.option(
+    "--tls-server-name",
+    metavar="NAME",
+    help="Name to check the nodes' certificates against instead of the host dialled (env "
+    "HEADWATER_TLS_SERVER_NAME).",
+)
+@click.option(
+    "--client-config",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="HEADWATER_CLIENT_CONFIG",
+    help="TOML file of client settings: bootstrap, security_protocol, tls_ca_file, "
+    "tls_cert_file, tls_key_file, tls_server_name (env and flags win over it).",
+)
+@click.pass_context
+def main(
+    context: click.Context,
+    security_protocol: str | None,
+    tls_ca_file: str | None,
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+    tls_server_name: str | None,
+    client_config: Path | None,
+) -> None:
+    """Headwater: a partitioned, replicated commit-log broker with a gRPC API.
+
+    Client settings (--security-protocol, --tls-*, --client-config) go before the
+    command: headwater --tls-ca-file ca.crt topics list."""
+    from headwater.cli_security import apply_client_settings
+
+    flags = {
+        "security_protocol": security_protocol,
+        "tls_ca_file": tls_ca_file,
+        "tls_cert_file": tls_cert_file,
+        "tls_key_file": tls_key_file,
+        "tls_server_name": tls_server_name,
+    }
+    if context.invoked_subcommand == "serve":
+        # A node reads HEADWATER_TLS_* as its own settings (serve --help, the config file).
+        if any(flags.values()):
+            fail("client settings (--security-protocol, --tls-*) do not apply to serve")
+        return
+    apply_client_settings(flags, client_config)
 
 
 # ---------------------------------------------------------------------- serve
@@ -523,11 +580,19 @@ def cluster_health(address: str, timeout_ms: int) -> None:
     show_default=True,
     help="Node i serves Prometheus metrics on 127.0.0.1:(BASE + i); 0 turns metrics off.",
 )
-def dev_cluster(nodes: int, base_port: int, data_dir: Path, metrics_base_port: int) -> None:
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="Mutual TLS on every listener, with a throwaway CA and certificates for the nodes "
+    "and a client (admin) made under DATA_DIR/tls on first use; prints the client settings.",
+)
+def dev_cluster(
+    nodes: int, base_port: int, data_dir: Path, metrics_base_port: int, tls: bool
+) -> None:
     """Run NODES combined nodes on loopback until Ctrl-C."""
     from headwater.cli_cluster import run_dev_cluster
 
-    run_dev_cluster(nodes, base_port, data_dir, metrics_base_port)
+    run_dev_cluster(nodes, base_port, data_dir, metrics_base_port, tls)
 
 
 # ---------------------------------------------------------------------- produce / consume

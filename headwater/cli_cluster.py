@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 from rich.console import Console
@@ -29,6 +29,9 @@ from headwater.devcluster import (
     WaitTimeoutError,
 )
 from headwater.errors import ErrorCode, HeadwaterError
+
+if TYPE_CHECKING:
+    from headwater.tls_certs import DevPki
 
 READY_DEADLINE_S: Final = 60.0
 STOP_DEADLINE_S: Final = 30.0
@@ -90,10 +93,13 @@ def start_dev_cluster(
     data_dir: Path,
     stopping: Callable[[], bool],
     metrics_base_port: int = 0,
+    tls: bool = False,
 ) -> LocalCluster:
     """Start ``nodes`` nodes on the fixed port plan and wait until each serves (or
-    ``stopping()``); on failure every node is killed and HeadwaterError names the cause."""
+    ``stopping()``); on failure every node is killed and HeadwaterError names the cause.
+    ``tls``: mutual TLS with the PKI under ``data_dir/tls`` (``dev_pki``)."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    pki = dev_pki(data_dir / "tls", nodes) if tls else None
     cluster = LocalCluster(
         data_dir,
         nodes,
@@ -101,6 +107,8 @@ def start_dev_cluster(
         internal_listener=False,
         layout=dev_layout,
         metrics_base_port=metrics_base_port or None,
+        tls=pki,
+        tls_client_auth=tls,
     )
     try:
         cluster.start(wait=False, own_session=True)  # Ctrl-C reaches this process only
@@ -114,7 +122,20 @@ def start_dev_cluster(
     return cluster
 
 
-def run_dev_cluster(nodes: int, base_port: int, data_dir: Path, metrics_base_port: int) -> None:
+def dev_pki(folder: Path, nodes: int) -> DevPki:
+    """The development PKI under ``folder``: kept from an earlier run when every file is
+    there and the certificates are still valid for a day, so that exported client
+    settings keep working across restarts; made anew otherwise."""
+    from headwater.tls_certs import create_dev_pki, load_dev_pki  # noqa: PLC0415 (server extra)
+
+    node_ids = tuple(range(1, nodes + 1))
+    kept = load_dev_pki(folder.resolve(), node_ids)
+    return kept if kept is not None else create_dev_pki(folder.resolve(), node_ids)
+
+
+def run_dev_cluster(
+    nodes: int, base_port: int, data_dir: Path, metrics_base_port: int, tls: bool = False
+) -> None:
     stopping = False
 
     def on_signal(_signum: int, _frame: object) -> None:
@@ -123,7 +144,9 @@ def run_dev_cluster(nodes: int, base_port: int, data_dir: Path, metrics_base_por
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    cluster = start_dev_cluster(nodes, base_port, data_dir, lambda: stopping, metrics_base_port)
+    cluster = start_dev_cluster(
+        nodes, base_port, data_dir, lambda: stopping, metrics_base_port, tls
+    )
     try:
         for node in cluster.nodes.values():
             click.echo(
@@ -133,6 +156,13 @@ def run_dev_cluster(nodes: int, base_port: int, data_dir: Path, metrics_base_por
             )
         click.echo(f"bootstrap: {cluster.bootstrap(list(cluster.nodes.values()))}")
         click.echo(f"export HEADWATER_BOOTSTRAP={cluster.bootstrap(list(cluster.nodes.values()))}")
+        security = cluster.client_security
+        if security.tls:
+            click.echo("mutual TLS: clients present a certificate signed by the cluster's CA")
+            click.echo("export HEADWATER_SECURITY_PROTOCOL=SSL")
+            click.echo(f"export HEADWATER_TLS_CA_FILE={Path(security.ca_file).resolve()}")
+            click.echo(f"export HEADWATER_TLS_CERT_FILE={Path(security.cert_file).resolve()}")
+            click.echo(f"export HEADWATER_TLS_KEY_FILE={Path(security.key_file).resolve()}")
         click.echo("Ctrl-C stops the cluster.")
         sys.stdout.flush()
         reported: set[int] = set()

@@ -25,6 +25,7 @@ from headwater.addresses import DEFAULT_LISTEN, parse_address
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.api import FlushPolicy, LogConfig
 from headwater.log.batch import HEADER_BYTES
+from headwater.tls import PRINCIPAL_MAPPINGS
 
 INT32_MAX: Final = (1 << 31) - 1
 INT64_MAX: Final = (1 << 63) - 1
@@ -326,6 +327,42 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "their user may read ($XDG_RUNTIME_DIR or the temporary folder, headwater-UID/), "
         "with a warning. "
         "HEADWATER_RAFT_SECRET and raft_secret are read as older names of it.",
+    ),
+    Setting(
+        "tls_cert_file",
+        "",
+        "PEM file of this node's certificate chain: with tls_key_file, both gRPC listeners "
+        "(listen and internal_listen) speak TLS only, and this node presents it to other "
+        "nodes as a client. Its subjectAltName must name every host and address clients and "
+        "other nodes dial (advertised_address, internal_advertised_address). Empty: "
+        "plaintext (docs/security.md).",
+    ),
+    Setting("tls_key_file", "", "PEM file of the private key of tls_cert_file (unencrypted)."),
+    Setting(
+        "tls_ca_file",
+        "",
+        "PEM file of the CA certificates this node trusts: to verify client certificates "
+        "(tls_client_auth required) and other nodes' certificates, both ways on the "
+        "inter-broker listener (mutual TLS between nodes). Required with TLS in a cluster "
+        "of several nodes.",
+    ),
+    Setting(
+        "tls_client_auth",
+        "none",
+        "On the client listener: required, every client presents a certificate signed by a "
+        "CA in tls_ca_file (mutual TLS; its principal comes from tls_principal_mapping); "
+        "none, clients present none. A handshake refused for a missing, untrusted or expired "
+        "certificate closes the connection (gRPC's TLS gives no status), and the node logs "
+        "why.",
+        choices=("none", "required"),
+    ),
+    Setting(
+        "tls_principal_mapping",
+        "cn",
+        "How a client certificate names its principal (User:<value>): cn, the subject's "
+        "common name; subject, the whole subject (CN=alice,O=Example); san_dns, san_uri or "
+        "san_email, the first subjectAltName of that type.",
+        choices=PRINCIPAL_MAPPINGS,
     ),
     Setting(
         "raft_election_timeout_ms",
@@ -688,6 +725,11 @@ class NodeConfig:
     roles: str = "controller,broker"
     controller_addresses: str = ""
     cluster_secret: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
+    tls_client_auth: str = "none"
+    tls_principal_mapping: str = "cn"
     raft_election_timeout_ms: int = 300
     replica_lag_ms_max: int = 10_000
     replica_fetch_wait_ms_max: int = 500
@@ -766,6 +808,26 @@ class NodeConfig:
             )
         for address in filter(None, self.controller_addresses.split(",")):
             parse_address(address, "controller_addresses entry")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise _invalid(
+                "tls_cert_file and tls_key_file go together (TLS needs the certificate and its "
+                f"key; given: cert {self.tls_cert_file!r}, key {self.tls_key_file!r})"
+            )
+        if not self.tls and (self.tls_ca_file or self.tls_client_auth != "none"):
+            raise _invalid(
+                "tls_ca_file and tls_client_auth need TLS: set tls_cert_file and tls_key_file"
+            )
+        if self.tls_client_auth == "required" and not self.tls_ca_file:
+            raise _invalid(
+                "tls_client_auth required needs tls_ca_file, the CA certificates that sign the "
+                "clients' certificates"
+            )
+        several = len(self.quorum_voters) > 1 or not self.is_controller
+        if self.tls and several and not self.tls_ca_file:
+            raise _invalid(
+                "TLS in a cluster of several nodes needs tls_ca_file: nodes verify each other's "
+                "certificates with it on the inter-broker listener"
+            )
         if self.needs_cluster_secret and not self.cluster_secret:
             raise _invalid(
                 "a multi-node cluster needs cluster_secret, the same on every node (it "
@@ -773,6 +835,11 @@ class NodeConfig:
                 "HEADWATER_CLUSTER_SECRET or cluster_secret in the config file, e.g. to the "
                 "output of: python3 -c 'import secrets; print(secrets.token_hex(32))'"
             )
+
+    @property
+    def tls(self) -> bool:
+        """Do the gRPC listeners speak TLS (tls_cert_file and tls_key_file set)?"""
+        return bool(self.tls_cert_file)
 
     @property
     def is_controller(self) -> bool:

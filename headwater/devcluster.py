@@ -28,11 +28,29 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final, TypeVar
+from typing import IO, TYPE_CHECKING, Final, TypeVar
 
 from headwater.client import Admin, node_serving
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.ports import free_port
+from headwater.tls import (
+    CA_FILE_ENV,
+    CERT_FILE_ENV,
+    KEY_FILE_ENV,
+    PROTOCOL_ENV,
+    SERVER_NAME_ENV,
+    TLS,
+    ClientSecurity,
+)
+
+if TYPE_CHECKING:  # only the types: creating certificates needs the server extra
+    from headwater.tls_certs import DevPki, TlsFiles
+
+CLIENT_SECURITY_ENV: Final = frozenset(
+    {PROTOCOL_ENV, CA_FILE_ENV, CERT_FILE_ENV, KEY_FILE_ENV, SERVER_NAME_ENV}
+)
+"""Variables a node would read as its own TLS settings: a shell's client settings are
+not passed on to the nodes this harness starts."""
 
 HEADWATER_CLI: Final = (sys.executable, "-m", "headwater.cli")
 SECRET_ENV: Final = "HEADWATER_CLUSTER_SECRET"  # noqa: S105 (a variable name)
@@ -114,10 +132,16 @@ class LocalNode:
         log_path: Path | None = None,
         host: str = "127.0.0.1",
         metrics_port: int | None = None,
+        tls: TlsFiles | None = None,
+        tls_client_auth: bool = False,
     ) -> None:
         """``quorum`` defaults to this node alone on a free Raft port; ``env`` is added to
-        this process's environment; the log defaults to ``node-PORT.log`` beside
-        ``data_dir``."""
+        this process's environment (less any client TLS settings in it: HEADWATER_TLS_*
+        and HEADWATER_SECURITY_PROTOCOL are the node's own settings too); the log defaults
+        to ``node-PORT.log`` beside ``data_dir``. ``tls``: both listeners speak TLS with
+        these files (the certificate also serves as the client certificate of this
+        harness's health checks), requiring client certificates with
+        ``tls_client_auth``."""
         self.data_dir = data_dir
         self.node_id = node_id
         self.port = port or free_port()
@@ -130,6 +154,20 @@ class LocalNode:
         """Where the node serves Prometheus metrics (``--metrics-listen``); None: off."""
         self.extra_args = tuple(extra_args)
         self.env = dict(env or {})
+        self.security = ClientSecurity()
+        """How this harness talks to the node (its health checks)."""
+        if tls is not None:
+            self.env.update(
+                {
+                    CERT_FILE_ENV: str(tls.cert_file),
+                    KEY_FILE_ENV: str(tls.key_file),
+                    CA_FILE_ENV: str(tls.ca_file),
+                    "HEADWATER_TLS_CLIENT_AUTH": "required" if tls_client_auth else "none",
+                }
+            )
+            self.security = ClientSecurity(
+                TLS, str(tls.ca_file), str(tls.cert_file), str(tls.key_file)
+            )
         self.log_path = log_path or data_dir.parent / f"node-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -174,7 +212,10 @@ class LocalNode:
                 self.command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **self.env},
+                env={
+                    **{k: v for k, v in os.environ.items() if k not in CLIENT_SECURITY_ENV},
+                    **self.env,
+                },
                 start_new_session=own_session,
             )
         finally:
@@ -194,7 +235,7 @@ class LocalNode:
                 f"node {self.node_id} at {self.address} exited with status "
                 f"{self.process.returncode}; see {self.log_path}: {self.log()[-2000:]}"
             )
-        return node_serving(self.address, timeout_s)
+        return node_serving(self.address, timeout_s, self.security)
 
     def wait_serving(self, deadline_s: float = START_DEADLINE_S) -> float:
         """Block until the node serves; return the seconds waited."""
@@ -255,11 +296,15 @@ class LocalCluster:
         internal_listener: bool = True,
         layout: Callable[[Path, int], tuple[Path, Path]] | None = None,
         metrics_base_port: int | None = None,
+        tls: DevPki | None = None,
+        tls_client_auth: bool = False,
     ) -> None:
         """``layout(root, i)`` gives node i's data folder and log file, by default
         ``root/n<i>/data`` and ``root/n<i>.log``; ``secret`` defaults to a random one
         (``env`` may set HEADWATER_CLUSTER_SECRET instead); with ``metrics_base_port``
-        node i serves metrics on 127.0.0.1:(metrics_base_port + i)."""
+        node i serves metrics on 127.0.0.1:(metrics_base_port + i). ``tls``: every node
+        speaks TLS with its certificate from this PKI (``headwater.tls_certs``), clients
+        of ``admin`` and ``client_security`` present its client certificate."""
         if ports is not None:
             ports.check(size)
         planned = {
@@ -280,9 +325,19 @@ class LocalCluster:
                 internal_listener=internal_listener,
                 log_path=place(root, i)[1],
                 metrics_port=metrics_base_port + i if metrics_base_port else None,
+                tls=tls.nodes[i] if tls is not None else None,
+                tls_client_auth=tls_client_auth,
             )
             for i, (client, _) in planned.items()
         }
+        self.client_security = (
+            ClientSecurity(
+                TLS, str(tls.ca_file), str(tls.client.cert_file), str(tls.client.key_file)
+            )
+            if tls is not None
+            else ClientSecurity()
+        )
+        """What a client of this cluster uses (TLS with the PKI's client certificate)."""
         self._admins: dict[int, Admin] = {}
 
     def start(
@@ -321,7 +376,9 @@ class LocalCluster:
         """An Admin client of node ``node_id`` alone (kept for the cluster's life)."""
         admin = self._admins.get(node_id)
         if admin is None:
-            admin = self._admins[node_id] = Admin(self.nodes[node_id].address, request_timeout_s=5)
+            admin = self._admins[node_id] = Admin(
+                self.nodes[node_id].address, request_timeout_s=5, security=self.client_security
+            )
         return admin
 
     def wait_settled(self, deadline_s: float = 120.0) -> int:

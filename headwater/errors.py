@@ -72,6 +72,7 @@ class ErrorCode(enum.IntEnum):
     STALE_MEMBER_EPOCH = 113
     INVALID_REGULAR_EXPRESSION = 128
     PARTITION_NOT_ASSIGNED = 1001
+    TLS_HANDSHAKE_FAILED = 1002  # client-side only: never sent by a node
 
 
 # Retriable: the same request may succeed later without change (Kafka's RetriableException).
@@ -181,6 +182,7 @@ GRPC_STATUS_OF: dict[ErrorCode, GrpcCode] = {
     ErrorCode.STALE_MEMBER_EPOCH: GrpcCode.FAILED_PRECONDITION,
     ErrorCode.INVALID_REGULAR_EXPRESSION: GrpcCode.INVALID_ARGUMENT,
     ErrorCode.PARTITION_NOT_ASSIGNED: GrpcCode.FAILED_PRECONDITION,
+    ErrorCode.TLS_HANDSHAKE_FAILED: GrpcCode.UNAVAILABLE,
 }
 assert set(GRPC_STATUS_OF) == set(ErrorCode) - {ErrorCode.NONE}
 

@@ -17,6 +17,7 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 from grpc_status import rpc_status
 
 from headwater.errors import ERROR_DOMAIN, GRPC_STATUS_OF, ErrorCode, HeadwaterError
+from headwater.tls import SOCKET_CLOSED_HINT, handshake_failure
 
 _TRANSPORT_CODES = {
     grpc.StatusCode.UNAVAILABLE: ErrorCode.NETWORK_EXCEPTION,
@@ -83,6 +84,14 @@ def from_rpc_error(exc: grpc.RpcError, target: str) -> HeadwaterError:
     code_of_call = call.code() if call is not None else grpc.StatusCode.UNKNOWN
     details = (call.details() if call is not None else None) or str(exc)
     error_code = _TRANSPORT_CODES.get(code_of_call, ErrorCode.UNKNOWN_SERVER_ERROR)
+    if code_of_call == grpc.StatusCode.UNAVAILABLE:
+        refused = handshake_failure(details)
+        if refused is not None:
+            return HeadwaterError(
+                ErrorCode.TLS_HANDSHAKE_FAILED, f"{target}: {refused} ({details})"
+            )
+        if details.endswith("Socket closed"):
+            details = f"{details}; {SOCKET_CLOSED_HINT}"
     if code_of_call == grpc.StatusCode.INTERNAL and details == ASYNC_WRITE_FAILED:
         # grpc.aio reports a stream write that fails as the call ends (a node killed
         # under it) with this status instead of the call's own (grpc/grpc#36066): the

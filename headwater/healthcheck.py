@@ -21,17 +21,32 @@ import sys
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from headwater.errors import HeadwaterError
+from headwater.tls import ClientSecurity, secure_channel_arguments
+
 DEFAULT_ADDRESS = "127.0.0.1:7700"
 DEFAULT_TIMEOUT_MS = 2000
 TIMEOUT_MS_RANGE = (1, 600_000)
 USAGE = "usage: headwater-healthcheck [HOST:PORT] [--timeout-ms 1..600000]"
 
 
-def node_serving(address: str, timeout_s: float = 1.0) -> bool:
+def node_serving(
+    address: str, timeout_s: float = 1.0, security: ClientSecurity | None = None
+) -> bool:
     """True when the node at ``address`` answers its health check with SERVING; False when
-    it answers otherwise or cannot be reached within ``timeout_s``."""
+    it answers otherwise or cannot be reached within ``timeout_s``. ``security``: TLS
+    settings, else the environment's (HEADWATER_SECURITY_PROTOCOL, HEADWATER_TLS_*: in a
+    node's container those are the node's own, so the probe presents the node's
+    certificate to a listener that requires one)."""
+    settings = ClientSecurity.resolve(security)
+    credentials, options = secure_channel_arguments(settings, None)
+    channel = (
+        grpc.insecure_channel(address)
+        if credentials is None
+        else grpc.secure_channel(address, credentials, options)
+    )
     try:
-        with grpc.insecure_channel(address) as channel:
+        with channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=timeout_s
             )
@@ -77,7 +92,12 @@ def main(arguments: list[str] | None = None) -> int:
     except ValueError as problem:
         print(f"{problem}\n{USAGE}", file=sys.stderr)
         return 2
-    if node_serving(address, timeout_ms / 1000):
+    try:
+        serving = node_serving(address, timeout_ms / 1000)
+    except HeadwaterError as problem:  # a TLS setting that cannot be used
+        print(problem, file=sys.stderr)
+        return 2
+    if serving:
         print(f"node at {address} is serving")
         return 0
     print(f"node at {address} is not serving (or did not answer in {timeout_ms} ms)")

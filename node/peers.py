@@ -42,9 +42,17 @@ class Peers:
     """Channels to other nodes. ``secret`` is the cluster secret, which signs every call
     to an inter-broker listener; ``internal_address`` is this node's own, once bound."""
 
-    def __init__(self, config: NodeConfig, secret: bytes) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        secret: bytes,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        """``credentials``: TLS to other nodes (this node's certificate as the client's,
+        theirs verified against tls_ca_file); None for plaintext."""
         self.config = config
         self.secret = secret
+        self.credentials = credentials
         self.internal_address = ""
         self._channels: dict[tuple[str, bool, bool], grpc.aio.Channel] = {}
         self.timeout_s = config.request_timeout_ms / 1000
@@ -58,20 +66,25 @@ class Peers:
         key = (address, internal, forwarding)
         channel = self._channels.get(key)
         if channel is None:
-            channel = grpc.aio.insecure_channel(
-                address,
-                options=[
-                    ("grpc.max_send_message_length", self.config.request_bytes_max),
-                    ("grpc.max_receive_message_length", self.config.request_bytes_max),
-                    *RECONNECT_OPTIONS,
-                    # Channels with the same target and options share connections
-                    # (gRPC's global subchannel pool): this keeps forwarding's apart.
-                    *((("grpc.use_local_subchannel_pool", 1),) if forwarding else ()),
-                ],
-                interceptors=(
-                    signing_interceptors(self.secret, self.config.node_id) if internal else None
-                ),
+            options: list[tuple[str, Any]] = [
+                ("grpc.max_send_message_length", self.config.request_bytes_max),
+                ("grpc.max_receive_message_length", self.config.request_bytes_max),
+                *RECONNECT_OPTIONS,
+                # Channels with the same target and options share connections
+                # (gRPC's global subchannel pool): this keeps forwarding's apart.
+                *((("grpc.use_local_subchannel_pool", 1),) if forwarding else ()),
+            ]
+            interceptors = (
+                signing_interceptors(self.secret, self.config.node_id) if internal else None
             )
+            if self.credentials is None:
+                channel = grpc.aio.insecure_channel(
+                    address, options=options, interceptors=interceptors
+                )
+            else:
+                channel = grpc.aio.secure_channel(
+                    address, self.credentials, options=options, interceptors=interceptors
+                )
             self._channels[key] = channel
         return channel
 

@@ -42,6 +42,7 @@ from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.replica_manager import ReplicaManager
 from headwater.node.replica_service import ReplicaService
 from headwater.node.service import BrokerService
+from headwater.node.tls_setup import load_node_tls
 from headwater.raft.image import MetadataImage
 from headwater.raft.quorum import (
     MetadataQuorum,
@@ -104,7 +105,12 @@ class Node:
         self.logs = LogManager(config)
         try:
             self.secret = self.logs.cluster_secret()
-            self.peers = Peers(config, self.secret.encode())
+            self.tls = load_node_tls(config)
+            self.peers = Peers(
+                config,
+                self.secret.encode(),
+                self.tls.peer_credentials() if self.tls is not None else None,
+            )
             self.server = self._build_server()
             self.internal_server = self._build_server(
                 interceptors=[
@@ -172,9 +178,20 @@ class Node:
         )
 
     def _bind(self) -> None:
-        self.port = _bind(self.server, self.config.listen, "--listen")
+        tls = self.tls
+        self.port = _bind(
+            self.server,
+            self.config.listen,
+            "--listen",
+            tls.client_listener_credentials() if tls is not None else None,
+        )
         internal = self.config.internal_listen_address
-        internal_port = _bind(self.internal_server, internal, "--internal-listen")
+        internal_port = _bind(
+            self.internal_server,
+            internal,
+            "--internal-listen",
+            tls.internal_listener_credentials() if tls is not None else None,
+        )
         if self.config.internal_advertised_address:
             self.peers.internal_address = self.config.internal_advertised_address
             return
@@ -536,11 +553,20 @@ class Node:
         _log.info("node %d stopped", self.config.node_id)
 
 
-def _bind(server: grpc.aio.Server, address: str, flag: str) -> int:
-    """Bind ``address``; return the port (ListenError when it cannot be bound)."""
+def _bind(
+    server: grpc.aio.Server,
+    address: str,
+    flag: str,
+    credentials: grpc.ServerCredentials | None,
+) -> int:
+    """Bind ``address``, with TLS when ``credentials`` are given; return the port
+    (ListenError when it cannot be bound)."""
     cause: RuntimeError | None = None
     try:
-        port = server.add_insecure_port(address)
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         port = 0
         cause = exc

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from headwater.errors import HeadwaterError
+from headwater.tls import ClientSecurity
 from headwater.topics import check_group_id
 
 EARLIEST: Final = -2
@@ -113,9 +114,50 @@ class SourceOptions:
     fetch_max_bytes: int = FETCH_BYTES_DEFAULT
     group_id: str | None = None
     """Streams: commit each finished micro-batch's end offsets to this consumer group."""
+    security: ClientSecurity = field(default_factory=ClientSecurity)
+    """TLS settings of every client the source makes (``security_options``)."""
 
 
 # --------------------------------------------------------------------------- options
+
+SECURITY_OPTIONS: Final = {
+    "protocol": ("headwater.security.protocol", "kafka.security.protocol", "security.protocol"),
+    "ca_file": ("headwater.tls.ca.file", "kafka.ssl.truststore.location"),
+    "cert_file": ("headwater.tls.cert.file", "kafka.ssl.keystore.location"),
+    "key_file": ("headwater.tls.key.file", "kafka.ssl.keystore.location"),
+    "server_name": ("headwater.tls.server.name",),
+}
+"""Option names of each TLS setting, Headwater's first, then Kafka's. Kafka's keystore
+is one PEM file holding the client's certificate chain and key (``ssl.keystore.type``
+PEM); its truststore a PEM file of CA certificates (``ssl.truststore.type`` PEM)."""
+
+
+def security_options(
+    options: Mapping[str, str], environment: ClientSecurity | None = None
+) -> ClientSecurity:
+    """The TLS settings the options give; unset ones come from ``environment`` (the
+    driver's HEADWATER_SECURITY_PROTOCOL and HEADWATER_TLS_*, resolved once here so that
+    executors use what the driver was given). OptionError names a bad value."""
+    for kind in ("truststore", "keystore"):
+        store_type = _get(options, f"kafka.ssl.{kind}.type")
+        if store_type is not None and store_type.strip().upper() != "PEM":
+            raise OptionError(
+                f"kafka.ssl.{kind}.type is {store_type!r}; Headwater reads PEM files only "
+                f"(convert a JKS or PKCS12 store with keytool/openssl)"
+            )
+    for unsupported in ("kafka.sasl.mechanism", "kafka.sasl.jaas.config"):
+        if _get(options, unsupported) is not None:
+            raise OptionError(f"{unsupported}: SASL credentials are not supported yet")
+    base = environment if environment is not None else ClientSecurity()
+    chosen: dict[str, str] = {}
+    for setting, names in SECURITY_OPTIONS.items():
+        value = next((v for name in names if (v := _get(options, name)) is not None), None)
+        if value is not None:
+            chosen[setting] = value.strip()
+    try:
+        return base.with_overrides(**chosen)
+    except HeadwaterError as error:
+        raise OptionError(f"TLS options: {error.message}") from None
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -264,8 +306,11 @@ def include_headers(options: Mapping[str, str]) -> bool:
     return _boolean(options, "includeHeaders", False)
 
 
-def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
-    """Validate the reader options; raise OptionError naming the problem."""
+def parse_options(
+    options: Mapping[str, str], streaming: bool, environment: ClientSecurity | None = None
+) -> SourceOptions:
+    """Validate the reader options; raise OptionError naming the problem.
+    ``environment``: the TLS settings unset options fall back to."""
     bootstrap = next(
         (v for k in BOOTSTRAP_KEYS if (v := _get(options, k)) is not None), DEFAULT_BOOTSTRAP
     )
@@ -310,6 +355,7 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         max_records_per_partition=_positive(options, "maxRecordsPerPartition"),
         fetch_max_bytes=fetch_max_bytes,
         group_id=group_id,
+        security=security_options(options, environment),
     )
 
 

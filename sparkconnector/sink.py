@@ -56,7 +56,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from headwater.client import Admin, BatchFuture, LogReader
+from headwater.client import Admin, BatchFuture, ClientSecurity, LogReader
 from headwater.client.partitioner import partition_for_key
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import (
@@ -66,7 +66,7 @@ from headwater.log.batch import (
     iter_headers,
 )
 from headwater.sparkconnector import planning
-from headwater.sparkconnector.source import CALL_RETRY_S, Clients, clients_for
+from headwater.sparkconnector.source import CALL_RETRY_S, Clients, clients_of
 
 STATE_TOPIC_PREFIX: Final = "headwater-sink-state."
 STATE_TOPIC_CONFIGS: Final = {
@@ -94,6 +94,7 @@ class SinkOptions:
     topic: str | None
     sink_id: str | None
     chunk_bytes: int
+    security: ClientSecurity = field(default_factory=ClientSecurity)
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -117,7 +118,16 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise SinkOptionError(
             f"headwater sink: batchBytes is {chunk_bytes}; valid range is [1024, {CHUNK_BYTES_MAX}]"
         )
-    return SinkOptions(bootstrap.strip(), topic.strip() if topic else None, sink_id, chunk_bytes)
+    try:
+        security = planning.security_options(options, ClientSecurity.from_env())
+        security.check_files()
+    except planning.OptionError as exc:
+        raise SinkOptionError(f"headwater sink: {exc}") from None
+    except HeadwaterError as exc:
+        raise SinkOptionError(f"headwater sink: {exc.message}") from None
+    return SinkOptions(
+        bootstrap.strip(), topic.strip() if topic else None, sink_id, chunk_bytes, security
+    )
 
 
 def check_input_schema(schema: StructType, options: SinkOptions) -> None:
@@ -291,7 +301,7 @@ class _TaskWriter:
         context = TaskContext.get()
         self.spark_partition = context.partitionId() if context is not None else 0
         self.options = options
-        self.clients = clients_for(options.bootstrap)
+        self.clients = clients_of(options)
         self.producer = producer_id(writer, self.spark_partition, batch_id)
         self.lower_bounds = lower_bounds  # None: this task cannot be a repeat
         self.sequences: dict[Key, int] = {}  # records written per partition so far
@@ -436,7 +446,7 @@ class HeadwaterBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = _sink_options(options)
         check_input_schema(schema, self.options)
-        admin = clients_for(self.options.bootstrap).admin
+        admin = clients_of(self.options).admin
         self.ends = _latest_offsets(admin, [self.options.topic]) if self.options.topic else {}
         # This write's name: its retried tasks share it; another write never does.
         self.writer = f"{self.options.sink_id or ''}\0batch\0{secrets.token_hex(16)}"
@@ -460,7 +470,7 @@ class HeadwaterStreamWriter(DataSourceStreamArrowWriter):
         # one of this run only.
         self.writer = self.options.sink_id or f"\0run\0{secrets.token_hex(16)}"
         if self.options.sink_id is not None:
-            clients = clients_for(self.options.bootstrap)
+            clients = clients_of(self.options)
             self.state = read_state(clients, self.options.sink_id)
             if self.state is None:  # the query's first start
                 topics = [self.options.topic] if self.options.topic else []
@@ -482,7 +492,7 @@ class HeadwaterStreamWriter(DataSourceStreamArrowWriter):
         if batch_id == self.state.batch_id + 1:
             bounds = self.state.ends  # the batch a restarted query may be repeating
         elif retry:
-            latest = read_state(clients_for(self.options.bootstrap), self.options.sink_id)
+            latest = read_state(clients_of(self.options), self.options.sink_id)
             bounds = latest.ends if latest is not None else {}
         return _TaskWriter(self.options, self.writer, batch_id, bounds).write(iterator)
 
@@ -495,7 +505,7 @@ class HeadwaterStreamWriter(DataSourceStreamArrowWriter):
             topics |= {t for t, _ in self.state.ends}
         if self.options.topic:
             topics.add(self.options.topic)
-        clients = clients_for(self.options.bootstrap)
+        clients = clients_of(self.options)
         ends = _latest_offsets(clients.admin, sorted(topics))
         write_state(clients, self.options.sink_id, SinkState(batchId, ends))
 

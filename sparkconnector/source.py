@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from headwater.client import Admin, LogReader, Producer
+from headwater.client import Admin, ClientSecurity, LogReader, Producer
 from headwater.client.connection import Cluster
 from headwater.client.positions import TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
@@ -61,7 +61,7 @@ FETCH_WAIT_MS: Final = 500
 READ_PATIENCE_S: Final = 60.0
 CALL_RETRY_S: Final = 30.0
 _log = logging.getLogger(__name__)
-_clients: dict[str, Clients] = {}
+_clients: dict[tuple[str, ClientSecurity], Clients] = {}
 _clients_lock = threading.Lock()
 
 
@@ -70,8 +70,9 @@ class Clients:
     and metadata, and an acks=all Producer made on first use (the sink's). They live as
     long as the process: Spark reuses its Python workers, and they keep their channels."""
 
-    def __init__(self, bootstrap: str) -> None:
-        cluster = Cluster(bootstrap, request_timeout_s=CALL_RETRY_S)
+    def __init__(self, bootstrap: str, security: ClientSecurity) -> None:
+        self.security = security
+        cluster = Cluster(bootstrap, request_timeout_s=CALL_RETRY_S, security=security)
         self.admin = Admin(cluster=cluster)
         self.reader = LogReader(cluster=cluster, retry_s=CALL_RETRY_S)
         self._producer: Producer | None = None
@@ -87,6 +88,7 @@ class Clients:
                     acks="all",
                     linger_ms=0,
                     delivery_timeout_ms=int(CALL_RETRY_S * 1000),
+                    security=self.security,
                 )
             return self._producer
 
@@ -103,24 +105,47 @@ class Clients:
                     linger_ms=0,
                     delivery_timeout_ms=int(CALL_RETRY_S * 1000),
                     enable_idempotence=False,
+                    security=self.security,
                 )
             return self._named_producer
 
 
-def clients_for(bootstrap: str) -> Clients:
-    """This process's clients of ``bootstrap`` (shared by every read and write)."""
+def clients_for(bootstrap: str, security: ClientSecurity) -> Clients:
+    """This process's clients of ``bootstrap`` with ``security`` (shared by every read
+    and write)."""
     with _clients_lock:
-        clients = _clients.get(bootstrap)
+        clients = _clients.get((bootstrap, security))
         if clients is None:
-            clients = _clients[bootstrap] = Clients(bootstrap)
+            clients = _clients[(bootstrap, security)] = Clients(bootstrap, security)
         return clients
 
 
+class ClientOptions(Protocol):
+    """What the source's and the sink's options say about reaching the cluster."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    @property
+    def security(self) -> ClientSecurity: ...
+
+
+def clients_of(options: ClientOptions) -> Clients:
+    """This process's clients of the cluster ``options`` name."""
+    return clients_for(options.bootstrap, options.security)
+
+
 def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
+    """The options, checked; TLS settings not given fall back to this (the driver's)
+    environment, and their files are read once here so that a bad path fails now."""
     try:
-        return planning.parse_options(options, streaming)
+        parsed = planning.parse_options(options, streaming, ClientSecurity.from_env())
+        parsed.security.check_files()
     except planning.OptionError as exc:
         raise ValueError(f"headwater source: {exc}") from None
+    except HeadwaterError as exc:
+        raise ValueError(f"headwater source: {exc.message}") from None
+    return parsed
 
 
 # --------------------------------------------------------------------------- facts
@@ -138,7 +163,7 @@ class Facts:
 
 def fetch_facts(options: SourceOptions) -> Facts:
     """Topics, partitions, ids and offset bounds of the subscription, from the cluster."""
-    admin = clients_for(options.bootstrap).admin
+    admin = clients_of(options).admin
     metadata = admin.cluster.refresh(retry_s=CALL_RETRY_S)
     counts = {t.name: len(t.partitions) for t in metadata.topics}
     ids = {t.name: t.topic_id for t in metadata.topics}
@@ -163,7 +188,7 @@ def starting_offsets(options: SourceOptions, facts: Facts) -> dict[Key, int]:
             for k in facts.partitions
             if spec.kind == "timestamp" or k in spec.per_partition
         }
-        by_timestamp = clients_for(options.bootstrap).admin.offsets_for_times(stamps)
+        by_timestamp = clients_of(options).admin.offsets_for_times(stamps)
     return planning.resolve_start(
         spec, facts.partitions, facts.earliest, facts.latest, by_timestamp
     )
@@ -243,7 +268,7 @@ def to_output(
 
 def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Fetch ``offset_range`` from the partition's leader, as Arrow record batches."""
-    clients = clients_for(options.bootstrap)
+    clients = clients_of(options)
     schema = output_schema(options.include_headers)
     topic, partition = offset_range.topic, offset_range.partition
     position = offset_range.from_offset
@@ -448,7 +473,7 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if group_id is None or dict(done) == self._group_committed:
             return
         try:
-            clients_for(self.options.bootstrap).admin.alter_group_offsets(
+            clients_of(self.options).admin.alter_group_offsets(
                 group_id, {TopicPartition(t, p): o for (t, p), o in done.items()}
             )
         except HeadwaterError as error:

@@ -664,3 +664,64 @@ def test_readme_spark_example_runs(spark: SparkSession, node: NodeProcess, tmp_p
     rows = back.option("subscribe", "orders-shouted").load().collect()
     assert sorted(r.value for r in rows) == sorted(b"O%d" % i for i in range(130))
     assert {r.key for r in rows} == {b"k%d" % i for i in range(13)}
+
+
+def test_read_and_write_through_mutual_tls_with_kafka_option_names(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Kafka's security options reach every client the connector makes, on the driver
+    and in the executors; a bad file path is
+    refused before anything is read."""
+    from headwater.client import ClientSecurity
+    from headwater.devcluster import LocalNode
+    from headwater.tls_certs import create_dev_pki
+
+    pki = create_dev_pki(tmp_path / "pki", (1,))
+    secured = LocalNode(tmp_path / "data", tls=pki.nodes[1], tls_client_auth=True)
+    secured.start()
+    keystore = tmp_path / "client.pem"  # Kafka's PEM keystore: chain and key in one file
+    keystore.write_bytes(pki.client.cert_file.read_bytes() + pki.client.key_file.read_bytes())
+    tls_options = {
+        "kafka.security.protocol": "SSL",
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": str(pki.ca_file),
+        "kafka.ssl.keystore.type": "PEM",
+        "kafka.ssl.keystore.location": str(keystore),
+    }
+    security = ClientSecurity(
+        "tls", str(pki.ca_file), str(pki.client.cert_file), str(pki.client.key_file)
+    )
+    try:
+        with Admin(secured.address, security=security) as admin:
+            admin.create_topic("tls-in", 2)
+            admin.create_topic("tls-out", 1)
+        with Producer(secured.address, acks="all", security=security) as producer:
+            for i in range(300):
+                producer.send("tls-in", b"t%d" % i, partition=i % 2)
+        frame = (
+            spark.read.format("headwater")
+            .option("bootstrap", secured.address)
+            .option("subscribe", "tls-in")
+            .options(**tls_options)
+            .load()
+        )
+        assert frame.count() == 300
+        frame.selectExpr("value").write.mode("append").format("headwater").option(
+            "bootstrap", secured.address
+        ).option("topic", "tls-out").options(**tls_options).save()
+        back = (
+            spark.read.format("headwater")
+            .option("bootstrap", secured.address)
+            .option("subscribe", "tls-out")
+            .options(**tls_options)
+            .load()
+        )
+        assert sorted(r.value for r in back.collect()) == sorted(b"t%d" % i for i in range(300))
+        with pytest.raises(Exception, match=r"tls_ca_file /nonexistent.pem cannot be read"):
+            spark.read.format("headwater").option("bootstrap", secured.address).option(
+                "subscribe", "tls-in"
+            ).options(
+                **{**tls_options, "kafka.ssl.truststore.location": "/nonexistent.pem"}
+            ).load().count()
+    finally:
+        secured.kill()

@@ -143,3 +143,33 @@ def test_sink_options_and_columns_are_checked_with_the_problem_named() -> None:
     with pytest.raises(SinkOptionError, match="column key is int; it must be binary or string"):
         check_input_schema(schema(value=StringType(), key=IntegerType()), parsed)
     check_input_schema(schema(value=StringType(), partition=IntegerType()), parsed)
+
+
+def test_tls_options_take_kafka_and_headwater_names_over_the_environment() -> None:
+    from headwater.sparkconnector.planning import OptionError, security_options
+    from headwater.tls import ClientSecurity
+
+    kafka = security_options(
+        {
+            "kafka.security.protocol": "SSL",
+            "kafka.ssl.truststore.location": "/ca.pem",
+            "kafka.ssl.truststore.type": "PEM",
+            "kafka.ssl.keystore.location": "/client.pem",
+        }
+    )
+    assert kafka == ClientSecurity("tls", "/ca.pem", "/client.pem", "/client.pem")
+    native = security_options(
+        {"headwater.tls.ca.file": "/ca.pem", "HEADWATER.TLS.SERVER.NAME": "n"}
+    )
+    assert native.tls and native.server_name == "n"
+    inherited = ClientSecurity("tls", "/env-ca.pem")
+    assert security_options({}, inherited) == inherited
+    assert security_options({"kafka.security.protocol": "PLAINTEXT"}, inherited) == ClientSecurity()
+    for options, problem in (
+        ({"kafka.ssl.truststore.type": "JKS"}, "PEM files only"),
+        ({"kafka.security.protocol": "SASL_SSL"}, "needs SASL credentials"),
+        ({"kafka.sasl.mechanism": "SCRAM-SHA-256"}, "not supported yet"),
+        ({"headwater.tls.cert.file": "/c.pem"}, "go together"),
+    ):
+        with pytest.raises(OptionError, match=problem):
+            security_options(options)

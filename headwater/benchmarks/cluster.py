@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -225,13 +225,15 @@ def bench_cluster(trials: int, topics: int, partitions: int, as_json: bool) -> N
 # --------------------------------------------------------------------------- replication
 
 
-def run_bench(bootstrap: str, *args: str) -> dict[str, Any]:
-    """One ``headwater bench`` run in its own process (as a user would run it)."""
+def run_bench(bootstrap: str, *args: str, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One ``headwater bench`` run in its own process (as a user would run it), with
+    ``env`` added to this process's environment (a client's TLS settings)."""
     done = subprocess.run(
         [sys.executable, "-m", "headwater.cli", "bench", *args, "--json", "--bootstrap", bootstrap],
         capture_output=True,
         check=False,
         text=True,
+        env={**os.environ, **env} if env else None,
     )
     if done.returncode != 0:
         raise click.ClickException(

@@ -177,6 +177,7 @@ def with_produce_options(function: Any) -> Any:
         "groups": "headwater.benchmarks.groups:bench_groups",
         "clean": "headwater.benchmarks.compaction:bench_clean",
         "metrics": "headwater.benchmarks.metrics_cost:bench_metrics",
+        "tls": "headwater.benchmarks.tls_cost:bench_tls",
         "spark": "headwater.benchmarks.spark:bench_spark",
     },
 )

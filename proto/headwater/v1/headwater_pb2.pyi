@@ -142,6 +142,12 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """Headwater's own (no Kafka equivalent): an OffsetCommit for a partition that is not
     assigned to the committing member.
     """
+    TLS_HANDSHAKE_FAILED: _ErrorCode.ValueType  # 1002
+    """Headwater's own, reported by clients and never sent by a node: the TLS handshake
+    with a node failed on the client's side (the node's certificate is not trusted, has
+    expired, or does not name the host dialled; or the node speaks plaintext). Not
+    retriable: the same settings fail the same way (docs/security.md).
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Operating errors with stable numbers (Apache Kafka's where Kafka has the same error)."""
@@ -244,6 +250,12 @@ INVALID_REGULAR_EXPRESSION: ErrorCode.ValueType  # 128
 PARTITION_NOT_ASSIGNED: ErrorCode.ValueType  # 1001
 """Headwater's own (no Kafka equivalent): an OffsetCommit for a partition that is not
 assigned to the committing member.
+"""
+TLS_HANDSHAKE_FAILED: ErrorCode.ValueType  # 1002
+"""Headwater's own, reported by clients and never sent by a node: the TLS handshake
+with a node failed on the client's side (the node's certificate is not trusted, has
+expired, or does not name the host dialled; or the node speaks plaintext). Not
+retriable: the same settings fail the same way (docs/security.md).
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 

@@ -1,0 +1,98 @@
+"""The command line's client settings: connection and TLS settings from flags, the
+environment and a client config file, in that order of precedence.
+
+The ``headwater`` group takes ``--security-protocol``, ``--tls-ca-file``,
+``--tls-cert-file``, ``--tls-key-file``, ``--tls-server-name`` and ``--client-config
+FILE`` (or ``HEADWATER_CLIENT_CONFIG``) before the command. The client config file is
+TOML with these keys only::
+
+    bootstrap = "127.0.0.1:7700,127.0.0.1:7702"
+    security_protocol = "SSL"          # PLAINTEXT or SSL (plaintext, tls)
+    tls_ca_file = "/etc/headwater/ca.crt"
+    tls_cert_file = "/etc/headwater/alice.crt"
+    tls_key_file = "/etc/headwater/alice.key"
+    tls_server_name = ""
+
+The chosen values are placed in this process's environment (``HEADWATER_BOOTSTRAP``,
+``HEADWATER_SECURITY_PROTOCOL``, ``HEADWATER_TLS_*``), where every client the command
+builds reads them (``headwater.tls.ClientSecurity.from_env``), as do the processes it
+starts (benchmarks). A variable already set wins over the file; a flag wins over both.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Final
+
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.tls import (
+    CA_FILE_ENV,
+    CERT_FILE_ENV,
+    KEY_FILE_ENV,
+    PROTOCOL_ENV,
+    SERVER_NAME_ENV,
+    ClientSecurity,
+)
+
+CLIENT_CONFIG_ENV: Final = "HEADWATER_CLIENT_CONFIG"
+CLIENT_CONFIG_BYTES_MAX: Final = 64 << 10
+ENV_OF_KEY: Final = {
+    "bootstrap": "HEADWATER_BOOTSTRAP",
+    "security_protocol": PROTOCOL_ENV,
+    "tls_ca_file": CA_FILE_ENV,
+    "tls_cert_file": CERT_FILE_ENV,
+    "tls_key_file": KEY_FILE_ENV,
+    "tls_server_name": SERVER_NAME_ENV,
+}
+
+
+def _invalid(message: str) -> HeadwaterError:
+    return HeadwaterError(ErrorCode.INVALID_CONFIG, message)
+
+
+def read_client_config(path: Path) -> dict[str, str]:
+    """The settings of a client config file (see the module docstring), checked."""
+    try:
+        size = path.stat().st_size
+        if size > CLIENT_CONFIG_BYTES_MAX:
+            raise _invalid(
+                f"client config {path} is {size} bytes; valid: up to {CLIENT_CONFIG_BYTES_MAX}"
+            )
+        parsed = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise _invalid(f"client config {path} cannot be read: {exc.strerror or exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise _invalid(f"client config {path} is not valid TOML: {exc}") from exc
+    unknown = sorted(set(parsed) - set(ENV_OF_KEY))
+    if unknown:
+        raise _invalid(
+            f"client config {path} has unknown keys {', '.join(unknown)}; valid: "
+            f"{', '.join(ENV_OF_KEY)}"
+        )
+    settings: dict[str, str] = {}
+    for key, value in parsed.items():
+        if not isinstance(value, str):
+            raise _invalid(f"client config {path}: {key} must be a string, got {value!r}")
+        settings[key] = value
+    return settings
+
+
+def apply_client_settings(
+    flags: dict[str, str | None],
+    config_file: Path | None,
+    environ: MutableMapping[str, str] | None = None,
+) -> ClientSecurity:
+    """Place the file's settings (under what the environment already has) and then the
+    flags' (over it) in ``environ``; return the TLS settings that result, so that a bad
+    combination fails before the command runs."""
+    env = os.environ if environ is None else environ
+    if config_file is not None:
+        for key, value in read_client_config(config_file).items():
+            env.setdefault(ENV_OF_KEY[key], value)
+    for key, flag in flags.items():
+        if flag:
+            env[ENV_OF_KEY[key]] = flag
+    return ClientSecurity.from_env(env)

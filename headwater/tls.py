@@ -1,0 +1,264 @@
+"""TLS settings of a gRPC client, and what both sides need to know about certificates.
+
+Every client (the threaded and asyncio clients, the command line, the Spark connector,
+the health probe) and every node calling another node builds its channels from one
+``ClientSecurity``:
+
+- ``protocol``: ``plaintext`` or ``tls``. Kafka's names are accepted: ``PLAINTEXT`` and
+  ``SSL`` (``SASL_PLAINTEXT``/``SASL_SSL`` are refused until credentials exist).
+- ``ca_file``: PEM certificates of the CAs trusted to sign the nodes' certificates;
+  empty: the system's trusted roots.
+- ``cert_file``/``key_file``: this client's certificate chain and private key (PEM), for
+  listeners that require mutual TLS; both or neither.
+- ``server_name``: the name the nodes' certificates are checked against instead of the
+  host dialled (for certificates that name a host other than the address used).
+
+Unset fields come from the environment, ``HEADWATER_SECURITY_PROTOCOL``,
+``HEADWATER_TLS_CA_FILE``, ``HEADWATER_TLS_CERT_FILE``, ``HEADWATER_TLS_KEY_FILE``,
+``HEADWATER_TLS_SERVER_NAME`` (``ClientSecurity.from_env``); any TLS file set there
+implies ``tls``. A node reads its own ``tls_*`` settings under the same variable names,
+so a client run inside a node's container (the health probe) speaks as the node does.
+
+``principal_of`` maps a verified client certificate to the principal ACLs name, by the
+rule a node's ``tls_principal_mapping`` chooses (docs/security.md). ``handshake_failure``
+turns the transport's description of a failed TLS handshake into a sentence that says
+what to fix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Final
+
+import grpc
+
+from headwater.errors import ErrorCode, HeadwaterError
+
+PROTOCOL_ENV: Final = "HEADWATER_SECURITY_PROTOCOL"
+CA_FILE_ENV: Final = "HEADWATER_TLS_CA_FILE"
+CERT_FILE_ENV: Final = "HEADWATER_TLS_CERT_FILE"
+KEY_FILE_ENV: Final = "HEADWATER_TLS_KEY_FILE"
+SERVER_NAME_ENV: Final = "HEADWATER_TLS_SERVER_NAME"
+
+PLAINTEXT: Final = "plaintext"
+TLS: Final = "tls"
+_PROTOCOL_NAMES: Final = {
+    "plaintext": PLAINTEXT,
+    "tls": TLS,
+    "ssl": TLS,  # Kafka's security.protocol=SSL
+}
+_NOT_YET: Final = ("sasl_plaintext", "sasl_ssl")
+PEM_BYTES_MAX: Final = 1 << 20
+"""A certificate bundle or key file larger than this is refused before it is parsed."""
+
+PRINCIPAL_MAPPINGS: Final = ("cn", "subject", "san_dns", "san_uri", "san_email")
+"""How a node names the principal of a client certificate (``tls_principal_mapping``):
+``cn``, the subject's common name; ``subject``, the whole subject in RFC 4514 form as
+gRPC gives it (``CN=alice,O=Example``); ``san_dns``/``san_uri``/``san_email``, the first
+subjectAltName of that type. The principal is ``User:<that value>``."""
+
+
+def _invalid(message: str) -> HeadwaterError:
+    return HeadwaterError(ErrorCode.INVALID_CONFIG, message)
+
+
+def parse_protocol(text: str, source: str) -> str:
+    """``plaintext`` or ``tls`` from any accepted spelling; INVALID_CONFIG otherwise."""
+    name = text.strip().lower()
+    if name in _NOT_YET:
+        raise _invalid(
+            f"security protocol {text!r} from {source} needs SASL credentials, which this "
+            f"version does not support yet; valid: PLAINTEXT, SSL (or plaintext, tls)"
+        )
+    if name not in _PROTOCOL_NAMES:
+        raise _invalid(
+            f"security protocol {text!r} from {source} is unknown; valid: PLAINTEXT, SSL "
+            f"(or plaintext, tls)"
+        )
+    return _PROTOCOL_NAMES[name]
+
+
+def read_pem(path: str, what: str) -> bytes:
+    """The bytes of a PEM file, checked for size and for a PEM block; INVALID_CONFIG
+    naming the file and the problem otherwise."""
+    try:
+        size = Path(path).stat().st_size
+        if size > PEM_BYTES_MAX:
+            raise _invalid(f"{what} {path} is {size} bytes; valid: up to {PEM_BYTES_MAX}")
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise _invalid(f"{what} {path} cannot be read: {exc.strerror or exc}") from exc
+    if b"-----BEGIN " not in data:
+        raise _invalid(f"{what} {path} holds no PEM block (-----BEGIN ...-----)")
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    """How a client secures its channels (see the module docstring)."""
+
+    protocol: str = PLAINTEXT
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    server_name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "protocol", parse_protocol(self.protocol, "the client"))
+        if bool(self.cert_file) != bool(self.key_file):
+            raise _invalid(
+                "tls_cert_file and tls_key_file go together: a client certificate needs its "
+                f"key (given: cert {self.cert_file!r}, key {self.key_file!r})"
+            )
+        if self.protocol == PLAINTEXT and (self.ca_file or self.cert_file or self.server_name):
+            raise _invalid(
+                "TLS files or a server name are set but the security protocol is plaintext; "
+                "set it to tls (SSL), or remove them"
+            )
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol == TLS
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ClientSecurity:
+        """The settings in ``HEADWATER_SECURITY_PROTOCOL`` and ``HEADWATER_TLS_*``; a TLS
+        file or server name without a protocol implies tls."""
+        env = os.environ if environ is None else environ
+        files = {
+            "ca_file": env.get(CA_FILE_ENV, ""),
+            "cert_file": env.get(CERT_FILE_ENV, ""),
+            "key_file": env.get(KEY_FILE_ENV, ""),
+            "server_name": env.get(SERVER_NAME_ENV, ""),
+        }
+        protocol_text = env.get(PROTOCOL_ENV, "")
+        if protocol_text:
+            protocol = parse_protocol(protocol_text, PROTOCOL_ENV)
+        else:
+            protocol = TLS if any(files.values()) else PLAINTEXT
+        return cls(protocol, **files)
+
+    @classmethod
+    def resolve(cls, given: ClientSecurity | None) -> ClientSecurity:
+        """``given``, or the environment's settings when None."""
+        return given if given is not None else cls.from_env()
+
+    def with_overrides(self, **fields: str) -> ClientSecurity:
+        """These settings with the non-empty ``fields`` replaced (command-line flags over
+        the environment)."""
+        chosen = {name: value for name, value in fields.items() if value}
+        if "protocol" not in chosen and any(
+            chosen.get(name) for name in ("ca_file", "cert_file", "key_file", "server_name")
+        ):
+            chosen["protocol"] = TLS
+        if "protocol" in chosen and parse_protocol(chosen["protocol"], "settings") == PLAINTEXT:
+            # plaintext chosen over inherited TLS settings: none of them applies
+            return ClientSecurity(**chosen)
+        return replace(self, **chosen) if chosen else self
+
+    def check_files(self) -> None:
+        """Read every file now (INVALID_CONFIG naming one that cannot be used), so that a
+        bad path fails where the settings are given rather than at the first call."""
+        if self.tls:
+            self.credentials()
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """gRPC channel credentials from the files (read now). Only for ``tls``."""
+        if not self.tls:
+            raise ValueError("plaintext channels have no credentials")
+        root = read_pem(self.ca_file, "tls_ca_file") if self.ca_file else None
+        chain = read_pem(self.cert_file, "tls_cert_file") if self.cert_file else None
+        key = read_pem(self.key_file, "tls_key_file") if self.key_file else None
+        return grpc.ssl_channel_credentials(root, key, chain)
+
+    def channel_options(self) -> list[tuple[str, str]]:
+        """Channel options these settings add (the server name override)."""
+        return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+
+    def describe(self) -> str:
+        """One line for error messages: what this client presents and trusts."""
+        if not self.tls:
+            return "plaintext"
+        trusts = self.ca_file or "the system's trusted CAs"
+        presents = f", presenting {self.cert_file}" if self.cert_file else ""
+        return f"TLS trusting {trusts}{presents}"
+
+
+def secure_channel_arguments(
+    security: ClientSecurity, credentials: grpc.ChannelCredentials | None
+) -> tuple[grpc.ChannelCredentials | None, list[tuple[str, str]]]:
+    """(credentials or None for plaintext, extra options) for a channel."""
+    if not security.tls:
+        return None, []
+    return credentials or security.credentials(), security.channel_options()
+
+
+def principal_of(auth_context: Mapping[str, Sequence[bytes]], mapping: str) -> str | None:
+    """``User:<name>`` for the verified client certificate described by gRPC's
+    ``auth_context`` under ``mapping`` (PRINCIPAL_MAPPINGS), or None when the peer
+    presented no certificate or the certificate has no value of that kind."""
+    if mapping not in PRINCIPAL_MAPPINGS:
+        raise ValueError(
+            f"tls_principal_mapping {mapping!r}; valid: {', '.join(PRINCIPAL_MAPPINGS)}"
+        )
+    keys = {
+        "cn": "x509_common_name",
+        "subject": "x509_subject",
+        "san_dns": "peer_dns",
+        "san_uri": "peer_uri",
+        "san_email": "peer_email",
+    }
+    values = auth_context.get(keys[mapping]) or ()
+    for value in values:
+        text = value.decode("utf-8", errors="replace").strip()
+        if text:
+            return f"User:{text}"
+    return None
+
+
+_HANDSHAKE_CAUSES: Final = (
+    (
+        "certificate has expired",
+        "the node's certificate has expired (or is not valid yet): renew it",
+    ),
+    (
+        "unable to get local issuer certificate",
+        "the node's certificate is not signed by a CA this client trusts: point "
+        "tls_ca_file (HEADWATER_TLS_CA_FILE) at the CA that signed it",
+    ),
+    (
+        "self-signed certificate",
+        "the node's certificate is self-signed and not in this client's tls_ca_file",
+    ),
+    (
+        "Hostname Verification Check failed",
+        "the node's certificate does not name the host dialled: use an address its "
+        "subjectAltName lists, or set tls_server_name (HEADWATER_TLS_SERVER_NAME)",
+    ),
+    (
+        "WRONG_VERSION_NUMBER",
+        "the node does not speak TLS on this port (its listener is plaintext): connect "
+        "with the plaintext protocol, or configure the node's tls_cert_file",
+    ),
+)
+
+
+def handshake_failure(details: str) -> str | None:
+    """What to fix, when ``details`` (a failed call's description) reports a TLS
+    handshake this client refused; None for any other failure."""
+    for marker, advice in _HANDSHAKE_CAUSES:
+        if marker in details:
+            return f"TLS handshake failed: {advice}"
+    if "Tls handshake failed" in details or "Handshake failed" in details:
+        return "TLS handshake failed (see the details)"
+    return None
+
+
+SOCKET_CLOSED_HINT: Final = (
+    "if every attempt ends this way, the node may require TLS where this client speaks "
+    "plaintext, or refuse this client's certificate (untrusted, expired, or none given "
+    "where the node requires one; the node's log names the cause; docs/security.md)"
+)

@@ -1,0 +1,130 @@
+"""A node's TLS material, loaded and checked once at start (``tls_*`` settings).
+
+``load_node_tls`` reads the certificate, key and CA files (size-checked before parsing),
+and refuses to start, with INVALID_CONFIG naming the file and the problem, when:
+
+- a file cannot be read, is larger than ``PEM_BYTES_MAX``, or holds no PEM certificate;
+- the node's certificate has expired or is not valid yet (a node that started with one
+  would have every handshake refused, which clients see only as closed connections);
+- the key is not the certificate's key.
+
+The result builds the credentials of both listeners and of the node's own calls to
+other nodes:
+
+- client listener: the node's certificate; client certificates required and verified
+  against ``tls_ca_file`` when ``tls_client_auth`` is ``required``;
+- inter-broker listener: the node's certificate, and the calling node's certificate
+  required and verified against ``tls_ca_file`` whenever one is set (mutual TLS between
+  nodes, beside the cluster secret's signatures);
+- calls to other nodes: the node's certificate as the client certificate, their
+  certificates verified against ``tls_ca_file``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from headwater.config import NodeConfig
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.tls import TLS, ClientSecurity, read_pem
+
+
+def _invalid(message: str) -> HeadwaterError:
+    return HeadwaterError(ErrorCode.INVALID_CONFIG, message)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTls:
+    """The node's PEM material, checked (see the module docstring)."""
+
+    cert_chain: bytes
+    private_key: bytes
+    trusted_cas: bytes | None
+    client_auth_required: bool
+    principal_mapping: str
+    peer_security: ClientSecurity
+
+    def client_listener_credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials(
+            [(self.private_key, self.cert_chain)],
+            root_certificates=self.trusted_cas,
+            require_client_auth=self.client_auth_required,
+        )
+
+    def internal_listener_credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials(
+            [(self.private_key, self.cert_chain)],
+            root_certificates=self.trusted_cas,
+            require_client_auth=self.trusted_cas is not None,
+        )
+
+    def peer_credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(self.trusted_cas, self.private_key, self.cert_chain)
+
+
+def _certificates(pem: bytes, what: str, path: str) -> list[x509.Certificate]:
+    try:
+        found = x509.load_pem_x509_certificates(pem)
+    except ValueError as exc:
+        raise _invalid(f"{what} {path} holds no valid PEM certificate: {exc}") from exc
+    return found
+
+
+def check_validity(cert: x509.Certificate, path: str, now: datetime.datetime) -> None:
+    """INVALID_CONFIG when ``cert`` is not valid at ``now``."""
+    if now < cert.not_valid_before_utc:
+        raise _invalid(
+            f"tls_cert_file {path} is not valid before "
+            f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M:%S} UTC (check this machine's clock)"
+        )
+    if now > cert.not_valid_after_utc:
+        raise _invalid(
+            f"tls_cert_file {path} expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M:%S} "
+            "UTC: renew it"
+        )
+
+
+def load_node_tls(config: NodeConfig, now: datetime.datetime | None = None) -> NodeTls | None:
+    """The node's TLS material, or None when its listeners are plaintext."""
+    if not config.tls:
+        return None
+    chain = read_pem(config.tls_cert_file, "tls_cert_file")
+    key_pem = read_pem(config.tls_key_file, "tls_key_file")
+    leaf = _certificates(chain, "tls_cert_file", config.tls_cert_file)[0]
+    check_validity(leaf, config.tls_cert_file, now or datetime.datetime.now(datetime.UTC))
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise _invalid(
+            f"tls_key_file {config.tls_key_file} is not an unencrypted PEM private key: {exc}"
+        ) from exc
+    ours = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    theirs = leaf.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    if ours != theirs:
+        raise _invalid(
+            f"tls_key_file {config.tls_key_file} is not the key of tls_cert_file "
+            f"{config.tls_cert_file}"
+        )
+    trusted = None
+    if config.tls_ca_file:
+        trusted = read_pem(config.tls_ca_file, "tls_ca_file")
+        _certificates(trusted, "tls_ca_file", config.tls_ca_file)
+    return NodeTls(
+        cert_chain=chain,
+        private_key=key_pem,
+        trusted_cas=trusted,
+        client_auth_required=config.tls_client_auth == "required",
+        principal_mapping=config.tls_principal_mapping,
+        peer_security=ClientSecurity(
+            TLS, config.tls_ca_file, config.tls_cert_file, config.tls_key_file
+        ),
+    )
