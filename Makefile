@@ -88,6 +88,7 @@ clean:
 NODES ?= 3
 VOLUMES ?=
 NETWORK ?= bridge
+TLS ?=
 COMPOSE := $(shell command -v docker-compose >/dev/null 2>&1 && echo docker-compose || echo docker compose)
 COMPOSE_FILES := $(if $(filter host,$(NETWORK)),-f deploy/docker-compose.host.yml,-f deploy/docker-compose.yml -f deploy/docker-compose.5nodes.yml)
 
@@ -95,7 +96,7 @@ images:
 	deploy/build-images.sh
 
 up: $(STAMP)
-	NODES=$(NODES) NETWORK=$(NETWORK) deploy/up.sh
+	NODES=$(NODES) NETWORK=$(NETWORK) TLS=$(TLS) deploy/up.sh
 
 # The deployment's test on its own (CI runs it in `make test-slow`): make up, a killed
 # leader's container, a node cut off from the compose network, Prometheus, make down.

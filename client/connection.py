@@ -22,7 +22,7 @@ import grpc
 from headwater.addresses import DEFAULT_LISTEN, parse_address
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
-from headwater.tls import ClientSecurity, secure_channel_arguments
+from headwater.tls import SOCKET_CLOSED_HINT, ClientSecurity, secure_channel_arguments
 from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -201,16 +201,22 @@ class Cluster:
                 except HeadwaterError as exc:
                     error = exc
                 transport = error.code in TRANSPORT_ERRORS
-                if not transport and (not error.retriable or error.code in final):
+                # One node with a certificate this client refuses must not stop the
+                # others from being tried: it is final only once every address failed.
+                handshake = error.code is ErrorCode.TLS_HANDSHAKE_FAILED
+                if not transport and not handshake and (not error.retriable or error.code in final):
                     raise error
                 last = error  # the next address may answer (a node starting, moving on)
             assert last is not None
+            if last.code is ErrorCode.TLS_HANDSHAKE_FAILED:
+                raise last  # retrying the same handshakes cannot help
             if time.monotonic() + backoff_s > deadline:
                 if last.code in TRANSPORT_ERRORS:
+                    hint = f"; {SOCKET_CLOSED_HINT}" if "Socket closed" in last.message else ""
                     raise HeadwaterError(
                         last.code,
                         f"no node reachable at {','.join(self.bootstrap)} "
-                        f"(last error: {last.message})",
+                        f"(last error: {last.message}){hint}",
                     )
                 raise last
             time.sleep(backoff_s)

@@ -13,10 +13,13 @@ TOML with these keys only::
     tls_key_file = "/etc/headwater/alice.key"
     tls_server_name = ""
 
-The chosen values are placed in this process's environment (``HEADWATER_BOOTSTRAP``,
+The settings are layered whole, as ``ClientSecurity.with_overrides`` does: the file's,
+then the environment's over them, then the flags' over both. A TLS file given in a
+later layer implies SSL; a later ``PLAINTEXT`` drops the TLS files of earlier layers.
+The result is placed in this process's environment (``HEADWATER_BOOTSTRAP``,
 ``HEADWATER_SECURITY_PROTOCOL``, ``HEADWATER_TLS_*``), where every client the command
-builds reads them (``headwater.tls.ClientSecurity.from_env``), as do the processes it
-starts (benchmarks). A variable already set wins over the file; a flag wins over both.
+builds reads it (``headwater.tls.ClientSecurity.from_env``), as do the processes it
+starts (benchmarks).
 """
 
 from __future__ import annotations
@@ -46,6 +49,22 @@ ENV_OF_KEY: Final = {
     "tls_cert_file": CERT_FILE_ENV,
     "tls_key_file": KEY_FILE_ENV,
     "tls_server_name": SERVER_NAME_ENV,
+}
+
+
+SECURITY_KEYS: Final = (
+    "security_protocol",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_server_name",
+)
+FIELD_OF_KEY: Final = {
+    "security_protocol": "protocol",
+    "tls_ca_file": "ca_file",
+    "tls_cert_file": "cert_file",
+    "tls_key_file": "key_file",
+    "tls_server_name": "server_name",
 }
 
 
@@ -89,10 +108,21 @@ def apply_client_settings(
     flags' (over it) in ``environ``; return the TLS settings that result, so that a bad
     combination fails before the command runs."""
     env = os.environ if environ is None else environ
-    if config_file is not None:
-        for key, value in read_client_config(config_file).items():
-            env.setdefault(ENV_OF_KEY[key], value)
-    for key, flag in flags.items():
-        if flag:
-            env[ENV_OF_KEY[key]] = flag
-    return ClientSecurity.from_env(env)
+    from_file = read_client_config(config_file) if config_file is not None else {}
+    if "bootstrap" in from_file:
+        env.setdefault(ENV_OF_KEY["bootstrap"], from_file["bootstrap"])
+    security = ClientSecurity()
+    for layer in (
+        {key: from_file.get(key, "") for key in SECURITY_KEYS},
+        {key: env.get(ENV_OF_KEY[key], "") for key in SECURITY_KEYS},
+        {key: flags.get(key) or "" for key in SECURITY_KEYS},
+    ):
+        fields = {FIELD_OF_KEY[key]: value for key, value in layer.items()}
+        security = security.with_overrides(**fields)
+    for key in SECURITY_KEYS:
+        value = getattr(security, FIELD_OF_KEY[key])
+        if value and value != "plaintext":
+            env[ENV_OF_KEY[key]] = value
+        else:
+            env.pop(ENV_OF_KEY[key], None)
+    return security

@@ -25,7 +25,6 @@ from headwater.addresses import DEFAULT_LISTEN, parse_address
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.api import FlushPolicy, LogConfig
 from headwater.log.batch import HEADER_BYTES
-from headwater.tls import PRINCIPAL_MAPPINGS
 
 INT32_MAX: Final = (1 << 31) - 1
 INT64_MAX: Final = (1 << 63) - 1
@@ -342,27 +341,18 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "tls_ca_file",
         "",
         "PEM file of the CA certificates this node trusts: to verify client certificates "
-        "(tls_client_auth required) and other nodes' certificates, both ways on the "
-        "inter-broker listener (mutual TLS between nodes). Required with TLS in a cluster "
-        "of several nodes.",
+        "(tls_client_auth required) and nodes' certificates, both ways on the inter-broker "
+        "listener (mutual TLS between nodes). Required with TLS.",
     ),
     Setting(
         "tls_client_auth",
         "none",
         "On the client listener: required, every client presents a certificate signed by a "
-        "CA in tls_ca_file (mutual TLS; its principal comes from tls_principal_mapping); "
+        "CA in tls_ca_file (mutual TLS); "
         "none, clients present none. A handshake refused for a missing, untrusted or expired "
         "certificate closes the connection (gRPC's TLS gives no status), and the node logs "
-        "why.",
+        "why. (The certificate's subject will name the principal ACLs apply to.)",
         choices=("none", "required"),
-    ),
-    Setting(
-        "tls_principal_mapping",
-        "cn",
-        "How a client certificate names its principal (User:<value>): cn, the subject's "
-        "common name; subject, the whole subject (CN=alice,O=Example); san_dns, san_uri or "
-        "san_email, the first subjectAltName of that type.",
-        choices=PRINCIPAL_MAPPINGS,
     ),
     Setting(
         "raft_election_timeout_ms",
@@ -729,7 +719,6 @@ class NodeConfig:
     tls_key_file: str = ""
     tls_ca_file: str = ""
     tls_client_auth: str = "none"
-    tls_principal_mapping: str = "cn"
     raft_election_timeout_ms: int = 300
     replica_lag_ms_max: int = 10_000
     replica_fetch_wait_ms_max: int = 500
@@ -822,11 +811,12 @@ class NodeConfig:
                 "tls_client_auth required needs tls_ca_file, the CA certificates that sign the "
                 "clients' certificates"
             )
-        several = len(self.quorum_voters) > 1 or not self.is_controller
-        if self.tls and several and not self.tls_ca_file:
+        if self.tls and not self.tls_ca_file:
             raise _invalid(
-                "TLS in a cluster of several nodes needs tls_ca_file: nodes verify each other's "
-                "certificates with it on the inter-broker listener"
+                "TLS needs tls_ca_file, the CA certificates that sign the nodes' certificates: "
+                "a node verifies every other node with it, and itself (a combined node "
+                "registers with its own controller over TLS); for a certificate from a public "
+                "CA, point it at the system's bundle (e.g. /etc/ssl/certs/ca-certificates.crt)"
             )
         if self.needs_cluster_secret and not self.cluster_secret:
             raise _invalid(

@@ -17,7 +17,7 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 from grpc_status import rpc_status
 
 from headwater.errors import ERROR_DOMAIN, GRPC_STATUS_OF, ErrorCode, HeadwaterError
-from headwater.tls import SOCKET_CLOSED_HINT, handshake_failure
+from headwater.tls import handshake_failure
 
 _TRANSPORT_CODES = {
     grpc.StatusCode.UNAVAILABLE: ErrorCode.NETWORK_EXCEPTION,
@@ -90,8 +90,6 @@ def from_rpc_error(exc: grpc.RpcError, target: str) -> HeadwaterError:
             return HeadwaterError(
                 ErrorCode.TLS_HANDSHAKE_FAILED, f"{target}: {refused} ({details})"
             )
-        if details.endswith("Socket closed"):
-            details = f"{details}; {SOCKET_CLOSED_HINT}"
     if code_of_call == grpc.StatusCode.INTERNAL and details == ASYNC_WRITE_FAILED:
         # grpc.aio reports a stream write that fails as the call ends (a node killed
         # under it) with this status instead of the call's own (grpc/grpc#36066): the

@@ -19,16 +19,14 @@ Unset fields come from the environment, ``HEADWATER_SECURITY_PROTOCOL``,
 implies ``tls``. A node reads its own ``tls_*`` settings under the same variable names,
 so a client run inside a node's container (the health probe) speaks as the node does.
 
-``principal_of`` maps a verified client certificate to the principal ACLs name, by the
-rule a node's ``tls_principal_mapping`` chooses (docs/security.md). ``handshake_failure``
-turns the transport's description of a failed TLS handshake into a sentence that says
-what to fix.
+``handshake_failure`` turns the transport's description of a failed TLS handshake into a
+sentence that says what to fix.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -53,12 +51,6 @@ _PROTOCOL_NAMES: Final = {
 _NOT_YET: Final = ("sasl_plaintext", "sasl_ssl")
 PEM_BYTES_MAX: Final = 1 << 20
 """A certificate bundle or key file larger than this is refused before it is parsed."""
-
-PRINCIPAL_MAPPINGS: Final = ("cn", "subject", "san_dns", "san_uri", "san_email")
-"""How a node names the principal of a client certificate (``tls_principal_mapping``):
-``cn``, the subject's common name; ``subject``, the whole subject in RFC 4514 form as
-gRPC gives it (``CN=alice,O=Example``); ``san_dns``/``san_uri``/``san_email``, the first
-subjectAltName of that type. The principal is ``User:<that value>``."""
 
 
 def _invalid(message: str) -> HeadwaterError:
@@ -148,8 +140,12 @@ class ClientSecurity:
 
     def with_overrides(self, **fields: str) -> ClientSecurity:
         """These settings with the non-empty ``fields`` replaced (command-line flags over
-        the environment)."""
+        the environment). The certificate and its key are one setting: giving either
+        replaces both, so a certificate is never paired with another layer's key."""
         chosen = {name: value for name, value in fields.items() if value}
+        if "cert_file" in chosen or "key_file" in chosen:
+            chosen.setdefault("cert_file", "")
+            chosen.setdefault("key_file", "")
         if "protocol" not in chosen and any(
             chosen.get(name) for name in ("ca_file", "cert_file", "key_file", "server_name")
         ):
@@ -196,29 +192,6 @@ def secure_channel_arguments(
     return credentials or security.credentials(), security.channel_options()
 
 
-def principal_of(auth_context: Mapping[str, Sequence[bytes]], mapping: str) -> str | None:
-    """``User:<name>`` for the verified client certificate described by gRPC's
-    ``auth_context`` under ``mapping`` (PRINCIPAL_MAPPINGS), or None when the peer
-    presented no certificate or the certificate has no value of that kind."""
-    if mapping not in PRINCIPAL_MAPPINGS:
-        raise ValueError(
-            f"tls_principal_mapping {mapping!r}; valid: {', '.join(PRINCIPAL_MAPPINGS)}"
-        )
-    keys = {
-        "cn": "x509_common_name",
-        "subject": "x509_subject",
-        "san_dns": "peer_dns",
-        "san_uri": "peer_uri",
-        "san_email": "peer_email",
-    }
-    values = auth_context.get(keys[mapping]) or ()
-    for value in values:
-        text = value.decode("utf-8", errors="replace").strip()
-        if text:
-            return f"User:{text}"
-    return None
-
-
 _HANDSHAKE_CAUSES: Final = (
     (
         "certificate has expired",
@@ -230,8 +203,16 @@ _HANDSHAKE_CAUSES: Final = (
         "tls_ca_file (HEADWATER_TLS_CA_FILE) at the CA that signed it",
     ),
     (
-        "self-signed certificate",
+        "self signed certificate",  # BoringSSL's spelling
         "the node's certificate is self-signed and not in this client's tls_ca_file",
+    ),
+    (
+        "self-signed certificate",  # OpenSSL 3's spelling
+        "the node's certificate is self-signed and not in this client's tls_ca_file",
+    ),
+    (
+        "certificate is not yet valid",
+        "the node's certificate is not valid yet: check the clocks of both machines",
     ),
     (
         "Hostname Verification Check failed",
@@ -252,7 +233,9 @@ def handshake_failure(details: str) -> str | None:
     for marker, advice in _HANDSHAKE_CAUSES:
         if marker in details:
             return f"TLS handshake failed: {advice}"
-    if "Tls handshake failed" in details or "Handshake failed" in details:
+    if "SSL_ERROR_SSL" in details and (
+        "Tls handshake failed" in details or "Handshake failed" in details
+    ):  # a protocol or verification failure, not a connection lost during the handshake
         return "TLS handshake failed (see the details)"
     return None
 

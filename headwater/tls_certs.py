@@ -4,8 +4,7 @@ clients (``headwater dev-cluster --tls``, ``headwater tls``, the compose TLS var
 Every certificate is an ECDSA P-256 key and an X.509 v3 certificate in PEM. The CA is
 ``CN=<name>`` with basicConstraints CA:TRUE (path length 0) and keyCertSign. A leaf has:
 
-- subject ``CN=<common name>``, which is the principal the broker derives from it under
-  the default mapping (``tls_principal_mapping = cn``, docs/security.md);
+- subject ``CN=<common name>``;
 - subjectAltName: the DNS names and IP addresses given (a node's certificate needs the
   names and addresses clients and other nodes dial it by);
 - extendedKeyUsage serverAuth and clientAuth, so one certificate serves a node both as
@@ -163,7 +162,10 @@ def write(issued: Issued, folder: Path, stem: str, ca_file: Path) -> TlsFiles:
     folder.mkdir(parents=True, exist_ok=True)
     cert_file, key_file = folder / f"{stem}.crt", folder / f"{stem}.key"
     cert_file.write_bytes(issued.cert_pem)
-    descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # A new file, never through a link, owner-only from its first byte (an old key file
+    # may have had a looser mode).
+    key_file.unlink(missing_ok=True)
+    descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(descriptor, "wb") as out:
         out.write(issued.key_pem)
     return TlsFiles(cert_file, key_file, ca_file)
@@ -177,6 +179,51 @@ class DevPki:
     ca_file: Path
     nodes: dict[int, TlsFiles]
     client: TlsFiles
+
+
+@dataclass(frozen=True, slots=True)
+class NamedPki:
+    """A CA and certificates for named nodes and clients, written under one folder
+    (``headwater tls init``)."""
+
+    folder: Path
+    ca_file: Path
+    nodes: dict[str, TlsFiles]
+    clients: dict[str, TlsFiles]
+
+
+def create_named_pki(
+    folder: Path,
+    nodes: tuple[str, ...],
+    clients: tuple[str, ...],
+    hosts: tuple[str, ...] = ("localhost",),
+    addresses: tuple[str, ...] = ("127.0.0.1", "::1"),
+    days: int = DAYS_DEFAULT,
+) -> NamedPki:
+    """``ca.crt``/``ca.key``; ``<node>.crt/.key`` for each node name (CN and a DNS
+    subjectAltName of that name, plus ``hosts`` and ``addresses``); ``<client>.crt/.key``
+    for each client name (CN of that name: its principal under the default mapping).
+    Names are 1..64 characters of letters, digits, ``.``, ``-`` and ``_``, and distinct."""
+    everything = (*nodes, *clients)
+    for name in everything:
+        if not 1 <= len(name) <= 64 or not all(c.isalnum() or c in ".-_" for c in name):
+            raise ValueError(
+                f"name {name!r}: valid names are 1..64 letters, digits, '.', '-' or '_'"
+            )
+    if len(set(everything)) != len(everything) or "ca" in everything:
+        raise ValueError(f"names must be distinct and not 'ca': {', '.join(everything)}")
+    ca = create_ca("Headwater CA", days)
+    ca_file = folder / "ca.crt"
+    write(ca, folder, "ca", ca_file)
+    return NamedPki(
+        folder,
+        ca_file,
+        {
+            name: write(issue(ca, name, (name, *hosts), addresses, days), folder, name, ca_file)
+            for name in nodes
+        },
+        {name: write(issue(ca, name, days=days), folder, name, ca_file) for name in clients},
+    )
 
 
 def create_dev_pki(

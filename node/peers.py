@@ -118,8 +118,11 @@ class Peers:
 
 
 def peer_error(error: grpc.RpcError, address: str) -> HeadwaterError:
-    """The HeadwaterError a peer answered with, or BROKER_NOT_AVAILABLE when unreachable."""
+    """The HeadwaterError a peer answered with, or BROKER_NOT_AVAILABLE when unreachable
+    (a failed TLS handshake with the peer included)."""
     converted = from_rpc_error(error, f"node at {address}")
-    if converted.code is ErrorCode.NETWORK_EXCEPTION:
+    if converted.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.TLS_HANDSHAKE_FAILED):
+        # A handshake between two nodes that failed is theirs to fix, not the client's
+        # (TLS_HANDSHAKE_FAILED is a client-side code that no node sends).
         return HeadwaterError(ErrorCode.BROKER_NOT_AVAILABLE, converted.message)
     return converted

@@ -46,7 +46,6 @@ class NodeTls:
     private_key: bytes
     trusted_cas: bytes | None
     client_auth_required: bool
-    principal_mapping: str
     peer_security: ClientSecurity
 
     def client_listener_credentials(self) -> grpc.ServerCredentials:
@@ -123,7 +122,6 @@ def load_node_tls(config: NodeConfig, now: datetime.datetime | None = None) -> N
         private_key=key_pem,
         trusted_cas=trusted,
         client_auth_required=config.tls_client_auth == "required",
-        principal_mapping=config.tls_principal_mapping,
         peer_security=ClientSecurity(
             TLS, config.tls_ca_file, config.tls_cert_file, config.tls_key_file
         ),

@@ -148,6 +148,12 @@ def security_options(
     for unsupported in ("kafka.sasl.mechanism", "kafka.sasl.jaas.config"):
         if _get(options, unsupported) is not None:
             raise OptionError(f"{unsupported}: SASL credentials are not supported yet")
+    for password in ("kafka.ssl.key.password", "kafka.ssl.keystore.password"):
+        if _get(options, password):
+            raise OptionError(
+                f"{password}: encrypted keys are not supported; give an unencrypted PEM key "
+                "(openssl pkey -in key.pem -out plain.pem)"
+            )
     base = environment if environment is not None else ClientSecurity()
     chosen: dict[str, str] = {}
     for setting, names in SECURITY_OPTIONS.items():

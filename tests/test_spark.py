@@ -678,7 +678,6 @@ def test_read_and_write_through_mutual_tls_with_kafka_option_names(
 
     pki = create_dev_pki(tmp_path / "pki", (1,))
     secured = LocalNode(tmp_path / "data", tls=pki.nodes[1], tls_client_auth=True)
-    secured.start()
     keystore = tmp_path / "client.pem"  # Kafka's PEM keystore: chain and key in one file
     keystore.write_bytes(pki.client.cert_file.read_bytes() + pki.client.key_file.read_bytes())
     tls_options = {
@@ -692,6 +691,7 @@ def test_read_and_write_through_mutual_tls_with_kafka_option_names(
         "tls", str(pki.ca_file), str(pki.client.cert_file), str(pki.client.key_file)
     )
     try:
+        secured.start()
         with Admin(secured.address, security=security) as admin:
             admin.create_topic("tls-in", 2)
             admin.create_topic("tls-out", 1)
