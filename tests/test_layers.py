@@ -7,8 +7,8 @@ Folders map to packages (``pyproject.toml``): ``client/`` is ``headwater.client`
   ``config``), no Spark, no Raft library, no command-line or benchmark module: a user who
   wants a client needs neither pysyncobj nor pyspark;
 - the metadata core (``raft/``) and the log (``log/``) import no node code and no client;
-- the shared core (``headwater/errors.py``, ``topics.py``, ``addresses.py``) imports only
-  itself;
+- the shared core (``headwater/errors.py``, ``topics.py``, ``addresses.py``, ``acls.py``)
+  imports only itself;
 - the Spark connector imports no server code and no protobuf: it speaks the client API;
 - the benchmarks (``headwater/benchmarks/``, ``scripts/bench_all.py``) and the local-cluster
   harness (``headwater/devcluster.py``) import no server code and no protobuf either;
@@ -26,7 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ("headwater.node", "headwater.raft", "headwater.config")
 COMMANDS = ("headwater.cli", "headwater.benchmarks", "headwater.chaos")
-SHARED_CORE = ("headwater/errors.py", "headwater/topics.py", "headwater/addresses.py")
+SHARED_CORE = (
+    "headwater/errors.py",
+    "headwater/topics.py",
+    "headwater/addresses.py",
+    "headwater/acls.py",
+)
 PROTOBUF = ("headwater.v1", "grpc_health", "google.protobuf")
 """Generated stubs and messages: only the gRPC edges (client, node) touch them."""
 
@@ -80,7 +85,7 @@ def violations(root: Path) -> list[str]:
                 for module in sorted(imported_modules(path.read_text()))
                 if _forbidden(module, forbidden)
             )
-    core = ("headwater.errors", "headwater.topics", "headwater.addresses")
+    core = ("headwater.errors", "headwater.topics", "headwater.addresses", "headwater.acls")
     for name in SHARED_CORE:
         path = root / name
         if path.exists():
