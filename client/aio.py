@@ -85,7 +85,7 @@ from headwater.client.retry import ANSWER_GRACE_S
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import Compression, HeaderPairs, encode_batch
-from headwater.tls import ClientSecurity, secure_channel_arguments
+from headwater.tls import ClientSecurity, open_aio_channel
 from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -118,18 +118,15 @@ class _Router:
         self.bootstrap_address = bootstrap_address
         self.timeout_s = timeout_s
         self.security = ClientSecurity.resolve(security)
-        self._credentials, tls_options = secure_channel_arguments(self.security, None)
-        self._options = [*_OPTIONS, *tls_options]
+        self._credentials = self.security.credentials()
+        self._options = [*_OPTIONS, *self.security.channel_options()]
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._layouts: LayoutCache[list[str]] = LayoutCache()  # leader address by partition
 
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            if self._credentials is None:
-                channel = grpc.aio.insecure_channel(address, options=self._options)
-            else:
-                channel = grpc.aio.secure_channel(address, self._credentials, self._options)
+            channel = open_aio_channel(address, self._credentials, self._options)
             self._channels[address] = channel
         return channel
 

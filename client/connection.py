@@ -22,7 +22,7 @@ import grpc
 from headwater.addresses import DEFAULT_LISTEN, parse_address
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
-from headwater.tls import SOCKET_CLOSED_HINT, ClientSecurity, secure_channel_arguments
+from headwater.tls import SOCKET_CLOSED_HINT, ClientSecurity, open_channel
 from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -121,12 +121,12 @@ class Cluster:
         self.bootstrap = resolve_bootstrap(bootstrap)
         self.request_timeout_s = request_timeout_s
         self.security = ClientSecurity.resolve(security)
-        self._credentials, tls_options = secure_channel_arguments(self.security, None)
+        self._credentials = self.security.credentials()
         self._options: list[tuple[str, int | str]] = [
             ("grpc.max_send_message_length", message_bytes_max),
             ("grpc.max_receive_message_length", message_bytes_max),
             *RECONNECT_OPTIONS,
-            *tls_options,
+            *self.security.channel_options(),
         ]
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
@@ -146,10 +146,7 @@ class Cluster:
                 raise HeadwaterError(ErrorCode.NETWORK_EXCEPTION, "client is closed")
             channel = self._channels.get(address)
             if channel is None:
-                if self._credentials is None:
-                    channel = grpc.insecure_channel(address, options=self._options)
-                else:
-                    channel = grpc.secure_channel(address, self._credentials, self._options)
+                channel = open_channel(address, self._credentials, self._options)
                 self._channels[address] = channel
             return channel
 

@@ -22,7 +22,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headwater.errors import HeadwaterError
-from headwater.tls import ClientSecurity, secure_channel_arguments
+from headwater.tls import ClientSecurity, open_channel
 
 DEFAULT_ADDRESS = "127.0.0.1:7700"
 DEFAULT_TIMEOUT_MS = 2000
@@ -39,12 +39,7 @@ def node_serving(
     node's container those are the node's own, so the probe presents the node's
     certificate to a listener that requires one)."""
     settings = ClientSecurity.resolve(security)
-    credentials, options = secure_channel_arguments(settings, None)
-    channel = (
-        grpc.insecure_channel(address)
-        if credentials is None
-        else grpc.secure_channel(address, credentials, options)
-    )
+    channel = open_channel(address, settings.credentials(), settings.channel_options())
     try:
         with channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(

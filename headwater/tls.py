@@ -26,10 +26,10 @@ sentence that says what to fix.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import grpc
 
@@ -158,13 +158,12 @@ class ClientSecurity:
     def check_files(self) -> None:
         """Read every file now (INVALID_CONFIG naming one that cannot be used), so that a
         bad path fails where the settings are given rather than at the first call."""
-        if self.tls:
-            self.credentials()
+        self.credentials()
 
-    def credentials(self) -> grpc.ChannelCredentials:
-        """gRPC channel credentials from the files (read now). Only for ``tls``."""
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        """gRPC channel credentials from the files (read now); None for plaintext."""
         if not self.tls:
-            raise ValueError("plaintext channels have no credentials")
+            return None
         root = read_pem(self.ca_file, "tls_ca_file") if self.ca_file else None
         chain = read_pem(self.cert_file, "tls_cert_file") if self.cert_file else None
         key = read_pem(self.key_file, "tls_key_file") if self.key_file else None
@@ -183,13 +182,25 @@ class ClientSecurity:
         return f"TLS trusting {trusts}{presents}"
 
 
-def secure_channel_arguments(
-    security: ClientSecurity, credentials: grpc.ChannelCredentials | None
-) -> tuple[grpc.ChannelCredentials | None, list[tuple[str, str]]]:
-    """(credentials or None for plaintext, extra options) for a channel."""
-    if not security.tls:
-        return None, []
-    return credentials or security.credentials(), security.channel_options()
+def open_channel(
+    address: str, credentials: grpc.ChannelCredentials | None, options: Sequence[tuple[str, Any]]
+) -> grpc.Channel:
+    """A channel to ``address``: TLS with ``credentials``, plaintext when None."""
+    if credentials is None:
+        return grpc.insecure_channel(address, options=options)
+    return grpc.secure_channel(address, credentials, options)
+
+
+def open_aio_channel(
+    address: str,
+    credentials: grpc.ChannelCredentials | None,
+    options: Sequence[tuple[str, Any]],
+    interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+) -> grpc.aio.Channel:
+    """An asyncio channel to ``address``: TLS with ``credentials``, plaintext when None."""
+    if credentials is None:
+        return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(address, credentials, options, interceptors=interceptors)
 
 
 _HANDSHAKE_CAUSES: Final = (

@@ -23,6 +23,7 @@ from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.node.cluster_auth import signing_interceptors
+from headwater.tls import open_aio_channel
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 FORWARDED_KEY: Final = "headwater-forwarded"
@@ -77,14 +78,7 @@ class Peers:
             interceptors = (
                 signing_interceptors(self.secret, self.config.node_id) if internal else None
             )
-            if self.credentials is None:
-                channel = grpc.aio.insecure_channel(
-                    address, options=options, interceptors=interceptors
-                )
-            else:
-                channel = grpc.aio.secure_channel(
-                    address, self.credentials, options=options, interceptors=interceptors
-                )
+            channel = open_aio_channel(address, self.credentials, options, interceptors)
             self._channels[key] = channel
         return channel
 

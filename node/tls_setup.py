@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import serialization
 
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.tls import TLS, ClientSecurity, read_pem
+from headwater.tls import read_pem
 
 
 def _invalid(message: str) -> HeadwaterError:
@@ -46,7 +46,6 @@ class NodeTls:
     private_key: bytes
     trusted_cas: bytes | None
     client_auth_required: bool
-    peer_security: ClientSecurity
 
     def client_listener_credentials(self) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials(
@@ -122,7 +121,4 @@ def load_node_tls(config: NodeConfig, now: datetime.datetime | None = None) -> N
         private_key=key_pem,
         trusted_cas=trusted,
         client_auth_required=config.tls_client_auth == "required",
-        peer_security=ClientSecurity(
-            TLS, config.tls_ca_file, config.tls_cert_file, config.tls_key_file
-        ),
     )
