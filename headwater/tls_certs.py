@@ -56,14 +56,12 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _window(
-    days: int, now: datetime.datetime | None
-) -> tuple[datetime.datetime, datetime.datetime]:
-    """(not before, not after) for a certificate valid ``days`` from ``now``; ``days`` may
-    be negative for a certificate that has already expired (tests of expiry)."""
+def _window(days: int) -> tuple[datetime.datetime, datetime.datetime]:
+    """(not before, not after) for a certificate valid ``days`` from now; ``days`` may be
+    negative for a certificate that has already expired (tests of expiry)."""
     if not -DAYS_MAX <= days <= DAYS_MAX or days == 0:
         raise ValueError(f"days is {days}; valid: 1..{DAYS_MAX} (negative: already expired)")
-    start = (now or datetime.datetime.now(datetime.UTC)) - _BACKDATE
+    start = datetime.datetime.now(datetime.UTC) - _BACKDATE
     if days > 0:
         return start, start + datetime.timedelta(days=days)
     end = start + datetime.timedelta(days=days)
@@ -73,7 +71,7 @@ def _window(
 def create_ca(common_name: str, days: int = DAYS_DEFAULT) -> Issued:
     """A self-signed CA certificate and its key."""
     key = ec.generate_private_key(ec.SECP256R1())
-    not_before, not_after = _window(days, None)
+    not_before, not_after = _window(days)
     name = _name(common_name)
     cert = (
         x509.CertificateBuilder()
@@ -118,7 +116,7 @@ def issue(
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise TypeError("the CA key is not an ECDSA key made by create_ca")
     key = ec.generate_private_key(ec.SECP256R1())
-    not_before, not_after = _window(days, None)
+    not_before, not_after = _window(days)
     alternative: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
     alternative += [x509.IPAddress(ipaddress.ip_address(a)) for a in ip_addresses]
     alternative += [x509.UniformResourceIdentifier(uri) for uri in uris]
@@ -237,20 +235,10 @@ def create_dev_pki(
     """``ca.crt``/``ca.key``, ``node-<id>.crt/.key`` for each node (CN ``node-<id>``,
     subjectAltName ``hosts``, ``node-<id>`` and ``addresses``) and ``<client_name>.crt/.key``
     (CN ``client_name``), all under ``folder``."""
-    ca = create_ca("Headwater development CA", days)
-    ca_file = folder / "ca.crt"
-    write(ca, folder, "ca", ca_file)
-    nodes = {
-        node_id: write(
-            issue(ca, f"node-{node_id}", (*hosts, f"node-{node_id}"), addresses, days),
-            folder,
-            f"node-{node_id}",
-            ca_file,
-        )
-        for node_id in node_ids
-    }
-    client = write(issue(ca, client_name, days=days), folder, client_name, ca_file)
-    return DevPki(folder, ca_file, nodes, client)
+    names = {node_id: f"node-{node_id}" for node_id in node_ids}
+    made = create_named_pki(folder, tuple(names.values()), (client_name,), hosts, addresses, days)
+    nodes = {node_id: made.nodes[name] for node_id, name in names.items()}
+    return DevPki(folder, made.ca_file, nodes, made.clients[client_name])
 
 
 def load_dev_pki(
