@@ -52,13 +52,6 @@ ENV_OF_KEY: Final = {
 }
 
 
-SECURITY_KEYS: Final = (
-    "security_protocol",
-    "tls_ca_file",
-    "tls_cert_file",
-    "tls_key_file",
-    "tls_server_name",
-)
 FIELD_OF_KEY: Final = {
     "security_protocol": "protocol",
     "tls_ca_file": "ca_file",
@@ -66,6 +59,8 @@ FIELD_OF_KEY: Final = {
     "tls_key_file": "key_file",
     "tls_server_name": "server_name",
 }
+"""The config keys of the TLS settings, and the ``ClientSecurity`` field of each."""
+SECURITY_KEYS: Final = tuple(FIELD_OF_KEY)
 
 
 def _invalid(message: str) -> HeadwaterError:
