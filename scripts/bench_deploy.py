@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from headwater.benchmarks.cluster import run_bench
+from headwater.benchmarks.cluster import paired_ratios, run_bench
 from headwater.cli_cluster import start_dev_cluster, stop
 from headwater.client import Admin
 
@@ -98,7 +98,7 @@ def main() -> None:
         "network": args.network,
     }
     for figure in ("produce_records_per_s", "consume_records_per_s"):
-        ratios = [round(c[figure] / lo[figure], 3) for c, lo in zip(compose, local, strict=True)]
+        ratios = paired_ratios([c[figure] for c in compose], [lo[figure] for lo in local])
         result[figure] = {
             "compose": [round(c[figure]) for c in compose],
             "local": [round(lo[figure]) for lo in local],

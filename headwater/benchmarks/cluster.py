@@ -20,12 +20,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -242,6 +243,61 @@ def run_bench(bootstrap: str, *args: str, env: Mapping[str, str] | None = None) 
     result: dict[str, Any] = json.loads(done.stdout)
     result["command"] = "headwater bench " + " ".join(args)
     return result
+
+
+def produce_batch(
+    bootstrap: str, topic: str, records: int, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``bench produce --mode batch --partitions 4 --acks all`` (send_batch), the batch
+    workload of the same-run comparisons (``bench metrics``, ``bench tls``)."""
+    return run_bench(
+        bootstrap,
+        "produce",
+        "--topic",
+        topic,
+        "--mode",
+        "batch",
+        "--partitions",
+        "4",
+        "--acks",
+        "all",
+        "--records",
+        str(records),
+        env=env,
+    )
+
+
+def produce_per_record(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    *options: str,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """``bench produce --mode record --acks 1`` (per-record send) with more ``options``."""
+    return run_bench(
+        bootstrap,
+        "produce",
+        "--topic",
+        topic,
+        "--mode",
+        "record",
+        "--acks",
+        "1",
+        *options,
+        "--records",
+        str(records),
+        env=env,
+    )
+
+
+def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
+    """Each figure over the one measured beside it in the same round, to 3 places."""
+    return [round(a / b, 3) for a, b in zip(numerators, denominators, strict=True)]
+
+
+def median_ratio(ratios: Sequence[float]) -> float:
+    return round(statistics.median(ratios), 3)
 
 
 class LagSampler:

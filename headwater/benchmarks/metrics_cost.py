@@ -21,7 +21,6 @@ over off, pair by pair, and the median of the pairs.
 from __future__ import annotations
 
 import json
-import statistics
 import tempfile
 import threading
 import time
@@ -31,7 +30,13 @@ from typing import Any, Final
 
 import click
 
-from headwater.benchmarks.cluster import run_bench
+from headwater.benchmarks.cluster import (
+    median_ratio,
+    paired_ratios,
+    produce_batch,
+    produce_per_record,
+    run_bench,
+)
 from headwater.benchmarks.perf import percentile
 from headwater.devcluster import LocalNode
 from headwater.ports import free_port
@@ -74,47 +79,16 @@ class Scraper:
 def _workloads(bootstrap: str, round_no: int, records: int, record_records: int) -> dict[str, Any]:
     topic = f"batch-{round_no}"
     return {
-        "batch": run_bench(
+        "batch": produce_batch(bootstrap, topic, records),
+        "record": produce_per_record(bootstrap, f"record-{round_no}", record_records),
+        "small": produce_per_record(
             bootstrap,
-            "produce",
-            "--topic",
-            topic,
-            "--mode",
-            "batch",
-            "--partitions",
-            "4",
-            "--acks",
-            "all",
-            "--records",
-            str(records),
-        ),
-        "record": run_bench(
-            bootstrap,
-            "produce",
-            "--topic",
-            f"record-{round_no}",
-            "--mode",
-            "record",
-            "--acks",
-            "1",
-            "--records",
-            str(record_records),
-        ),
-        "small": run_bench(
-            bootstrap,
-            "produce",
-            "--topic",
             f"small-{round_no}",
-            "--mode",
-            "record",
-            "--acks",
-            "1",
+            record_records // 5,
             "--linger-ms",
             "0",
             "--batch-bytes",
             "4096",
-            "--records",
-            str(record_records // 5),
         ),
         "consume": run_bench(bootstrap, "consume", "--topic", topic, "--records", str(records)),
     }
@@ -148,14 +122,14 @@ def run(rounds: int, records: int, record_records: int, scrape_interval_s: float
                     node.kill()
                 for workload, result in results.items():
                     (on if metered else off)[workload].append(float(result["records_per_s"]))
-    ratios = {w: [round(a / b, 3) for a, b in zip(on[w], off[w], strict=True)] for w in WORKLOADS}
+    ratios = {w: paired_ratios(on[w], off[w]) for w in WORKLOADS}
     scrapes_ms.sort()
     return {
         "rounds": rounds,
         "records_per_s_metrics_on": on,
         "records_per_s_metrics_off": off,
         "ratio_on_over_off": ratios,
-        "median_ratio": {w: round(statistics.median(r), 3) for w, r in ratios.items()},
+        "median_ratio": {w: median_ratio(r) for w, r in ratios.items()},
         "scrapes": len(scrapes_ms),
         "scrape_ms_p50": round(percentile(scrapes_ms, 0.5), 2) if scrapes_ms else None,
         "scrape_ms_max": round(scrapes_ms[-1], 2) if scrapes_ms else None,

@@ -23,14 +23,19 @@ median of the pairs, and the e2e latency percentiles of each.
 from __future__ import annotations
 
 import json
-import statistics
 import tempfile
 from pathlib import Path
 from typing import Any, Final
 
 import click
 
-from headwater.benchmarks.cluster import run_bench
+from headwater.benchmarks.cluster import (
+    median_ratio,
+    paired_ratios,
+    produce_batch,
+    produce_per_record,
+    run_bench,
+)
 from headwater.devcluster import LocalCluster
 from headwater.tls import CA_FILE_ENV, CERT_FILE_ENV, KEY_FILE_ENV, PROTOCOL_ENV, SERVER_NAME_ENV
 from headwater.tls_certs import create_dev_pki
@@ -43,34 +48,8 @@ def _workloads(
     bootstrap: str, round_no: int, records: int, record_records: int, env: dict[str, str]
 ) -> dict[str, Any]:
     topic = f"batch-{round_no}"
-    batch = run_bench(
-        bootstrap,
-        "produce",
-        "--topic",
-        topic,
-        "--mode",
-        "batch",
-        "--partitions",
-        "4",
-        "--acks",
-        "all",
-        "--records",
-        str(records),
-        env=env,
-    )
-    record = run_bench(
-        bootstrap,
-        "produce",
-        "--topic",
-        f"record-{round_no}",
-        "--mode",
-        "record",
-        "--acks",
-        "1",
-        "--records",
-        str(record_records),
-        env=env,
-    )
+    batch = produce_batch(bootstrap, topic, records, env)
+    record = produce_per_record(bootstrap, f"record-{round_no}", record_records, env=env)
     consumes = [
         run_bench(bootstrap, "consume", "--topic", topic, "--records", str(records), env=env)
         for _ in range(CONSUME_RUNS)
@@ -142,16 +121,14 @@ def run(rounds: int, nodes: int, records: int, record_records: int) -> dict[str,
                 e2e["tls" if secured else "plaintext"].append(
                     (results["e2e"]["latency_ms_p50"], results["e2e"]["latency_ms_p99"])
                 )
-    ratios = {
-        w: [round(a / b, 3) for a, b in zip(tls[w], plain[w], strict=True)] for w in THROUGHPUT
-    }
+    ratios = {w: paired_ratios(tls[w], plain[w]) for w in THROUGHPUT}
     return {
         "rounds": rounds,
         "nodes": nodes,
         "records_per_s_tls": tls,
         "records_per_s_plaintext": plain,
         "ratio_tls_over_plaintext": ratios,
-        "median_ratio": {w: round(statistics.median(r), 3) for w, r in ratios.items()},
+        "median_ratio": {w: median_ratio(r) for w, r in ratios.items()},
         "e2e_ms_p50_p99": e2e,
     }
 
