@@ -173,14 +173,6 @@ class ClientSecurity:
         """Channel options these settings add (the server name override)."""
         return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
 
-    def describe(self) -> str:
-        """One line for error messages: what this client presents and trusts."""
-        if not self.tls:
-            return "plaintext"
-        trusts = self.ca_file or "the system's trusted CAs"
-        presents = f", presenting {self.cert_file}" if self.cert_file else ""
-        return f"TLS trusting {trusts}{presents}"
-
 
 def open_channel(
     address: str, credentials: grpc.ChannelCredentials | None, options: Sequence[tuple[str, Any]]
