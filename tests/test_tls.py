@@ -547,3 +547,20 @@ def test_dev_cluster_tls_takes_one_command_and_keeps_its_ca(tmp_path: Path) -> N
                     process.wait()
                 assert process.stdout is not None
                 process.stdout.close()
+
+
+def test_tls_init_makes_named_certificates_and_refuses_bad_requests(tmp_path: Path) -> None:
+    made = run_cli("tls", "init", str(tmp_path / "pki"), "--node", "node1", "--client", "alice")
+    assert made.returncode == 0, made.stderr
+    for name in ("ca", "node1", "alice"):
+        assert (tmp_path / "pki" / f"{name}.crt").is_file()
+        assert (tmp_path / "pki" / f"{name}.key").stat().st_mode & 0o077 == 0
+    for args, problem in (
+        (("--node", "node2"), b"ca.crt exists"),
+        ((), b"give at least one --node or --client"),
+        (("--node", "bad name"), b"valid names are 1..64 letters"),
+        (("--node", "x", "--client", "x"), b"names must be distinct"),
+    ):
+        folder = tmp_path / ("pki" if problem == b"ca.crt exists" else f"other-{len(args)}")
+        refused = run_cli("tls", "init", str(folder), *args)
+        assert refused.returncode != 0 and problem in refused.stderr, refused.stderr
