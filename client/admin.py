@@ -10,10 +10,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from headwater.acls import Acl, AclFilter, parse_acl
 from headwater.client import offsets
 from headwater.client.connection import Cluster, call
 from headwater.client.groups import GroupCalls
 from headwater.client.positions import TopicPartition
+from headwater.credentials import ITERATIONS_DEFAULT, MECHANISM, new_salted_password
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
@@ -148,6 +150,62 @@ class Admin:
             final=CONTROLLER_ANSWERS,
         )
         self.cluster.invalidate(name)
+
+    # ------------------------------------------------------------------ ACLs and users
+
+    def _admin_call(self, method: str, request: object) -> object:
+        return self.cluster.call_any(
+            lambda a: getattr(self.cluster.admin(a), method)(request, timeout=self._timeout),
+            retry_s=self._timeout,
+        )
+
+    def create_acls(self, acls: Sequence[Acl]) -> None:
+        """Store ``acls`` (headwater.acls.parse_acl makes one from text); ones that exist
+        already are left as they are."""
+        self._admin_call(
+            "CreateAcls", pb.CreateAclsRequest(acls=[_acl_binding(acl) for acl in acls])
+        )
+
+    def describe_acls(self, acl_filter: AclFilter | None = None) -> list[Acl]:
+        """The stored ACLs that match ``acl_filter`` (all of them without one)."""
+        response = self._admin_call(
+            "DescribeAcls", pb.DescribeAclsRequest(filter=_filter_binding(acl_filter))
+        )
+        assert isinstance(response, pb.DescribeAclsResponse)
+        return [_acl_of(binding) for binding in response.acls]
+
+    def delete_acls(self, filters: Sequence[AclFilter]) -> list[Acl]:
+        """Remove every ACL matching any of ``filters``; return the ones removed."""
+        response = self._admin_call(
+            "DeleteAcls", pb.DeleteAclsRequest(filters=[_filter_binding(f) for f in filters])
+        )
+        assert isinstance(response, pb.DeleteAclsResponse)
+        return [_acl_of(binding) for binding in response.deleted]
+
+    def upsert_user(self, name: str, password: str, iterations: int = ITERATIONS_DEFAULT) -> None:
+        """Set user ``name``'s password (creating the user). The password is salted and
+        hashed here (PBKDF2, ``iterations``); only the salted form is sent."""
+        salt, salted = new_salted_password(password, iterations)
+        upsertion = pb.UserCredentialUpsertion(
+            name=name,
+            mechanism=MECHANISM,
+            iterations=iterations,
+            salt=salt,
+            salted_password=salted,
+        )
+        self._admin_call(
+            "AlterUserCredentials", pb.AlterUserCredentialsRequest(upsertions=[upsertion])
+        )
+
+    def delete_user(self, name: str) -> None:
+        self._admin_call("AlterUserCredentials", pb.AlterUserCredentialsRequest(deletions=[name]))
+
+    def list_users(self) -> list[pb.UserDescription]:
+        response = self._admin_call("DescribeUsers", pb.DescribeUsersRequest())
+        assert isinstance(response, pb.DescribeUsersResponse)
+        return list(response.users)
+
+    # ------------------------------------------------------------------ topics
 
     def list_topics(self, include_internal: bool = False) -> list[pb.TopicSummary]:
         response: pb.ListTopicsResponse = self.cluster.call_any(
@@ -288,3 +346,42 @@ class Admin:
         """Set committed offsets from outside the group (only while it has no members:
         NON_EMPTY_GROUP otherwise); creates the group when it does not exist."""
         GroupCalls(self.cluster, group_id).commit(dict(offsets))
+
+
+def _acl_binding(acl: Acl) -> pb.AclBinding:
+    return pb.AclBinding(
+        resource_type=acl.resource_type.value,
+        pattern_type=acl.pattern_type.value,
+        resource_name=acl.resource_name,
+        principal=acl.principal,
+        host=acl.host,
+        operation=acl.operation.value,
+        permission=acl.permission.value,
+    )
+
+
+def _filter_binding(acl_filter: AclFilter | None) -> pb.AclBinding:
+    """An ``AclFilter`` on the wire: unset fields are empty strings."""
+    if acl_filter is None:
+        return pb.AclBinding()
+    return pb.AclBinding(
+        resource_type=acl_filter.resource_type.value if acl_filter.resource_type else "",
+        pattern_type=acl_filter.pattern_type.value if acl_filter.pattern_type else "",
+        resource_name=acl_filter.resource_name or "",
+        principal=acl_filter.principal or "",
+        host=acl_filter.host or "",
+        operation=acl_filter.operation.value if acl_filter.operation else "",
+        permission=acl_filter.permission.value if acl_filter.permission else "",
+    )
+
+
+def _acl_of(binding: pb.AclBinding) -> Acl:
+    return parse_acl(
+        binding.resource_type,
+        binding.resource_name,
+        binding.principal,
+        binding.operation,
+        binding.permission,
+        binding.pattern_type,
+        binding.host,
+    )

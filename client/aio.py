@@ -126,7 +126,12 @@ class _Router:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = open_aio_channel(address, self._credentials, self._options)
+            channel = open_aio_channel(
+                address,
+                self._credentials,
+                self._options,
+                call_metadata=self.security.call_metadata(),
+            )
             self._channels[address] = channel
         return channel
 

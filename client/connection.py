@@ -146,7 +146,9 @@ class Cluster:
                 raise HeadwaterError(ErrorCode.NETWORK_EXCEPTION, "client is closed")
             channel = self._channels.get(address)
             if channel is None:
-                channel = open_channel(address, self._credentials, self._options)
+                channel = open_channel(
+                    address, self._credentials, self._options, self.security.call_metadata()
+                )
                 self._channels[address] = channel
             return channel
 

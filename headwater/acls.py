@@ -40,7 +40,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from headwater.errors import ErrorCode, HeadwaterError
 
@@ -134,6 +134,20 @@ def check_acl(acl: Acl) -> Acl:
     return acl
 
 
+_E = TypeVar("_E", bound=enum.StrEnum)
+
+
+def _choose(kind: type[_E], text: str, what: str) -> _E:
+    """The member of ``kind`` named ``text`` (any case); INVALID_REQUEST listing the valid
+    names otherwise."""
+    lowered = text.strip().lower()
+    for member in kind:
+        if member.value == lowered:
+            return member
+    valid = ", ".join(member.value for member in kind)
+    raise _invalid(f"{what} {text[:80]!r}; valid: {valid}")
+
+
 def parse_acl(
     resource_type: str,
     resource_name: str,
@@ -145,24 +159,72 @@ def parse_acl(
 ) -> Acl:
     """An ``Acl`` from text (the CLI's and the API's), checked; INVALID_REQUEST listing
     the valid values of a field that has none of them."""
-
-    def choose(kind: type[enum.StrEnum], text: str, what: str) -> str:
-        lowered = text.strip().lower()
-        valid = [member.value for member in kind]
-        if lowered not in valid:
-            raise _invalid(f"{what} {text!r}; valid: {', '.join(valid)}")
-        return lowered
-
     return check_acl(
         Acl(
-            ResourceType(choose(ResourceType, resource_type, "resource type")),
-            PatternType(choose(PatternType, pattern_type, "pattern type")),
+            _choose(ResourceType, resource_type, "resource type"),
+            _choose(PatternType, pattern_type, "pattern type"),
             resource_name,
             principal,
             host,
-            Operation(choose(Operation, operation, "operation")),
-            Permission(choose(Permission, permission, "permission")),
+            _choose(Operation, operation, "operation"),
+            _choose(Permission, permission, "permission"),
         )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AclFilter:
+    """Which ACLs to list or remove: each field that is not None must equal the ACL's
+    (no pattern matching: ``resource_name`` "orders" matches the ACLs stored for
+    "orders", not a prefixed ACL that covers it)."""
+
+    resource_type: ResourceType | None = None
+    pattern_type: PatternType | None = None
+    resource_name: str | None = None
+    principal: str | None = None
+    host: str | None = None
+    operation: Operation | None = None
+    permission: Permission | None = None
+
+    def matches(self, acl: Acl) -> bool:
+        return (
+            (self.resource_type is None or self.resource_type is acl.resource_type)
+            and (self.pattern_type is None or self.pattern_type is acl.pattern_type)
+            and (self.resource_name is None or self.resource_name == acl.resource_name)
+            and (self.principal is None or self.principal == acl.principal)
+            and (self.host is None or self.host == acl.host)
+            and (self.operation is None or self.operation is acl.operation)
+            and (self.permission is None or self.permission is acl.permission)
+        )
+
+
+def parse_filter(
+    resource_type: str = "",
+    resource_name: str = "",
+    principal: str = "",
+    operation: str = "",
+    permission: str = "",
+    pattern_type: str = "",
+    host: str = "",
+) -> AclFilter:
+    """An ``AclFilter`` from text, an empty field matching any value; INVALID_REQUEST for a
+    value no ACL can have."""
+    if principal:
+        check_principal(principal)
+    for text, limit, what in (
+        (resource_name, RESOURCE_NAME_CHARS_MAX, "resource name"),
+        (host, HOST_CHARS_MAX, "host"),
+    ):
+        if len(text) > limit:
+            raise _invalid(f"{what} filter longer than {limit} characters")
+    return AclFilter(
+        _choose(ResourceType, resource_type, "resource type") if resource_type else None,
+        _choose(PatternType, pattern_type, "pattern type") if pattern_type else None,
+        resource_name or None,
+        principal or None,
+        host or None,
+        _choose(Operation, operation, "operation") if operation else None,
+        _choose(Permission, permission, "permission") if permission else None,
     )
 
 

@@ -89,13 +89,21 @@ def json_option(function: F) -> F:
 @click.group(
     cls=ErrorReportingGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
-    lazy_subcommands={"bench": "headwater.benchmarks.perf:bench"},
+    lazy_subcommands={
+        "bench": "headwater.benchmarks.perf:bench",
+        "acls": "headwater.cli_access:acls",
+        "users": "headwater.cli_access:users",
+    },
 )
 @click.version_option(__version__, prog_name="headwater")
 @click.option(
     "--security-protocol",
-    type=click.Choice(["PLAINTEXT", "SSL", "plaintext", "tls"]),
-    help="How clients connect (env HEADWATER_SECURITY_PROTOCOL): PLAINTEXT, or SSL (TLS).",
+    type=click.Choice(
+        ["PLAINTEXT", "SSL", "SASL_SSL", "SASL_PLAINTEXT", "plaintext", "tls"],
+        case_sensitive=False,
+    ),
+    help="How clients connect (env HEADWATER_SECURITY_PROTOCOL): PLAINTEXT, SSL (TLS), or "
+    "SASL_SSL / SASL_PLAINTEXT (the same with --username).",
 )
 @click.option(
     "--tls-ca-file",
@@ -116,11 +124,18 @@ def json_option(function: F) -> F:
     "HEADWATER_TLS_SERVER_NAME).",
 )
 @click.option(
+    "--username",
+    metavar="NAME",
+    help="Authenticate as this user (env HEADWATER_USERNAME); the password comes from env "
+    "HEADWATER_PASSWORD or the client config file.",
+)
+@click.option(
     "--client-config",
     type=click.Path(path_type=Path, dir_okay=False),
     envvar="HEADWATER_CLIENT_CONFIG",
     help="TOML file of client settings: bootstrap, security_protocol, tls_ca_file, "
-    "tls_cert_file, tls_key_file, tls_server_name (env and flags win over it).",
+    "tls_cert_file, tls_key_file, tls_server_name, username, password (env and flags win "
+    "over it).",
 )
 @click.pass_context
 def main(
@@ -130,6 +145,7 @@ def main(
     tls_cert_file: str | None,
     tls_key_file: str | None,
     tls_server_name: str | None,
+    username: str | None,
     client_config: Path | None,
 ) -> None:
     """Headwater: a partitioned, replicated commit-log broker with a gRPC API.
@@ -144,11 +160,12 @@ def main(
         "tls_cert_file": tls_cert_file,
         "tls_key_file": tls_key_file,
         "tls_server_name": tls_server_name,
+        "username": username,
     }
     if context.invoked_subcommand == "serve":
         # A node reads HEADWATER_TLS_* as its own settings (serve --help, the config file).
         if any(flags.values()):
-            fail("client settings (--security-protocol, --tls-*) do not apply to serve")
+            fail("client settings (--security-protocol, --tls-*, --username) do not apply to serve")
         if os.environ.get("HEADWATER_SECURITY_PROTOCOL"):
             fail(
                 "HEADWATER_SECURITY_PROTOCOL is set: this shell holds client settings, and a "

@@ -2,16 +2,18 @@
 environment and a client config file, in that order of precedence.
 
 The ``headwater`` group takes ``--security-protocol``, ``--tls-ca-file``,
-``--tls-cert-file``, ``--tls-key-file``, ``--tls-server-name`` and ``--client-config
-FILE`` (or ``HEADWATER_CLIENT_CONFIG``) before the command. The client config file is
-TOML with these keys only::
+``--tls-cert-file``, ``--tls-key-file``, ``--tls-server-name``, ``--username`` and
+``--client-config FILE`` (or ``HEADWATER_CLIENT_CONFIG``) before the command. The client
+config file is TOML with these keys only::
 
     bootstrap = "127.0.0.1:7700,127.0.0.1:7702"
-    security_protocol = "SSL"          # PLAINTEXT or SSL (plaintext, tls)
+    security_protocol = "SSL"          # PLAINTEXT, SSL, SASL_SSL, SASL_PLAINTEXT
     tls_ca_file = "/etc/headwater/ca.crt"
     tls_cert_file = "/etc/headwater/alice.crt"
     tls_key_file = "/etc/headwater/alice.key"
     tls_server_name = ""
+    username = "alice"                 # credentials (headwater users add)
+    password = "..."                   # keep the file private (chmod 600)
 
 The settings are layered whole, as ``ClientSecurity.with_overrides`` does: the file's,
 then the environment's over them, then the flags' over both. A TLS file given in a
@@ -35,8 +37,10 @@ from headwater.tls import (
     CA_FILE_ENV,
     CERT_FILE_ENV,
     KEY_FILE_ENV,
+    PASSWORD_ENV,
     PROTOCOL_ENV,
     SERVER_NAME_ENV,
+    USERNAME_ENV,
     ClientSecurity,
 )
 
@@ -49,6 +53,8 @@ ENV_OF_KEY: Final = {
     "tls_cert_file": CERT_FILE_ENV,
     "tls_key_file": KEY_FILE_ENV,
     "tls_server_name": SERVER_NAME_ENV,
+    "username": USERNAME_ENV,
+    "password": PASSWORD_ENV,
 }
 
 
@@ -58,6 +64,8 @@ FIELD_OF_KEY: Final = {
     "tls_cert_file": "cert_file",
     "tls_key_file": "key_file",
     "tls_server_name": "server_name",
+    "username": "username",
+    "password": "password",
 }
 """The config keys of the TLS settings, and the ``ClientSecurity`` field of each."""
 SECURITY_KEYS: Final = tuple(FIELD_OF_KEY)

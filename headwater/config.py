@@ -351,8 +351,42 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "CA in tls_ca_file (mutual TLS); "
         "none, clients present none. A handshake refused for a missing, untrusted or expired "
         "certificate closes the connection (gRPC's TLS gives no status), and the node logs "
-        "why. (The certificate's subject will name the principal ACLs apply to.)",
+        "why. The certificate names the caller's principal (tls_principal_mapping).",
         choices=("none", "required"),
+    ),
+    Setting(
+        "tls_principal_mapping",
+        "cn",
+        "Which part of a client certificate names the principal User:<name> that ACLs "
+        "apply to: cn, the subject's common name; subject, the whole subject as RFC 4514 "
+        "text (CN=alice,O=Example); san_dns, san_uri or san_email, the first subject "
+        "alternative name of that kind (a certificate without one is refused, "
+        "SASL_AUTHENTICATION_FAILED). Credentials in the call, when present, name the "
+        "principal instead.",
+        choices=("cn", "subject", "san_dns", "san_uri", "san_email"),
+    ),
+    Setting(
+        "authorizer",
+        "none",
+        "acl: every call on the client listener needs an ACL that allows it (deny by "
+        "default; see docs/security.md for what each call needs); none: every call is "
+        "allowed. ACLs are kept in the metadata quorum either way "
+        "(headwater acls add|list|remove).",
+        choices=("none", "acl"),
+    ),
+    Setting(
+        "super_users",
+        "",
+        "Principals that every call is allowed to, whatever the ACLs say, separated by "
+        "commas: User:admin,User:ops. Needed to add the first ACLs once authorizer is acl.",
+    ),
+    Setting(
+        "credentials_over_plaintext",
+        "refuse",
+        "refuse: a call that carries credentials (authorization metadata) on a plaintext "
+        "client listener is refused, since the password would cross the network in the "
+        "clear; allow: accept them (for a listener only local processes reach).",
+        choices=("refuse", "allow"),
     ),
     Setting(
         "raft_election_timeout_ms",
@@ -719,6 +753,10 @@ class NodeConfig:
     tls_key_file: str = ""
     tls_ca_file: str = ""
     tls_client_auth: str = "none"
+    tls_principal_mapping: str = "cn"
+    authorizer: str = "none"
+    super_users: str = ""
+    credentials_over_plaintext: str = "refuse"
     raft_election_timeout_ms: int = 300
     replica_lag_ms_max: int = 10_000
     replica_fetch_wait_ms_max: int = 500
@@ -784,6 +822,13 @@ class NodeConfig:
                 "port other nodes are told must be the one bound), e.g. internal_listen "
                 "0.0.0.0:7701 with internal_advertised_address node1:7701"
             )
+        for principal in self.super_user_set:
+            kind, _, name = principal.partition(":")
+            if kind != "User" or not name or name == "*":
+                raise _invalid(
+                    f"super_users entry {principal[:80]!r} must be User:<name>, e.g. "
+                    "super_users = 'User:admin,User:ops'"
+                )
         voters = self.quorum_voters  # parses and checks the quorum
         if self.is_controller and self.node_id not in voters:
             raise _invalid(
@@ -830,6 +875,11 @@ class NodeConfig:
     def tls(self) -> bool:
         """Do the gRPC listeners speak TLS (tls_cert_file and tls_key_file set)?"""
         return bool(self.tls_cert_file)
+
+    @property
+    def super_user_set(self) -> frozenset[str]:
+        """The principals of ``super_users``."""
+        return frozenset(p.strip() for p in self.super_users.split(",") if p.strip())
 
     @property
     def is_controller(self) -> bool:

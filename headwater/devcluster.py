@@ -37,9 +37,11 @@ from headwater.tls import (
     CA_FILE_ENV,
     CERT_FILE_ENV,
     KEY_FILE_ENV,
+    PASSWORD_ENV,
     PROTOCOL_ENV,
     SERVER_NAME_ENV,
     TLS,
+    USERNAME_ENV,
     ClientSecurity,
 )
 
@@ -47,10 +49,18 @@ if TYPE_CHECKING:  # only the types: creating certificates needs the server extr
     from headwater.tls_certs import DevPki, TlsFiles
 
 CLIENT_SECURITY_ENV: Final = frozenset(
-    {PROTOCOL_ENV, CA_FILE_ENV, CERT_FILE_ENV, KEY_FILE_ENV, SERVER_NAME_ENV}
+    {
+        PROTOCOL_ENV,
+        CA_FILE_ENV,
+        CERT_FILE_ENV,
+        KEY_FILE_ENV,
+        SERVER_NAME_ENV,
+        USERNAME_ENV,
+        PASSWORD_ENV,
+    }
 )
-"""Variables a node would read as its own TLS settings: a shell's client settings are
-not passed on to the nodes this harness starts."""
+"""A shell's client settings (TLS, credentials): not passed on to the nodes this harness
+starts (a node reads the TLS ones as its own settings)."""
 
 HEADWATER_CLI: Final = (sys.executable, "-m", "headwater.cli")
 SECRET_ENV: Final = "HEADWATER_CLUSTER_SECRET"  # noqa: S105 (a variable name)

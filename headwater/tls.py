@@ -5,17 +5,22 @@ the health probe) and every node calling another node builds its channels from o
 ``ClientSecurity``:
 
 - ``protocol``: ``plaintext`` or ``tls``. Kafka's names are accepted: ``PLAINTEXT`` and
-  ``SSL`` (``SASL_PLAINTEXT``/``SASL_SSL`` are refused until credentials exist).
+  ``SSL``, and ``SASL_SSL``/``SASL_PLAINTEXT``, which are ``tls``/``plaintext`` with
+  credentials (a username is then required).
 - ``ca_file``: PEM certificates of the CAs trusted to sign the nodes' certificates;
   empty: the system's trusted roots.
 - ``cert_file``/``key_file``: this client's certificate chain and private key (PEM), for
   listeners that require mutual TLS; both or neither.
 - ``server_name``: the name the nodes' certificates are checked against instead of the
   host dialled (for certificates that name a host other than the address used).
+- ``username``/``password``: credentials sent with every call (``headwater.credentials``:
+  the ``authorization`` metadata), for a user made with ``headwater users add``; over
+  TLS, since the password travels with each call.
 
 Unset fields come from the environment, ``HEADWATER_SECURITY_PROTOCOL``,
 ``HEADWATER_TLS_CA_FILE``, ``HEADWATER_TLS_CERT_FILE``, ``HEADWATER_TLS_KEY_FILE``,
-``HEADWATER_TLS_SERVER_NAME`` (``ClientSecurity.from_env``); any TLS file set there
+``HEADWATER_TLS_SERVER_NAME``, ``HEADWATER_USERNAME``, ``HEADWATER_PASSWORD``
+(``ClientSecurity.from_env``); any TLS file set there
 implies ``tls``. A node reads its own ``tls_*`` settings under the same variable names,
 so a client run inside a node's container (the health probe) speaks as the node does.
 
@@ -27,12 +32,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
+from headwater.credentials import AUTHORIZATION_KEY, authorization_value, check_user_name
 from headwater.errors import ErrorCode, HeadwaterError
 
 PROTOCOL_ENV: Final = "HEADWATER_SECURITY_PROTOCOL"
@@ -40,6 +46,8 @@ CA_FILE_ENV: Final = "HEADWATER_TLS_CA_FILE"
 CERT_FILE_ENV: Final = "HEADWATER_TLS_CERT_FILE"
 KEY_FILE_ENV: Final = "HEADWATER_TLS_KEY_FILE"
 SERVER_NAME_ENV: Final = "HEADWATER_TLS_SERVER_NAME"
+USERNAME_ENV: Final = "HEADWATER_USERNAME"
+PASSWORD_ENV: Final = "HEADWATER_PASSWORD"  # noqa: S105 (the variable's name)
 
 PLAINTEXT: Final = "plaintext"
 TLS: Final = "tls"
@@ -47,8 +55,11 @@ _PROTOCOL_NAMES: Final = {
     "plaintext": PLAINTEXT,
     "tls": TLS,
     "ssl": TLS,  # Kafka's security.protocol=SSL
+    "sasl_ssl": TLS,  # with credentials
+    "sasl_plaintext": PLAINTEXT,  # with credentials
 }
-_NOT_YET: Final = ("sasl_plaintext", "sasl_ssl")
+_WITH_CREDENTIALS: Final = ("sasl_plaintext", "sasl_ssl")
+_VALID_PROTOCOLS: Final = "PLAINTEXT, SSL, SASL_SSL, SASL_PLAINTEXT (or plaintext, tls)"
 PEM_BYTES_MAX: Final = 1 << 20
 """A certificate bundle or key file larger than this is refused before it is parsed."""
 
@@ -60,17 +71,16 @@ def _invalid(message: str) -> HeadwaterError:
 def parse_protocol(text: str, source: str) -> str:
     """``plaintext`` or ``tls`` from any accepted spelling; INVALID_CONFIG otherwise."""
     name = text.strip().lower()
-    if name in _NOT_YET:
-        raise _invalid(
-            f"security protocol {text!r} from {source} needs SASL credentials, which this "
-            f"version does not support yet; valid: PLAINTEXT, SSL (or plaintext, tls)"
-        )
     if name not in _PROTOCOL_NAMES:
         raise _invalid(
-            f"security protocol {text!r} from {source} is unknown; valid: PLAINTEXT, SSL "
-            f"(or plaintext, tls)"
+            f"security protocol {text!r} from {source} is unknown; valid: {_VALID_PROTOCOLS}"
         )
     return _PROTOCOL_NAMES[name]
+
+
+def needs_credentials(text: str) -> bool:
+    """Is ``text`` a protocol name that promises credentials (SASL_SSL, SASL_PLAINTEXT)?"""
+    return text.strip().lower() in _WITH_CREDENTIALS
 
 
 def read_pem(path: str, what: str) -> bytes:
@@ -97,8 +107,22 @@ class ClientSecurity:
     cert_file: str = ""
     key_file: str = ""
     server_name: str = ""
+    username: str = ""
+    password: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
+        if needs_credentials(self.protocol) and not self.username:
+            raise _invalid(
+                f"security protocol {self.protocol} needs credentials: set a username and "
+                f"password ({USERNAME_ENV}, {PASSWORD_ENV}, or --username/--password)"
+            )
+        if self.password and not self.username:
+            raise _invalid("a password is set without a username")
+        if self.username:
+            try:
+                check_user_name(self.username)
+            except HeadwaterError as exc:
+                raise _invalid(exc.message) from None
         object.__setattr__(self, "protocol", parse_protocol(self.protocol, "the client"))
         if bool(self.cert_file) != bool(self.key_file):
             raise _invalid(
@@ -128,10 +152,16 @@ class ClientSecurity:
         }
         protocol_text = env.get(PROTOCOL_ENV, "")
         if protocol_text:
-            protocol = parse_protocol(protocol_text, PROTOCOL_ENV)
+            parse_protocol(protocol_text, PROTOCOL_ENV)
+            protocol = protocol_text
         else:
             protocol = TLS if any(files.values()) else PLAINTEXT
-        return cls(protocol, **files)
+        return cls(
+            protocol,
+            **files,
+            username=env.get(USERNAME_ENV, ""),
+            password=env.get(PASSWORD_ENV, ""),
+        )
 
     @classmethod
     def resolve(cls, given: ClientSecurity | None) -> ClientSecurity:
@@ -151,7 +181,10 @@ class ClientSecurity:
         ):
             chosen["protocol"] = TLS
         if "protocol" in chosen and parse_protocol(chosen["protocol"], "settings") == PLAINTEXT:
-            # plaintext chosen over inherited TLS settings: none of them applies
+            # plaintext chosen over inherited TLS settings: none of them applies (the
+            # credentials do)
+            chosen.setdefault("username", self.username)
+            chosen.setdefault("password", self.password)
             return ClientSecurity(**chosen)
         return replace(self, **chosen) if chosen else self
 
@@ -169,18 +202,32 @@ class ClientSecurity:
         key = read_pem(self.key_file, "tls_key_file") if self.key_file else None
         return grpc.ssl_channel_credentials(root, key, chain)
 
+    def call_metadata(self) -> tuple[tuple[str, str], ...]:
+        """Metadata every call carries: the credentials, when a username is set."""
+        if not self.username:
+            return ()
+        return ((AUTHORIZATION_KEY, authorization_value(self.username, self.password)),)
+
     def channel_options(self) -> list[tuple[str, str]]:
         """Channel options these settings add (the server name override)."""
         return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
 
 
 def open_channel(
-    address: str, credentials: grpc.ChannelCredentials | None, options: Sequence[tuple[str, Any]]
+    address: str,
+    credentials: grpc.ChannelCredentials | None,
+    options: Sequence[tuple[str, Any]],
+    call_metadata: Sequence[tuple[str, str]] = (),
 ) -> grpc.Channel:
-    """A channel to ``address``: TLS with ``credentials``, plaintext when None."""
+    """A channel to ``address``: TLS with ``credentials``, plaintext when None; every call
+    carries ``call_metadata`` (``ClientSecurity.call_metadata``)."""
     if credentials is None:
-        return grpc.insecure_channel(address, options=options)
-    return grpc.secure_channel(address, credentials, options)
+        channel = grpc.insecure_channel(address, options=options)
+    else:
+        channel = grpc.secure_channel(address, credentials, options)
+    if call_metadata:
+        return grpc.intercept_channel(channel, _AddMetadata(tuple(call_metadata)))
+    return channel
 
 
 def open_aio_channel(
@@ -188,11 +235,99 @@ def open_aio_channel(
     credentials: grpc.ChannelCredentials | None,
     options: Sequence[tuple[str, Any]],
     interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+    call_metadata: Sequence[tuple[str, str]] = (),
 ) -> grpc.aio.Channel:
-    """An asyncio channel to ``address``: TLS with ``credentials``, plaintext when None."""
+    """An asyncio channel to ``address``: TLS with ``credentials``, plaintext when None;
+    every call carries ``call_metadata``."""
+    if call_metadata:
+        added = tuple(call_metadata)
+        interceptors = [
+            *(interceptors or ()),
+            _AioAddMetadataUnary(added),  # type: ignore[list-item]
+            _AioAddMetadataUnaryStream(added),  # type: ignore[list-item]
+            _AioAddMetadataStream(added),  # type: ignore[list-item]
+        ]
     if credentials is None:
         return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
     return grpc.aio.secure_channel(address, credentials, options, interceptors=interceptors)
+
+
+class _CallDetails:
+    """grpc.ClientCallDetails with other metadata (grpc's class is abstract)."""
+
+    def __init__(self, details: Any, metadata: Sequence[tuple[str, str]]) -> None:
+        self.method = details.method
+        self.timeout = details.timeout
+        self.metadata = [*(details.metadata or ()), *metadata]
+        self.credentials = details.credentials
+        self.wait_for_ready = details.wait_for_ready
+        self.compression = getattr(details, "compression", None)
+
+
+class _AddMetadata(
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[type-arg]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[type-arg]
+    grpc.StreamUnaryClientInterceptor,  # type: ignore[type-arg]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[type-arg]
+):
+    """Adds fixed metadata to every call of a threaded channel."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.metadata = metadata
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(_CallDetails(details, self.metadata), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(_CallDetails(details, self.metadata), request)
+
+    def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return continuation(_CallDetails(details, self.metadata), requests)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return continuation(_CallDetails(details, self.metadata), requests)
+
+
+def _aio_details(details: Any, metadata: tuple[tuple[str, str], ...]) -> Any:
+    merged = grpc.aio.Metadata(*(details.metadata or ()), *metadata)
+    return grpc.aio.ClientCallDetails(
+        details.method, details.timeout, merged, details.credentials, details.wait_for_ready
+    )
+
+
+# grpc's aio interceptor classes are generic in its type stubs only.
+if TYPE_CHECKING:
+    _AioUnaryUnary = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
+    _AioUnaryStream = grpc.aio.UnaryStreamClientInterceptor[Any, Any]
+    _AioStreamStream = grpc.aio.StreamStreamClientInterceptor[Any, Any]
+else:
+    _AioUnaryUnary = grpc.aio.UnaryUnaryClientInterceptor
+    _AioUnaryStream = grpc.aio.UnaryStreamClientInterceptor
+    _AioStreamStream = grpc.aio.StreamStreamClientInterceptor
+
+
+class _AioAddMetadataUnary(_AioUnaryUnary):
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.metadata = metadata
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(_aio_details(details, self.metadata), request)
+
+
+class _AioAddMetadataUnaryStream(_AioUnaryStream):
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.metadata = metadata
+
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(_aio_details(details, self.metadata), request)
+
+
+class _AioAddMetadataStream(_AioStreamStream):
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.metadata = metadata
+
+    async def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return await continuation(_aio_details(details, self.metadata), requests)
 
 
 _HANDSHAKE_CAUSES: Final = (

@@ -27,11 +27,22 @@ from typing import Any, Final, TypeVar
 
 import grpc
 
+from headwater.acls import (
+    CLUSTER_RESOURCE,
+    Acl,
+    AclFilter,
+    Operation,
+    ResourceType,
+    parse_acl,
+    parse_filter,
+)
 from headwater.config import NodeConfig
+from headwater.credentials import MECHANISM, credential_from_salted
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import PartitionLog
 from headwater.log.file_log import FileLog
+from headwater.node.authorizer import Authorizer
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import ControllerDriver, not_controller
 from headwater.node.log_manager import LogManager, now_ms
@@ -70,8 +81,11 @@ class AdminService(pb_grpc.AdminServicer):
         state: ClusterState,
         peers: Peers,
         controller: ControllerDriver | None,
+        *,
+        authorizer: Authorizer,
     ) -> None:
         self.config = config
+        self.auth = authorizer
         self.logs = logs
         self.state = state
         self.peers = peers
@@ -131,6 +145,10 @@ class AdminService(pb_grpc.AdminServicer):
     async def CreateTopics(
         self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreateTopicsResponse:
+        """Needs ``create`` on the cluster, or on each topic named."""
+        if not self.auth.allows(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+            for t in request.topics:
+                self.auth.require(Operation.CREATE, ResourceType.TOPIC, t.name)
         wanted = [
             decisions.NewTopic(
                 name=t.name,
@@ -166,6 +184,8 @@ class AdminService(pb_grpc.AdminServicer):
         self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteTopicsResponse:
         names = list(request.names)
+        for name in names:
+            self.auth.require(Operation.DELETE, ResourceType.TOPIC, name)
         before = {n: t.topic_id for n, t in self.state.image.topics.items() if n in names}
         answer = await self._decide(
             context,
@@ -184,6 +204,7 @@ class AdminService(pb_grpc.AdminServicer):
     async def CreatePartitions(
         self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreatePartitionsResponse:
+        self.auth.require(Operation.ALTER, ResourceType.TOPIC, request.topic)
         await self._decide(
             context,
             "CreatePartitions",
@@ -206,6 +227,7 @@ class AdminService(pb_grpc.AdminServicer):
     async def ReassignPartition(
         self, request: pb.ReassignPartitionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ReassignPartitionResponse:
+        self.auth.require_cluster(Operation.ALTER)
         replicas = tuple(request.replicas)
         await self._decide(
             context,
@@ -224,6 +246,7 @@ class AdminService(pb_grpc.AdminServicer):
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListTopicsResponse:
         image = self.state.image
+        visible = set(self.auth.visible(ResourceType.TOPIC, image.topics))
         return pb.ListTopicsResponse(
             topics=[
                 pb.TopicSummary(
@@ -233,7 +256,7 @@ class AdminService(pb_grpc.AdminServicer):
                     replication_factor=t.replication_factor,
                 )
                 for t in sorted(image.topics.values(), key=lambda t: t.name)
-                if request.include_internal or not t.name.startswith("__")
+                if (request.include_internal or not t.name.startswith("__")) and t.name in visible
             ]
         )
 
@@ -242,7 +265,9 @@ class AdminService(pb_grpc.AdminServicer):
         self, request: pb.DescribeTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeTopicsResponse:
         image = self.state.image
-        names = list(request.names) or sorted(image.topics)
+        for name in request.names:
+            self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, name)
+        names = list(request.names) or self.auth.visible(ResourceType.TOPIC, sorted(image.topics))
         topics = [image.topic_named(name) for name in names]
         local_only = is_local_only(context)
         described = [self._describe_local(topic, any_replica=local_only) for topic in topics]
@@ -350,6 +375,7 @@ class AdminService(pb_grpc.AdminServicer):
         """This node's replica only, never forwarded: a caller compares the replicas by
         asking each of their nodes. The hashing runs in a worker thread (logs are
         thread-safe) so that a large range does not hold up the event loop."""
+        self.auth.require_cluster(Operation.DESCRIBE)
         local = self.logs.partition(request.topic, request.partition)
         if local is None:
             raise HeadwaterError(
@@ -396,6 +422,154 @@ class AdminService(pb_grpc.AdminServicer):
         response.size_bytes = hashed.size_bytes
         response.sha256 = hashed.sha256
         return response
+
+    # ------------------------------------------------------------------ ACLs and users
+
+    @rpc_handler
+    async def CreateAcls(
+        self, request: pb.CreateAclsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CreateAclsResponse:
+        self.auth.require_cluster(Operation.ALTER)
+        if len(request.acls) > ACLS_PER_REQUEST_MAX:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                f"{len(request.acls)} ACLs in one request; at most {ACLS_PER_REQUEST_MAX}",
+            )
+        acls = [_acl_of(binding) for binding in request.acls]
+        await self._decide(
+            context,
+            "CreateAcls",
+            request,
+            lambda _controller, image, epoch: decisions.create_acls(image, epoch, acls),
+        )
+        await self.state.wait_until(lambda image: set(acls) <= image.acls, METADATA_WAIT_S)
+        return pb.CreateAclsResponse()
+
+    @rpc_handler
+    def DescribeAcls(
+        self, request: pb.DescribeAclsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeAclsResponse:
+        self.auth.require_cluster(Operation.DESCRIBE)
+        wanted = _filter_of(request.filter)
+        return pb.DescribeAclsResponse(
+            acls=[_binding(acl) for acl in sorted(self.state.image.acls) if wanted.matches(acl)]
+        )
+
+    @rpc_handler
+    async def DeleteAcls(
+        self, request: pb.DeleteAclsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteAclsResponse:
+        self.auth.require_cluster(Operation.ALTER)
+        if not 1 <= len(request.filters) <= ACLS_PER_REQUEST_MAX:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                f"{len(request.filters)} filters; valid: 1 to {ACLS_PER_REQUEST_MAX}",
+            )
+        filters = [_filter_of(f) for f in request.filters]
+        answer = await self._decide(
+            context,
+            "DeleteAcls",
+            request,
+            lambda _controller, image, epoch: decisions.delete_acls(image, epoch, filters),
+        )
+        if not isinstance(answer, pb.DeleteAclsResponse):
+            answer = pb.DeleteAclsResponse(deleted=[_binding(acl) for acl in answer])
+        gone = {_acl_of(binding) for binding in answer.deleted}
+        await self.state.wait_until(lambda image: not gone & image.acls, METADATA_WAIT_S)
+        return answer
+
+    @rpc_handler
+    async def AlterUserCredentials(
+        self,
+        request: pb.AlterUserCredentialsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.AlterUserCredentialsResponse:
+        self.auth.require_cluster(Operation.ALTER)
+        if len(request.upsertions) + len(request.deletions) > ACLS_PER_REQUEST_MAX:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                f"at most {ACLS_PER_REQUEST_MAX} users in one request",
+            )
+        upsertions = []
+        for u in request.upsertions:
+            if u.mechanism != MECHANISM:
+                raise HeadwaterError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"mechanism {u.mechanism[:40]!r} for user {u.name[:128]!r}; valid: {MECHANISM}",
+                )
+            credential = credential_from_salted(u.salted_password, u.salt, u.iterations)
+            upsertions.append(decisions.UserUpsertion(u.name, credential))
+        deletions = list(request.deletions)
+        await self._decide(
+            context,
+            "AlterUserCredentials",
+            request,
+            lambda _controller, image, epoch: decisions.alter_users(
+                image, epoch, upsertions, deletions
+            ),
+        )
+        await self.state.wait_until(
+            lambda image: (
+                all(image.users.get(u.name) == u.credential for u in upsertions)
+                and not set(deletions) & set(image.users)
+            ),
+            METADATA_WAIT_S,
+        )
+        return pb.AlterUserCredentialsResponse()
+
+    @rpc_handler
+    def DescribeUsers(
+        self, request: pb.DescribeUsersRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeUsersResponse:
+        self.auth.require_cluster(Operation.DESCRIBE)
+        return pb.DescribeUsersResponse(
+            users=[
+                pb.UserDescription(
+                    name=name, mechanism=credential.mechanism, iterations=credential.iterations
+                )
+                for name, credential in sorted(self.state.image.users.items())
+            ]
+        )
+
+
+ACLS_PER_REQUEST_MAX: Final = 10_000
+"""ACLs (or filters, or users) one request may carry."""
+
+
+def _acl_of(binding: pb.AclBinding) -> Acl:
+    return parse_acl(
+        binding.resource_type,
+        binding.resource_name,
+        binding.principal,
+        binding.operation,
+        binding.permission or "allow",
+        binding.pattern_type or "literal",
+        binding.host or "*",
+    )
+
+
+def _filter_of(binding: pb.AclBinding) -> AclFilter:
+    return parse_filter(
+        binding.resource_type,
+        binding.resource_name,
+        binding.principal,
+        binding.operation,
+        binding.permission,
+        binding.pattern_type,
+        binding.host,
+    )
+
+
+def _binding(acl: Acl) -> pb.AclBinding:
+    return pb.AclBinding(
+        resource_type=acl.resource_type.value,
+        pattern_type=acl.pattern_type.value,
+        resource_name=acl.resource_name,
+        principal=acl.principal,
+        host=acl.host,
+        operation=acl.operation.value,
+        permission=acl.permission.value,
+    )
 
 
 @dataclass(frozen=True, slots=True)

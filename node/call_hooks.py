@@ -9,6 +9,8 @@ that write with ``context.write``, as grpc's own Health.Watch and the refusals o
 same kind that calls ``hooks.started()`` before the behaviour and
 ``hooks.ended(state, error, context)`` once after it, with the exception it ended with
 (None when it ended normally; GeneratorExit or CancelledError when the client went away).
+``hooks.started(context)`` may refuse the call by raising HeadwaterError: the call then
+ends with that error's status, the behaviour never runs, and ``ended`` is not called.
 Client-streaming handlers (no method of Headwater's has one) are returned unwrapped.
 """
 
@@ -20,11 +22,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 
+from headwater.errors import HeadwaterError
+from headwater.grpc_errors import abort
+
 State = TypeVar("State")
 
 
 class CallHooks(Protocol, Generic[State]):
-    def started(self) -> State: ...
+    def started(self, context: Any) -> State: ...
 
     def ended(self, state: State, error: BaseException | None, context: Any) -> None: ...
 
@@ -55,7 +60,10 @@ def around(handler: Any, hooks: CallHooks[Any]) -> grpc.RpcMethodHandler[Any, An
 
 def _around_unary(inner: Any, hooks: CallHooks[Any]) -> Any:
     async def call(request: Any, context: Any) -> Any:
-        state = hooks.started()
+        try:
+            state = hooks.started(context)
+        except HeadwaterError as refusal:
+            return await abort(context, refusal)
         try:
             result = inner(request, context)
             if inspect.isawaitable(result):
@@ -71,7 +79,10 @@ def _around_unary(inner: Any, hooks: CallHooks[Any]) -> Any:
 
 def _around_generator(inner: Any, hooks: CallHooks[Any]) -> Any:
     async def call(request: Any, context: Any) -> AsyncIterator[Any]:
-        state = hooks.started()
+        try:
+            state = hooks.started(context)
+        except HeadwaterError as refusal:
+            await abort(context, refusal)
         try:
             async for response in inner(request, context):
                 yield response

@@ -173,7 +173,7 @@ class ForwardedCallLimit(_ServerInterceptor):
         self.open = 0
         self._wrapped = WrappedHandlers(lambda _method, handler: around(handler, self))
 
-    def started(self) -> None:
+    def started(self, _context: Any) -> None:
         self.open += 1
 
     def ended(self, _state: None, _error: BaseException | None, _context: Any) -> None:

@@ -134,6 +134,13 @@ class NodeMetrics:
             ["service", "method", "code"],
             registry=registry,
         )
+        self.authorization_denied = Counter(
+            "headwater_authorization_denied",
+            "Requests the authorizer refused, by operation and resource type (the node's "
+            "log names the principal and resource, rate-limited).",
+            ["operation", "resource_type"],
+            registry=registry,
+        )
         self.rpc_duration = Histogram(
             "headwater_rpc_duration_seconds",
             "Time from receiving a unary call to its answer.",
@@ -260,7 +267,7 @@ class _RpcCounting:
         self.name = name
         self.duration = duration
 
-    def started(self) -> float:
+    def started(self, _context: Any) -> float:
         self.requests.inc()
         return time.perf_counter()
 

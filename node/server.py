@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 
 from headwater.config import NodeConfig
 from headwater.node.admin_service import AdminService
+from headwater.node.authorizer import Authenticate, Authorizer, TrustMembers
 from headwater.node.broker_lifecycle import BrokerLifecycle, MetadataFollower
 from headwater.node.cluster_auth import ForwardedCallLimit, RequireClusterSecret
 from headwater.node.cluster_state import ClusterState
@@ -111,11 +112,14 @@ class Node:
                 self.secret.encode(),
                 self.tls.peer_credentials() if self.tls is not None else None,
             )
-            self.server = self._build_server()
+            self.server = self._build_server(
+                interceptors=[Authenticate(config, lambda: self.state.image)]
+            )
             self.internal_server = self._build_server(
                 interceptors=[
                     RequireClusterSecret(self.secret.encode()),
                     ForwardedCallLimit(config.concurrent_calls_max // 2),
+                    TrustMembers(),
                 ]
             )
             self._bind()
@@ -255,6 +259,16 @@ class Node:
         pb_grpc.add_ReplicaServicer_to_server(
             ReplicaService(config, self.logs, self.state, self.may_lead), self.internal_server
         )
+        metrics = self.metrics
+        authorizer = Authorizer(
+            config,
+            lambda: self.state.image,
+            None
+            if metrics is None
+            else lambda operation, resource_type: metrics.authorization_denied.labels(
+                operation.value, resource_type.value
+            ).inc(),
+        )
         broker = BrokerService(
             config,
             self.logs,
@@ -272,10 +286,19 @@ class Node:
             if config.is_broker
             else None,
             self.metrics,
+            authorizer=authorizer,
         )
-        admin = AdminService(config, self.logs, self.state, self.peers, self.controller)
+        admin = AdminService(
+            config, self.logs, self.state, self.peers, self.controller, authorizer=authorizer
+        )
         groups = GroupsService(
-            config, self.state, self.peers, self.groups, self.controller, self.may_lead
+            config,
+            self.state,
+            self.peers,
+            self.groups,
+            self.controller,
+            self.may_lead,
+            authorizer=authorizer,
         )
         for listener in (server, self.internal_server):
             pb_grpc.add_BrokerServicer_to_server(broker, listener)

@@ -31,10 +31,12 @@ from typing import Any, Final, TypeVar
 
 import grpc
 
+from headwater.acls import CLUSTER_RESOURCE, Operation, ResourceType
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import abort
 from headwater.log import batch as batch_format
+from headwater.node.authorizer import Authorizer
 from headwater.node.cluster_state import ClusterState
 from headwater.node.forwarding import Forwarder
 from headwater.node.limits import LongCallSlots, StreamBudget
@@ -103,10 +105,14 @@ class BrokerService(pb_grpc.BrokerServicer):
         may_lead: Callable[[], bool] = lambda: True,
         producer_ids: ProducerIdAllocator | None = None,
         metrics: NodeMetrics | None = None,
+        *,
+        authorizer: Authorizer,
     ) -> None:
         """``metrics``: where to count records, bytes and produce latency (None: metrics
-        are off, and nothing is counted)."""
+        are off, and nothing is counted). ``authorizer`` decides each request's
+        permission (``headwater.node.authorizer``)."""
         self.config = config
+        self.auth = authorizer
         self.metrics = metrics
         self.producer_ids = producer_ids
         self.logs = logs
@@ -276,7 +282,9 @@ class BrokerService(pb_grpc.BrokerServicer):
     ) -> pb.ProduceResponse:
         """Append the request's batches, set ``appended``, then wait for their
         acknowledgement level (acks=all: the in-sync replicas) and answer. The batches'
-        bytes are charged to ``budget`` (a ProduceStream's) until the answer."""
+        bytes are charged to ``budget`` (a ProduceStream's) until the answer. Needs
+        ``write`` on the topic (each request of a stream is checked)."""
+        self.auth.require(Operation.WRITE, ResourceType.TOPIC, request.topic)
         if request.acks not in ACKS_VALID:
             raise _invalid(
                 f"acks is {request.acks}; valid: 0 (default = all), 1 (none), 2 (leader), 3 (all)",
@@ -418,6 +426,13 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.InitProducerIdResponse:
+        # Kafka's rule for an idempotent producer: write on the cluster or on any topic.
+        image = self.state.image
+        self.auth.require_any(
+            Operation.WRITE,
+            [(ResourceType.CLUSTER, CLUSTER_RESOURCE)]
+            + [(ResourceType.TOPIC, name) for name in image.topics],
+        )
         if self.producer_ids is None:
             raise HeadwaterError(
                 ErrorCode.BROKER_NOT_AVAILABLE,
@@ -455,6 +470,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FetchResponse:
+        self.auth.require(Operation.READ, ResourceType.TOPIC, request.topic)
         self._check_fetch(request)
         image = self.state.image
         topic = self._topic(image, request.topic)
@@ -486,6 +502,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def _fetch_stream(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.FetchResponse]:
+        self.auth.require(Operation.READ, ResourceType.TOPIC, request.topic)
         self._check_fetch(request)
         image = self.state.image
         topic = self._topic(image, request.topic)
@@ -500,6 +517,8 @@ class BrokerService(pb_grpc.BrokerServicer):
             return
         offset = request.offset
         while True:
+            # Checked again for every answer: an ACL removed ends the stream.
+            self.auth.require(Operation.READ, ResourceType.TOPIC, request.topic)
             response = await self._fetch(local, request, offset)
             offset = response.next_offset
             yield response
@@ -560,6 +579,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListOffsetsResponse:
+        self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, request.topic)
         image = self.state.image
         topic = self._topic(image, request.topic)
         if request.spec not in (
@@ -596,8 +616,12 @@ class BrokerService(pb_grpc.BrokerServicer):
     def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.MetadataResponse:
+        """Topics asked by name need ``describe`` on each; without names, the answer
+        holds the topics the caller may describe."""
         image = self.state.image
-        names = list(request.topics) or sorted(image.topics)
+        for name in request.topics:
+            self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, name)
+        names = list(request.topics) or self.auth.visible(ResourceType.TOPIC, sorted(image.topics))
         topics = [
             self.metadata_answers.topic_metadata(image, self._topic(image, name)) for name in names
         ]

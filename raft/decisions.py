@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
+from headwater.acls import ACLS_MAX, Acl, AclFilter, check_acl
+from headwater.credentials import USERS_MAX, ScramCredential, check_user_name
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.raft import records as r
 from headwater.raft.image import (
@@ -35,6 +37,8 @@ from headwater.raft.image import (
     MetadataImage,
     PartitionState,
     TopicImage,
+    acl_created,
+    acl_deleted,
 )
 from headwater.topics import INTERNAL_PREFIX, check_topic_name, unknown_topic
 
@@ -720,3 +724,72 @@ def _change(
         adding_replicas=p.adding_replicas if adding_replicas is None else adding_replicas,
         removing_replicas=p.removing_replicas if removing_replicas is None else removing_replicas,
     )
+
+
+# --------------------------------------------------------------------- ACLs and users
+
+
+def create_acls(image: MetadataImage, epoch: int, acls: Sequence[Acl]) -> ControllerResult[None]:
+    """Store each ACL of ``acls`` (checked by ``check_acl``) that is not stored yet; refuse
+    the whole request with INVALID_REQUEST when the cluster would hold more than
+    ``ACLS_MAX``."""
+    new = sorted({check_acl(acl) for acl in acls} - image.acls)
+    if len(image.acls) + len(new) > ACLS_MAX:
+        raise HeadwaterError(
+            ErrorCode.INVALID_REQUEST,
+            f"a cluster holds at most {ACLS_MAX} ACLs: {len(image.acls)} stored, "
+            f"{len(new)} more asked",
+        )
+    return ControllerResult(tuple(acl_created(epoch, acl) for acl in new), None)
+
+
+def delete_acls(
+    image: MetadataImage, epoch: int, filters: Sequence[AclFilter]
+) -> ControllerResult[list[Acl]]:
+    """Remove every stored ACL that matches any of ``filters``; the response lists them."""
+    doomed = sorted(acl for acl in image.acls if any(f.matches(acl) for f in filters))
+    return ControllerResult(tuple(acl_deleted(epoch, acl) for acl in doomed), doomed)
+
+
+@dataclass(frozen=True, slots=True)
+class UserUpsertion:
+    name: str
+    credential: ScramCredential
+
+
+def alter_users(
+    image: MetadataImage,
+    epoch: int,
+    upsertions: Sequence[UserUpsertion],
+    deletions: Sequence[str],
+) -> ControllerResult[None]:
+    """Set the credentials of ``upsertions`` and remove the users of ``deletions`` (each
+    must exist: INVALID_REQUEST naming the user otherwise).
+    A name may appear once in the request; at most ``USERS_MAX`` users."""
+    names = [u.name for u in upsertions] + list(deletions)
+    for name in names:
+        check_user_name(name)
+    if len(set(names)) != len(names):
+        raise HeadwaterError(ErrorCode.INVALID_REQUEST, "a user is named twice in one request")
+    for name in deletions:
+        if name not in image.users:
+            raise HeadwaterError(ErrorCode.INVALID_REQUEST, f"no user {name!r} to delete")
+    after = set(image.users) | {u.name for u in upsertions}
+    if len(after - set(deletions)) > USERS_MAX:
+        raise HeadwaterError(
+            ErrorCode.INVALID_REQUEST, f"a cluster holds at most {USERS_MAX} users"
+        )
+    records: list[r.Record] = [
+        r.UserCredentialSet(
+            epoch,
+            u.name,
+            u.credential.mechanism,
+            u.credential.iterations,
+            u.credential.salt.hex(),
+            u.credential.stored_key.hex(),
+            u.credential.server_key.hex(),
+        )
+        for u in upsertions
+    ]
+    records += [r.UserDeleted(epoch, name) for name in deletions]
+    return ControllerResult(tuple(records), None)

@@ -26,6 +26,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from headwater.acls import Acl, parse_acl
+from headwater.credentials import MECHANISM, ScramCredential
+from headwater.errors import HeadwaterError
 from headwater.log.batch import SELF_NAMED_PRODUCER_ID_MIN
 from headwater.raft import records as r
 from headwater.topics import check_partition, unknown_topic
@@ -114,6 +117,10 @@ class MetadataImage:
     topic_names: Mapping[str, str] = field(default_factory=dict)  # topic_id -> name
     next_producer_id: int = 0
     """Producer ids below this are allocated (``ProducerIdsAllocated``); it only grows."""
+    acls: frozenset[Acl] = frozenset()
+    """Every ACL; the same object from image to image while no ACL changes."""
+    users: Mapping[str, ScramCredential] = field(default_factory=dict)
+    """User name -> credential; the same object from image to image while none changes."""
 
     def topic_named(self, name: str) -> TopicImage:
         """The topic ``name``; raises UNKNOWN_TOPIC_OR_PARTITION when there is none."""
@@ -201,6 +208,19 @@ def snapshot_records(image: MetadataImage) -> list[r.Record]:
             out.append(r.BrokerShuttingDown(epoch, b.node_id, b.broker_epoch))
     if image.next_producer_id:
         out.append(r.ProducerIdsAllocated(epoch, -1, 0, image.next_producer_id))
+    out.extend(acl_created(epoch, acl) for acl in sorted(image.acls))
+    out.extend(
+        r.UserCredentialSet(
+            epoch,
+            name,
+            credential.mechanism,
+            credential.iterations,
+            credential.salt.hex(),
+            credential.stored_key.hex(),
+            credential.server_key.hex(),
+        )
+        for name, credential in sorted(image.users.items())
+    )
     for topic in image.topics.values():
         configs = tuple(sorted(topic.configs.items()))
         out.append(r.TopicCreated(epoch, topic.name, topic.topic_id, configs))
@@ -220,6 +240,58 @@ def snapshot_records(image: MetadataImage) -> list[r.Record]:
             for p in topic.partitions
         )
     return out
+
+
+def acl_fields(acl: Acl) -> tuple[str, str, str, str, str, str, str]:
+    """An ACL's fields as the text ``AclCreated`` and ``AclDeleted`` carry."""
+    return (
+        acl.resource_type.value,
+        acl.pattern_type.value,
+        acl.resource_name,
+        acl.principal,
+        acl.host,
+        acl.operation.value,
+        acl.permission.value,
+    )
+
+
+def acl_created(epoch: int, acl: Acl) -> r.AclCreated:
+    return r.AclCreated(epoch, *acl_fields(acl))
+
+
+def acl_deleted(epoch: int, acl: Acl) -> r.AclDeleted:
+    return r.AclDeleted(epoch, *acl_fields(acl))
+
+
+def _acl_of(record: r.AclCreated | r.AclDeleted) -> Acl:
+    try:
+        return parse_acl(
+            record.resource_type,
+            record.resource_name,
+            record.principal,
+            record.operation,
+            record.permission,
+            record.pattern_type,
+            record.host,
+        )
+    except HeadwaterError as exc:
+        raise RefusedBatchError(f"invalid ACL: {exc.message}") from None
+
+
+def _credential_of(record: r.UserCredentialSet) -> ScramCredential:
+    try:
+        credential = ScramCredential(
+            record.iterations,
+            bytes.fromhex(record.salt),
+            bytes.fromhex(record.stored_key),
+            bytes.fromhex(record.server_key),
+            record.mechanism,
+        )
+    except (ValueError, TypeError):
+        raise RefusedBatchError(f"user {record.name!r}: salt or keys are not hex") from None
+    if record.mechanism != MECHANISM or not record.name:
+        raise RefusedBatchError(f"user {record.name!r}: mechanism {record.mechanism!r}")
+    return credential
 
 
 def image_digest(image: MetadataImage) -> bytes:
@@ -249,6 +321,8 @@ class _Builder:
         self.topic_names = dict(image.topic_names)
         self.next_producer_id = image.next_producer_id
         self.partitions: dict[str, list[PartitionState]] = {}  # topic_id -> being changed
+        self.acls: set[Acl] | None = None  # a copy once an ACL record comes
+        self.users: dict[str, ScramCredential] | None = None  # a copy once a user record comes
 
     def build(self) -> MetadataImage:
         for topic_id, partitions in self.partitions.items():
@@ -269,6 +343,8 @@ class _Builder:
             topics=self.topics,
             topic_names=self.topic_names,
             next_producer_id=self.next_producer_id,
+            acls=self.base.acls if self.acls is None else frozenset(self.acls),
+            users=self.base.users if self.users is None else self.users,
         )
 
     def apply(self, record: r.Record) -> None:
@@ -358,6 +434,25 @@ class _Builder:
                         f"block (ids from {self.next_producer_id} are free)"
                     )
                 self.next_producer_id = record.end_id
+            case r.AclCreated() | r.AclDeleted():
+                acl = _acl_of(record)
+                if self.acls is None:
+                    self.acls = set(self.base.acls)
+                if isinstance(record, r.AclCreated):
+                    if acl in self.acls:
+                        raise RefusedBatchError(f"ACL {acl_fields(acl)} exists already")
+                    self.acls.add(acl)
+                else:
+                    if acl not in self.acls:
+                        raise RefusedBatchError(f"ACL {acl_fields(acl)} does not exist")
+                    self.acls.remove(acl)
+            case r.UserCredentialSet() | r.UserDeleted():
+                if self.users is None:
+                    self.users = dict(self.base.users)
+                if isinstance(record, r.UserCredentialSet):
+                    self.users[record.name] = _credential_of(record)
+                elif self.users.pop(record.name, None) is None:
+                    raise RefusedBatchError(f"user {record.name!r} does not exist")
 
     def _broker(self, node_id: int, broker_epoch: int) -> BrokerState:
         broker = self.brokers.get(node_id)

@@ -170,6 +170,54 @@ class ProducerIdsAllocated:
     end_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class AclCreated:
+    """An ACL (``headwater.acls``), its fields as text (``parse_acl`` reads them back)."""
+
+    controller_epoch: int
+    resource_type: str
+    pattern_type: str
+    resource_name: str
+    principal: str
+    host: str
+    operation: str
+    permission: str
+
+
+@dataclass(frozen=True, slots=True)
+class AclDeleted:
+    """Removes the ACL with exactly these fields."""
+
+    controller_epoch: int
+    resource_type: str
+    pattern_type: str
+    resource_name: str
+    principal: str
+    host: str
+    operation: str
+    permission: str
+
+
+@dataclass(frozen=True, slots=True)
+class UserCredentialSet:
+    """Sets (or replaces) a user's SCRAM credential (``headwater.credentials``); the salt and
+    keys are hex. Never the password or the salted password."""
+
+    controller_epoch: int
+    name: str
+    mechanism: str
+    iterations: int
+    salt: str
+    stored_key: str
+    server_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class UserDeleted:
+    controller_epoch: int
+    name: str
+
+
 Record = (
     ControllerActivated
     | RegisterBroker
@@ -182,6 +230,10 @@ Record = (
     | TopicConfigChanged
     | TopicDeleted
     | ProducerIdsAllocated
+    | AclCreated
+    | AclDeleted
+    | UserCredentialSet
+    | UserDeleted
 )
 RECORD_TYPES: Final[dict[str, type[Record]]] = {
     cls.__name__: cls
@@ -197,6 +249,10 @@ RECORD_TYPES: Final[dict[str, type[Record]]] = {
         TopicConfigChanged,
         TopicDeleted,
         ProducerIdsAllocated,
+        AclCreated,
+        AclDeleted,
+        UserCredentialSet,
+        UserDeleted,
     )
 }
 

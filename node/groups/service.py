@@ -19,8 +19,10 @@ from typing import Any, Final
 
 import grpc
 
+from headwater.acls import CLUSTER_RESOURCE, Operation, ResourceType
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.authorizer import Authorizer
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import ControllerDriver
 from headwater.node.groups import decisions
@@ -132,8 +134,11 @@ class GroupsService(pb_grpc.GroupsServicer):
         coordinator: GroupCoordinator | None,
         controller: ControllerDriver | None,
         may_lead: Callable[[], bool],
+        *,
+        authorizer: Authorizer,
     ) -> None:
         self.config = config
+        self.auth = authorizer
         self.state = state
         self.peers = peers
         self.coordinator = coordinator
@@ -256,6 +261,7 @@ class GroupsService(pb_grpc.GroupsServicer):
     async def FindCoordinator(
         self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FindCoordinatorResponse:
+        self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, request.group_id)
         image, index, leader = await self._locate(request.group_id)
         return pb.FindCoordinatorResponse(
             node_id=leader, address=image.broker_address(leader), partition=index
@@ -267,12 +273,16 @@ class GroupsService(pb_grpc.GroupsServicer):
         request: pb.ConsumerGroupHeartbeatRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ConsumerGroupHeartbeatResponse:
+        """Needs ``read`` on the group and ``describe`` on each subscribed topic."""
+        self.auth.require(Operation.READ, ResourceType.GROUP, request.group_id)
         if len(request.subscribed_topics) > decisions.SUBSCRIBED_TOPICS_MAX:
             raise HeadwaterError(
                 ErrorCode.INVALID_REQUEST,
                 f"{len(request.subscribed_topics)} subscribed topics; at most "
                 f"{decisions.SUBSCRIBED_TOPICS_MAX}",
             )
+        for topic in set(request.subscribed_topics):
+            self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
         owned = partition_keys(request.owned, "owned")
         route = await self._route(request.group_id, context)
         if isinstance(route, str):
@@ -310,6 +320,11 @@ class GroupsService(pb_grpc.GroupsServicer):
                 f"OffsetCommit names {len(request.offsets)} partitions; valid: 1 to "
                 f"{decisions.COMMIT_PARTITIONS_MAX}",
             )
+        # Needs read on the group and on every topic committed (the whole call is refused
+        # when one topic is not allowed).
+        self.auth.require(Operation.READ, ResourceType.GROUP, request.group_id)
+        for topic in {o.topic for o in request.offsets}:
+            self.auth.require(Operation.READ, ResourceType.TOPIC, topic)
         route = await self._route(request.group_id, context)
         if isinstance(route, str):
             return await self._forward(route, "OffsetCommit", request)  # type: ignore[no-any-return]
@@ -336,6 +351,20 @@ class GroupsService(pb_grpc.GroupsServicer):
     async def OffsetFetch(
         self, request: pb.OffsetFetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.OffsetFetchResponse:
+        """Needs ``describe`` on the group; the answer holds the offsets of the topics
+        the caller may describe."""
+        self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, request.group_id)
+        answer = await self._offset_fetch(request, context)
+        if self.auth.enabled:
+            visible = set(self.auth.visible(ResourceType.TOPIC, {o.topic for o in answer.offsets}))
+            kept = [o for o in answer.offsets if o.topic in visible]
+            if len(kept) != len(answer.offsets):
+                answer = pb.OffsetFetchResponse(offsets=kept)
+        return answer
+
+    async def _offset_fetch(
+        self, request: pb.OffsetFetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.OffsetFetchResponse:
         wanted = partition_keys(request.partitions, "partitions")
         route = await self._route(request.group_id, context)
         if isinstance(route, str):
@@ -360,6 +389,7 @@ class GroupsService(pb_grpc.GroupsServicer):
     async def DescribeGroup(
         self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeGroupResponse:
+        self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, request.group_id)
         route = await self._route(request.group_id, context)
         if isinstance(route, str):
             return await self._forward(route, "DescribeGroup", request)  # type: ignore[no-any-return]
@@ -374,6 +404,7 @@ class GroupsService(pb_grpc.GroupsServicer):
     async def DeleteGroup(
         self, request: pb.DeleteGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteGroupResponse:
+        self.auth.require(Operation.DELETE, ResourceType.GROUP, request.group_id)
         route = await self._route(request.group_id, context)
         if isinstance(route, str):
             return await self._forward(route, "DeleteGroup", request)  # type: ignore[no-any-return]
@@ -410,6 +441,9 @@ class GroupsService(pb_grpc.GroupsServicer):
             else:
                 groups += answer.groups
         groups.sort(key=lambda g: g.group_id)
+        if not self.auth.allows(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+            visible = set(self.auth.visible(ResourceType.GROUP, [g.group_id for g in groups]))
+            groups = [g for g in groups if g.group_id in visible]
         return pb.ListGroupsResponse(groups=groups, unreachable_nodes=unreachable)
 
     def _own_groups(self) -> list[pb.GroupListing]:

@@ -78,6 +78,16 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """
     INVALID_SESSION_TIMEOUT: _ErrorCode.ValueType  # 26
     """session_timeout_ms or rebalance_timeout_ms outside its range."""
+    TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 29
+    """The caller's principal may not perform the operation on the topic named in the
+    message (authorization is on and no ACL allows it). Also returned for a topic that
+    does not exist when the principal may not describe it, so that existence is not
+    revealed.
+    """
+    GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 30
+    """The caller's principal may not perform the operation on the group named."""
+    CLUSTER_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 31
+    """The operation needs a permission on the cluster resource (headwater-cluster)."""
     INVALID_TIMESTAMP: _ErrorCode.ValueType  # 32
     TOPIC_ALREADY_EXISTS: _ErrorCode.ValueType  # 36
     INVALID_PARTITIONS: _ErrorCode.ValueType  # 37
@@ -102,6 +112,11 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     has seen for its producer id (a newer instance fenced it). Nothing was appended.
     """
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
+    SASL_AUTHENTICATION_FAILED: _ErrorCode.ValueType  # 58
+    """The credentials in the call's `authorization` metadata are wrong: an unknown user or
+    a wrong password (the two are not told apart), or a malformed value (gRPC status
+    UNAUTHENTICATED).
+    """
     UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
     """Idempotent produce: the partition does not know the batch's producer id and the batch
     does not start at sequence 0 (the producer's state expired after
@@ -187,6 +202,16 @@ member_epoch 0.
 """
 INVALID_SESSION_TIMEOUT: ErrorCode.ValueType  # 26
 """session_timeout_ms or rebalance_timeout_ms outside its range."""
+TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 29
+"""The caller's principal may not perform the operation on the topic named in the
+message (authorization is on and no ACL allows it). Also returned for a topic that
+does not exist when the principal may not describe it, so that existence is not
+revealed.
+"""
+GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 30
+"""The caller's principal may not perform the operation on the group named."""
+CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 31
+"""The operation needs a permission on the cluster resource (headwater-cluster)."""
 INVALID_TIMESTAMP: ErrorCode.ValueType  # 32
 TOPIC_ALREADY_EXISTS: ErrorCode.ValueType  # 36
 INVALID_PARTITIONS: ErrorCode.ValueType  # 37
@@ -211,6 +236,11 @@ INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 47
 has seen for its producer id (a newer instance fenced it). Nothing was appended.
 """
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
+SASL_AUTHENTICATION_FAILED: ErrorCode.ValueType  # 58
+"""The credentials in the call's `authorization` metadata are wrong: an unknown user or
+a wrong password (the two are not told apart), or a malformed value (gRPC status
+UNAUTHENTICATED).
+"""
 UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
 """Idempotent produce: the partition does not know the batch's producer id and the batch
 does not start at sequence 0 (the producer's state expired after
@@ -1638,6 +1668,300 @@ class DeleteGroupResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteGroupResponse: _TypeAlias = DeleteGroupResponse  # noqa: Y015
+
+@_typing.final
+class AclBinding(_message.Message):
+    """One ACL, as text: resource_type topic | group | cluster; pattern_type literal |
+    prefixed; resource_name (the cluster's is "headwater-cluster"; "*" with literal is
+    every name); principal "User:<name>" or "User:*"; host an IP address or "*";
+    operation read | write | create | delete | alter | describe | all; permission allow |
+    deny. In a filter an empty field matches every value.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    resource_type: _builtins.str
+    pattern_type: _builtins.str
+    resource_name: _builtins.str
+    principal: _builtins.str
+    host: _builtins.str
+    operation: _builtins.str
+    permission: _builtins.str
+    def __init__(
+        self,
+        *,
+        resource_type: _builtins.str = ...,
+        pattern_type: _builtins.str = ...,
+        resource_name: _builtins.str = ...,
+        principal: _builtins.str = ...,
+        host: _builtins.str = ...,
+        operation: _builtins.str = ...,
+        permission: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission", b"permission", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclBinding: _TypeAlias = AclBinding  # noqa: Y015
+
+@_typing.final
+class CreateAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclBinding]: ...
+    def __init__(
+        self,
+        *,
+        acls: _abc.Iterable[Global___AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsRequest: _TypeAlias = CreateAclsRequest  # noqa: Y015
+
+@_typing.final
+class CreateAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsResponse: _TypeAlias = CreateAclsResponse  # noqa: Y015
+
+@_typing.final
+class DescribeAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filter(self) -> Global___AclBinding: ...
+    def __init__(
+        self,
+        *,
+        filter: Global___AclBinding | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsRequest: _TypeAlias = DescribeAclsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclBinding]: ...
+    def __init__(
+        self,
+        *,
+        acls: _abc.Iterable[Global___AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsResponse: _TypeAlias = DescribeAclsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filters(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclBinding]: ...
+    def __init__(
+        self,
+        *,
+        filters: _abc.Iterable[Global___AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filters", b"filters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsRequest: _TypeAlias = DeleteAclsRequest  # noqa: Y015
+
+@_typing.final
+class DeleteAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def deleted(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclBinding]: ...
+    def __init__(
+        self,
+        *,
+        deleted: _abc.Iterable[Global___AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsResponse: _TypeAlias = DeleteAclsResponse  # noqa: Y015
+
+@_typing.final
+class UserCredentialUpsertion(_message.Message):
+    """A user's credential. salted_password is PBKDF2-HMAC-SHA256(password, salt, iterations)
+    (32 bytes), SCRAM-SHA-256's SaltedPassword; salt 16..64 bytes; iterations 4096..65536.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
+    SALT_FIELD_NUMBER: _builtins.int
+    SALTED_PASSWORD_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    mechanism: _builtins.str
+    """"SCRAM-SHA-256", the one mechanism"""
+    iterations: _builtins.int
+    salt: _builtins.bytes
+    salted_password: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mechanism: _builtins.str = ...,
+        iterations: _builtins.int = ...,
+        salt: _builtins.bytes = ...,
+        salted_password: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism", "name", b"name", "salt", b"salt", "salted_password", b"salted_password"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserCredentialUpsertion: _TypeAlias = UserCredentialUpsertion  # noqa: Y015
+
+@_typing.final
+class AlterUserCredentialsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPSERTIONS_FIELD_NUMBER: _builtins.int
+    DELETIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def upsertions(self) -> _containers.RepeatedCompositeFieldContainer[Global___UserCredentialUpsertion]: ...
+    @_builtins.property
+    def deletions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        upsertions: _abc.Iterable[Global___UserCredentialUpsertion] | None = ...,
+        deletions: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deletions", b"deletions", "upsertions", b"upsertions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterUserCredentialsRequest: _TypeAlias = AlterUserCredentialsRequest  # noqa: Y015
+
+@_typing.final
+class AlterUserCredentialsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterUserCredentialsResponse: _TypeAlias = AlterUserCredentialsResponse  # noqa: Y015
+
+@_typing.final
+class DescribeUsersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeUsersRequest: _TypeAlias = DescribeUsersRequest  # noqa: Y015
+
+@_typing.final
+class UserDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    mechanism: _builtins.str
+    iterations: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mechanism: _builtins.str = ...,
+        iterations: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserDescription: _TypeAlias = UserDescription  # noqa: Y015
+
+@_typing.final
+class DescribeUsersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def users(self) -> _containers.RepeatedCompositeFieldContainer[Global___UserDescription]: ...
+    def __init__(
+        self,
+        *,
+        users: _abc.Iterable[Global___UserDescription] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeUsersResponse: _TypeAlias = DescribeUsersResponse  # noqa: Y015
 
 @_typing.final
 class CreatePartitionsRequest(_message.Message):

@@ -847,6 +847,31 @@ class AdminStub:
                 request_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeReplicaLogRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeReplicaLogResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/headwater.v1.Admin/CreateAcls',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/headwater.v1.Admin/DescribeAcls',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/headwater.v1.Admin/DeleteAcls',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.AlterUserCredentials = channel.unary_unary(
+                '/headwater.v1.Admin/AlterUserCredentials',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.AlterUserCredentialsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.AlterUserCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUsers = channel.unary_unary(
+                '/headwater.v1.Admin/DescribeUsers',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeUsersRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeUsersResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -906,6 +931,47 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """Adds ACLs (docs/security.md): each is checked and stored in the metadata quorum;
+        adding one that exists changes nothing. Needs `alter` on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """The ACLs that match a filter (an empty field matches any value). Needs `describe`
+        on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Removes every ACL that matches any of the filters, and returns them. Needs `alter`
+        on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterUserCredentials(self, request, context):
+        """Sets or removes users' salted credentials (SCRAM-SHA-256 form: the client sends the
+        salted password, never the password; the cluster keeps only the keys derived from
+        it). Needs `alter` on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUsers(self, request, context):
+        """The users that have credentials, with their mechanism and iterations (never a key).
+        Needs `describe` on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -943,6 +1009,31 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DescribeReplicaLog,
                     request_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeReplicaLogRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeReplicaLogResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.CreateAclsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'AlterUserCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserCredentials,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.AlterUserCredentialsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.AlterUserCredentialsResponse.SerializeToString,
+            ),
+            'DescribeUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUsers,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeUsersRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeUsersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1136,6 +1227,141 @@ class Admin:
             '/headwater.v1.Admin/DescribeReplicaLog',
             headwater_dot_v1_dot_headwater__pb2.DescribeReplicaLogRequest.SerializeToString,
             headwater_dot_v1_dot_headwater__pb2.DescribeReplicaLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Admin/CreateAcls',
+            headwater_dot_v1_dot_headwater__pb2.CreateAclsRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Admin/DescribeAcls',
+            headwater_dot_v1_dot_headwater__pb2.DescribeAclsRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Admin/DeleteAcls',
+            headwater_dot_v1_dot_headwater__pb2.DeleteAclsRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Admin/AlterUserCredentials',
+            headwater_dot_v1_dot_headwater__pb2.AlterUserCredentialsRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.AlterUserCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Admin/DescribeUsers',
+            headwater_dot_v1_dot_headwater__pb2.DescribeUsersRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.DescribeUsersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -415,6 +415,27 @@ class AdminStub:
     byte (`headwater debug compare-replicas`). UNKNOWN_TOPIC_OR_PARTITION when the node
     hosts no replica of it.
     """
+    CreateAcls: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.CreateAclsRequest, _headwater_pb2.CreateAclsResponse]
+    """Adds ACLs (docs/security.md): each is checked and stored in the metadata quorum;
+    adding one that exists changes nothing. Needs `alter` on the cluster.
+    """
+    DescribeAcls: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.DescribeAclsRequest, _headwater_pb2.DescribeAclsResponse]
+    """The ACLs that match a filter (an empty field matches any value). Needs `describe`
+    on the cluster.
+    """
+    DeleteAcls: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.DeleteAclsRequest, _headwater_pb2.DeleteAclsResponse]
+    """Removes every ACL that matches any of the filters, and returns them. Needs `alter`
+    on the cluster.
+    """
+    AlterUserCredentials: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.AlterUserCredentialsRequest, _headwater_pb2.AlterUserCredentialsResponse]
+    """Sets or removes users' salted credentials (SCRAM-SHA-256 form: the client sends the
+    salted password, never the password; the cluster keeps only the keys derived from
+    it). Needs `alter` on the cluster.
+    """
+    DescribeUsers: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.DescribeUsersRequest, _headwater_pb2.DescribeUsersResponse]
+    """The users that have credentials, with their mechanism and iterations (never a key).
+    Needs `describe` on the cluster.
+    """
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -440,6 +461,27 @@ class AdminAsyncStub(AdminStub):
     a SHA-256 of its stored batch bytes over a range, for comparing replicas byte for
     byte (`headwater debug compare-replicas`). UNKNOWN_TOPIC_OR_PARTITION when the node
     hosts no replica of it.
+    """
+    CreateAcls: _aio.UnaryUnaryMultiCallable[_headwater_pb2.CreateAclsRequest, _headwater_pb2.CreateAclsResponse]  # type: ignore[assignment]
+    """Adds ACLs (docs/security.md): each is checked and stored in the metadata quorum;
+    adding one that exists changes nothing. Needs `alter` on the cluster.
+    """
+    DescribeAcls: _aio.UnaryUnaryMultiCallable[_headwater_pb2.DescribeAclsRequest, _headwater_pb2.DescribeAclsResponse]  # type: ignore[assignment]
+    """The ACLs that match a filter (an empty field matches any value). Needs `describe`
+    on the cluster.
+    """
+    DeleteAcls: _aio.UnaryUnaryMultiCallable[_headwater_pb2.DeleteAclsRequest, _headwater_pb2.DeleteAclsResponse]  # type: ignore[assignment]
+    """Removes every ACL that matches any of the filters, and returns them. Needs `alter`
+    on the cluster.
+    """
+    AlterUserCredentials: _aio.UnaryUnaryMultiCallable[_headwater_pb2.AlterUserCredentialsRequest, _headwater_pb2.AlterUserCredentialsResponse]  # type: ignore[assignment]
+    """Sets or removes users' salted credentials (SCRAM-SHA-256 form: the client sends the
+    salted password, never the password; the cluster keeps only the keys derived from
+    it). Needs `alter` on the cluster.
+    """
+    DescribeUsers: _aio.UnaryUnaryMultiCallable[_headwater_pb2.DescribeUsersRequest, _headwater_pb2.DescribeUsersResponse]  # type: ignore[assignment]
+    """The users that have credentials, with their mechanism and iterations (never a key).
+    Needs `describe` on the cluster.
     """
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
@@ -505,6 +547,57 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         a SHA-256 of its stored batch bytes over a range, for comparing replicas byte for
         byte (`headwater debug compare-replicas`). UNKNOWN_TOPIC_OR_PARTITION when the node
         hosts no replica of it.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateAcls(
+        self,
+        request: _headwater_pb2.CreateAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.CreateAclsResponse, _abc.Awaitable[_headwater_pb2.CreateAclsResponse]]:
+        """Adds ACLs (docs/security.md): each is checked and stored in the metadata quorum;
+        adding one that exists changes nothing. Needs `alter` on the cluster.
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeAcls(
+        self,
+        request: _headwater_pb2.DescribeAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.DescribeAclsResponse, _abc.Awaitable[_headwater_pb2.DescribeAclsResponse]]:
+        """The ACLs that match a filter (an empty field matches any value). Needs `describe`
+        on the cluster.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteAcls(
+        self,
+        request: _headwater_pb2.DeleteAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.DeleteAclsResponse, _abc.Awaitable[_headwater_pb2.DeleteAclsResponse]]:
+        """Removes every ACL that matches any of the filters, and returns them. Needs `alter`
+        on the cluster.
+        """
+
+    @_abc_1.abstractmethod
+    def AlterUserCredentials(
+        self,
+        request: _headwater_pb2.AlterUserCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.AlterUserCredentialsResponse, _abc.Awaitable[_headwater_pb2.AlterUserCredentialsResponse]]:
+        """Sets or removes users' salted credentials (SCRAM-SHA-256 form: the client sends the
+        salted password, never the password; the cluster keeps only the keys derived from
+        it). Needs `alter` on the cluster.
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeUsers(
+        self,
+        request: _headwater_pb2.DescribeUsersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.DescribeUsersResponse, _abc.Awaitable[_headwater_pb2.DescribeUsersResponse]]:
+        """The users that have credentials, with their mechanism and iterations (never a key).
+        Needs `describe` on the cluster.
         """
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

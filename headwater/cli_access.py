@@ -1,0 +1,287 @@
+"""``headwater acls`` and ``headwater users``: ACLs and user credentials, kept in the
+metadata quorum (docs/security.md).
+
+    headwater acls add --principal User:alice --operation read --topic orders
+    headwater acls add --principal User:etl --operation write --topic logs- --prefixed
+    headwater acls list [--principal User:alice] [--topic orders] [--json]
+    headwater acls remove --principal User:alice [--json]
+    headwater users add alice              (asks for the password twice)
+    headwater users add alice --password-stdin < secret.txt
+    headwater users list [--json]
+    headwater users delete alice
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from headwater.acls import CLUSTER_RESOURCE, Acl, parse_acl, parse_filter
+from headwater.cli import bootstrap_option, fail, json_option
+from headwater.client import Admin
+from headwater.credentials import ITERATIONS_DEFAULT, ITERATIONS_MAX, ITERATIONS_MIN
+
+F = TypeVar("F", bound=Callable[..., Any])
+_out = Console(highlight=False)
+OPERATIONS = ("read", "write", "create", "delete", "alter", "describe", "all")
+
+
+def _resource_options(function: F) -> F:
+    for option in reversed(
+        (
+            click.option("--topic", metavar="NAME", help="A topic ('*': every topic)."),
+            click.option("--group", metavar="NAME", help="A consumer group ('*': every group)."),
+            click.option("--cluster", is_flag=True, help=f"The cluster ({CLUSTER_RESOURCE})."),
+            click.option(
+                "--prefixed", is_flag=True, help="The name is a prefix: every name it starts."
+            ),
+        )
+    ):
+        function = option(function)
+    return function
+
+
+def _resource(topic: str | None, group: str | None, cluster: bool) -> tuple[str, str] | None:
+    chosen = [
+        (kind, name)
+        for kind, name in (
+            ("topic", topic),
+            ("group", group),
+            ("cluster", CLUSTER_RESOURCE if cluster else None),
+        )
+        if name is not None
+    ]
+    if len(chosen) > 1:
+        fail("name one resource: --topic, --group or --cluster", status=2)
+    return chosen[0] if chosen else None
+
+
+def acl_json(acl: Acl) -> dict[str, str]:
+    return {
+        "resource_type": acl.resource_type.value,
+        "pattern_type": acl.pattern_type.value,
+        "resource_name": acl.resource_name,
+        "principal": acl.principal,
+        "host": acl.host,
+        "operation": acl.operation.value,
+        "permission": acl.permission.value,
+    }
+
+
+def _print_acls(acls: list[Acl], as_json: bool) -> None:
+    rows = [acl_json(acl) for acl in acls]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table("principal", "host", "permission", "operation", "resource", "pattern")
+    for row in rows:
+        table.add_row(
+            row["principal"],
+            row["host"],
+            row["permission"],
+            row["operation"],
+            f"{row['resource_type']}:{row['resource_name']}",
+            row["pattern_type"],
+        )
+    _out.print(table)
+
+
+@click.group()
+def acls() -> None:
+    """Access control lists: who may do what to which topic, group or the cluster."""
+
+
+@acls.command("add")
+@click.option("--principal", required=True, metavar="User:NAME", help="User:<name> or User:*.")
+@click.option(
+    "--operation",
+    "operations",
+    multiple=True,
+    required=True,
+    type=click.Choice(OPERATIONS, case_sensitive=False),
+    help="Allowed (or denied) operation; repeat for several.",
+)
+@click.option("--host", default="*", show_default=True, help="Client IP address, or * for any.")
+@click.option("--deny", is_flag=True, help="A deny ACL (deny wins over any allow).")
+@_resource_options
+@json_option
+@bootstrap_option
+def acls_add(
+    principal: str,
+    operations: tuple[str, ...],
+    host: str,
+    deny: bool,
+    topic: str | None,
+    group: str | None,
+    cluster: bool,
+    prefixed: bool,
+    as_json: bool,
+    bootstrap: str | None,
+) -> None:
+    """Add ACLs: PRINCIPAL may (or, with --deny, may not) perform each OPERATION on the
+    resource."""
+    resource = _resource(topic, group, cluster)
+    if resource is None:
+        fail("name the resource: --topic NAME, --group NAME or --cluster", status=2)
+    made = [
+        parse_acl(
+            resource[0],
+            resource[1],
+            principal,
+            operation,
+            "deny" if deny else "allow",
+            "prefixed" if prefixed else "literal",
+            host,
+        )
+        for operation in operations
+    ]
+    with Admin(bootstrap) as admin:
+        admin.create_acls(made)
+    if as_json:
+        print(json.dumps([acl_json(acl) for acl in made]))
+    else:
+        _out.print(f"added {len(made)} ACL(s)", markup=False)
+
+
+def _filter_from(
+    principal: str | None,
+    operation: str | None,
+    topic: str | None,
+    group: str | None,
+    cluster: bool,
+    prefixed: bool,
+) -> Any:
+    resource = _resource(topic, group, cluster)
+    return parse_filter(
+        resource[0] if resource else "",
+        resource[1] if resource else "",
+        principal or "",
+        operation or "",
+        "",
+        "prefixed" if prefixed else ("literal" if resource else ""),
+        "",
+    )
+
+
+def _filter_options(function: F) -> F:
+    function = _resource_options(function)
+    function = click.option(
+        "--operation", type=click.Choice(OPERATIONS, case_sensitive=False), help="Only this one."
+    )(function)
+    return click.option("--principal", metavar="User:NAME", help="Only this principal's.")(function)
+
+
+@acls.command("list")
+@_filter_options
+@json_option
+@bootstrap_option
+def acls_list(
+    principal: str | None,
+    operation: str | None,
+    topic: str | None,
+    group: str | None,
+    cluster: bool,
+    prefixed: bool,
+    as_json: bool,
+    bootstrap: str | None,
+) -> None:
+    """List the ACLs, or those matching the options (exact values: --topic orders lists
+    the ACLs stored for "orders", not prefixed ones that cover it)."""
+    wanted = _filter_from(principal, operation, topic, group, cluster, prefixed)
+    with Admin(bootstrap) as admin:
+        found = admin.describe_acls(wanted)
+    _print_acls(found, as_json)
+
+
+@acls.command("remove")
+@_filter_options
+@click.option("--all", "remove_all", is_flag=True, help="Remove every ACL of the cluster.")
+@json_option
+@bootstrap_option
+def acls_remove(
+    principal: str | None,
+    operation: str | None,
+    topic: str | None,
+    group: str | None,
+    cluster: bool,
+    prefixed: bool,
+    remove_all: bool,
+    as_json: bool,
+    bootstrap: str | None,
+) -> None:
+    """Remove the ACLs matching the options; prints those removed."""
+    if not (remove_all or principal or operation or topic or group or cluster):
+        fail("name what to remove (--principal, --topic, ...), or --all for every ACL", 2)
+    wanted = _filter_from(principal, operation, topic, group, cluster, prefixed)
+    with Admin(bootstrap) as admin:
+        removed = admin.delete_acls([wanted])
+    if as_json:
+        print(json.dumps([acl_json(acl) for acl in removed]))
+    else:
+        _print_acls(removed, False)
+        _out.print(f"removed {len(removed)} ACL(s)", markup=False)
+
+
+@click.group()
+def users() -> None:
+    """Users that authenticate with a password (SCRAM-SHA-256 salted credentials)."""
+
+
+@users.command("add")
+@click.argument("name")
+@click.option("--password-stdin", is_flag=True, help="Read the password from stdin (first line).")
+@click.option(
+    "--iterations",
+    type=click.IntRange(ITERATIONS_MIN, ITERATIONS_MAX),
+    default=ITERATIONS_DEFAULT,
+    show_default=True,
+    help="PBKDF2 iterations of the salted credential.",
+)
+@bootstrap_option
+def users_add(name: str, password_stdin: bool, iterations: int, bootstrap: str | None) -> None:
+    """Create user NAME, or set a new password for it. The password is salted and hashed
+    here; only the salted form is sent."""
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = click.prompt("password", hide_input=True, confirmation_prompt=True)
+    if not password:
+        fail("the password is empty")
+    with Admin(bootstrap) as admin:
+        admin.upsert_user(name, password, iterations)
+    _out.print(f"user {name} set", markup=False)
+
+
+@users.command("list")
+@json_option
+@bootstrap_option
+def users_list(as_json: bool, bootstrap: str | None) -> None:
+    """List users (names, mechanism and iterations; never a key)."""
+    with Admin(bootstrap) as admin:
+        found = admin.list_users()
+    rows: list[dict[str, Any]] = [
+        {"name": u.name, "mechanism": u.mechanism, "iterations": u.iterations} for u in found
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table("user", "mechanism", "iterations")
+    for row in rows:
+        table.add_row(row["name"], row["mechanism"], str(row["iterations"]))
+    _out.print(table)
+
+
+@users.command("delete")
+@click.argument("name")
+@bootstrap_option
+def users_delete(name: str, bootstrap: str | None) -> None:
+    """Delete user NAME (its ACLs stay until removed)."""
+    with Admin(bootstrap) as admin:
+        admin.delete_user(name)
+    _out.print(f"deleted user {name}", markup=False)

@@ -1,0 +1,349 @@
+"""Who is calling, and may they: authentication of client calls and the authorizer.
+
+**Authentication** (``Authenticate``, a server interceptor on the client listener) names
+the caller of every call, before its handler runs, as a ``Caller`` (principal and host)
+kept in the ``CALLER`` context variable for the call's task:
+
+1. a call with ``authorization`` metadata (``headwater.credentials``) is the user it
+   names, if the password matches the user's stored SCRAM keys; otherwise it is refused
+   with SASL_AUTHENTICATION_FAILED (UNAUTHENTICATED), which does not say whether the user
+   exists. On a plaintext listener credentials are refused unless
+   ``credentials_over_plaintext`` is ``allow``. A password once verified is remembered
+   (keyed by a SHA-256 of it, never the password) until the user's credential changes,
+   so PBKDF2 runs once per user and password, not per call; failures are limited to
+   ``FAILURES_PER_S_MAX`` a second per host, so guessing cannot take the event loop;
+2. otherwise a call over mutual TLS is the principal its certificate names by
+   ``tls_principal_mapping``;
+3. otherwise it is ``User:ANONYMOUS``.
+
+The host is the peer's IP address. The inter-broker listener's calls (``TrustMembers``)
+come from nodes that proved the cluster secret (and their certificate, with TLS): they
+carry requests a node has already authorized, and are trusted.
+
+**Authorization** (``Authorizer``): with ``authorizer`` ``acl``, each handler asks
+``require`` (or ``allows``, to filter a list) before it acts, naming the operation and
+the resource; the decision is ``headwater.acls``' (deny wins, then allow, else deny),
+except that super users and trusted callers are always allowed. With ``authorizer``
+``none`` everything is allowed. A denial is TOPIC_ / GROUP_ / CLUSTER_AUTHORIZATION_FAILED
+(PERMISSION_DENIED) naming the principal, operation and resource, and is the same whether
+or not the resource exists. Denials are logged at most ``AUDIT_LINES_PER_S`` a second
+(with a count of the rest) and counted in ``denied``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import grpc
+
+from headwater.acls import CLUSTER_RESOURCE, AclIndex, Operation, ResourceType
+from headwater.config import NodeConfig
+from headwater.credentials import (
+    AUTHORIZATION_KEY,
+    ScramCredential,
+    authentication_failed,
+    parse_authorization,
+    verify_password,
+)
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.call_hooks import WrappedHandlers, around, service_and_method
+from headwater.raft.image import MetadataImage
+
+if TYPE_CHECKING:
+    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _ServerInterceptor = grpc.aio.ServerInterceptor
+
+_log = logging.getLogger(__name__)
+ANONYMOUS: Final = "User:ANONYMOUS"
+FAILURES_PER_S_MAX: Final = 20
+"""Failed password checks a second from one host; more are refused without checking."""
+VERIFIED_MAX: Final = 4096
+"""Verified (user, password digest) pairs remembered; the memory is cleared when full."""
+AUDIT_LINES_PER_S: Final = 5
+UNAUTHENTICATED_SERVICES: Final = frozenset({"grpc.health.v1.Health"})
+"""Services that need no identity: health checks carry no credentials."""
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    principal: str
+    host: str
+    trusted: bool = False
+    """A node of the cluster on the inter-broker listener: every call is allowed."""
+
+
+TRUSTED_MEMBER: Final = Caller("User:headwater-node", "", trusted=True)
+CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
+    "headwater_caller", default=None
+)
+"""The caller of the call the current task serves (None outside a call: anonymous)."""
+
+
+def current_caller() -> Caller:
+    return CALLER.get() or Caller(ANONYMOUS, "")
+
+
+def host_of_peer(peer: str) -> str:
+    """The IP address of a grpc peer string: "ipv4:10.0.0.5:51234" -> "10.0.0.5",
+    "ipv6:[::1]:51234" -> "::1"; anything else (a unix socket) as it is."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]")
+    return peer
+
+
+_CERTIFICATE_KEYS: Final = {
+    "cn": "x509_common_name",
+    "subject": "x509_subject",
+    "san_dns": "peer_dns",
+    "san_uri": "peer_uri",
+    "san_email": "peer_email",
+}
+
+
+def certificate_principal(auth_context: dict[str, list[bytes]], mapping: str) -> str | None:
+    """``User:<name>`` from a verified client certificate's properties in a grpc auth
+    context, by ``tls_principal_mapping``; None when the call has no client certificate;
+    SASL_AUTHENTICATION_FAILED when the certificate lacks the part the mapping names."""
+    if not auth_context.get("x509_pem_cert") and not auth_context.get("x509_subject"):
+        return None
+    values = auth_context.get(_CERTIFICATE_KEYS[mapping]) or []
+    if not values:
+        raise authentication_failed(
+            f"the client certificate has no {mapping} to name its principal (tls_principal_mapping)"
+        )
+    return "User:" + values[0].decode(errors="replace")
+
+
+class _PasswordChecks:
+    """Verified passwords by user (as SHA-256 digests), and failures by host."""
+
+    def __init__(self) -> None:
+        self.verified: dict[tuple[str, bytes], ScramCredential] = {}
+        self.failures: dict[str, tuple[int, int]] = {}  # host -> (second, count)
+
+    def check(
+        self, users: Mapping[str, ScramCredential], user: str, password: str, host: str
+    ) -> None:
+        credential = users.get(user)
+        key = (user, hashlib.sha256(password.encode(errors="surrogatepass")).digest())
+        if credential is not None and self.verified.get(key) is credential:
+            return
+        second = int(time.monotonic())
+        start, count = self.failures.get(host, (second, 0))
+        if start == second and count >= FAILURES_PER_S_MAX:
+            raise authentication_failed(
+                f"more than {FAILURES_PER_S_MAX} failed logins a second from {host}; "
+                "try again in a second"
+            )
+        if credential is not None and verify_password(credential, password):
+            if len(self.verified) >= VERIFIED_MAX:
+                self.verified.clear()
+            self.verified[key] = credential
+            return
+        if len(self.failures) >= VERIFIED_MAX:
+            self.failures.clear()
+        self.failures[host] = (second, count + 1) if start == second else (second, 1)
+        raise authentication_failed(
+            f"authentication failed for user {user[:128]!r}: unknown user or wrong password"
+        )
+
+
+class Authenticate(_ServerInterceptor):
+    """Names the caller of each client-listener call (see the module docstring)."""
+
+    def __init__(self, config: NodeConfig, image: Callable[[], MetadataImage]) -> None:
+        self.image = image
+        self.tls = config.tls
+        self.plaintext_credentials = config.credentials_over_plaintext == "allow"
+        self.mapping = config.tls_principal_mapping
+        self.client_certificates = config.tls_client_auth == "required"
+        self.passwords = _PasswordChecks()
+        self._wrapped = WrappedHandlers(lambda _method, handler: around(handler, self))
+
+    def identify(self, context: Any) -> Caller:
+        host = host_of_peer(context.peer())
+        value = None
+        for key, found in context.invocation_metadata() or ():
+            if key == AUTHORIZATION_KEY:
+                value = found.decode() if isinstance(found, bytes) else str(found)
+                break
+        if value is not None:
+            if not self.tls and not self.plaintext_credentials:
+                raise authentication_failed(
+                    "credentials over a plaintext listener are refused (they would cross the "
+                    "network in the clear): connect with TLS, or set "
+                    "credentials_over_plaintext = allow on the node"
+                )
+            user, password = parse_authorization(value)
+            self.passwords.check(self.image().users, user, password, host)
+            return Caller(f"User:{user}", host)
+        if self.client_certificates:
+            principal = certificate_principal(context.auth_context(), self.mapping)
+            if principal is not None:
+                return Caller(principal, host)
+        return Caller(ANONYMOUS, host)
+
+    def started(self, context: Any) -> contextvars.Token[Caller | None]:
+        return CALLER.set(self.identify(context))
+
+    def ended(self, token: contextvars.Token[Caller | None], _error: Any, _context: Any) -> None:
+        CALLER.reset(token)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
+        method: Any = handler_call_details.method
+        method = method.decode() if isinstance(method, bytes) else method
+        if handler is None or service_and_method(method)[0] in UNAUTHENTICATED_SERVICES:
+            return handler  # type: ignore[return-value]
+        return self._wrapped.of(method, handler)
+
+
+class TrustMembers(_ServerInterceptor):
+    """Marks every call on the inter-broker listener as a trusted cluster member's (the
+    listener's other interceptors have checked the cluster secret already)."""
+
+    def __init__(self) -> None:
+        self._wrapped = WrappedHandlers(lambda _method, handler: around(handler, self))
+
+    def started(self, _context: Any) -> contextvars.Token[Caller | None]:
+        return CALLER.set(TRUSTED_MEMBER)
+
+    def ended(self, token: contextvars.Token[Caller | None], _error: Any, _context: Any) -> None:
+        CALLER.reset(token)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
+        if handler is None:
+            return handler  # type: ignore[return-value]
+        method: Any = handler_call_details.method
+        return self._wrapped.of(method.decode() if isinstance(method, bytes) else method, handler)
+
+
+_DENIED_CODE: Final = {
+    ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    ResourceType.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+}
+
+
+class Authorizer:
+    """The decision for the current call's caller (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        image: Callable[[], MetadataImage],
+        on_denied: Callable[[Operation, ResourceType], None] | None = None,
+    ) -> None:
+        self.enabled = config.authorizer == "acl"
+        self.super_users = config.super_user_set
+        self.image = image
+        self.on_denied = on_denied
+        self._index = AclIndex()
+        self.denied = 0
+        self._audit_second = 0
+        self._audit_lines = 0
+        self._audit_suppressed = 0
+
+    def index(self) -> AclIndex:
+        acls = self.image().acls
+        if self._index.acls is not acls:
+            self._index = AclIndex(acls)
+            self._index.acls = acls  # the image's own set: rebuilt only when it changes
+        return self._index
+
+    def allows(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """May the current caller perform ``operation`` on the resource? (No audit: for
+        filtering lists, where what is left out is not a refusal.)"""
+        if not self.enabled:
+            return True
+        caller = current_caller()
+        if caller.trusted or caller.principal in self.super_users:
+            return True
+        return self.index().allows(caller.principal, caller.host, operation, resource_type, name)
+
+    def require(self, operation: Operation, resource_type: ResourceType, name: str) -> None:
+        """Raise the resource type's AUTHORIZATION_FAILED unless the current caller may
+        perform ``operation`` on the resource."""
+        if self.allows(operation, resource_type, name):
+            return
+        caller = current_caller()
+        self._audit(caller, operation, resource_type, name)
+        what = (
+            "the cluster"
+            if resource_type is ResourceType.CLUSTER
+            else (f"{resource_type.value} {name[:255]!r}")
+        )
+        raise HeadwaterError(
+            _DENIED_CODE[resource_type],
+            f"principal {caller.principal} (host {caller.host or '?'}) may not "
+            f"{operation.value} {what}: no ACL allows it",
+        )
+
+    def require_cluster(self, operation: Operation) -> None:
+        self.require(operation, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+
+    def require_any(
+        self, operation: Operation, alternatives: Iterable[tuple[ResourceType, str]]
+    ) -> None:
+        """Allowed when ``operation`` is allowed on any of ``alternatives``; otherwise the
+        first one's denial."""
+        first: tuple[ResourceType, str] | None = None
+        for resource_type, name in alternatives:
+            if self.allows(operation, resource_type, name):
+                return
+            first = first or (resource_type, name)
+        if first is not None:
+            self.require(operation, *first)
+
+    def visible(self, resource_type: ResourceType, names: Iterable[str]) -> list[str]:
+        """The names among ``names`` the current caller may describe."""
+        if not self.enabled:
+            return list(names)
+        return [n for n in names if self.allows(Operation.DESCRIBE, resource_type, n)]
+
+    def _audit(
+        self, caller: Caller, operation: Operation, resource_type: ResourceType, name: str
+    ) -> None:
+        self.denied += 1
+        if self.on_denied is not None:
+            self.on_denied(operation, resource_type)
+        second = int(time.monotonic())
+        if second != self._audit_second:
+            if self._audit_suppressed:
+                _log.warning("%d more denied requests not logged", self._audit_suppressed)
+            self._audit_second, self._audit_lines, self._audit_suppressed = second, 0, 0
+        if self._audit_lines >= AUDIT_LINES_PER_S:
+            self._audit_suppressed += 1
+            return
+        self._audit_lines += 1
+        _log.warning(
+            "denied: principal=%s host=%s operation=%s resource=%s:%s",
+            caller.principal,
+            caller.host,
+            operation.value,
+            resource_type.value,
+            name[:255],
+        )

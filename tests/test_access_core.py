@@ -1,0 +1,205 @@
+"""The pure parts of authentication and authorization: SCRAM credentials, the
+``authorization`` metadata, ACL and user metadata records through the image, the
+controller's decisions, and the authorizer's helpers."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+import pytest
+
+from headwater.acls import ACLS_MAX, Acl, parse_acl, parse_filter
+from headwater.credentials import (
+    ITERATIONS_MIN,
+    ScramCredential,
+    authorization_value,
+    credential_from_salted,
+    new_salted_password,
+    parse_authorization,
+    verify_password,
+)
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.authorizer import certificate_principal, host_of_peer
+from headwater.raft import decisions
+from headwater.raft import records as r
+from headwater.raft.image import MetadataImage, apply, image_digest, snapshot_records
+
+EPOCH = 1
+
+
+def _credential(password: str = "pencil") -> ScramCredential:
+    salt, salted = new_salted_password(password, ITERATIONS_MIN, salt=b"s" * 16)
+    return credential_from_salted(salted, salt, ITERATIONS_MIN)
+
+
+def test_scram_keys_match_rfc_7677_vector() -> None:
+    """RFC 7677's SCRAM-SHA-256 example: user "user", password "pencil", salt
+    W22ZaJ0SNY7soEsUEjb6gQ==, 4096 iterations; its ClientProof checks our StoredKey."""
+    salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", salt, 4096)
+    credential = credential_from_salted(salted, salt, 4096)
+    auth_message = (
+        b"n=user,r=rOprNGfwEbeRWgbNEkqO,"
+        b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,"
+        b"i=4096,c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+    )
+    proof = base64.b64decode("dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    signature = hmac.new(credential.stored_key, auth_message, hashlib.sha256).digest()
+    client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+    assert hashlib.sha256(client_key).digest() == credential.stored_key
+    server_signature = hmac.new(credential.server_key, auth_message, hashlib.sha256).digest()
+    assert base64.b64encode(server_signature) == b"6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+
+
+def test_verify_password() -> None:
+    credential = _credential("pencil")
+    assert verify_password(credential, "pencil")
+    assert not verify_password(credential, "Pencil")
+    assert not verify_password(credential, "x" * 5000)  # over the limit: no, not an error
+
+
+@pytest.mark.parametrize(
+    ("salted", "salt", "iterations", "problem"),
+    [
+        (b"k" * 32, b"s" * 15, 4096, "salt"),
+        (b"k" * 32, b"s" * 65, 4096, "salt"),
+        (b"k" * 31, b"s" * 16, 4096, "salted password"),
+        (b"k" * 32, b"s" * 16, 4095, "iterations"),
+        (b"k" * 32, b"s" * 16, 65537, "iterations"),
+    ],
+)
+def test_credential_bounds(salted: bytes, salt: bytes, iterations: int, problem: str) -> None:
+    with pytest.raises(HeadwaterError) as refused:
+        credential_from_salted(salted, salt, iterations)
+    assert refused.value.code is ErrorCode.INVALID_REQUEST
+    assert problem in refused.value.message
+
+
+def test_authorization_round_trip_and_malformed_values() -> None:
+    assert parse_authorization(authorization_value("alice", "p:a:ss")) == ("alice", "p:a:ss")
+    for value in (
+        "Bearer abc",
+        "Basic !!!",
+        "Basic " + base64.b64encode(b"no-colon").decode(),
+        "Basic " + base64.b64encode(b":nouser").decode(),
+        "Basic " + base64.b64encode(b"\xff\xfe:x").decode(),
+        "Basic " + "A" * 5000,
+    ):
+        with pytest.raises(HeadwaterError) as refused:
+            parse_authorization(value)
+        assert refused.value.code is ErrorCode.SASL_AUTHENTICATION_FAILED
+    for name in ("", "a:b", "*", "x" * 129, "tab\there"):
+        with pytest.raises(HeadwaterError):
+            authorization_value(name, "p")
+
+
+def _image_with(*batches: tuple[r.Record, ...]) -> MetadataImage:
+    image = MetadataImage()
+    for batch in batches:
+        result = apply(image, r.decode_batch(r.encode_batch(batch)))
+        assert result.refusal is None, result.refusal
+        image = result.image
+    return image
+
+
+def test_acl_and_user_records_build_the_image_and_its_snapshot() -> None:
+    acls = [
+        parse_acl("topic", "orders", "User:alice", "read"),
+        parse_acl("group", "g-", "User:*", "describe", pattern_type="prefixed"),
+    ]
+    created = decisions.create_acls(MetadataImage(), EPOCH, acls)
+    users = decisions.alter_users(
+        MetadataImage(), EPOCH, [decisions.UserUpsertion("alice", _credential())], []
+    )
+    image = _image_with(created.records, users.records)
+    assert image.acls == frozenset(acls)
+    assert image.users == {"alice": _credential()}
+    rebuilt = _image_with(tuple(snapshot_records(image)))
+    assert rebuilt.acls == image.acls and rebuilt.users == image.users
+    assert image_digest(image) != image_digest(
+        _image_with(created.records)
+    )  # the users are in the digest
+    # A batch with no ACL record keeps the image's own set: the authorizer's index stays.
+    later = apply(image, (r.ProducerIdsAllocated(EPOCH, 1, 0, 1000),)).image
+    assert later.next_producer_id == 1000 and later.acls is image.acls
+
+
+def test_apply_refuses_inconsistent_acl_and_user_records() -> None:
+    acl = parse_acl("topic", "orders", "User:alice", "read")
+    image = _image_with(decisions.create_acls(MetadataImage(), EPOCH, [acl]).records)
+    fields = ("topic", "literal", "orders", "User:alice", "*", "read", "allow")
+    for batch in (
+        (r.AclCreated(EPOCH, *fields),),  # exists already
+        (r.AclDeleted(EPOCH, "topic", "literal", "other", "User:alice", "*", "read", "allow"),),
+        (r.AclCreated(EPOCH, "topic", "literal", "x", "alice", "*", "read", "allow"),),
+        (r.UserDeleted(EPOCH, "nobody"),),
+        (r.UserCredentialSet(EPOCH, "bob", "SCRAM-SHA-256", 4096, "zz", "00", "00"),),
+        (r.UserCredentialSet(EPOCH, "bob", "PLAIN", 4096, "00", "00", "00"),),
+    ):
+        result = apply(image, batch)
+        assert result.refusal is not None
+        assert result.image.acls == image.acls and result.image.users == image.users
+
+
+def test_decisions_create_once_delete_by_filter_and_bound_counts() -> None:
+    alice_read = parse_acl("topic", "orders", "User:alice", "read")
+    bob_write = parse_acl("topic", "orders", "User:bob", "write")
+    image = _image_with(decisions.create_acls(MetadataImage(), EPOCH, [alice_read]).records)
+    again = decisions.create_acls(image, EPOCH, [alice_read, bob_write])
+    assert [type(x) for x in again.records] == [r.AclCreated]  # only the new one
+    image = _image_with(
+        decisions.create_acls(MetadataImage(), EPOCH, [alice_read, bob_write]).records
+    )
+    deleted = decisions.delete_acls(image, EPOCH, [parse_filter(principal="User:bob")])
+    assert deleted.response == [bob_write]
+    nothing = decisions.delete_acls(image, EPOCH, [parse_filter(principal="User:carol")])
+    assert nothing.records == () and nothing.response == []
+    crowded = MetadataImage(
+        acls=frozenset(
+            Acl(*(alice_read.resource_type, alice_read.pattern_type, f"t{i}"), *(
+                alice_read.principal,
+                alice_read.host,
+                alice_read.operation,
+                alice_read.permission,
+            ))
+            for i in range(ACLS_MAX)
+        )
+    )
+    with pytest.raises(HeadwaterError) as full:
+        decisions.create_acls(crowded, EPOCH, [bob_write])
+    assert str(ACLS_MAX) in full.value.message
+
+
+def test_alter_users_refuses_unknown_deletions_and_repeated_names() -> None:
+    alice = decisions.UserUpsertion("alice", _credential())
+    with pytest.raises(HeadwaterError, match="no user 'bob'"):
+        decisions.alter_users(MetadataImage(), EPOCH, [alice], ["bob"])
+    with pytest.raises(HeadwaterError, match="twice"):
+        decisions.alter_users(MetadataImage(), EPOCH, [alice, alice], [])
+    with pytest.raises(HeadwaterError, match="user name"):
+        decisions.alter_users(
+            MetadataImage(), EPOCH, [decisions.UserUpsertion("a:b", _credential())], []
+        )
+
+
+def test_host_of_peer() -> None:
+    assert host_of_peer("ipv4:10.0.0.5:51234") == "10.0.0.5"
+    assert host_of_peer("ipv6:[::1]:51234") == "::1"
+    assert host_of_peer("unix:/tmp/sock") == "unix:/tmp/sock"
+
+
+def test_certificate_principal_mapping() -> None:
+    context = {
+        "x509_subject": [b"CN=alice,O=Example"],
+        "x509_common_name": [b"alice"],
+        "peer_dns": [b"alice.example.com"],
+    }
+    assert certificate_principal(context, "cn") == "User:alice"
+    assert certificate_principal(context, "subject") == "User:CN=alice,O=Example"
+    assert certificate_principal(context, "san_dns") == "User:alice.example.com"
+    with pytest.raises(HeadwaterError) as refused:
+        certificate_principal(context, "san_email")
+    assert refused.value.code is ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert certificate_principal({"transport_security_type": [b"ssl"]}, "cn") is None
