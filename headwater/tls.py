@@ -114,7 +114,8 @@ class ClientSecurity:
         if needs_credentials(self.protocol) and not self.username:
             raise _invalid(
                 f"security protocol {self.protocol} needs credentials: set a username and "
-                f"password ({USERNAME_ENV}, {PASSWORD_ENV}, or --username/--password)"
+                f"password ({USERNAME_ENV} and {PASSWORD_ENV}, or --username and the client "
+                "config file's password)"
             )
         if self.password and not self.username:
             raise _invalid("a password is set without a username")

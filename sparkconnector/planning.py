@@ -126,6 +126,8 @@ SECURITY_OPTIONS: Final = {
     "cert_file": ("headwater.tls.cert.file", "kafka.ssl.keystore.location"),
     "key_file": ("headwater.tls.key.file", "kafka.ssl.keystore.location"),
     "server_name": ("headwater.tls.server.name",),
+    "username": ("headwater.username",),
+    "password": ("headwater.password",),
 }
 """Option names of each TLS setting, Headwater's first, then Kafka's. Kafka's keystore
 is one PEM file holding the client's certificate chain and key (``ssl.keystore.type``
@@ -145,9 +147,12 @@ def security_options(
                 f"kafka.ssl.{kind}.type is {store_type!r}; Headwater reads PEM files only "
                 f"(convert a JKS or PKCS12 store with keytool/openssl)"
             )
-    for unsupported in ("kafka.sasl.mechanism", "kafka.sasl.jaas.config"):
-        if _get(options, unsupported) is not None:
-            raise OptionError(f"{unsupported}: SASL credentials are not supported yet")
+    mechanism = _get(options, "kafka.sasl.mechanism")
+    if mechanism is not None and mechanism.strip().upper() not in SASL_MECHANISMS:
+        raise OptionError(
+            f"kafka.sasl.mechanism is {mechanism!r}; valid: {', '.join(SASL_MECHANISMS)} "
+            "(a Headwater user's password, checked against its SCRAM-SHA-256 credential)"
+        )
     for password in ("kafka.ssl.key.password", "kafka.ssl.keystore.password"):
         if _get(options, password):
             raise OptionError(
@@ -156,14 +161,40 @@ def security_options(
             )
     base = environment if environment is not None else ClientSecurity()
     chosen: dict[str, str] = {}
+    jaas = _get(options, "kafka.sasl.jaas.config")
+    if jaas is not None:
+        chosen.update(jaas_credentials(jaas))
     for setting, names in SECURITY_OPTIONS.items():
         value = next((v for name in names if (v := _get(options, name)) is not None), None)
         if value is not None:
-            chosen[setting] = value.strip()
+            chosen[setting] = value if setting == "password" else value.strip()
     try:
         return base.with_overrides(**chosen)
     except HeadwaterError as error:
-        raise OptionError(f"TLS options: {error.message}") from None
+        raise OptionError(f"security options: {error.message}") from None
+
+
+SASL_MECHANISMS: Final = ("SCRAM-SHA-256", "PLAIN")
+JAAS_CHARS_MAX: Final = 4096
+_JAAS_FIELD: Final = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def jaas_credentials(text: str) -> dict[str, str]:
+    """username and password of a Kafka ``sasl.jaas.config`` value (ScramLoginModule or
+    PlainLoginModule, ``required username="..." password="...";``)."""
+    if len(text) > JAAS_CHARS_MAX:
+        raise OptionError(f"kafka.sasl.jaas.config is longer than {JAAS_CHARS_MAX} characters")
+    module = text.strip().split(None, 1)[0] if text.strip() else ""
+    if not module.endswith(("ScramLoginModule", "PlainLoginModule")):
+        raise OptionError(
+            f"kafka.sasl.jaas.config names {module[:80]!r}; valid: "
+            "org.apache.kafka.common.security.scram.ScramLoginModule (or PlainLoginModule) "
+            'required username="..." password="...";'
+        )
+    fields = {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_FIELD.findall(text)}
+    if not fields.get("username") or "password" not in fields:
+        raise OptionError('kafka.sasl.jaas.config needs username="..." and password="..."')
+    return {"username": fields["username"], "password": fields["password"]}
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:

@@ -158,12 +158,15 @@ def test_decisions_create_once_delete_by_filter_and_bound_counts() -> None:
     assert nothing.records == () and nothing.response == []
     crowded = MetadataImage(
         acls=frozenset(
-            Acl(*(alice_read.resource_type, alice_read.pattern_type, f"t{i}"), *(
-                alice_read.principal,
-                alice_read.host,
-                alice_read.operation,
-                alice_read.permission,
-            ))
+            Acl(
+                *(alice_read.resource_type, alice_read.pattern_type, f"t{i}"),
+                *(
+                    alice_read.principal,
+                    alice_read.host,
+                    alice_read.operation,
+                    alice_read.permission,
+                ),
+            )
             for i in range(ACLS_MAX)
         )
     )
@@ -203,3 +206,31 @@ def test_certificate_principal_mapping() -> None:
         certificate_principal(context, "san_email")
     assert refused.value.code is ErrorCode.SASL_AUTHENTICATION_FAILED
     assert certificate_principal({"transport_security_type": [b"ssl"]}, "cn") is None
+
+
+def test_client_security_takes_credentials_from_the_environment_and_layers() -> None:
+    from headwater.cli_security import apply_client_settings
+    from headwater.tls import ClientSecurity
+
+    env = {
+        "HEADWATER_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "HEADWATER_USERNAME": "alice",
+        "HEADWATER_PASSWORD": "secret",
+    }
+    security = ClientSecurity.from_env(env)
+    assert (security.protocol, security.username, security.password) == (
+        "plaintext",
+        "alice",
+        "secret",
+    )
+    assert "secret" not in repr(security)
+    ((key, value),) = security.call_metadata()
+    assert key == "authorization" and parse_authorization(value) == ("alice", "secret")
+    assert ClientSecurity().call_metadata() == ()
+    with pytest.raises(HeadwaterError, match="needs credentials"):
+        ClientSecurity.from_env({"HEADWATER_SECURITY_PROTOCOL": "SASL_SSL"})
+    with pytest.raises(HeadwaterError, match="without a username"):
+        ClientSecurity(password="x")
+    # The --username flag over the environment's user keeps the environment's password.
+    layered = apply_client_settings({"username": "bob"}, None, dict(env))
+    assert (layered.username, layered.password) == ("bob", "secret")

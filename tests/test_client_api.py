@@ -149,5 +149,6 @@ def test_the_container_health_probe_exits_by_the_answer_and_loads_only_grpc(
         check=True,
     )
     assert loaded.stdout.strip() == (
-        "['headwater', 'headwater.errors', 'headwater.healthcheck', 'headwater.tls']"
+        "['headwater', 'headwater.credentials', 'headwater.errors', 'headwater.healthcheck', "
+        "'headwater.tls']"
     )

@@ -478,7 +478,9 @@ def test_replica_hashing_is_capped_at_two_calls_per_node(monkeypatch: pytest.Mon
     from headwater.log.api import LogConfig
     from headwater.log.memory_log import MemoryLog
     from headwater.node import admin_service
+    from headwater.node.authorizer import Authorizer
     from headwater.node.partition import Partition
+    from headwater.raft.image import MetadataImage
 
     release = threading.Event()
     real_hash = admin_service.hash_log_range
@@ -505,6 +507,7 @@ def test_replica_hashing_is_capped_at_two_calls_per_node(monkeypatch: pytest.Mon
 
     service = object.__new__(admin_service.AdminService)
     service.config = NodeConfig()
+    service.auth = Authorizer(service.config, MetadataImage)
     service.logs = Logs()  # type: ignore[assignment]
     service._hashing = 0
     request = pb.DescribeReplicaLogRequest(topic="t", partition=0, start_offset=0, end_offset=1)

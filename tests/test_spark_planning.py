@@ -165,10 +165,29 @@ def test_tls_options_take_kafka_and_headwater_names_over_the_environment() -> No
     inherited = ClientSecurity("tls", "/env-ca.pem")
     assert security_options({}, inherited) == inherited
     assert security_options({"kafka.security.protocol": "PLAINTEXT"}, inherited) == ClientSecurity()
+    jaas = (
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" '
+        'password="p\\"w d";'
+    )
+    sasl = security_options(
+        {
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-256",
+            "kafka.sasl.jaas.config": jaas,
+            "kafka.ssl.truststore.location": "/ca.pem",
+        }
+    )
+    assert sasl == ClientSecurity("tls", "/ca.pem", username="alice", password='p"w d')
+    assert security_options({"headwater.username": "bob", "headwater.password": " x "}) == (
+        ClientSecurity(username="bob", password=" x ")
+    )
     for options, problem in (
         ({"kafka.ssl.truststore.type": "JKS"}, "PEM files only"),
-        ({"kafka.security.protocol": "SASL_SSL"}, "needs SASL credentials"),
-        ({"kafka.sasl.mechanism": "SCRAM-SHA-256"}, "not supported yet"),
+        ({"kafka.security.protocol": "SASL_SSL"}, "needs credentials"),
+        ({"kafka.sasl.mechanism": "GSSAPI"}, "valid: SCRAM-SHA-256, PLAIN"),
+        ({"kafka.sasl.jaas.config": "com.sun.Krb5LoginModule required;"}, "ScramLoginModule"),
+        ({"kafka.sasl.jaas.config": "x.ScramLoginModule required username=\"a\";"}, "password"),
+        ({"headwater.username": "a:b"}, "without ':'"),
         ({"headwater.tls.cert.file": "/c.pem"}, "go together"),
     ):
         with pytest.raises(OptionError, match=problem):

@@ -50,7 +50,7 @@ def test_settings_come_from_the_environment_with_kafka_names() -> None:
             {"HEADWATER_SECURITY_PROTOCOL": "plaintext", "HEADWATER_TLS_SERVER_NAME": "x"}
         )
     for protocol, problem in (
-        ("SASL_SSL", "needs SASL credentials"),
+        ("SASL_SSL", "needs credentials"),
         ("tcp", "unknown; valid: PLAINTEXT, SSL"),
     ):
         with pytest.raises(HeadwaterError, match=problem) as raised:
@@ -437,7 +437,7 @@ def test_client_settings_precedence_flags_over_env_over_file(tmp_path: Path) -> 
         ('tls_ca = "x"\n', "unknown keys tls_ca; valid: bootstrap, security_protocol"),
         ("tls_ca_file = 3\n", "must be a string"),
         ("tls_ca_file = \n", "not valid TOML"),
-        ('security_protocol = "SASL_SSL"\n', "needs SASL credentials"),
+        ('security_protocol = "SASL_SSL"\n', "needs credentials"),
     ):
         config.write_text(text)
         with pytest.raises(HeadwaterError, match=problem):
