@@ -186,7 +186,7 @@ def test_tls_options_take_kafka_and_headwater_names_over_the_environment() -> No
         ({"kafka.security.protocol": "SASL_SSL"}, "needs credentials"),
         ({"kafka.sasl.mechanism": "GSSAPI"}, "valid: SCRAM-SHA-256, PLAIN"),
         ({"kafka.sasl.jaas.config": "com.sun.Krb5LoginModule required;"}, "ScramLoginModule"),
-        ({"kafka.sasl.jaas.config": "x.ScramLoginModule required username=\"a\";"}, "password"),
+        ({"kafka.sasl.jaas.config": 'x.ScramLoginModule required username="a";'}, "password"),
         ({"headwater.username": "a:b"}, "without ':'"),
         ({"headwater.tls.cert.file": "/c.pem"}, "go together"),
     ):
