@@ -6,9 +6,10 @@ rounds; both speak mutual TLS (a throwaway CA from ``headwater.tls_certs``), so 
 only difference is the authorizer:
 
 - ``authorizer = acl``, with ``User:admin`` a super user, which stores ``--acls`` ACLs:
-  ``--acls - 3`` literal topic ACLs for other principals and topics, and the three the
-  benchmark's principal ``User:bench`` needs: write and read on its topics (prefixed
-  ``bench-``; read implies describe) and write on the cluster (idempotent producer ids);
+  ``--acls - 4`` literal topic ACLs for other principals and topics, and the four the
+  benchmark's principal ``User:bench`` needs: create, write and read on its topics
+  (prefixed ``bench-``; read implies describe) and write on the cluster (idempotent
+  producer ids);
 - ``authorizer = none``.
 
 The workloads run as ``headwater bench`` processes presenting ``bench``'s certificate:
@@ -55,6 +56,7 @@ def _acls(count: int) -> list[Any]:
     needed = [
         parse_acl("topic", TOPIC_PREFIX, PRINCIPAL, "write", pattern_type="prefixed"),
         parse_acl("topic", TOPIC_PREFIX, PRINCIPAL, "read", pattern_type="prefixed"),
+        parse_acl("topic", TOPIC_PREFIX, PRINCIPAL, "create", pattern_type="prefixed"),
         parse_acl("cluster", "headwater-cluster", PRINCIPAL, "write"),
     ]
     others = [
@@ -158,7 +160,7 @@ def run(rounds: int, acl_count: int, records: int, record_records: int) -> dict[
 @click.option(
     "--acls",
     "acl_count",
-    type=click.IntRange(3, 100_000),
+    type=click.IntRange(4, 100_000),
     default=1000,
     show_default=True,
     help="ACLs stored in the authorizing cluster.",
