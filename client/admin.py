@@ -205,6 +205,31 @@ class Admin:
         assert isinstance(response, pb.DescribeUsersResponse)
         return list(response.users)
 
+    def alter_quotas(
+        self,
+        entity_type: str,
+        entity_name: str,
+        rates: Mapping[str, float] | None = None,
+        remove: Sequence[str] = (),
+    ) -> None:
+        """Set ``rates`` (quota key -> rate) and remove the ``remove`` keys of one entity:
+        ``entity_type`` "user" or "client-id", ``entity_name`` "" for the type's default
+        (headwater.quotas)."""
+        entries = [
+            pb.QuotaEntry(entity_type=entity_type, entity_name=entity_name, key=k, value=v)
+            for k, v in (rates or {}).items()
+        ] + [
+            pb.QuotaEntry(entity_type=entity_type, entity_name=entity_name, key=k, remove=True)
+            for k in remove
+        ]
+        self._admin_call("AlterQuotas", pb.AlterQuotasRequest(entries=entries))
+
+    def describe_quotas(self) -> list[tuple[str, str, str, float]]:
+        """Every quota: (entity type, entity name ('' for a default), key, rate)."""
+        response = self._admin_call("DescribeQuotas", pb.DescribeQuotasRequest())
+        assert isinstance(response, pb.DescribeQuotasResponse)
+        return [(e.entity_type, e.entity_name, e.key, e.value) for e in response.entries]
+
     # ------------------------------------------------------------------ topics
 
     def list_topics(self, include_internal: bool = False) -> list[pb.TopicSummary]:

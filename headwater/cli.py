@@ -93,6 +93,7 @@ def json_option(function: F) -> F:
         "bench": "headwater.benchmarks.perf:bench",
         "acls": "headwater.cli_access:acls",
         "users": "headwater.cli_access:users",
+        "quotas": "headwater.cli_access:quotas",
     },
 )
 @click.version_option(__version__, prog_name="headwater")
@@ -130,12 +131,17 @@ def json_option(function: F) -> F:
     "HEADWATER_PASSWORD or the client config file.",
 )
 @click.option(
+    "--client-id",
+    metavar="ID",
+    help="Name sent with every call, which quotas by client id apply to (env HEADWATER_CLIENT_ID).",
+)
+@click.option(
     "--client-config",
     type=click.Path(path_type=Path, dir_okay=False),
     envvar="HEADWATER_CLIENT_CONFIG",
     help="TOML file of client settings: bootstrap, security_protocol, tls_ca_file, "
-    "tls_cert_file, tls_key_file, tls_server_name, username, password (env and flags win "
-    "over it).",
+    "tls_cert_file, tls_key_file, tls_server_name, username, password, client_id (env and "
+    "flags win over it).",
 )
 @click.pass_context
 def main(
@@ -146,6 +152,7 @@ def main(
     tls_key_file: str | None,
     tls_server_name: str | None,
     username: str | None,
+    client_id: str | None,
     client_config: Path | None,
 ) -> None:
     """Headwater: a partitioned, replicated commit-log broker with a gRPC API.
@@ -161,11 +168,15 @@ def main(
         "tls_key_file": tls_key_file,
         "tls_server_name": tls_server_name,
         "username": username,
+        "client_id": client_id,
     }
     if context.invoked_subcommand == "serve":
         # A node reads HEADWATER_TLS_* as its own settings (serve --help, the config file).
         if any(flags.values()):
-            fail("client settings (--security-protocol, --tls-*, --username) do not apply to serve")
+            fail(
+                "client settings (--security-protocol, --tls-*, --username, --client-id) do "
+                "not apply to serve"
+            )
         if os.environ.get("HEADWATER_SECURITY_PROTOCOL"):
             fail(
                 "HEADWATER_SECURITY_PROTOCOL is set: this shell holds client settings, and a "

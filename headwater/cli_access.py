@@ -9,6 +9,10 @@ metadata quorum (docs/security.md).
     headwater users add alice --password-stdin < secret.txt
     headwater users list [--json]
     headwater users delete alice
+    headwater quotas set --user alice --producer-byte-rate 1048576
+    headwater quotas set --default-user --consumer-byte-rate 10485760
+    headwater quotas list [--json]
+    headwater quotas remove --user alice [--key producer_byte_rate]
 """
 
 from __future__ import annotations
@@ -26,6 +30,15 @@ from headwater.acls import CLUSTER_RESOURCE, Acl, parse_acl, parse_filter
 from headwater.cli import bootstrap_option, fail, json_option
 from headwater.client import Admin
 from headwater.credentials import ITERATIONS_DEFAULT, ITERATIONS_MAX, ITERATIONS_MIN
+from headwater.quotas import (
+    CLIENT_ID,
+    CONSUMER_BYTE_RATE,
+    DEFAULT_NAME,
+    KEYS,
+    PRODUCER_BYTE_RATE,
+    REQUEST_RATE,
+    USER,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 _out = Console(highlight=False)
@@ -285,3 +298,131 @@ def users_delete(name: str, bootstrap: str | None) -> None:
     with Admin(bootstrap) as admin:
         admin.delete_user(name)
     _out.print(f"deleted user {name}", markup=False)
+
+
+@click.group()
+def quotas() -> None:
+    """Produce and fetch byte rates and request rates per user or client id."""
+
+
+def _entity_options(function: F) -> F:
+    for option in reversed(
+        (
+            click.option("--user", metavar="NAME", help="A user (the principal User:NAME)."),
+            click.option("--default-user", is_flag=True, help="Every user without its own."),
+            click.option("--client-id", "client_id", metavar="ID", help="A client id."),
+            click.option(
+                "--default-client-id", is_flag=True, help="Every client id without its own."
+            ),
+        )
+    ):
+        function = option(function)
+    return function
+
+
+def _entity(
+    user: str | None, default_user: bool, client_id: str | None, default_client_id: bool
+) -> tuple[str, str]:
+    chosen = [
+        entity
+        for entity, given in (
+            ((USER, user or ""), user is not None),
+            ((USER, DEFAULT_NAME), default_user),
+            ((CLIENT_ID, client_id or ""), client_id is not None),
+            ((CLIENT_ID, DEFAULT_NAME), default_client_id),
+        )
+        if given
+    ]
+    if len(chosen) != 1:
+        fail(
+            "name one entity: --user NAME, --default-user, --client-id ID or --default-client-id",
+            status=2,
+        )
+    return chosen[0]
+
+
+def _entity_text(entity: tuple[str, str]) -> str:
+    return f"{entity[0]} {entity[1]}" if entity[1] else f"the default {entity[0]}"
+
+
+@quotas.command("set")
+@_entity_options
+@click.option("--producer-byte-rate", type=float, help="Produced bytes a second, per node.")
+@click.option("--consumer-byte-rate", type=float, help="Fetched bytes a second, per node.")
+@click.option("--request-rate", type=float, help="Requests a second, per node.")
+@bootstrap_option
+def quotas_set(
+    user: str | None,
+    default_user: bool,
+    client_id: str | None,
+    default_client_id: bool,
+    producer_byte_rate: float | None,
+    consumer_byte_rate: float | None,
+    request_rate: float | None,
+    bootstrap: str | None,
+) -> None:
+    """Set quotas of one user or client id (or a default). Over a quota, a node holds
+    its answers back (throttle_time_ms); it never drops data."""
+    entity = _entity(user, default_user, client_id, default_client_id)
+    rates = {
+        key: value
+        for key, value in (
+            (PRODUCER_BYTE_RATE, producer_byte_rate),
+            (CONSUMER_BYTE_RATE, consumer_byte_rate),
+            (REQUEST_RATE, request_rate),
+        )
+        if value is not None
+    }
+    if not rates:
+        fail("give a rate: --producer-byte-rate, --consumer-byte-rate or --request-rate", 2)
+    with Admin(bootstrap) as admin:
+        admin.alter_quotas(entity[0], entity[1], rates)
+    _out.print(f"set {', '.join(rates)} of {_entity_text(entity)}", markup=False)
+
+
+@quotas.command("remove")
+@_entity_options
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    type=click.Choice(KEYS),
+    help="Only this quota (repeat for several); all of the entity's by default.",
+)
+@bootstrap_option
+def quotas_remove(
+    user: str | None,
+    default_user: bool,
+    client_id: str | None,
+    default_client_id: bool,
+    keys: tuple[str, ...],
+    bootstrap: str | None,
+) -> None:
+    """Remove quotas of one user or client id (or a default)."""
+    entity = _entity(user, default_user, client_id, default_client_id)
+    with Admin(bootstrap) as admin:
+        admin.alter_quotas(entity[0], entity[1], remove=keys or KEYS)
+    _out.print(f"removed {', '.join(keys or KEYS)} of {_entity_text(entity)}", markup=False)
+
+
+@quotas.command("list")
+@json_option
+@bootstrap_option
+def quotas_list(as_json: bool, bootstrap: str | None) -> None:
+    """List every quota (an empty name: the type's default)."""
+    with Admin(bootstrap) as admin:
+        found = admin.describe_quotas()
+    rows: list[dict[str, Any]] = [
+        {"entity_type": t, "entity_name": n, "key": k, "value": v} for t, n, k, v in found
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table("entity", "quota", "rate")
+    for row in rows:
+        table.add_row(
+            _entity_text((row["entity_type"], row["entity_name"])),
+            row["key"],
+            f"{row['value']:g}",
+        )
+    _out.print(table)

@@ -14,6 +14,7 @@ config file is TOML with these keys only::
     tls_server_name = ""
     username = "alice"                 # credentials (headwater users add)
     password = "..."                   # keep the file private (chmod 600)
+    client_id = "billing-etl"          # quotas by client id apply to it
 
 The settings are layered whole, as ``ClientSecurity.with_overrides`` does: the file's,
 then the environment's over them, then the flags' over both. A TLS file given in a
@@ -36,6 +37,7 @@ from headwater.errors import ErrorCode, HeadwaterError
 from headwater.tls import (
     CA_FILE_ENV,
     CERT_FILE_ENV,
+    CLIENT_ID_ENV,
     KEY_FILE_ENV,
     PASSWORD_ENV,
     PROTOCOL_ENV,
@@ -55,6 +57,7 @@ ENV_OF_KEY: Final = {
     "tls_server_name": SERVER_NAME_ENV,
     "username": USERNAME_ENV,
     "password": PASSWORD_ENV,
+    "client_id": CLIENT_ID_ENV,
 }
 
 
@@ -66,6 +69,7 @@ FIELD_OF_KEY: Final = {
     "tls_server_name": "server_name",
     "username": "username",
     "password": "password",
+    "client_id": "client_id",
 }
 """The config keys of the TLS settings, and the ``ClientSecurity`` field of each."""
 SECURITY_KEYS: Final = tuple(FIELD_OF_KEY)

@@ -36,6 +36,7 @@ from headwater.ports import free_port
 from headwater.tls import (
     CA_FILE_ENV,
     CERT_FILE_ENV,
+    CLIENT_ID_ENV,
     KEY_FILE_ENV,
     PASSWORD_ENV,
     PROTOCOL_ENV,
@@ -57,6 +58,7 @@ CLIENT_SECURITY_ENV: Final = frozenset(
         SERVER_NAME_ENV,
         USERNAME_ENV,
         PASSWORD_ENV,
+        CLIENT_ID_ENV,
     }
 )
 """A shell's client settings (TLS, credentials): not passed on to the nodes this harness

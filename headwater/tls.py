@@ -16,11 +16,13 @@ the health probe) and every node calling another node builds its channels from o
 - ``username``/``password``: credentials sent with every call (``headwater.credentials``:
   the ``authorization`` metadata), for a user made with ``headwater users add``; over
   TLS, since the password travels with each call.
+- ``client_id``: a name sent with every call (the ``client-id`` metadata), which quotas
+  by client id apply to (``headwater.quotas``).
 
 Unset fields come from the environment, ``HEADWATER_SECURITY_PROTOCOL``,
 ``HEADWATER_TLS_CA_FILE``, ``HEADWATER_TLS_CERT_FILE``, ``HEADWATER_TLS_KEY_FILE``,
-``HEADWATER_TLS_SERVER_NAME``, ``HEADWATER_USERNAME``, ``HEADWATER_PASSWORD``
-(``ClientSecurity.from_env``); any TLS file set there
+``HEADWATER_TLS_SERVER_NAME``, ``HEADWATER_USERNAME``, ``HEADWATER_PASSWORD``,
+``HEADWATER_CLIENT_ID`` (``ClientSecurity.from_env``); any TLS file set there
 implies ``tls``. A node reads its own ``tls_*`` settings under the same variable names,
 so a client run inside a node's container (the health probe) speaks as the node does.
 
@@ -47,6 +49,8 @@ CERT_FILE_ENV: Final = "HEADWATER_TLS_CERT_FILE"
 KEY_FILE_ENV: Final = "HEADWATER_TLS_KEY_FILE"
 SERVER_NAME_ENV: Final = "HEADWATER_TLS_SERVER_NAME"
 USERNAME_ENV: Final = "HEADWATER_USERNAME"
+CLIENT_ID_ENV: Final = "HEADWATER_CLIENT_ID"
+CLIENT_ID_CHARS_MAX: Final = 255
 PASSWORD_ENV: Final = "HEADWATER_PASSWORD"  # noqa: S105 (the variable's name)
 
 PLAINTEXT: Final = "plaintext"
@@ -109,6 +113,7 @@ class ClientSecurity:
     server_name: str = ""
     username: str = ""
     password: str = field(default="", repr=False)
+    client_id: str = ""
 
     def __post_init__(self) -> None:
         if needs_credentials(self.protocol) and not self.username:
@@ -119,6 +124,11 @@ class ClientSecurity:
             )
         if self.password and not self.username:
             raise _invalid("a password is set without a username")
+        if len(self.client_id) > CLIENT_ID_CHARS_MAX or not self.client_id.isprintable():
+            raise _invalid(
+                f"client id {self.client_id[:80]!r}: at most {CLIENT_ID_CHARS_MAX} printable "
+                "characters"
+            )
         if self.username:
             try:
                 check_user_name(self.username)
@@ -162,6 +172,7 @@ class ClientSecurity:
             **files,
             username=env.get(USERNAME_ENV, ""),
             password=env.get(PASSWORD_ENV, ""),
+            client_id=env.get(CLIENT_ID_ENV, ""),
         )
 
     @classmethod
@@ -186,6 +197,7 @@ class ClientSecurity:
             # credentials do)
             chosen.setdefault("username", self.username)
             chosen.setdefault("password", self.password)
+            chosen.setdefault("client_id", self.client_id)
             return ClientSecurity(**chosen)
         return replace(self, **chosen) if chosen else self
 
@@ -204,10 +216,14 @@ class ClientSecurity:
         return grpc.ssl_channel_credentials(root, key, chain)
 
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
-        """Metadata every call carries: the credentials, when a username is set."""
-        if not self.username:
-            return ()
-        return ((AUTHORIZATION_KEY, authorization_value(self.username, self.password)),)
+        """Metadata every call carries: the credentials when a username is set, and the
+        client id when one is."""
+        metadata: list[tuple[str, str]] = []
+        if self.username:
+            metadata.append((AUTHORIZATION_KEY, authorization_value(self.username, self.password)))
+        if self.client_id:
+            metadata.append(("client-id", self.client_id))
+        return tuple(metadata)
 
     def channel_options(self) -> list[tuple[str, str]]:
         """Channel options these settings add (the server name override)."""

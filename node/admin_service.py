@@ -531,6 +531,49 @@ class AdminService(pb_grpc.AdminServicer):
             ]
         )
 
+    @rpc_handler
+    async def AlterQuotas(
+        self, request: pb.AlterQuotasRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AlterQuotasResponse:
+        self.auth.require_cluster(Operation.ALTER)
+        if not 1 <= len(request.entries) <= ACLS_PER_REQUEST_MAX:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                f"{len(request.entries)} quota entries; valid: 1 to {ACLS_PER_REQUEST_MAX}",
+            )
+        changes = [
+            (e.entity_type, e.entity_name, e.key, None if e.remove else e.value)
+            for e in request.entries
+        ]
+        await self._decide(
+            context,
+            "AlterQuotas",
+            request,
+            lambda _controller, image, epoch: decisions.alter_quotas(image, epoch, changes),
+        )
+
+        def applied(image: MetadataImage) -> bool:
+            return all(
+                image.quotas.get((t, n), {}).get(k) == (None if v is None else float(v))
+                for t, n, k, v in changes
+            )
+
+        await self.state.wait_until(applied, METADATA_WAIT_S)
+        return pb.AlterQuotasResponse()
+
+    @rpc_handler
+    def DescribeQuotas(
+        self, request: pb.DescribeQuotasRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeQuotasResponse:
+        self.auth.require_cluster(Operation.DESCRIBE)
+        return pb.DescribeQuotasResponse(
+            entries=[
+                pb.QuotaEntry(entity_type=entity_type, entity_name=name, key=key, value=value)
+                for (entity_type, name), rates in sorted(self.state.image.quotas.items())
+                for key, value in sorted(rates.items())
+            ]
+        )
+
 
 ACLS_PER_REQUEST_MAX: Final = 10_000
 """ACLs (or filters, or users) one request may carry."""

@@ -32,6 +32,7 @@ or not the resource exists. Denials are logged at most ``AUDIT_LINES_PER_S`` a s
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import hashlib
 import logging
@@ -67,6 +68,8 @@ FAILURES_PER_S_MAX: Final = 20
 VERIFIED_MAX: Final = 4096
 """Verified (user, password digest) pairs remembered; the memory is cleared when full."""
 AUDIT_LINES_PER_S: Final = 5
+CLIENT_ID_KEY: Final = "client-id"
+CLIENT_ID_CHARS_MAX: Final = 255
 UNAUTHENTICATED_SERVICES: Final = frozenset({"grpc.health.v1.Health"})
 """Services that need no identity: health checks carry no credentials."""
 
@@ -77,6 +80,8 @@ class Caller:
     host: str
     trusted: bool = False
     """A node of the cluster on the inter-broker listener: every call is allowed."""
+    client_id: str = ""
+    """The ``client-id`` call metadata (quotas by client id); '' when not sent."""
 
 
 TRUSTED_MEMBER: Final = Caller("User:headwater-node", "", trusted=True)
@@ -161,8 +166,16 @@ class _PasswordChecks:
 class Authenticate(_ServerInterceptor):
     """Names the caller of each client-listener call (see the module docstring)."""
 
-    def __init__(self, config: NodeConfig, image: Callable[[], MetadataImage]) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        image: Callable[[], MetadataImage],
+        request_delay_s: Callable[[Caller], float] | None = None,
+    ) -> None:
+        """``request_delay_s``: the seconds to hold a caller's call back for its request
+        quota (``headwater.node.throttling``); None: no request quotas."""
         self.image = image
+        self.request_delay_s = request_delay_s
         self.tls = config.tls
         self.plaintext_credentials = config.credentials_over_plaintext == "allow"
         self.mapping = config.tls_principal_mapping
@@ -173,10 +186,17 @@ class Authenticate(_ServerInterceptor):
     def identify(self, context: Any) -> Caller:
         host = host_of_peer(context.peer())
         value = None
+        client_id = ""
         for key, found in context.invocation_metadata() or ():
             if key == AUTHORIZATION_KEY:
                 value = found.decode() if isinstance(found, bytes) else str(found)
-                break
+            elif key == CLIENT_ID_KEY:
+                client_id = found.decode() if isinstance(found, bytes) else str(found)
+                if len(client_id) > CLIENT_ID_CHARS_MAX:
+                    raise HeadwaterError(
+                        ErrorCode.INVALID_REQUEST,
+                        f"the client-id metadata is longer than {CLIENT_ID_CHARS_MAX} characters",
+                    )
         if value is not None:
             if not self.tls and not self.plaintext_credentials:
                 raise authentication_failed(
@@ -186,15 +206,22 @@ class Authenticate(_ServerInterceptor):
                 )
             user, password = parse_authorization(value)
             self.passwords.check(self.image().users, user, password, host)
-            return Caller(f"User:{user}", host)
+            return Caller(f"User:{user}", host, client_id=client_id)
         if self.client_certificates:
             principal = certificate_principal(context.auth_context(), self.mapping)
             if principal is not None:
-                return Caller(principal, host)
-        return Caller(ANONYMOUS, host)
+                return Caller(principal, host, client_id=client_id)
+        return Caller(ANONYMOUS, host, client_id=client_id)
 
-    def started(self, context: Any) -> contextvars.Token[Caller | None]:
-        return CALLER.set(self.identify(context))
+    def started(
+        self, context: Any
+    ) -> contextvars.Token[Caller | None] | Awaitable[contextvars.Token[Caller | None]]:
+        caller = self.identify(context)
+        token = CALLER.set(caller)
+        delay = self.request_delay_s(caller) if self.request_delay_s is not None else 0.0
+        if delay <= 0:
+            return token
+        return _after(delay, token)
 
     def ended(self, token: contextvars.Token[Caller | None], _error: Any, _context: Any) -> None:
         CALLER.reset(token)
@@ -212,6 +239,12 @@ class Authenticate(_ServerInterceptor):
         if handler is None or service_and_method(method)[0] in UNAUTHENTICATED_SERVICES:
             return handler  # type: ignore[return-value]
         return self._wrapped.of(method, handler)
+
+
+async def _after(delay_s: float, token: contextvars.Token[Caller | None]) -> Any:
+    """``token`` after ``delay_s``: a call over its request quota starts late."""
+    await asyncio.sleep(delay_s)
+    return token
 
 
 class TrustMembers(_ServerInterceptor):

@@ -10,7 +10,8 @@ same kind that calls ``hooks.started()`` before the behaviour and
 ``hooks.ended(state, error, context)`` once after it, with the exception it ended with
 (None when it ended normally; GeneratorExit or CancelledError when the client went away).
 ``hooks.started(context)`` may refuse the call by raising HeadwaterError: the call then
-ends with that error's status, the behaviour never runs, and ``ended`` is not called.
+ends with that error's status, the behaviour never runs, and ``ended`` is not called. It
+may return an awaitable of its state, to hold the call back (a request quota).
 Client-streaming handlers (no method of Headwater's has one) are returned unwrapped.
 """
 
@@ -64,6 +65,8 @@ def _around_unary(inner: Any, hooks: CallHooks[Any]) -> Any:
             state = hooks.started(context)
         except HeadwaterError as refusal:
             return await abort(context, refusal)
+        if inspect.isawaitable(state):
+            state = await state
         try:
             result = inner(request, context)
             if inspect.isawaitable(result):
@@ -83,6 +86,8 @@ def _around_generator(inner: Any, hooks: CallHooks[Any]) -> Any:
             state = hooks.started(context)
         except HeadwaterError as refusal:
             await abort(context, refusal)
+        if inspect.isawaitable(state):
+            state = await state
         try:
             async for response in inner(request, context):
                 yield response

@@ -43,7 +43,9 @@ from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.replica_manager import ReplicaManager
 from headwater.node.replica_service import ReplicaService
 from headwater.node.service import BrokerService
+from headwater.node.throttling import Quotas
 from headwater.node.tls_setup import load_node_tls
+from headwater.quotas import REQUEST_RATE
 from headwater.raft.image import MetadataImage
 from headwater.raft.quorum import (
     MetadataQuorum,
@@ -112,8 +114,16 @@ class Node:
                 self.secret.encode(),
                 self.tls.peer_credentials() if self.tls is not None else None,
             )
+            self.quotas = Quotas(lambda: self.state.image)
+            quotas = self.quotas
             self.server = self._build_server(
-                interceptors=[Authenticate(config, lambda: self.state.image)]
+                interceptors=[
+                    Authenticate(
+                        config,
+                        lambda: self.state.image,
+                        lambda caller: quotas.delay_s(REQUEST_RATE, 1.0, caller),
+                    )
+                ]
             )
             self.internal_server = self._build_server(
                 interceptors=[
@@ -287,6 +297,7 @@ class Node:
             else None,
             self.metrics,
             authorizer=authorizer,
+            quotas=self.quotas,
         )
         admin = AdminService(
             config, self.logs, self.state, self.peers, self.controller, authorizer=authorizer

@@ -47,6 +47,8 @@ from headwater.node.partition import Partition
 from headwater.node.peers import Peers, is_forwarded
 from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.record_encoding import decoded_records, encode_records
+from headwater.node.throttling import Quotas
+from headwater.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_RATE
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.raft.records import NO_LEADER
 from headwater.topics import INTERNAL_PREFIX
@@ -107,12 +109,14 @@ class BrokerService(pb_grpc.BrokerServicer):
         metrics: NodeMetrics | None = None,
         *,
         authorizer: Authorizer,
+        quotas: Quotas,
     ) -> None:
         """``metrics``: where to count records, bytes and produce latency (None: metrics
         are off, and nothing is counted). ``authorizer`` decides each request's
         permission (``headwater.node.authorizer``)."""
         self.config = config
         self.auth = authorizer
+        self.quotas = quotas
         self.metrics = metrics
         self.producer_ids = producer_ids
         self.logs = logs
@@ -333,7 +337,13 @@ class BrokerService(pb_grpc.BrokerServicer):
                 acknowledgement.cancel()  # no-op once done; after a failure, stop waiting
             if release is not None:
                 release()
-        return pb.ProduceResponse(results=results)
+        # Over a quota: the answer waits (the data is in; nothing is dropped). Each request
+        # of a stream counts as a request (the call itself was counted when it began).
+        charges = [(PRODUCER_BYTE_RATE, float(sum(map(len, batches.values()))))]
+        if budget is not None:
+            charges.append((REQUEST_RATE, 1.0))
+        throttled_ms = await self.quotas.hold(*charges)
+        return pb.ProduceResponse(results=results, throttle_time_ms=throttled_ms)
 
     async def _produce_one(
         self,
@@ -470,6 +480,15 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FetchResponse:
+        response = await self._fetch_once(request, context)
+        response.throttle_time_ms = await self.quotas.hold(
+            (CONSUMER_BYTE_RATE, float(response.ByteSize()))
+        )
+        return response
+
+    async def _fetch_once(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FetchResponse:
         self.auth.require(Operation.READ, ResourceType.TOPIC, request.topic)
         self._check_fetch(request)
         image = self.state.image
@@ -495,6 +514,9 @@ class BrokerService(pb_grpc.BrokerServicer):
         try:
             with self.long_calls.hold(context.peer(), is_forwarded(context)):
                 async for response in self._fetch_stream(request, context):
+                    response.throttle_time_ms = await self.quotas.hold(
+                        (CONSUMER_BYTE_RATE, float(response.ByteSize())), (REQUEST_RATE, 1.0)
+                    )
                     yield response
         except HeadwaterError as error:
             await abort(context, error)

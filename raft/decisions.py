@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 from headwater.acls import ACLS_MAX, Acl, AclFilter, check_acl
 from headwater.credentials import USERS_MAX, ScramCredential, check_user_name
 from headwater.errors import ErrorCode, HeadwaterError
+from headwater.quotas import QUOTA_ENTITIES_MAX, check_entity, check_quota
 from headwater.raft import records as r
 from headwater.raft.image import (
     PRODUCER_ID_MAX,
@@ -792,4 +793,28 @@ def alter_users(
         for u in upsertions
     ]
     records += [r.UserDeleted(epoch, name) for name in deletions]
+    return ControllerResult(tuple(records), None)
+
+
+def alter_quotas(
+    image: MetadataImage,
+    epoch: int,
+    changes: Sequence[tuple[str, str, str, float | None]],
+) -> ControllerResult[None]:
+    """Set or remove quotas: each change is (entity type, entity name, key, rate or None
+    to remove), checked by ``headwater.quotas``; at most ``QUOTA_ENTITIES_MAX`` entities
+    with quotas."""
+    records = []
+    entities = set(image.quotas)
+    for entity_type, name, key, value in changes:
+        entity = check_entity(entity_type, name)
+        check_quota(key, value)
+        if value is not None:
+            entities.add(entity)
+        records.append(r.QuotaChanged(epoch, entity_type, name, key, value))
+    if len(entities) > QUOTA_ENTITIES_MAX:
+        raise HeadwaterError(
+            ErrorCode.INVALID_REQUEST,
+            f"at most {QUOTA_ENTITIES_MAX} users and client ids have quotas",
+        )
     return ControllerResult(tuple(records), None)

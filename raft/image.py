@@ -30,6 +30,7 @@ from headwater.acls import Acl, parse_acl
 from headwater.credentials import MECHANISM, ScramCredential
 from headwater.errors import HeadwaterError
 from headwater.log.batch import SELF_NAMED_PRODUCER_ID_MIN
+from headwater.quotas import Entity, check_entity, check_quota
 from headwater.raft import records as r
 from headwater.topics import check_partition, unknown_topic
 
@@ -121,6 +122,8 @@ class MetadataImage:
     """Every ACL; the same object from image to image while no ACL changes."""
     users: Mapping[str, ScramCredential] = field(default_factory=dict)
     """User name -> credential; the same object from image to image while none changes."""
+    quotas: Mapping[Entity, Mapping[str, float]] = field(default_factory=dict)
+    """(entity type, name) -> quota key -> rate (``headwater.quotas``)."""
 
     def topic_named(self, name: str) -> TopicImage:
         """The topic ``name``; raises UNKNOWN_TOPIC_OR_PARTITION when there is none."""
@@ -220,6 +223,11 @@ def snapshot_records(image: MetadataImage) -> list[r.Record]:
             credential.server_key.hex(),
         )
         for name, credential in sorted(image.users.items())
+    )
+    out.extend(
+        r.QuotaChanged(epoch, entity_type, name, key, value)
+        for (entity_type, name), rates in sorted(image.quotas.items())
+        for key, value in sorted(rates.items())
     )
     for topic in image.topics.values():
         configs = tuple(sorted(topic.configs.items()))
@@ -323,6 +331,7 @@ class _Builder:
         self.partitions: dict[str, list[PartitionState]] = {}  # topic_id -> being changed
         self.acls: set[Acl] | None = None  # a copy once an ACL record comes
         self.users: dict[str, ScramCredential] | None = None  # a copy once a user record comes
+        self.quotas: dict[Entity, Mapping[str, float]] | None = None
 
     def build(self) -> MetadataImage:
         for topic_id, partitions in self.partitions.items():
@@ -345,6 +354,7 @@ class _Builder:
             next_producer_id=self.next_producer_id,
             acls=self.base.acls if self.acls is None else frozenset(self.acls),
             users=self.base.users if self.users is None else self.users,
+            quotas=self.base.quotas if self.quotas is None else self.quotas,
         )
 
     def apply(self, record: r.Record) -> None:
@@ -453,6 +463,23 @@ class _Builder:
                     self.users[record.name] = _credential_of(record)
                 elif self.users.pop(record.name, None) is None:
                     raise RefusedBatchError(f"user {record.name!r} does not exist")
+            case r.QuotaChanged():
+                try:
+                    entity = check_entity(record.entity_type, record.entity_name)
+                    check_quota(record.key, record.value)
+                except HeadwaterError as exc:
+                    raise RefusedBatchError(f"invalid quota: {exc.message}") from None
+                if self.quotas is None:
+                    self.quotas = dict(self.base.quotas)
+                rates = dict(self.quotas.get(entity, {}))
+                if record.value is None:
+                    rates.pop(record.key, None)
+                else:
+                    rates[record.key] = float(record.value)
+                if rates:
+                    self.quotas[entity] = rates
+                else:
+                    self.quotas.pop(entity, None)
 
     def _broker(self, node_id: int, broker_epoch: int) -> BrokerState:
         broker = self.brokers.get(node_id)

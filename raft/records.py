@@ -218,6 +218,18 @@ class UserDeleted:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaChanged:
+    """Sets (``value``) or removes (None) one quota of an entity (``headwater.quotas``):
+    ``entity_type`` user or client-id, ``entity_name`` '' for the type's default."""
+
+    controller_epoch: int
+    entity_type: str
+    entity_name: str
+    key: str
+    value: float | None
+
+
 Record = (
     ControllerActivated
     | RegisterBroker
@@ -234,6 +246,7 @@ Record = (
     | AclDeleted
     | UserCredentialSet
     | UserDeleted
+    | QuotaChanged
 )
 RECORD_TYPES: Final[dict[str, type[Record]]] = {
     cls.__name__: cls
@@ -253,6 +266,7 @@ RECORD_TYPES: Final[dict[str, type[Record]]] = {
         AclDeleted,
         UserCredentialSet,
         UserDeleted,
+        QuotaChanged,
     )
 }
 

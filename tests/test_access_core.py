@@ -234,3 +234,78 @@ def test_client_security_takes_credentials_from_the_environment_and_layers() -> 
     # The --username flag over the environment's user keeps the environment's password.
     layered = apply_client_settings({"username": "bob"}, None, dict(env))
     assert (layered.username, layered.password) == ("bob", "secret")
+
+
+def test_quota_precedence_user_then_client_id_then_defaults() -> None:
+    from headwater.quotas import PRODUCER_BYTE_RATE as P
+    from headwater.quotas import quota_for
+
+    quotas = {
+        ("user", "alice"): {P: 100.0},
+        ("client-id", "etl"): {P: 200.0},
+        ("user", ""): {P: 300.0},
+        ("client-id", ""): {P: 400.0},
+    }
+    assert quota_for(quotas, "alice", "etl", P) == (("user", "alice"), 100.0)
+    assert quota_for(quotas, "bob", "etl", P) == (("client-id", "etl"), 200.0)
+    assert quota_for(quotas, "bob", "other", P) == (("user", "bob"), 300.0)  # bob's own bucket
+    del quotas[("user", "")]
+    assert quota_for(quotas, "bob", "other", P) == (("client-id", "other"), 400.0)
+    assert quota_for({}, "bob", "", P) is None
+    assert quota_for(quotas, "bob", "", "consumer_byte_rate") is None
+
+
+def test_a_quota_must_be_a_positive_rate() -> None:
+    from headwater.quotas import check_entity, check_quota
+
+    for value in (0.0, -1.0, float("inf"), float("nan"), 1e14):
+        with pytest.raises(HeadwaterError) as refused:
+            check_quota("producer_byte_rate", value)
+        assert refused.value.code is ErrorCode.INVALID_REQUEST
+    with pytest.raises(HeadwaterError, match="deny ACL"):
+        check_quota("producer_byte_rate", 0.0)
+    with pytest.raises(HeadwaterError, match="valid: producer_byte_rate"):
+        check_quota("bytes", 1.0)
+    with pytest.raises(HeadwaterError, match="valid: user, client-id"):
+        check_entity("group", "x")
+    check_quota("request_rate", None)  # a removal
+
+
+def test_throttle_holds_a_waiting_client_to_its_rate() -> None:
+    """A client that sends its next request when the last is answered, as fast as it
+    can, gets the quota's rate over simulated time: within 1 % over 10 s after the
+    bucket's first burst, whatever its request size."""
+    from headwater.quotas import BURST_S, Throttle
+
+    rate = 1_000_000.0
+    for request_bytes in (10_000, 64_000, 3_000_000):
+        throttle = Throttle()
+        now, sent, served_in_first_10s = 0.0, 0, 0
+        while now < 10.0:
+            now += throttle.charge("p", ("user", "alice"), rate, request_bytes, now)
+            sent += request_bytes
+            if now <= 10.0:
+                served_in_first_10s = sent
+        assert served_in_first_10s <= rate * (10.0 + BURST_S) + request_bytes
+        assert served_in_first_10s >= rate * 10.0 * 0.99 - request_bytes
+    # Another bucket is untouched.
+    assert throttle.charge("p", ("user", "bob"), rate, 1000, now) == 0.0
+
+
+def test_quota_records_build_the_image() -> None:
+    changes = decisions.alter_quotas(
+        MetadataImage(),
+        EPOCH,
+        [("user", "alice", "producer_byte_rate", 1e6), ("client-id", "", "request_rate", 50.0)],
+    )
+    image = _image_with(changes.records)
+    assert image.quotas == {
+        ("user", "alice"): {"producer_byte_rate": 1e6},
+        ("client-id", ""): {"request_rate": 50.0},
+    }
+    assert _image_with(tuple(snapshot_records(image))).quotas == image.quotas
+    removed = decisions.alter_quotas(image, EPOCH, [("user", "alice", "producer_byte_rate", None)])
+    assert apply(image, removed.records).image.quotas == {("client-id", ""): {"request_rate": 50.0}}
+    with pytest.raises(HeadwaterError):
+        decisions.alter_quotas(image, EPOCH, [("user", "alice", "producer_byte_rate", 0.0)])
+    assert apply(image, (r.QuotaChanged(EPOCH, "user", "x", "bytes", 1.0),)).refusal

@@ -303,6 +303,26 @@ CASES = (
         C,
     ),
     Case(
+        "Admin/AlterQuotas",
+        (f"{CLUSTER}:alter",),
+        lambda s: s.admin.AlterQuotas(
+            pb.AlterQuotasRequest(
+                entries=[
+                    pb.QuotaEntry(
+                        entity_type="user", entity_name="nobody", key="request_rate", value=1e6
+                    )
+                ]
+            )
+        ),
+        C,
+    ),
+    Case(
+        "Admin/DescribeQuotas",
+        (f"{CLUSTER}:describe",),
+        lambda s: s.admin.DescribeQuotas(pb.DescribeQuotasRequest()),
+        C,
+    ),
+    Case(
         "Admin/DescribeUsers",
         (f"{CLUSTER}:describe",),
         lambda s: s.admin.DescribeUsers(pb.DescribeUsersRequest()),

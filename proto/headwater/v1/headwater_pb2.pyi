@@ -629,11 +629,16 @@ class ProduceResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _builtins.int
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    THROTTLE_TIME_MS_FIELD_NUMBER: _builtins.int
     error_code: Global___ErrorCode.ValueType
     """ProduceStream only: NONE on success, else why this request failed (nothing of it was
     appended). Unary Produce reports errors as a gRPC status instead.
     """
     error_message: _builtins.str
+    throttle_time_ms: _builtins.int
+    """Milliseconds this answer was held back because the caller is over a produce-byte or
+    request quota (docs/security.md, "Quotas"); 0 when not throttled.
+    """
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionProduceResult]:
         """One entry per partition written, in ascending partition order."""
@@ -644,10 +649,11 @@ class ProduceResponse(_message.Message):
         results: _abc.Iterable[Global___PartitionProduceResult] | None = ...,
         error_code: Global___ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
+        throttle_time_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "results", b"results", "throttle_time_ms", b"throttle_time_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -754,6 +760,7 @@ class FetchResponse(_message.Message):
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     DECODED_FIELD_NUMBER: _builtins.int
     NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    THROTTLE_TIME_MS_FIELD_NUMBER: _builtins.int
     records: _builtins.bytes
     """Whole record batches, concatenated, as stored (RECORD_FORMAT_BATCHES). The first may
     begin before `offset` (a batch is never split): skip records below the offset asked.
@@ -764,6 +771,10 @@ class FetchResponse(_message.Message):
     next_offset: _builtins.int
     """The offset to fetch next: one past the last returned record, or the offset asked
     when nothing was returned.
+    """
+    throttle_time_ms: _builtins.int
+    """Milliseconds this answer was held back because the caller is over a consumer-byte or
+    request quota; 0 when not throttled.
     """
     @_builtins.property
     def decoded(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsumedRecord]:
@@ -777,10 +788,11 @@ class FetchResponse(_message.Message):
         log_start_offset: _builtins.int = ...,
         decoded: _abc.Iterable[Global___ConsumedRecord] | None = ...,
         next_offset: _builtins.int = ...,
+        throttle_time_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["decoded", b"decoded", "high_watermark", b"high_watermark", "log_start_offset", b"log_start_offset", "next_offset", b"next_offset", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decoded", b"decoded", "high_watermark", b"high_watermark", "log_start_offset", b"log_start_offset", "next_offset", b"next_offset", "records", b"records", "throttle_time_ms", b"throttle_time_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1668,6 +1680,114 @@ class DeleteGroupResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteGroupResponse: _TypeAlias = DeleteGroupResponse  # noqa: Y015
+
+@_typing.final
+class QuotaEntry(_message.Message):
+    """One quota: entity_type "user" (a principal User:<name>, by its name) or "client-id"
+    (the `client-id` call metadata); entity_name "" for the type's default; key
+    producer_byte_rate, consumer_byte_rate (bytes a second) or request_rate (requests a
+    second); value above 0. In AlterQuotasRequest, remove = true removes the key (value is
+    then ignored).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTITY_TYPE_FIELD_NUMBER: _builtins.int
+    ENTITY_NAME_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    REMOVE_FIELD_NUMBER: _builtins.int
+    entity_type: _builtins.str
+    entity_name: _builtins.str
+    key: _builtins.str
+    value: _builtins.float
+    remove: _builtins.bool
+    def __init__(
+        self,
+        *,
+        entity_type: _builtins.str = ...,
+        entity_name: _builtins.str = ...,
+        key: _builtins.str = ...,
+        value: _builtins.float = ...,
+        remove: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entity_name", b"entity_name", "entity_type", b"entity_type", "key", b"key", "remove", b"remove", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QuotaEntry: _TypeAlias = QuotaEntry  # noqa: Y015
+
+@_typing.final
+class AlterQuotasRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___QuotaEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___QuotaEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterQuotasRequest: _TypeAlias = AlterQuotasRequest  # noqa: Y015
+
+@_typing.final
+class AlterQuotasResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterQuotasResponse: _TypeAlias = AlterQuotasResponse  # noqa: Y015
+
+@_typing.final
+class DescribeQuotasRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeQuotasRequest: _TypeAlias = DescribeQuotasRequest  # noqa: Y015
+
+@_typing.final
+class DescribeQuotasResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___QuotaEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___QuotaEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeQuotasResponse: _TypeAlias = DescribeQuotasResponse  # noqa: Y015
 
 @_typing.final
 class AclBinding(_message.Message):

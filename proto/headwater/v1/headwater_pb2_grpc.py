@@ -872,6 +872,16 @@ class AdminStub:
                 request_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeUsersRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeUsersResponse.FromString,
                 _registered_method=True)
+        self.AlterQuotas = channel.unary_unary(
+                '/headwater.v1.Admin/AlterQuotas',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.AlterQuotasRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.AlterQuotasResponse.FromString,
+                _registered_method=True)
+        self.DescribeQuotas = channel.unary_unary(
+                '/headwater.v1.Admin/DescribeQuotas',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeQuotasRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeQuotasResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -972,6 +982,20 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterQuotas(self, request, context):
+        """Sets or removes quotas (docs/security.md, "Quotas"). Needs `alter` on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeQuotas(self, request, context):
+        """Every quota set. Needs `describe` on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1034,6 +1058,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DescribeUsers,
                     request_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeUsersRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeUsersResponse.SerializeToString,
+            ),
+            'AlterQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterQuotas,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.AlterQuotasRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.AlterQuotasResponse.SerializeToString,
+            ),
+            'DescribeQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeQuotas,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.DescribeQuotasRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.DescribeQuotasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1362,6 +1396,60 @@ class Admin:
             '/headwater.v1.Admin/DescribeUsers',
             headwater_dot_v1_dot_headwater__pb2.DescribeUsersRequest.SerializeToString,
             headwater_dot_v1_dot_headwater__pb2.DescribeUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Admin/AlterQuotas',
+            headwater_dot_v1_dot_headwater__pb2.AlterQuotasRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.AlterQuotasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Admin/DescribeQuotas',
+            headwater_dot_v1_dot_headwater__pb2.DescribeQuotasRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.DescribeQuotasResponse.FromString,
             options,
             channel_credentials,
             insecure,

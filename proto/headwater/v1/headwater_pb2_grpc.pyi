@@ -436,6 +436,10 @@ class AdminStub:
     """The users that have credentials, with their mechanism and iterations (never a key).
     Needs `describe` on the cluster.
     """
+    AlterQuotas: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.AlterQuotasRequest, _headwater_pb2.AlterQuotasResponse]
+    """Sets or removes quotas (docs/security.md, "Quotas"). Needs `alter` on the cluster."""
+    DescribeQuotas: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.DescribeQuotasRequest, _headwater_pb2.DescribeQuotasResponse]
+    """Every quota set. Needs `describe` on the cluster."""
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -483,6 +487,10 @@ class AdminAsyncStub(AdminStub):
     """The users that have credentials, with their mechanism and iterations (never a key).
     Needs `describe` on the cluster.
     """
+    AlterQuotas: _aio.UnaryUnaryMultiCallable[_headwater_pb2.AlterQuotasRequest, _headwater_pb2.AlterQuotasResponse]  # type: ignore[assignment]
+    """Sets or removes quotas (docs/security.md, "Quotas"). Needs `alter` on the cluster."""
+    DescribeQuotas: _aio.UnaryUnaryMultiCallable[_headwater_pb2.DescribeQuotasRequest, _headwater_pb2.DescribeQuotasResponse]  # type: ignore[assignment]
+    """Every quota set. Needs `describe` on the cluster."""
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     """--------------------------------------------------------------------------- Admin"""
@@ -599,6 +607,22 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         """The users that have credentials, with their mechanism and iterations (never a key).
         Needs `describe` on the cluster.
         """
+
+    @_abc_1.abstractmethod
+    def AlterQuotas(
+        self,
+        request: _headwater_pb2.AlterQuotasRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.AlterQuotasResponse, _abc.Awaitable[_headwater_pb2.AlterQuotasResponse]]:
+        """Sets or removes quotas (docs/security.md, "Quotas"). Needs `alter` on the cluster."""
+
+    @_abc_1.abstractmethod
+    def DescribeQuotas(
+        self,
+        request: _headwater_pb2.DescribeQuotasRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.DescribeQuotasResponse, _abc.Awaitable[_headwater_pb2.DescribeQuotasResponse]]:
+        """Every quota set. Needs `describe` on the cluster."""
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
