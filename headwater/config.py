@@ -381,6 +381,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "commas: User:admin,User:ops. Needed to add the first ACLs once authorizer is acl.",
     ),
     Setting(
+        "connection_rate_per_host_max",
+        0,
+        "New client connections a second one client host may open (counted at each "
+        "connection's first call); the calls of connections beyond it are refused with "
+        "THROTTLING_QUOTA_EXCEEDED (retriable) for the rest of that second. 0: no limit.",
+        unit="connections/s",
+        low=0,
+        high=1_000_000,
+    ),
+    Setting(
         "credentials_over_plaintext",
         "refuse",
         "refuse: a call that carries credentials (authorization metadata) on a plaintext "
@@ -756,6 +766,7 @@ class NodeConfig:
     tls_principal_mapping: str = "cn"
     authorizer: str = "none"
     super_users: str = ""
+    connection_rate_per_host_max: int = 0
     credentials_over_plaintext: str = "refuse"
     raft_election_timeout_ms: int = 300
     replica_lag_ms_max: int = 10_000

@@ -163,6 +163,47 @@ class _PasswordChecks:
         )
 
 
+SEEN_CONNECTIONS_MAX: Final = 100_000
+SEEN_CONNECTION_IDLE_S: Final = 300.0
+
+
+class ConnectionRate:
+    """New connections a second per client host, at most ``per_host_max`` (see
+    ``connection_rate_per_host_max``). A connection is known by its gRPC peer (address
+    and port); it is new at its first call. A refused connection is not remembered, so
+    each of its calls is refused until the host's next second has room. Connections idle
+    for ``SEEN_CONNECTION_IDLE_S`` are forgotten once ``SEEN_CONNECTIONS_MAX`` are known
+    (such a connection counts as new again at its next call)."""
+
+    def __init__(self, per_host_max: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_host_max = per_host_max
+        self.clock = clock
+        self.seen: dict[str, float] = {}
+        self.opened: dict[str, tuple[int, int]] = {}  # host -> (second, new connections)
+
+    def admit(self, peer: str, host: str) -> None:
+        now = self.clock()
+        if peer in self.seen:
+            self.seen[peer] = now
+            return
+        second = int(now)
+        start, count = self.opened.get(host, (second, 0))
+        if start != second:
+            count = 0
+        if count >= self.per_host_max:
+            raise HeadwaterError(
+                ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                f"host {host} opened more than {self.per_host_max} connections this second "
+                "(connection_rate_per_host_max); retry in a second, or reuse connections",
+            )
+        if len(self.seen) >= SEEN_CONNECTIONS_MAX:
+            self.seen = {p: t for p, t in self.seen.items() if now - t < SEEN_CONNECTION_IDLE_S}
+            if len(self.opened) >= SEEN_CONNECTIONS_MAX:
+                self.opened.clear()
+        self.opened[host] = (second, count + 1)
+        self.seen[peer] = now
+
+
 class Authenticate(_ServerInterceptor):
     """Names the caller of each client-listener call (see the module docstring)."""
 
@@ -181,10 +222,18 @@ class Authenticate(_ServerInterceptor):
         self.mapping = config.tls_principal_mapping
         self.client_certificates = config.tls_client_auth == "required"
         self.passwords = _PasswordChecks()
+        self.connections = (
+            ConnectionRate(config.connection_rate_per_host_max)
+            if config.connection_rate_per_host_max
+            else None
+        )
         self._wrapped = WrappedHandlers(lambda _method, handler: around(handler, self))
 
     def identify(self, context: Any) -> Caller:
-        host = host_of_peer(context.peer())
+        peer = context.peer()
+        host = host_of_peer(peer)
+        if self.connections is not None:
+            self.connections.admit(peer, host)
         value = None
         client_id = ""
         for key, found in context.invocation_metadata() or ():

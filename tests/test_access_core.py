@@ -309,3 +309,20 @@ def test_quota_records_build_the_image() -> None:
     with pytest.raises(HeadwaterError):
         decisions.alter_quotas(image, EPOCH, [("user", "alice", "producer_byte_rate", 0.0)])
     assert apply(image, (r.QuotaChanged(EPOCH, "user", "x", "bytes", 1.0),)).refusal
+
+
+def test_connection_rate_counts_new_connections_per_host_and_second() -> None:
+    from headwater.node.authorizer import ConnectionRate
+
+    now = [100.0]
+    rate = ConnectionRate(2, clock=lambda: now[0])
+    rate.admit("ipv4:10.0.0.1:1", "10.0.0.1")
+    rate.admit("ipv4:10.0.0.1:2", "10.0.0.1")
+    rate.admit("ipv4:10.0.0.1:1", "10.0.0.1")  # a known connection: always admitted
+    rate.admit("ipv4:10.0.0.2:1", "10.0.0.2")  # another host has its own count
+    with pytest.raises(HeadwaterError) as refused:
+        rate.admit("ipv4:10.0.0.1:3", "10.0.0.1")
+    assert refused.value.code is ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert "connection_rate_per_host_max" in refused.value.message
+    now[0] = 101.0
+    rate.admit("ipv4:10.0.0.1:3", "10.0.0.1")  # the next second has room

@@ -135,3 +135,39 @@ def test_a_fetch_over_its_quota_is_held_back(quota_node: NodeProcess, tmp_path: 
         channel.close()
         with Admin(quota_node.address) as admin:
             admin.alter_quotas("client-id", "slow-reader", remove=["consumer_byte_rate"])
+
+
+def test_new_connections_beyond_the_host_rate_are_refused(tmp_path: Path) -> None:
+    import grpc
+
+    from headwater.devcluster import wait_until
+    from headwater.grpc_errors import from_rpc_error
+
+    node = NodeProcess(tmp_path / "data", env={"HEADWATER_CONNECTION_RATE_PER_HOST_MAX": "3"})
+    node.start()
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.insecure_channel(node.address, options=own) for _ in range(12)]
+    try:
+        refused = []
+        for channel in channels:
+            try:
+                pb_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest(), timeout=10)
+            except grpc.RpcError as exc:
+                refused.append(from_rpc_error(exc, node.address))
+        assert refused, "12 new connections within a second or two, at most 3 a second"
+        assert all("connection_rate_per_host_max" in e.message for e in refused)
+        assert all(e.retriable for e in refused)
+
+        def a_new_connection_is_admitted() -> bool:
+            with grpc.insecure_channel(node.address, options=own) as channel:
+                try:
+                    pb_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest(), timeout=10)
+                except grpc.RpcError:
+                    return False
+                return True
+
+        wait_until(a_new_connection_is_admitted, 10, "a new connection in a later second")
+    finally:
+        for channel in channels:
+            channel.close()
+        node.kill()
