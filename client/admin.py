@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from headwater.acls import Acl, AclFilter, parse_acl
+from headwater.acl_messages import acl_binding, acl_of, filter_binding
+from headwater.acls import Acl, AclFilter
 from headwater.client import offsets
 from headwater.client.connection import Cluster, call
 from headwater.client.groups import GroupCalls
@@ -163,24 +164,24 @@ class Admin:
         """Store ``acls`` (headwater.acls.parse_acl makes one from text); ones that exist
         already are left as they are."""
         self._admin_call(
-            "CreateAcls", pb.CreateAclsRequest(acls=[_acl_binding(acl) for acl in acls])
+            "CreateAcls", pb.CreateAclsRequest(acls=[acl_binding(acl) for acl in acls])
         )
 
     def describe_acls(self, acl_filter: AclFilter | None = None) -> list[Acl]:
         """The stored ACLs that match ``acl_filter`` (all of them without one)."""
         response = self._admin_call(
-            "DescribeAcls", pb.DescribeAclsRequest(filter=_filter_binding(acl_filter))
+            "DescribeAcls", pb.DescribeAclsRequest(filter=filter_binding(acl_filter))
         )
         assert isinstance(response, pb.DescribeAclsResponse)
-        return [_acl_of(binding) for binding in response.acls]
+        return [acl_of(binding) for binding in response.acls]
 
     def delete_acls(self, filters: Sequence[AclFilter]) -> list[Acl]:
         """Remove every ACL matching any of ``filters``; return the ones removed."""
         response = self._admin_call(
-            "DeleteAcls", pb.DeleteAclsRequest(filters=[_filter_binding(f) for f in filters])
+            "DeleteAcls", pb.DeleteAclsRequest(filters=[filter_binding(f) for f in filters])
         )
         assert isinstance(response, pb.DeleteAclsResponse)
-        return [_acl_of(binding) for binding in response.deleted]
+        return [acl_of(binding) for binding in response.deleted]
 
     def upsert_user(self, name: str, password: str, iterations: int = ITERATIONS_DEFAULT) -> None:
         """Set user ``name``'s password (creating the user). The password is salted and
@@ -371,42 +372,3 @@ class Admin:
         """Set committed offsets from outside the group (only while it has no members:
         NON_EMPTY_GROUP otherwise); creates the group when it does not exist."""
         GroupCalls(self.cluster, group_id).commit(dict(offsets))
-
-
-def _acl_binding(acl: Acl) -> pb.AclBinding:
-    return pb.AclBinding(
-        resource_type=acl.resource_type.value,
-        pattern_type=acl.pattern_type.value,
-        resource_name=acl.resource_name,
-        principal=acl.principal,
-        host=acl.host,
-        operation=acl.operation.value,
-        permission=acl.permission.value,
-    )
-
-
-def _filter_binding(acl_filter: AclFilter | None) -> pb.AclBinding:
-    """An ``AclFilter`` on the wire: unset fields are empty strings."""
-    if acl_filter is None:
-        return pb.AclBinding()
-    return pb.AclBinding(
-        resource_type=acl_filter.resource_type.value if acl_filter.resource_type else "",
-        pattern_type=acl_filter.pattern_type.value if acl_filter.pattern_type else "",
-        resource_name=acl_filter.resource_name or "",
-        principal=acl_filter.principal or "",
-        host=acl_filter.host or "",
-        operation=acl_filter.operation.value if acl_filter.operation else "",
-        permission=acl_filter.permission.value if acl_filter.permission else "",
-    )
-
-
-def _acl_of(binding: pb.AclBinding) -> Acl:
-    return parse_acl(
-        binding.resource_type,
-        binding.resource_name,
-        binding.principal,
-        binding.operation,
-        binding.permission,
-        binding.pattern_type,
-        binding.host,
-    )

@@ -27,15 +27,8 @@ from typing import Any, Final, TypeVar
 
 import grpc
 
-from headwater.acls import (
-    CLUSTER_RESOURCE,
-    Acl,
-    AclFilter,
-    Operation,
-    ResourceType,
-    parse_acl,
-    parse_filter,
-)
+from headwater.acl_messages import acl_binding, acl_of, filter_of
+from headwater.acls import CLUSTER_RESOURCE, Operation, ResourceType
 from headwater.config import NodeConfig
 from headwater.credentials import MECHANISM, credential_from_salted
 from headwater.errors import ErrorCode, HeadwaterError
@@ -435,7 +428,7 @@ class AdminService(pb_grpc.AdminServicer):
                 ErrorCode.INVALID_REQUEST,
                 f"{len(request.acls)} ACLs in one request; at most {ACLS_PER_REQUEST_MAX}",
             )
-        acls = [_acl_of(binding) for binding in request.acls]
+        acls = [acl_of(binding) for binding in request.acls]
         await self._decide(
             context,
             "CreateAcls",
@@ -450,9 +443,9 @@ class AdminService(pb_grpc.AdminServicer):
         self, request: pb.DescribeAclsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeAclsResponse:
         self.auth.require_cluster(Operation.DESCRIBE)
-        wanted = _filter_of(request.filter)
+        wanted = filter_of(request.filter)
         return pb.DescribeAclsResponse(
-            acls=[_binding(acl) for acl in sorted(self.state.image.acls) if wanted.matches(acl)]
+            acls=[acl_binding(acl) for acl in sorted(self.state.image.acls) if wanted.matches(acl)]
         )
 
     @rpc_handler
@@ -465,7 +458,7 @@ class AdminService(pb_grpc.AdminServicer):
                 ErrorCode.INVALID_REQUEST,
                 f"{len(request.filters)} filters; valid: 1 to {ACLS_PER_REQUEST_MAX}",
             )
-        filters = [_filter_of(f) for f in request.filters]
+        filters = [filter_of(f) for f in request.filters]
         answer = await self._decide(
             context,
             "DeleteAcls",
@@ -473,8 +466,8 @@ class AdminService(pb_grpc.AdminServicer):
             lambda _controller, image, epoch: decisions.delete_acls(image, epoch, filters),
         )
         if not isinstance(answer, pb.DeleteAclsResponse):
-            answer = pb.DeleteAclsResponse(deleted=[_binding(acl) for acl in answer])
-        gone = {_acl_of(binding) for binding in answer.deleted}
+            answer = pb.DeleteAclsResponse(deleted=[acl_binding(acl) for acl in answer])
+        gone = {acl_of(binding) for binding in answer.deleted}
         await self.state.wait_until(lambda image: not gone & image.acls, METADATA_WAIT_S)
         return answer
 
@@ -577,42 +570,6 @@ class AdminService(pb_grpc.AdminServicer):
 
 ACLS_PER_REQUEST_MAX: Final = 10_000
 """ACLs (or filters, or users) one request may carry."""
-
-
-def _acl_of(binding: pb.AclBinding) -> Acl:
-    return parse_acl(
-        binding.resource_type,
-        binding.resource_name,
-        binding.principal,
-        binding.operation,
-        binding.permission or "allow",
-        binding.pattern_type or "literal",
-        binding.host or "*",
-    )
-
-
-def _filter_of(binding: pb.AclBinding) -> AclFilter:
-    return parse_filter(
-        binding.resource_type,
-        binding.resource_name,
-        binding.principal,
-        binding.operation,
-        binding.permission,
-        binding.pattern_type,
-        binding.host,
-    )
-
-
-def _binding(acl: Acl) -> pb.AclBinding:
-    return pb.AclBinding(
-        resource_type=acl.resource_type.value,
-        pattern_type=acl.pattern_type.value,
-        resource_name=acl.resource_name,
-        principal=acl.principal,
-        host=acl.host,
-        operation=acl.operation.value,
-        permission=acl.permission.value,
-    )
 
 
 @dataclass(frozen=True, slots=True)

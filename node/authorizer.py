@@ -39,9 +39,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
-
-import grpc
+from typing import Any, Final
 
 from headwater.acls import CLUSTER_RESOURCE, AclIndex, Operation, ResourceType
 from headwater.config import NodeConfig
@@ -53,13 +51,8 @@ from headwater.credentials import (
     verify_password,
 )
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.node.call_hooks import WrappedHandlers, around, service_and_method
+from headwater.node.call_hooks import HooksInterceptor, service_and_method
 from headwater.raft.image import MetadataImage
-
-if TYPE_CHECKING:
-    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:
-    _ServerInterceptor = grpc.aio.ServerInterceptor
 
 _log = logging.getLogger(__name__)
 ANONYMOUS: Final = "User:ANONYMOUS"
@@ -204,7 +197,7 @@ class ConnectionRate:
         self.seen[peer] = now
 
 
-class Authenticate(_ServerInterceptor):
+class Authenticate(HooksInterceptor):
     """Names the caller of each client-listener call (see the module docstring)."""
 
     def __init__(
@@ -215,6 +208,7 @@ class Authenticate(_ServerInterceptor):
     ) -> None:
         """``request_delay_s``: the seconds to hold a caller's call back for its request
         quota (``headwater.node.throttling``); None: no request quotas."""
+        super().__init__()
         self.image = image
         self.request_delay_s = request_delay_s
         self.tls = config.tls
@@ -227,7 +221,9 @@ class Authenticate(_ServerInterceptor):
             if config.connection_rate_per_host_max
             else None
         )
-        self._wrapped = WrappedHandlers(lambda _method, handler: around(handler, self))
+
+    def skip(self, method: str) -> bool:
+        return service_and_method(method)[0] in UNAUTHENTICATED_SERVICES
 
     def identify(self, context: Any) -> Caller:
         peer = context.peer()
@@ -275,20 +271,6 @@ class Authenticate(_ServerInterceptor):
     def ended(self, token: contextvars.Token[Caller | None], _error: Any, _context: Any) -> None:
         CALLER.reset(token)
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
-        method: Any = handler_call_details.method
-        method = method.decode() if isinstance(method, bytes) else method
-        if handler is None or service_and_method(method)[0] in UNAUTHENTICATED_SERVICES:
-            return handler  # type: ignore[return-value]
-        return self._wrapped.of(method, handler)
-
 
 async def _after(delay_s: float, token: contextvars.Token[Caller | None]) -> Any:
     """``token`` after ``delay_s``: a call over its request quota starts late."""
@@ -296,31 +278,15 @@ async def _after(delay_s: float, token: contextvars.Token[Caller | None]) -> Any
     return token
 
 
-class TrustMembers(_ServerInterceptor):
+class TrustMembers(HooksInterceptor):
     """Marks every call on the inter-broker listener as a trusted cluster member's (the
     listener's other interceptors have checked the cluster secret already)."""
-
-    def __init__(self) -> None:
-        self._wrapped = WrappedHandlers(lambda _method, handler: around(handler, self))
 
     def started(self, _context: Any) -> contextvars.Token[Caller | None]:
         return CALLER.set(TRUSTED_MEMBER)
 
     def ended(self, token: contextvars.Token[Caller | None], _error: Any, _context: Any) -> None:
         CALLER.reset(token)
-
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
-        if handler is None:
-            return handler  # type: ignore[return-value]
-        method: Any = handler_call_details.method
-        return self._wrapped.of(method.decode() if isinstance(method, bytes) else method, handler)
 
 
 _DENIED_CODE: Final = {

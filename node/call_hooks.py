@@ -18,8 +18,8 @@ Client-streaming handlers (no method of Headwater's has one) are returned unwrap
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import grpc
 
@@ -27,6 +27,12 @@ from headwater.errors import HeadwaterError
 from headwater.grpc_errors import abort
 
 State = TypeVar("State")
+
+# grpc's interceptor class is generic in its type stubs only.
+if TYPE_CHECKING:
+    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _ServerInterceptor = grpc.aio.ServerInterceptor
 
 
 class CallHooks(Protocol, Generic[State]):
@@ -119,3 +125,33 @@ class WrappedHandlers:
         if cached is None or cached[0] is not handler:
             cached = self._wrapped[method] = (handler, self.wrap(method, handler))
         return cached[1]
+
+
+def method_name(method: str | bytes) -> str:
+    return method.decode() if isinstance(method, bytes) else method
+
+
+class HooksInterceptor(_ServerInterceptor):
+    """A server interceptor that is its own ``CallHooks``: subclasses define ``started``
+    and ``ended``, which run around every call of every method ``skip`` does not name."""
+
+    def __init__(self) -> None:
+        hooks: Any = self  # a CallHooks once a subclass defines started and ended
+        self._wrapped = WrappedHandlers(lambda _method, handler: around(handler, hooks))
+
+    def skip(self, method: str) -> bool:  # noqa: ARG002 (subclasses look at it)
+        """Should calls of ``method`` run without the hooks?"""
+        return False
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
+        method = method_name(handler_call_details.method)
+        if handler is None or self.skip(method):
+            return handler  # type: ignore[return-value]  # unknown method: UNIMPLEMENTED
+        return self._wrapped.of(method, handler)

@@ -34,20 +34,13 @@ from typing import Any, Final
 import click
 
 from headwater.acls import AclIndex, Operation, ResourceType, parse_acl
-from headwater.benchmarks.cluster import (
-    median_ratio,
-    paired_ratios,
-    produce_batch,
-    produce_per_record,
-    run_bench,
-)
+from headwater.benchmarks.cluster import median_ratio, paired_ratios, throughput_workloads
 from headwater.client import Admin, ClientSecurity
 from headwater.devcluster import LocalCluster
 from headwater.tls import CA_FILE_ENV, CERT_FILE_ENV, KEY_FILE_ENV, PROTOCOL_ENV, TLS
 from headwater.tls_certs import DevPki, create_named_pki
 
 THROUGHPUT: Final = ("batch", "record", "consume")
-CONSUME_RUNS: Final = 3
 PRINCIPAL: Final = "User:bench"
 TOPIC_PREFIX: Final = "bench-"
 
@@ -74,22 +67,6 @@ def _decision_us(acls: list[Any]) -> float:
     for _ in range(checks):
         index.allows(PRINCIPAL, "127.0.0.1", Operation.WRITE, ResourceType.TOPIC, "bench-batch")
     return round((time.perf_counter() - began) / checks * 1e6, 3)
-
-
-def _workloads(
-    bootstrap: str, round_no: int, records: int, record_records: int, env: dict[str, str]
-) -> dict[str, Any]:
-    topic = f"{TOPIC_PREFIX}batch-{round_no}"
-    batch = produce_batch(bootstrap, topic, records, env)
-    record = produce_per_record(
-        bootstrap, f"{TOPIC_PREFIX}record-{round_no}", record_records, env=env
-    )
-    consumes = [
-        run_bench(bootstrap, "consume", "--topic", topic, "--records", str(records), env=env)
-        for _ in range(CONSUME_RUNS)
-    ]
-    consume = sorted(consumes, key=lambda r: float(r["records_per_s"]))[CONSUME_RUNS // 2]
-    return {"batch": batch, "record": record, "consume": consume}
 
 
 def run(rounds: int, acl_count: int, records: int, record_records: int) -> dict[str, Any]:
@@ -134,8 +111,13 @@ def run(rounds: int, acl_count: int, records: int, record_records: int) -> dict[
                             client.create_acls(acls)
                             if len(client.describe_acls()) != len(acls):
                                 raise click.ClickException("the ACLs were not all stored")
-                    results = _workloads(
-                        cluster.bootstrap(), round_no, records, record_records, client_env
+                    results = throughput_workloads(
+                        cluster.bootstrap(),
+                        f"{TOPIC_PREFIX}batch-{round_no}",
+                        f"{TOPIC_PREFIX}record-{round_no}",
+                        records,
+                        record_records,
+                        client_env,
                     )
                 finally:
                     cluster.close()

@@ -291,6 +291,32 @@ def produce_per_record(
     )
 
 
+CONSUME_RUNS: Final = 3
+
+
+def throughput_workloads(
+    bootstrap: str,
+    batch_topic: str,
+    record_topic: str,
+    records: int,
+    record_records: int,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The throughput workloads of the same-run comparisons (``bench tls``, ``bench
+    acls``): ``batch`` (``produce_batch`` into ``batch_topic``), ``record``
+    (``produce_per_record``) and ``consume``, a columnar read of ``batch_topic`` from the
+    start, run ``CONSUME_RUNS`` times in a row and counted by the median run (the first
+    read right after a produce varies by 2x from run to run on a 2-core machine)."""
+    batch = produce_batch(bootstrap, batch_topic, records, env)
+    record = produce_per_record(bootstrap, record_topic, record_records, env=env)
+    consumes = [
+        run_bench(bootstrap, "consume", "--topic", batch_topic, "--records", str(records), env=env)
+        for _ in range(CONSUME_RUNS)
+    ]
+    consume = sorted(consumes, key=lambda r: float(r["records_per_s"]))[CONSUME_RUNS // 2]
+    return {"batch": batch, "record": record, "consume": consume}
+
+
 def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
     """Each figure over the one measured beside it in the same round, to 3 places."""
     return [round(a / b, 3) for a, b in zip(numerators, denominators, strict=True)]

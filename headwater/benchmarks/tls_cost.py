@@ -32,29 +32,22 @@ import click
 from headwater.benchmarks.cluster import (
     median_ratio,
     paired_ratios,
-    produce_batch,
-    produce_per_record,
     run_bench,
+    throughput_workloads,
 )
 from headwater.devcluster import LocalCluster
 from headwater.tls import CA_FILE_ENV, CERT_FILE_ENV, KEY_FILE_ENV, PROTOCOL_ENV, SERVER_NAME_ENV
 from headwater.tls_certs import create_dev_pki
 
 THROUGHPUT: Final = ("batch", "record", "consume")
-CONSUME_RUNS: Final = 3
 
 
 def _workloads(
     bootstrap: str, round_no: int, records: int, record_records: int, env: dict[str, str]
 ) -> dict[str, Any]:
-    topic = f"batch-{round_no}"
-    batch = produce_batch(bootstrap, topic, records, env)
-    record = produce_per_record(bootstrap, f"record-{round_no}", record_records, env=env)
-    consumes = [
-        run_bench(bootstrap, "consume", "--topic", topic, "--records", str(records), env=env)
-        for _ in range(CONSUME_RUNS)
-    ]
-    consume = sorted(consumes, key=lambda r: float(r["records_per_s"]))[CONSUME_RUNS // 2]
+    results = throughput_workloads(
+        bootstrap, f"batch-{round_no}", f"record-{round_no}", records, record_records, env
+    )
     e2e = run_bench(
         bootstrap,
         "e2e",
@@ -68,7 +61,7 @@ def _workloads(
         "50000",
         env=env,
     )
-    return {"batch": batch, "record": record, "consume": consume, "e2e": e2e}
+    return {**results, "e2e": e2e}
 
 
 def run(rounds: int, nodes: int, records: int, record_records: int) -> dict[str, Any]:
