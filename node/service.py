@@ -339,6 +339,8 @@ class BrokerService(pb_grpc.BrokerServicer):
                 release()
         # Over a quota: the answer waits (the data is in; nothing is dropped). Each request
         # of a stream counts as a request (the call itself was counted when it began).
+        if not self.quotas.active:
+            return pb.ProduceResponse(results=results)
         charges = [(PRODUCER_BYTE_RATE, float(sum(map(len, batches.values()))))]
         if budget is not None:
             charges.append((REQUEST_RATE, 1.0))
@@ -481,9 +483,10 @@ class BrokerService(pb_grpc.BrokerServicer):
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FetchResponse:
         response = await self._fetch_once(request, context)
-        response.throttle_time_ms = await self.quotas.hold(
-            (CONSUMER_BYTE_RATE, float(response.ByteSize()))
-        )
+        if self.quotas.active:
+            response.throttle_time_ms = await self.quotas.hold(
+                (CONSUMER_BYTE_RATE, float(response.ByteSize()))
+            )
         return response
 
     async def _fetch_once(
@@ -514,9 +517,10 @@ class BrokerService(pb_grpc.BrokerServicer):
         try:
             with self.long_calls.hold(context.peer(), is_forwarded(context)):
                 async for response in self._fetch_stream(request, context):
-                    response.throttle_time_ms = await self.quotas.hold(
-                        (CONSUMER_BYTE_RATE, float(response.ByteSize())), (REQUEST_RATE, 1.0)
-                    )
+                    if self.quotas.active:
+                        response.throttle_time_ms = await self.quotas.hold(
+                            (CONSUMER_BYTE_RATE, float(response.ByteSize())), (REQUEST_RATE, 1.0)
+                        )
                     yield response
         except HeadwaterError as error:
             await abort(context, error)

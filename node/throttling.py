@@ -31,6 +31,11 @@ class Quotas:
         self.clock = clock
         self.throttle = Throttle()
 
+    @property
+    def active(self) -> bool:
+        """Is any quota set? (When not, callers skip measuring what to charge.)"""
+        return bool(self.image().quotas)
+
     def delay_s(self, key: str, amount: float, caller: Caller | None = None) -> float:
         """Charge ``caller`` (the current call's by default) ``amount`` under quota
         ``key``; the seconds to hold its response."""
