@@ -44,6 +44,7 @@ from headwater.tls import (
     SERVER_NAME_ENV,
     USERNAME_ENV,
     ClientSecurity,
+    layered,
 )
 
 CLIENT_CONFIG_ENV: Final = "HEADWATER_CLIENT_CONFIG"
@@ -118,14 +119,14 @@ def apply_client_settings(
     from_file = read_client_config(config_file) if config_file is not None else {}
     if "bootstrap" in from_file:
         env.setdefault(ENV_OF_KEY["bootstrap"], from_file["bootstrap"])
-    security = ClientSecurity()
+    fields = ClientSecurity().fields()
     for layer in (
         {key: from_file.get(key, "") for key in SECURITY_KEYS},
         {key: env.get(ENV_OF_KEY[key], "") for key in SECURITY_KEYS},
         {key: flags.get(key) or "" for key in SECURITY_KEYS},
     ):
-        fields = {FIELD_OF_KEY[key]: value for key, value in layer.items()}
-        security = security.with_overrides(**fields)
+        fields = layered(fields, {FIELD_OF_KEY[key]: value for key, value in layer.items()})
+    security = ClientSecurity(**fields)
     for key in SECURITY_KEYS:
         value = getattr(security, FIELD_OF_KEY[key])
         if value and value != "plaintext":

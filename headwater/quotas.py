@@ -8,18 +8,22 @@ either named or the type's default (``DEFAULT_NAME``). Quotas are kept in the me
 quorum and apply on each node separately, as Kafka's do: a client talking to three nodes
 may use the rate on each.
 
-**Which quota applies** (``quota_for``), for a caller's user and client id, first match:
-the user's own, the client id's own, the user default, the client-id default. A named
+**Which quota applies** (``quota_for``), for a caller's user and client id, first match,
+in Kafka's order: the user's own, the user default, the client id's own, the client-id
+default. (A client id is whatever the client says it is, so it never lifts a user
+default.) A named
 entity's callers share one bucket (all of alice's connections together); under a
 default, each user (or client id) gets its own bucket at the default rate.
 
 **Enforcement** is by delay, never by dropping data (``Throttle``): each entity has a
 token bucket that fills at the rate and holds at most ``BURST_S`` seconds of it. A
 request takes its bytes (or 1 request) from the bucket after it is served, and may take
-it below zero; the response is then held back until the debt would be paid, at most
-``THROTTLE_S_MAX``, and reports the delay as ``throttle_time_ms``. A client that waits
-for its responses (every Headwater client does; their in-flight requests are bounded)
-is thereby held to the rate.
+it below zero (to at most ``THROTTLE_S_MAX`` seconds of debt); the response is then
+held back until the debt would be paid, and reports the delay as ``throttle_time_ms``.
+A client that waits for its responses (every Headwater client does; their in-flight
+requests are bounded) is thereby held to the rate. One that does not (many parallel
+calls, or a stream's 32 pipelined requests) gets its data appended ahead of its
+answers, by at most what it has in flight.
 
 A rate must be above 0 and at most ``RATE_MAX``: a zero quota is an INVALID_REQUEST
 that says to use a deny ACL to stop a principal altogether.
@@ -28,6 +32,7 @@ that says to use a deny ACL to stop a principal altogether.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -89,13 +94,13 @@ def quota_for(
 ) -> tuple[Entity, float] | None:
     """(bucket, rate) of the quota ``key`` that applies to a caller (see the module
     docstring), or None when none does."""
-    candidates: list[tuple[Entity, Entity]] = [((USER, user), (USER, user))]
+    candidates: list[tuple[Entity, Entity]] = [
+        ((USER, user), (USER, user)),
+        ((USER, DEFAULT_NAME), (USER, user)),
+    ]
     if client_id:
         candidates.append(((CLIENT_ID, client_id), (CLIENT_ID, client_id)))
-    candidates += [
-        ((USER, DEFAULT_NAME), (USER, user)),
-        ((CLIENT_ID, DEFAULT_NAME), (CLIENT_ID, client_id)),
-    ]
+    candidates.append(((CLIENT_ID, DEFAULT_NAME), (CLIENT_ID, client_id)))
     for entity, bucket in candidates:
         rate = quotas.get(entity, {}).get(key)
         if rate is not None:
@@ -111,10 +116,11 @@ class _Bucket:
 
 class Throttle:
     """Token buckets by (key, entity) (see the module docstring); ``now`` comes from the
-    caller, so tests drive the clock."""
+    caller, so tests drive the clock. At most ``BUCKETS_MAX`` are kept: the least
+    recently charged goes first."""
 
     def __init__(self) -> None:
-        self.buckets: dict[tuple[str, Entity], _Bucket] = {}
+        self.buckets: OrderedDict[tuple[str, Entity], _Bucket] = OrderedDict()
 
     def charge(self, key: str, bucket: Entity, rate: float, amount: float, now: float) -> float:
         """Take ``amount`` from the bucket; return the seconds to hold the response (0
@@ -123,9 +129,12 @@ class Throttle:
         found = self.buckets.get((key, bucket))
         if found is None:
             if len(self.buckets) >= BUCKETS_MAX:
-                self.buckets.clear()
+                self.buckets.popitem(last=False)
             found = self.buckets[(key, bucket)] = _Bucket(capacity, now)
-        found.tokens = min(capacity, found.tokens + max(0.0, now - found.at) * rate) - amount
+        else:
+            self.buckets.move_to_end((key, bucket))
+        refilled = min(capacity, found.tokens + max(0.0, now - found.at) * rate)
+        found.tokens = max(-rate * THROTTLE_S_MAX, refilled - amount)
         found.at = now
         if found.tokens >= 0:
             return 0.0

@@ -4,9 +4,10 @@ Every client (the threaded and asyncio clients, the command line, the Spark conn
 the health probe) and every node calling another node builds its channels from one
 ``ClientSecurity``:
 
-- ``protocol``: ``plaintext`` or ``tls``. Kafka's names are accepted: ``PLAINTEXT`` and
-  ``SSL``, and ``SASL_SSL``/``SASL_PLAINTEXT``, which are ``tls``/``plaintext`` with
-  credentials (a username is then required).
+- ``protocol``: ``plaintext``, ``tls`` or ``sasl_plaintext``. Kafka's names are accepted:
+  ``PLAINTEXT``, ``SSL``, ``SASL_SSL`` (``tls`` with credentials) and ``SASL_PLAINTEXT``
+  (credentials in the clear: the one protocol that sends a password without TLS, and
+  only when named; a username without TLS is otherwise refused).
 - ``ca_file``: PEM certificates of the CAs trusted to sign the nodes' certificates;
   empty: the system's trusted roots.
 - ``cert_file``/``key_file``: this client's certificate chain and private key (PEM), for
@@ -34,7 +35,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -54,13 +56,14 @@ CLIENT_ID_CHARS_MAX: Final = 255
 PASSWORD_ENV: Final = "HEADWATER_PASSWORD"  # noqa: S105 (the variable's name)
 
 PLAINTEXT: Final = "plaintext"
+SASL_PLAINTEXT: Final = "sasl_plaintext"
 TLS: Final = "tls"
 _PROTOCOL_NAMES: Final = {
     "plaintext": PLAINTEXT,
     "tls": TLS,
     "ssl": TLS,  # Kafka's security.protocol=SSL
     "sasl_ssl": TLS,  # with credentials
-    "sasl_plaintext": PLAINTEXT,  # with credentials
+    "sasl_plaintext": SASL_PLAINTEXT,  # credentials without TLS, asked for by name
 }
 _WITH_CREDENTIALS: Final = ("sasl_plaintext", "sasl_ssl")
 _VALID_PROTOCOLS: Final = "PLAINTEXT, SSL, SASL_SSL, SASL_PLAINTEXT (or plaintext, tls)"
@@ -135,12 +138,18 @@ class ClientSecurity:
             except HeadwaterError as exc:
                 raise _invalid(exc.message) from None
         object.__setattr__(self, "protocol", parse_protocol(self.protocol, "the client"))
+        if self.username and self.protocol == PLAINTEXT:
+            raise _invalid(
+                "a username is set but the connection is plaintext: the password would cross "
+                "the network in the clear. Use TLS (SASL_SSL, or any TLS file), or name "
+                "SASL_PLAINTEXT to send it in the clear on purpose"
+            )
         if bool(self.cert_file) != bool(self.key_file):
             raise _invalid(
                 "tls_cert_file and tls_key_file go together: a client certificate needs its "
                 f"key (given: cert {self.cert_file!r}, key {self.key_file!r})"
             )
-        if self.protocol == PLAINTEXT and (self.ca_file or self.cert_file or self.server_name):
+        if not self.tls and (self.ca_file or self.cert_file or self.server_name):
             raise _invalid(
                 "TLS files or a server name are set but the security protocol is plaintext; "
                 "set it to tls (SSL), or remove them"
@@ -182,24 +191,11 @@ class ClientSecurity:
 
     def with_overrides(self, **fields: str) -> ClientSecurity:
         """These settings with the non-empty ``fields`` replaced (command-line flags over
-        the environment). The certificate and its key are one setting: giving either
-        replaces both, so a certificate is never paired with another layer's key."""
-        chosen = {name: value for name, value in fields.items() if value}
-        if "cert_file" in chosen or "key_file" in chosen:
-            chosen.setdefault("cert_file", "")
-            chosen.setdefault("key_file", "")
-        if "protocol" not in chosen and any(
-            chosen.get(name) for name in ("ca_file", "cert_file", "key_file", "server_name")
-        ):
-            chosen["protocol"] = TLS
-        if "protocol" in chosen and parse_protocol(chosen["protocol"], "settings") == PLAINTEXT:
-            # plaintext chosen over inherited TLS settings: none of them applies (the
-            # credentials do)
-            chosen.setdefault("username", self.username)
-            chosen.setdefault("password", self.password)
-            chosen.setdefault("client_id", self.client_id)
-            return ClientSecurity(**chosen)
-        return replace(self, **chosen) if chosen else self
+        the environment), by ``layered``."""
+        return ClientSecurity(**layered(self.fields(), fields))
+
+    def fields(self) -> dict[str, str]:
+        return {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
 
     def check_files(self) -> None:
         """Read every file now (INVALID_CONFIG naming one that cannot be used), so that a
@@ -228,6 +224,30 @@ class ClientSecurity:
     def channel_options(self) -> list[tuple[str, str]]:
         """Channel options these settings add (the server name override)."""
         return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+
+
+TLS_FIELDS: Final = ("ca_file", "cert_file", "key_file", "server_name")
+
+
+def layered(below: Mapping[str, str], above: Mapping[str, str]) -> dict[str, str]:
+    """ClientSecurity fields: ``above``'s non-empty ones over ``below`` (a later layer of
+    settings over an earlier one; nothing is checked until a ClientSecurity is made of
+    the last layer). The certificate and its key are one setting: giving either replaces
+    both, so a certificate is never paired with another layer's key. A TLS file implies
+    tls unless the same layer names a protocol; a layer that names a protocol other than
+    tls drops the TLS files below it (the credentials and client id stay)."""
+    chosen = {name: value for name, value in above.items() if value}
+    if "cert_file" in chosen or "key_file" in chosen:
+        chosen.setdefault("cert_file", "")
+        chosen.setdefault("key_file", "")
+    if "protocol" not in chosen and any(chosen.get(name) for name in TLS_FIELDS):
+        chosen["protocol"] = TLS
+    result = dict(below)
+    if "protocol" in chosen and parse_protocol(chosen["protocol"], "settings") != TLS:
+        for name in TLS_FIELDS:
+            result[name] = ""
+    result.update(chosen)
+    return result
 
 
 def open_channel(

@@ -10,8 +10,10 @@ kept in the ``CALLER`` context variable for the call's task:
    exists. On a plaintext listener credentials are refused unless
    ``credentials_over_plaintext`` is ``allow``. A password once verified is remembered
    (keyed by a SHA-256 of it, never the password) until the user's credential changes,
-   so PBKDF2 runs once per user and password, not per call; failures are limited to
-   ``FAILURES_PER_S_MAX`` a second per host, so guessing cannot take the event loop;
+   so PBKDF2 runs once per user and password, not per call. A check runs in a worker
+   thread, ``CHECKS_AT_ONCE`` at most, an unknown user's as long as a wrong password's;
+   failures are limited per host and per node (``_PasswordChecks``), so guessing
+   cannot take the event loop or tell which users exist;
 2. otherwise a call over mutual TLS is the principal its certificate names by
    ``tls_principal_mapping``;
 3. otherwise it is ``User:ANONYMOUS``.
@@ -35,6 +37,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import inspect
+import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -45,8 +49,12 @@ from headwater.acls import CLUSTER_RESOURCE, AclIndex, Operation, ResourceType
 from headwater.config import NodeConfig
 from headwater.credentials import (
     AUTHORIZATION_KEY,
+    ITERATIONS_DEFAULT,
+    KEY_BYTES,
+    SALT_BYTES_MIN,
     ScramCredential,
     authentication_failed,
+    credential_from_salted,
     parse_authorization,
     verify_password,
 )
@@ -58,6 +66,11 @@ _log = logging.getLogger(__name__)
 ANONYMOUS: Final = "User:ANONYMOUS"
 FAILURES_PER_S_MAX: Final = 20
 """Failed password checks a second from one host; more are refused without checking."""
+FAILURES_PER_S_NODE_MAX: Final = 100
+"""Failed password checks a second on the node, from all hosts together."""
+CHECKS_AT_ONCE: Final = 2
+"""Password checks (PBKDF2, in worker threads) running at once on a node."""
+FAILURE_HOSTS_MAX: Final = 4096
 VERIFIED_MAX: Final = 4096
 """Verified (user, password digest) pairs remembered; the memory is cleared when full."""
 AUDIT_LINES_PER_S: Final = 5
@@ -122,35 +135,105 @@ def certificate_principal(auth_context: dict[str, list[bytes]], mapping: str) ->
     return "User:" + values[0].decode(errors="replace")
 
 
+def _host_key(host: str) -> str:
+    """Whom failed logins are counted against: the IPv4 address, or the /64 of an IPv6
+    one (one machine holds a whole /64)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if address.version == 6:
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
+
+
+_UNKNOWN_USER: Final = credential_from_salted(
+    bytes(KEY_BYTES), bytes(SALT_BYTES_MIN), ITERATIONS_DEFAULT
+)
+"""Checked against when the user does not exist, so that an unknown user takes as long
+to refuse as a wrong password."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Login:
+    """A call whose password must be checked (PBKDF2) before it has a caller."""
+
+    caller: Caller
+    user: str
+    password: str
+
+
 class _PasswordChecks:
-    """Verified passwords by user (as SHA-256 digests), and failures by host."""
+    """Verified passwords by user (as SHA-256 digests), the checks running now, and
+    failures by host and in all.
+
+    A check runs PBKDF2 in a worker thread, at most ``CHECKS_AT_ONCE`` at a time (more
+    are refused at once with THROTTLING_QUOTA_EXCEEDED, retriable), so that guessing
+    cannot take the event loop. Failures are limited to ``FAILURES_PER_S_MAX`` a second
+    per host (an IPv6 /64) and ``FAILURES_PER_S_NODE_MAX`` a second in all."""
 
     def __init__(self) -> None:
         self.verified: dict[tuple[str, bytes], ScramCredential] = {}
-        self.failures: dict[str, tuple[int, int]] = {}  # host -> (second, count)
+        self.failures: dict[str, tuple[int, int]] = {}  # host key -> (second, count)
+        self.node_failures = (0, 0)  # (second, count)
+        self.running = 0
 
-    def check(
+    @staticmethod
+    def _key(user: str, password: str) -> tuple[str, bytes]:
+        return user, hashlib.sha256(password.encode(errors="surrogatepass")).digest()
+
+    def known(self, users: Mapping[str, ScramCredential], user: str, password: str) -> bool:
+        """Was this password verified for the user's current credential?"""
+        credential = users.get(user)
+        return credential is not None and self.verified.get(self._key(user, password)) is credential
+
+    def _admit(self, host: str) -> None:
+        second = int(time.monotonic())
+        start, count = self.failures.get(_host_key(host), (second, 0))
+        node_start, node_count = self.node_failures
+        if (start == second and count >= FAILURES_PER_S_MAX) or (
+            node_start == second and node_count >= FAILURES_PER_S_NODE_MAX
+        ):
+            raise authentication_failed(
+                f"too many failed logins this second (at most {FAILURES_PER_S_MAX} a second "
+                f"from one host, {FAILURES_PER_S_NODE_MAX} in all); try again in a second"
+            )
+        if self.running >= CHECKS_AT_ONCE:
+            raise HeadwaterError(
+                ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                f"this node is checking {self.running} passwords, the most it checks at once; "
+                "retry",
+            )
+
+    def _failed(self, host: str) -> None:
+        second = int(time.monotonic())
+        key = _host_key(host)
+        start, count = self.failures.get(key, (second, 0))
+        if len(self.failures) >= FAILURE_HOSTS_MAX:
+            self.failures = {k: v for k, v in self.failures.items() if v[0] == second}
+        self.failures[key] = (second, count + 1) if start == second else (second, 1)
+        node_start, node_count = self.node_failures
+        self.node_failures = (second, node_count + 1 if node_start == second else 1)
+
+    async def check(
         self, users: Mapping[str, ScramCredential], user: str, password: str, host: str
     ) -> None:
+        """Return when ``password`` is ``user``'s; SASL_AUTHENTICATION_FAILED otherwise."""
+        self._admit(host)
         credential = users.get(user)
-        key = (user, hashlib.sha256(password.encode(errors="surrogatepass")).digest())
-        if credential is not None and self.verified.get(key) is credential:
-            return
-        second = int(time.monotonic())
-        start, count = self.failures.get(host, (second, 0))
-        if start == second and count >= FAILURES_PER_S_MAX:
-            raise authentication_failed(
-                f"more than {FAILURES_PER_S_MAX} failed logins a second from {host}; "
-                "try again in a second"
+        self.running += 1
+        try:
+            matches = await asyncio.to_thread(
+                verify_password, credential or _UNKNOWN_USER, password
             )
-        if credential is not None and verify_password(credential, password):
+        finally:
+            self.running -= 1
+        if credential is not None and matches:
             if len(self.verified) >= VERIFIED_MAX:
                 self.verified.clear()
-            self.verified[key] = credential
+            self.verified[self._key(user, password)] = credential
             return
-        if len(self.failures) >= VERIFIED_MAX:
-            self.failures.clear()
-        self.failures[host] = (second, count + 1) if start == second else (second, 1)
+        self._failed(host)
         raise authentication_failed(
             f"authentication failed for user {user[:128]!r}: unknown user or wrong password"
         )
@@ -225,7 +308,7 @@ class Authenticate(HooksInterceptor):
     def skip(self, method: str) -> bool:
         return service_and_method(method)[0] in UNAUTHENTICATED_SERVICES
 
-    def identify(self, context: Any) -> Caller:
+    def identify(self, context: Any) -> Caller | _Login:
         peer = context.peer()
         host = host_of_peer(peer)
         if self.connections is not None:
@@ -250,8 +333,10 @@ class Authenticate(HooksInterceptor):
                     "credentials_over_plaintext = allow on the node"
                 )
             user, password = parse_authorization(value)
-            self.passwords.check(self.image().users, user, password, host)
-            return Caller(f"User:{user}", host, client_id=client_id)
+            caller = Caller(f"User:{user}", host, client_id=client_id)
+            if self.passwords.known(self.image().users, user, password):
+                return caller
+            return _Login(caller, user, password)
         if self.client_certificates:
             principal = certificate_principal(context.auth_context(), self.mapping)
             if principal is not None:
@@ -261,7 +346,21 @@ class Authenticate(HooksInterceptor):
     def started(
         self, context: Any
     ) -> contextvars.Token[Caller | None] | Awaitable[contextvars.Token[Caller | None]]:
-        caller = self.identify(context)
+        found = self.identify(context)
+        if isinstance(found, _Login):
+            return self._log_in(found)
+        return self._begin(found)
+
+    async def _log_in(self, login: _Login) -> contextvars.Token[Caller | None]:
+        await self.passwords.check(
+            self.image().users, login.user, login.password, login.caller.host
+        )
+        begun = self._begin(login.caller)
+        return await begun if inspect.isawaitable(begun) else begun
+
+    def _begin(
+        self, caller: Caller
+    ) -> contextvars.Token[Caller | None] | Awaitable[contextvars.Token[Caller | None]]:
         token = CALLER.set(caller)
         delay = self.request_delay_s(caller) if self.request_delay_s is not None else 0.0
         if delay <= 0:
@@ -388,7 +487,7 @@ class Authorizer:
             return
         self._audit_lines += 1
         _log.warning(
-            "denied: principal=%s host=%s operation=%s resource=%s:%s",
+            "denied: principal=%r host=%s operation=%s resource=%s:%r",
             caller.principal,
             caller.host,
             operation.value,

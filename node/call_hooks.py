@@ -69,10 +69,10 @@ def _around_unary(inner: Any, hooks: CallHooks[Any]) -> Any:
     async def call(request: Any, context: Any) -> Any:
         try:
             state = hooks.started(context)
+            if inspect.isawaitable(state):
+                state = await state
         except HeadwaterError as refusal:
             return await abort(context, refusal)
-        if inspect.isawaitable(state):
-            state = await state
         try:
             result = inner(request, context)
             if inspect.isawaitable(result):
@@ -90,10 +90,10 @@ def _around_generator(inner: Any, hooks: CallHooks[Any]) -> Any:
     async def call(request: Any, context: Any) -> AsyncIterator[Any]:
         try:
             state = hooks.started(context)
+            if inspect.isawaitable(state):
+                state = await state
         except HeadwaterError as refusal:
             await abort(context, refusal)
-        if inspect.isawaitable(state):
-            state = await state
         try:
             async for response in inner(request, context):
                 yield response

@@ -22,6 +22,7 @@ from headwater.client.connection import RECONNECT_OPTIONS
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
+from headwater.node.authorizer import current_caller
 from headwater.node.cluster_auth import signing_interceptors
 from headwater.tls import open_aio_channel
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -32,6 +33,10 @@ FORWARDED: Final = ((FORWARDED_KEY, "1"),)
 
 
 def is_forwarded(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
+    """Was the call forwarded by another node? Only a call on the inter-broker listener
+    (a trusted caller) can be: a client that sends the key is not believed."""
+    if not current_caller().trusted:
+        return False
     return any(key == FORWARDED_KEY for key, _ in (context.invocation_metadata() or ()))
 
 

@@ -27,7 +27,15 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from headwater.acls import Acl, parse_acl
-from headwater.credentials import MECHANISM, ScramCredential
+from headwater.credentials import (
+    KEY_BYTES,
+    MECHANISM,
+    SALT_BYTES_MAX,
+    SALT_BYTES_MIN,
+    ScramCredential,
+    check_iterations,
+    check_user_name,
+)
 from headwater.errors import HeadwaterError
 from headwater.log.batch import SELF_NAMED_PRODUCER_ID_MIN
 from headwater.quotas import Entity, check_entity, check_quota
@@ -174,6 +182,11 @@ def apply(image: MetadataImage, batch: Sequence[r.Record]) -> ApplyResult:
             builder.apply(record)
     except RefusedBatchError as refusal:
         return ApplyResult(dataclasses.replace(image, offset=image.offset + 1), str(refusal))
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        # Fields of the wrong type (decode_batch checks them; records built in code may
+        # not have been): refused like any inconsistent batch, never a crash of the node.
+        malformed = f"a record with malformed fields: {type(exc).__name__}: {exc}"
+        return ApplyResult(dataclasses.replace(image, offset=image.offset + 1), malformed)
     return ApplyResult(builder.build())
 
 
@@ -287,7 +300,10 @@ def _acl_of(record: r.AclCreated | r.AclDeleted) -> Acl:
 
 
 def _credential_of(record: r.UserCredentialSet) -> ScramCredential:
+    """The credential a record sets, checked as a request's would be."""
     try:
+        check_user_name(record.name)
+        check_iterations(record.iterations)
         credential = ScramCredential(
             record.iterations,
             bytes.fromhex(record.salt),
@@ -295,10 +311,16 @@ def _credential_of(record: r.UserCredentialSet) -> ScramCredential:
             bytes.fromhex(record.server_key),
             record.mechanism,
         )
+    except HeadwaterError as exc:
+        raise RefusedBatchError(f"user {record.name[:80]!r}: {exc.message}") from None
     except (ValueError, TypeError):
         raise RefusedBatchError(f"user {record.name!r}: salt or keys are not hex") from None
-    if record.mechanism != MECHANISM or not record.name:
+    if record.mechanism != MECHANISM:
         raise RefusedBatchError(f"user {record.name!r}: mechanism {record.mechanism!r}")
+    if not SALT_BYTES_MIN <= len(credential.salt) <= SALT_BYTES_MAX or not (
+        len(credential.stored_key) == len(credential.server_key) == KEY_BYTES
+    ):
+        raise RefusedBatchError(f"user {record.name!r}: salt or key lengths out of range")
     return credential
 
 

@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import types
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -271,6 +274,36 @@ RECORD_TYPES: Final[dict[str, type[Record]]] = {
 }
 
 
+_FIELD_TYPES: Final = {cls: typing.get_type_hints(cls) for cls in RECORD_TYPES.values()}
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """Is ``value`` (decoded from JSON, arrays as tuples) of the field type ``hint``?"""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is bool or hint is int or hint is str:
+        return type(value) is hint
+    if hint is float:
+        if type(value) not in (int, float):
+            return False
+        try:
+            return math.isfinite(float(value))
+        except OverflowError:
+            return False
+    if hint is type(None):
+        return value is None
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_conforms(v, args[0]) for v in value)
+        return len(value) == len(args) and all(
+            _conforms(v, a) for v, a in zip(value, args, strict=True)
+        )
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_conforms(value, a) for a in args)
+    return False
+
+
 def record_to_json(record: Record) -> dict[str, Any]:
     body: dict[str, Any] = {"type": type(record).__name__, "version": RECORD_VERSION}
     for field in dataclasses.fields(record):
@@ -297,7 +330,13 @@ def record_from_json(body: Any) -> Record:
                 raise RecordFormatError(f"{cls.__name__} lacks field {field.name!r}")
             continue
         value = body[field.name]
-        values[field.name] = _tuples(value) if isinstance(value, list) else value
+        value = _tuples(value) if isinstance(value, list) else value
+        if not _conforms(value, _FIELD_TYPES[cls][field.name]):
+            raise RecordFormatError(
+                f"{cls.__name__}.{field.name} is {type(value).__name__} {str(value)[:40]!r}, "
+                f"not {_FIELD_TYPES[cls][field.name]}"
+            )
+        values[field.name] = value
     return cls(**values)
 
 

@@ -219,7 +219,7 @@ def test_client_security_takes_credentials_from_the_environment_and_layers() -> 
     }
     security = ClientSecurity.from_env(env)
     assert (security.protocol, security.username, security.password) == (
-        "plaintext",
+        "sasl_plaintext",
         "alice",
         "secret",
     )
@@ -227,6 +227,12 @@ def test_client_security_takes_credentials_from_the_environment_and_layers() -> 
     ((key, value),) = security.call_metadata()
     assert key == "authorization" and parse_authorization(value) == ("alice", "secret")
     assert ClientSecurity().call_metadata() == ()
+    with pytest.raises(HeadwaterError, match="in the clear"):
+        ClientSecurity.from_env({"HEADWATER_USERNAME": "alice", "HEADWATER_PASSWORD": "x"})
+    # A file's username under the environment's TLS: checked once, on the last layer.
+    assert apply_client_settings(
+        {}, None, {"HEADWATER_TLS_CA_FILE": "/ca.pem", "HEADWATER_USERNAME": "alice"}
+    ).tls
     with pytest.raises(HeadwaterError, match="needs credentials"):
         ClientSecurity.from_env({"HEADWATER_SECURITY_PROTOCOL": "SASL_SSL"})
     with pytest.raises(HeadwaterError, match="without a username"):
@@ -247,9 +253,10 @@ def test_quota_precedence_user_then_client_id_then_defaults() -> None:
         ("client-id", ""): {P: 400.0},
     }
     assert quota_for(quotas, "alice", "etl", P) == (("user", "alice"), 100.0)
-    assert quota_for(quotas, "bob", "etl", P) == (("client-id", "etl"), 200.0)
-    assert quota_for(quotas, "bob", "other", P) == (("user", "bob"), 300.0)  # bob's own bucket
+    # Kafka's order: a user default wins over a client id (which the client names itself).
+    assert quota_for(quotas, "bob", "etl", P) == (("user", "bob"), 300.0)  # bob's own bucket
     del quotas[("user", "")]
+    assert quota_for(quotas, "bob", "etl", P) == (("client-id", "etl"), 200.0)
     assert quota_for(quotas, "bob", "other", P) == (("client-id", "other"), 400.0)
     assert quota_for({}, "bob", "", P) is None
     assert quota_for(quotas, "bob", "", "consumer_byte_rate") is None
@@ -290,6 +297,12 @@ def test_throttle_holds_a_waiting_client_to_its_rate() -> None:
         assert served_in_first_10s >= rate * 10.0 * 0.99 - request_bytes
     # Another bucket is untouched.
     assert throttle.charge("p", ("user", "bob"), rate, 1000, now) == 0.0
+    # One huge burst holds its sender for at most THROTTLE_S_MAX, and no longer after.
+    from headwater.quotas import THROTTLE_S_MAX
+
+    huge = Throttle()
+    assert huge.charge("p", ("user", "x"), rate, rate * 1000, 0.0) == THROTTLE_S_MAX
+    assert huge.charge("p", ("user", "x"), rate, 1, THROTTLE_S_MAX + 1) == 0.0
 
 
 def test_quota_records_build_the_image() -> None:

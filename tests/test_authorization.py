@@ -564,7 +564,11 @@ def test_users_authenticate_over_tls(tmp_path: Path, pki: NamedPki) -> None:
 
 
 def test_credentials_over_plaintext_are_refused(node: NodeProcess) -> None:
-    security = ClientSecurity(username="alice", password="secret")
+    """By the client unless SASL_PLAINTEXT is named, and then by the node unless
+    credentials_over_plaintext = allow."""
+    with pytest.raises(HeadwaterError, match="in the clear"):
+        ClientSecurity(username="alice", password="secret")
+    security = ClientSecurity("SASL_PLAINTEXT", username="alice", password="secret")
     with Admin(node.address, security=security, request_timeout_s=5) as client:
         with pytest.raises(HeadwaterError) as refused:
             client.list_topics()

@@ -48,7 +48,7 @@ def _produce_for(
 ) -> None:
     """ProduceStream batches as fast as answers come back; count the bytes answered
     within ``seconds`` and the longest throttle_time_ms."""
-    security = ClientSecurity(username=user, password=password)
+    security = ClientSecurity("SASL_PLAINTEXT", username=user, password=password)
     channel = open_channel(address, None, [], security.call_metadata())
     batch = batch_format.encode_batch([RECORD] * RECORDS_PER_BATCH)
     stop = threading.Event()

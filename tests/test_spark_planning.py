@@ -178,9 +178,12 @@ def test_tls_options_take_kafka_and_headwater_names_over_the_environment() -> No
         }
     )
     assert sasl == ClientSecurity("tls", "/ca.pem", username="alice", password='p"w d')
-    assert security_options({"headwater.username": "bob", "headwater.password": " x "}) == (
-        ClientSecurity(username="bob", password=" x ")
+    named = {"headwater.username": "bob", "headwater.password": " x "}
+    assert security_options({**named, "kafka.security.protocol": "SASL_PLAINTEXT"}) == (
+        ClientSecurity("SASL_PLAINTEXT", username="bob", password=" x ")
     )
+    with pytest.raises(OptionError, match="in the clear"):
+        security_options(named)
     for options, problem in (
         ({"kafka.ssl.truststore.type": "JKS"}, "PEM files only"),
         ({"kafka.security.protocol": "SASL_SSL"}, "needs credentials"),

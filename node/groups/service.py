@@ -415,7 +415,7 @@ class GroupsService(pb_grpc.GroupsServicer):
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListGroupsResponse:
-        own = self._own_groups()
+        own = self._visible_groups(self._own_groups())
         if is_local_only(context):
             return pb.ListGroupsResponse(groups=own)
         image = self.state.image
@@ -440,11 +440,16 @@ class GroupsService(pb_grpc.GroupsServicer):
                 unreachable.append(node_id)
             else:
                 groups += answer.groups
+        groups = self._visible_groups(groups)
         groups.sort(key=lambda g: g.group_id)
-        if not self.auth.allows(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
-            visible = set(self.auth.visible(ResourceType.GROUP, [g.group_id for g in groups]))
-            groups = [g for g in groups if g.group_id in visible]
         return pb.ListGroupsResponse(groups=groups, unreachable_nodes=unreachable)
+
+    def _visible_groups(self, groups: list[pb.GroupListing]) -> list[pb.GroupListing]:
+        """The groups the caller may describe (all, with describe on the cluster)."""
+        if self.auth.allows(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+            return groups
+        visible = set(self.auth.visible(ResourceType.GROUP, [g.group_id for g in groups]))
+        return [g for g in groups if g.group_id in visible]
 
     def _own_groups(self) -> list[pb.GroupListing]:
         if self.coordinator is None or not self.may_lead():
