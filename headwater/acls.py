@@ -7,7 +7,8 @@ An ACL binds a **resource pattern** to an **entry**, as Kafka's do:
 - pattern: ``literal`` (the name itself, or ``*`` for every name) or ``prefixed`` (every
   name that starts with it);
 - principal: ``User:<name>``, or ``User:*`` for every principal;
-- host: the client's IP address, or ``*`` for any;
+- host: the client's IP address (kept in canonical form, ``normalize_host``), or ``*``
+  for any;
 - operation: ``read``, ``write``, ``create``, ``delete``, ``alter``, ``describe`` or
   ``all``;
 - permission: ``allow`` or ``deny``.
@@ -37,7 +38,9 @@ up by the name's own prefixes (one dict lookup per prefix length that exists).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, TypeVar
@@ -128,10 +131,24 @@ def check_acl(acl: Acl) -> Acl:
         raise _invalid(f"the cluster resource is named {CLUSTER_RESOURCE!r}, not {name!r}")
     if acl.pattern_type is PatternType.PREFIXED and name == WILDCARD:
         raise _invalid("a prefixed pattern of '*' means nothing; use literal '*' for every name")
-    host = acl.host
-    if not 1 <= len(host) <= HOST_CHARS_MAX or any(c.isspace() for c in host):
-        raise _invalid(f"host {host[:80]!r}: an IP address or '*', at most {HOST_CHARS_MAX}")
-    return acl
+    host = normalize_host(acl.host)
+    return acl if host == acl.host else dataclasses.replace(acl, host=host)
+
+
+def normalize_host(host: str) -> str:
+    """``*``, or the IP address ``host`` in its one canonical text (IPv6 compressed and in
+    lower case, an IPv4-mapped IPv6 address as IPv4), which is how a node names a
+    caller's host; INVALID_REQUEST for anything else."""
+    if host == WILDCARD:
+        return host
+    try:
+        address = ipaddress.ip_address(host[:HOST_CHARS_MAX].strip("[]"))
+    except ValueError:
+        raise _invalid(
+            f"host {host[:80]!r}: an IP address (such as 10.0.0.5 or 2001:db8::1) or '*'"
+        ) from None
+    mapped = getattr(address, "ipv4_mapped", None)
+    return str(mapped or address)
 
 
 _E = TypeVar("_E", bound=enum.StrEnum)
@@ -211,12 +228,9 @@ def parse_filter(
     value no ACL can have."""
     if principal:
         check_principal(principal)
-    for text, limit, what in (
-        (resource_name, RESOURCE_NAME_CHARS_MAX, "resource name"),
-        (host, HOST_CHARS_MAX, "host"),
-    ):
-        if len(text) > limit:
-            raise _invalid(f"{what} filter longer than {limit} characters")
+    if len(resource_name) > RESOURCE_NAME_CHARS_MAX:
+        raise _invalid(f"resource name filter longer than {RESOURCE_NAME_CHARS_MAX} characters")
+    host = normalize_host(host) if host else host
     return AclFilter(
         _choose(ResourceType, resource_type, "resource type") if resource_type else None,
         _choose(PatternType, pattern_type, "pattern type") if pattern_type else None,

@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from headwater.acls import CLUSTER_RESOURCE, AclIndex, Operation, ResourceType
+from headwater.acls import CLUSTER_RESOURCE, AclIndex, Operation, ResourceType, normalize_host
 from headwater.config import NodeConfig
 from headwater.credentials import (
     AUTHORIZATION_KEY,
@@ -102,14 +102,18 @@ def current_caller() -> Caller:
 
 
 def host_of_peer(peer: str) -> str:
-    """The IP address of a grpc peer string: "ipv4:10.0.0.5:51234" -> "10.0.0.5",
-    "ipv6:[::1]:51234" -> "::1"; anything else (a unix socket) as it is."""
+    """The IP address of a grpc peer string, in the canonical form ACL hosts are kept in
+    (``headwater.acls.normalize_host``): "ipv4:10.0.0.5:51234" -> "10.0.0.5",
+    "ipv6:[::1]:51234" -> "::1", "ipv6:[::ffff:10.0.0.5]:1" -> "10.0.0.5"; anything else
+    (a unix socket) as it is."""
     kind, _, rest = peer.partition(":")
-    if kind == "ipv4":
-        return rest.rpartition(":")[0]
-    if kind == "ipv6":
-        return rest.rpartition(":")[0].strip("[]")
-    return peer
+    if kind not in ("ipv4", "ipv6"):
+        return peer
+    text = rest.rpartition(":")[0].strip("[]")
+    try:
+        return normalize_host(text)
+    except HeadwaterError:
+        return text
 
 
 _CERTIFICATE_KEYS: Final = {

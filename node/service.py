@@ -517,6 +517,9 @@ class BrokerService(pb_grpc.BrokerServicer):
         try:
             with self.long_calls.hold(context.peer(), is_forwarded(context)):
                 async for response in self._fetch_stream(request, context):
+                    # Checked for every answer, forwarded streams included: an ACL
+                    # removed ends the stream.
+                    self.auth.require(Operation.READ, ResourceType.TOPIC, request.topic)
                     if self.quotas.active:
                         response.throttle_time_ms = await self.quotas.hold(
                             (CONSUMER_BYTE_RATE, float(response.ByteSize())), (REQUEST_RATE, 1.0)
@@ -543,8 +546,6 @@ class BrokerService(pb_grpc.BrokerServicer):
             return
         offset = request.offset
         while True:
-            # Checked again for every answer: an ACL removed ends the stream.
-            self.auth.require(Operation.READ, ResourceType.TOPIC, request.topic)
             response = await self._fetch(local, request, offset)
             offset = response.next_offset
             yield response
@@ -647,6 +648,8 @@ class BrokerService(pb_grpc.BrokerServicer):
         image = self.state.image
         for name in request.topics:
             self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, name)
+        if request.include_digest:  # the digest covers every topic, ACL and user
+            self.auth.require_cluster(Operation.DESCRIBE)
         names = list(request.topics) or self.auth.visible(ResourceType.TOPIC, sorted(image.topics))
         topics = [
             self.metadata_answers.topic_metadata(image, self._topic(image, name)) for name in names

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 
 import pytest
 
@@ -339,3 +340,56 @@ def test_connection_rate_counts_new_connections_per_host_and_second() -> None:
     assert "connection_rate_per_host_max" in refused.value.message
     now[0] = 101.0
     rate.admit("ipv4:10.0.0.1:3", "10.0.0.1")  # the next second has room
+
+
+def test_acl_hosts_are_ip_addresses_in_one_canonical_form() -> None:
+    assert parse_acl("topic", "t", "User:a", "read", host="2001:DB8:0::1").host == "2001:db8::1"
+    assert parse_acl("topic", "t", "User:a", "read", host="::ffff:10.0.0.5").host == "10.0.0.5"
+    assert parse_filter(host="2001:DB8::1").host == "2001:db8::1"
+    for bad in ("node1.example", "10.0.0.256", "", "10.0.0.0/8"):
+        with pytest.raises(HeadwaterError, match="an IP address"):
+            parse_acl("topic", "t", "User:a", "read", host=bad)
+    assert host_of_peer("ipv6:[::ffff:10.0.0.5]:4000") == "10.0.0.5"
+    assert host_of_peer("ipv6:[2001:DB8::1]:4000") == "2001:db8::1"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"type": "AclCreated", "resource_type": 5},
+        {"type": "AclCreated", "resource_name": ["x", "y"]},
+        {"type": "QuotaChanged", "value": 10**400},
+        {"type": "QuotaChanged", "value": "5"},
+        {"type": "QuotaChanged", "entity_name": 7},
+        {"type": "UserCredentialSet", "name": {"a": 1}},
+        {"type": "UserCredentialSet", "iterations": True},
+        {"type": "PartitionCreated", "replicas": [1, "2"]},
+    ],
+)
+def test_hostile_record_fields_are_refused_at_decode(body: dict[str, object]) -> None:
+    """A record whose field has the wrong type is a RecordFormatError (the batch is
+    refused), never an exception that would stop every node applying it."""
+    good = {
+        "AclCreated": r.AclCreated(EPOCH, "topic", "literal", "t", "User:a", "*", "read", "allow"),
+        "QuotaChanged": r.QuotaChanged(EPOCH, "user", "a", "request_rate", 5.0),
+        "UserCredentialSet": r.UserCredentialSet(
+            EPOCH, "a", "SCRAM-SHA-256", 4096, "00" * 16, "00" * 32, "00" * 32
+        ),
+        "PartitionCreated": r.PartitionCreated(EPOCH, "id", 0, (1,), (1,), 1, 0, 0),
+    }[str(body["type"])]
+    fields = {**r.record_to_json(good), **body}
+    with pytest.raises(r.RecordFormatError):
+        r.decode_batch(json.dumps([fields]).encode())
+
+
+def test_records_built_with_bad_values_are_refused_by_apply() -> None:
+    for record in (
+        r.UserCredentialSet(EPOCH, "a", "SCRAM-SHA-256", 10**12, "00" * 16, "00" * 32, "00" * 32),
+        r.UserCredentialSet(EPOCH, "a", "SCRAM-SHA-256", 4096, "", "00" * 32, "00" * 32),
+        r.UserCredentialSet(EPOCH, "a:b\n", "SCRAM-SHA-256", 4096, "00" * 16, "00" * 32, "00" * 32),
+        r.AclCreated(EPOCH, 5, "literal", "t", "User:a", "*", "read", "allow"),  # type: ignore[arg-type]
+        r.QuotaChanged(EPOCH, "user", "a", "request_rate", "5"),  # type: ignore[arg-type]
+    ):
+        result = apply(MetadataImage(), (record,))
+        assert result.refusal is not None, record
+        assert result.image.users == {} and result.image.acls == frozenset()

@@ -410,6 +410,8 @@ def test_listings_show_only_what_may_be_described(
     secured_node: NodeProcess, stubs: dict[str, Stubs], pki: NamedPki
 ) -> None:
     mallory = stubs["mallory"]
+    digest = _error_of(lambda: mallory.broker.Metadata(pb.MetadataRequest(include_digest=True)))
+    assert digest is not None and digest.code is C  # it covers every topic, ACL and user
     assert not mallory.admin.ListTopics(pb.ListTopicsRequest()).topics
     assert not mallory.broker.Metadata(pb.MetadataRequest()).topics
     assert not mallory.groups.ListGroups(pb.ListGroupsRequest()).groups
@@ -450,6 +452,26 @@ def test_deny_wins_and_prefixes_match(
             admin.delete_acls(
                 [parse_filter(resource_name=TOPIC), parse_filter(principal="User:alice")]
             )
+
+
+def test_a_pattern_subscription_needs_describe_on_every_topic(
+    secured_node: NodeProcess, stubs: dict[str, Stubs], pki: NamedPki
+) -> None:
+    """A pattern such as '.*' would otherwise list every topic in the assignment."""
+    heartbeat = pb.ConsumerGroupHeartbeatRequest(
+        group_id="pattern-group", member_epoch=0, subscribed_pattern=".*"
+    )
+    with Admin(secured_node.address, security=_security(pki.clients["admin"])) as admin:
+        admin.create_acls([parse_acl("group", "pattern-group", "User:alice", "read")])
+        try:
+            refused = _error_of(lambda: stubs["alice"].groups.ConsumerGroupHeartbeat(heartbeat))
+            assert refused is not None and refused.code is T and "'*'" in refused.message
+            admin.create_acls([parse_acl("topic", "*", "User:alice", "describe")])
+            assert (
+                _error_of(lambda: stubs["alice"].groups.ConsumerGroupHeartbeat(heartbeat)) is None
+            )
+        finally:
+            admin.delete_acls([parse_filter(principal="User:alice")])
 
 
 def test_a_topic_that_does_not_exist_is_not_revealed(stubs: dict[str, Stubs]) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import grpc
 
-from headwater.acls import CLUSTER_RESOURCE, Operation, ResourceType
+from headwater.acls import CLUSTER_RESOURCE, WILDCARD, Operation, ResourceType
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.authorizer import Authorizer
@@ -273,7 +273,8 @@ class GroupsService(pb_grpc.GroupsServicer):
         request: pb.ConsumerGroupHeartbeatRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ConsumerGroupHeartbeatResponse:
-        """Needs ``read`` on the group and ``describe`` on each subscribed topic."""
+        """Needs ``read`` on the group and ``describe`` on each subscribed topic; a
+        pattern subscription needs ``describe`` on every topic (the literal topic ``*``)."""
         self.auth.require(Operation.READ, ResourceType.GROUP, request.group_id)
         if len(request.subscribed_topics) > decisions.SUBSCRIBED_TOPICS_MAX:
             raise HeadwaterError(
@@ -283,6 +284,10 @@ class GroupsService(pb_grpc.GroupsServicer):
             )
         for topic in set(request.subscribed_topics):
             self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        if request.subscribed_pattern:
+            # A pattern is matched against every topic, and the assignment names those it
+            # matches: only a caller who may describe every topic may subscribe by one.
+            self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, WILDCARD)
         owned = partition_keys(request.owned, "owned")
         route = await self._route(request.group_id, context)
         if isinstance(route, str):
