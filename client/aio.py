@@ -818,6 +818,7 @@ class AsyncConsumer:
                 max_wait_ms=self.fetch_max_wait_ms,
                 min_bytes=1,
                 replica_id=-1,
+                max_response_bytes=MESSAGE_BYTES_MAX,
             )
             try:
                 address = (await self._router.leaders(tp.topic))[tp.partition]

@@ -120,6 +120,8 @@ class Cluster:
         The files are read here, so a missing or bad one fails at construction."""
         self.bootstrap = resolve_bootstrap(bootstrap)
         self.request_timeout_s = request_timeout_s
+        self.message_bytes_max = message_bytes_max
+        """The channels' gRPC message limit: fetches declare it (max_response_bytes)."""
         self.security = ClientSecurity.resolve(security)
         self._credentials = self.security.credentials()
         self._options: list[tuple[str, int | str]] = [

@@ -302,6 +302,7 @@ class Consumer:
             max_wait_ms=self.fetch_max_wait_ms,
             min_bytes=self.fetch_min_bytes,
             replica_id=-1,
+            max_response_bytes=self.cluster.message_bytes_max,
         )
         call = self.cluster.broker(address).FetchStream(request)
         generation = self._positions.generation(partition)

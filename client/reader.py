@@ -90,6 +90,7 @@ class LogReader:
             max_bytes=max_bytes,
             max_wait_ms=max_wait_ms,
             min_bytes=1,
+            max_response_bytes=self.cluster.message_bytes_max,
         )
         timeout_s = self.cluster.request_timeout_s + max_wait_ms / 1000
 

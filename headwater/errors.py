@@ -77,6 +77,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_REGULAR_EXPRESSION = 128
     PARTITION_NOT_ASSIGNED = 1001
     TLS_HANDSHAKE_FAILED = 1002  # client-side only: never sent by a node
+    FETCH_RESPONSE_TOO_LARGE = 1003
 
 
 # Retriable: the same request may succeed later without change (Kafka's RetriableException).
@@ -192,6 +193,7 @@ GRPC_STATUS_OF: dict[ErrorCode, GrpcCode] = {
     ErrorCode.INVALID_REGULAR_EXPRESSION: GrpcCode.INVALID_ARGUMENT,
     ErrorCode.PARTITION_NOT_ASSIGNED: GrpcCode.FAILED_PRECONDITION,
     ErrorCode.TLS_HANDSHAKE_FAILED: GrpcCode.UNAVAILABLE,
+    ErrorCode.FETCH_RESPONSE_TOO_LARGE: GrpcCode.FAILED_PRECONDITION,
 }
 assert set(GRPC_STATUS_OF) == set(ErrorCode) - {ErrorCode.NONE}
 

@@ -569,6 +569,11 @@ class BrokerService(pb_grpc.BrokerServicer):
             )
         if request.format not in (pb.RECORD_FORMAT_BATCHES, pb.RECORD_FORMAT_RECORDS):
             raise _invalid(f"format is {request.format}; valid: 0 (batches), 1 (records)")
+        if request.max_response_bytes and request.max_response_bytes < RESPONSE_BYTES_MIN:
+            raise _invalid(
+                f"max_response_bytes is {request.max_response_bytes}; valid: 0 (4 MiB, a stock "
+                f"gRPC client's limit) or [{RESPONSE_BYTES_MIN}, {(1 << 31) - 1}]"
+            )
 
     async def _fetch(
         self, partition: Partition, request: pb.FetchRequest, offset: int
@@ -577,7 +582,9 @@ class BrokerService(pb_grpc.BrokerServicer):
         partition.check_open()
         partition.check_leader()
         partition.check_fetch_offset(offset)
-        max_bytes = request.max_bytes or self.config.fetch_bytes_default
+        response_max = request.max_response_bytes or STOCK_RECEIVE_BYTES
+        records_max = response_max - RESPONSE_FRAMING_BYTES
+        max_bytes = min(request.max_bytes or self.config.fetch_bytes_default, records_max)
         deadline = time.monotonic() + request.max_wait_ms / 1000
         result = partition.read(offset, max_bytes)
         while len(result.data) < max(request.min_bytes, 1) and time.monotonic() < deadline:
@@ -587,13 +594,21 @@ class BrokerService(pb_grpc.BrokerServicer):
             result = partition.read(offset, max_bytes)
             if len(result.data) and len(result.data) >= request.min_bytes:
                 break
+        if len(result.data) > records_max:  # one batch alone, larger than the client takes
+            raise _too_large(offset, len(result.data), response_max)
         response = pb.FetchResponse(
             high_watermark=partition.high_watermark,
             log_start_offset=partition.log.log_start_offset,
             next_offset=result.next_offset,
         )
         if request.format == pb.RECORD_FORMAT_RECORDS:
-            response.decoded.extend(decoded_records(result.data, offset))
+            decoded = decoded_records(result.data, offset)
+            kept = _records_fitting(decoded, records_max)
+            if not kept and decoded:
+                raise _too_large(offset, decoded[0].ByteSize(), response_max, "record")
+            response.decoded.extend(kept)
+            if len(kept) < len(decoded):
+                response.next_offset = decoded[len(kept)].offset
         else:
             response.records = result.data
         if self.metrics is not None and result.data:
@@ -655,6 +670,35 @@ class BrokerService(pb_grpc.BrokerServicer):
             self.metadata_answers.topic_metadata(image, self._topic(image, name)) for name in names
         ]
         return self.metadata_answers.response(image, topics, request.include_digest)
+
+
+STOCK_RECEIVE_BYTES: Final = 4 << 20
+"""A stock gRPC client's receive limit (tonic, grpc-go, grpc-java, Python's grpc): what
+a Fetch answer fits in when the request does not say (max_response_bytes 0)."""
+RESPONSE_FRAMING_BYTES: Final = 256
+"""Room kept in an answer for its fields other than the records (a few varints)."""
+RESPONSE_BYTES_MIN: Final = 64 << 10
+
+
+def _too_large(offset: int, size: int, response_max: int, what: str = "batch") -> HeadwaterError:
+    return HeadwaterError(
+        ErrorCode.FETCH_RESPONSE_TOO_LARGE,
+        f"the {what} at offset {offset} is {size} bytes, more than fits in an answer of "
+        f"max_response_bytes {response_max} (0 means 4 MiB, a stock gRPC client's limit): "
+        f"raise the client's gRPC receive limit and max_response_bytes to at least "
+        f"{size + RESPONSE_FRAMING_BYTES}",
+    )
+
+
+def _records_fitting(records: list[pb.ConsumedRecord], bytes_max: int) -> list[pb.ConsumedRecord]:
+    """The longest prefix of ``records`` whose encoding in a FetchResponse (each with its
+    field tag and length prefix) fits in ``bytes_max``."""
+    used = 0
+    for index, record in enumerate(records):
+        used += record.ByteSize() + 6  # tag, and a length of at most 5 bytes
+        if used > bytes_max:
+            return records[:index]
+    return records
 
 
 def _offset_of(partition: Partition, request: pb.ListOffsetsRequest) -> pb.PartitionOffset:

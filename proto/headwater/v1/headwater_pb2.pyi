@@ -163,6 +163,12 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     expired, or does not name the host dialled; or the node speaks plaintext). Not
     retriable: the same settings fail the same way (docs/security.md).
     """
+    FETCH_RESPONSE_TOO_LARGE: _ErrorCode.ValueType  # 1003
+    """Fetch: the batch at the offset asked for is too large to fit in an answer of
+    max_response_bytes (by default a stock gRPC client's 4 MiB). Not retriable as is:
+    raise the client's gRPC receive limit and max_response_bytes above the size the
+    message names (gRPC status FAILED_PRECONDITION).
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Operating errors with stable numbers (Apache Kafka's where Kafka has the same error)."""
@@ -286,6 +292,12 @@ TLS_HANDSHAKE_FAILED: ErrorCode.ValueType  # 1002
 with a node failed on the client's side (the node's certificate is not trusted, has
 expired, or does not name the host dialled; or the node speaks plaintext). Not
 retriable: the same settings fail the same way (docs/security.md).
+"""
+FETCH_RESPONSE_TOO_LARGE: ErrorCode.ValueType  # 1003
+"""Fetch: the batch at the offset asked for is too large to fit in an answer of
+max_response_bytes (by default a stock gRPC client's 4 MiB). Not retriable as is:
+raise the client's gRPC receive limit and max_response_bytes above the size the
+message names (gRPC status FAILED_PRECONDITION).
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
@@ -671,6 +683,7 @@ class FetchRequest(_message.Message):
     MIN_BYTES_FIELD_NUMBER: _builtins.int
     FORMAT_FIELD_NUMBER: _builtins.int
     REPLICA_ID_FIELD_NUMBER: _builtins.int
+    MAX_RESPONSE_BYTES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     """Partition in [0, partitions)."""
@@ -690,6 +703,15 @@ class FetchRequest(_message.Message):
     format: Global___RecordFormat.ValueType
     replica_id: _builtins.int
     """Ignored: followers copy logs through the Replica service, not Fetch."""
+    max_response_bytes: _builtins.int
+    """The largest message this client can receive (its gRPC receive limit), in
+    [65536, 2^31-1]; 0 means 4 MiB (4,194,304), the default of stock gRPC clients (tonic,
+    grpc-go, grpc-java, Python's grpc). Every answer (each answer of a FetchStream) fits
+    in it, framing included: the records are cut to fit, and the first batch (or, for
+    RECORD_FORMAT_RECORDS, the first record) too large to fit on its own is refused with
+    FETCH_RESPONSE_TOO_LARGE, naming its size. Headwater's own clients send their limit
+    (256 MiB).
+    """
     def __init__(
         self,
         *,
@@ -701,10 +723,11 @@ class FetchRequest(_message.Message):
         min_bytes: _builtins.int = ...,
         format: Global___RecordFormat.ValueType = ...,
         replica_id: _builtins.int = ...,
+        max_response_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["format", b"format", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "offset", b"offset", "partition", b"partition", "replica_id", b"replica_id", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["format", b"format", "max_bytes", b"max_bytes", "max_response_bytes", b"max_response_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "offset", b"offset", "partition", b"partition", "replica_id", b"replica_id", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

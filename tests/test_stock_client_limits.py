@@ -1,0 +1,94 @@
+"""A stock gRPC client (default 4 MiB receive limit, as tonic, grpc-go, grpc-java and
+Python's grpc have) fetching with default settings: every answer fits its limit, and a
+batch too large for it gets a distinct, documented error (issue 17, point 1)."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from headwater.errors import ErrorCode, is_retriable
+from headwater.grpc_errors import from_rpc_error
+from headwater.log import batch as batch_format
+from headwater.v1 import headwater_pb2 as pb
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+from tests.node_process import NodeProcess
+
+STOCK_LIMIT = 4 << 20
+
+
+def _produce(stub: pb_grpc.BrokerStub, topic: str, batches: list[bytes]) -> None:
+    for batch in batches:
+        stub.Produce(pb.ProduceRequest(topic=topic, partition=0, batch=batch), timeout=30)
+
+
+@pytest.fixture
+def big_client_and_stock_client(node: NodeProcess):  # type: ignore[no-untyped-def]
+    big = grpc.insecure_channel(
+        node.address,
+        options=[
+            ("grpc.max_send_message_length", 64 << 20),
+            ("grpc.max_receive_message_length", 64 << 20),
+        ],
+    )
+    stock = grpc.insecure_channel(node.address)  # gRPC's defaults: 4 MiB in
+    try:
+        yield pb_grpc.BrokerStub(big), pb_grpc.BrokerStub(stock)
+    finally:
+        big.close()
+        stock.close()
+
+
+def test_a_default_fetch_fits_a_stock_client(
+    node: NodeProcess, big_client_and_stock_client
+) -> None:  # type: ignore[no-untyped-def]
+    """With max_bytes 0 the node answered up to 4 MiB of records plus framing: 4,194,315
+    bytes, over a stock client's 4 MiB limit, even with 4 KiB batches."""
+    big, stock = big_client_and_stock_client
+    from headwater.client import Admin
+
+    with Admin(node.address) as admin:
+        admin.create_topic("small-batches", 1)
+    batch = batch_format.encode_batch([b"v" * 192] * 20)
+    assert len(batch) == 4096  # 1,024 of them fill 4 MiB exactly
+    _produce(big, "small-batches", [batch] * 1300)
+    answer = stock.Fetch(pb.FetchRequest(topic="small-batches", partition=0, offset=0))
+    assert 0 < answer.ByteSize() <= STOCK_LIMIT
+    assert answer.next_offset > 0
+    streamed = stock.FetchStream(pb.FetchRequest(topic="small-batches", partition=0, offset=0))
+    try:
+        first = next(iter(streamed))
+        assert 0 < first.ByteSize() <= STOCK_LIMIT
+    finally:
+        streamed.cancel()
+    decoded = stock.Fetch(
+        pb.FetchRequest(
+            topic="small-batches", partition=0, offset=0, format=pb.RECORD_FORMAT_RECORDS
+        )
+    )
+    assert 0 < decoded.ByteSize() <= STOCK_LIMIT
+    assert decoded.next_offset == decoded.decoded[-1].offset + 1
+
+
+def test_a_batch_too_large_for_the_client_gets_a_distinct_error(
+    node: NodeProcess, big_client_and_stock_client
+) -> None:  # type: ignore[no-untyped-def]
+    big, stock = big_client_and_stock_client
+    from headwater.client import Admin
+
+    with Admin(node.address) as admin:
+        admin.create_topic("big-batch", 1)
+    large = batch_format.encode_batch([b"x" * (1 << 20)] * 5)  # 5 MiB, under 8 MiB
+    _produce(big, "big-batch", [large])
+    with pytest.raises(grpc.RpcError) as refused:
+        stock.Fetch(pb.FetchRequest(topic="big-batch", partition=0, offset=0))
+    error = from_rpc_error(refused.value, node.address)
+    assert error.code is ErrorCode.FETCH_RESPONSE_TOO_LARGE, error
+    assert not is_retriable(error.code)
+    assert "max_response_bytes" in error.message
+    # A client that declares a larger limit gets the batch.
+    answer = big.Fetch(
+        pb.FetchRequest(topic="big-batch", partition=0, offset=0, max_response_bytes=16 << 20)
+    )
+    assert len(answer.records) == len(large)
+    assert "Traceback" not in node.log()
