@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import hashlib
 import inspect
 import ipaddress
@@ -101,11 +102,13 @@ def current_caller() -> Caller:
     return CALLER.get() or Caller(ANONYMOUS, "")
 
 
+@functools.lru_cache(maxsize=4096)
 def host_of_peer(peer: str) -> str:
     """The IP address of a grpc peer string, in the canonical form ACL hosts are kept in
     (``headwater.acls.normalize_host``): "ipv4:10.0.0.5:51234" -> "10.0.0.5",
     "ipv6:[::1]:51234" -> "::1", "ipv6:[::ffff:10.0.0.5]:1" -> "10.0.0.5"; anything else
-    (a unix socket) as it is."""
+    (a unix socket) as it is. Remembered per peer (one per connection), since every call
+    asks."""
     kind, _, rest = peer.partition(":")
     if kind not in ("ipv4", "ipv6"):
         return peer

@@ -53,9 +53,7 @@ class Quotas:
 
     async def hold(self, *charges: tuple[str, float]) -> int:
         """Charge the current caller each (key, amount) and sleep for the longest delay
-        they ask; that delay in ms."""
-        if not self.image().quotas:
-            return 0
+        they ask; that delay in ms (0, at once, with no quota set: ``delay_s`` looks)."""
         delay = max(self.delay_s(key, amount) for key, amount in charges)
         if delay <= 0:
             return 0
