@@ -171,3 +171,20 @@ def test_new_connections_beyond_the_host_rate_are_refused(tmp_path: Path) -> Non
         for channel in channels:
             channel.close()
         node.kill()
+
+
+def test_a_client_id_over_255_characters_is_refused(quota_node: NodeProcess) -> None:
+    import grpc
+
+    from headwater.errors import ErrorCode, HeadwaterError
+    from headwater.grpc_errors import from_rpc_error
+
+    with pytest.raises(HeadwaterError, match="at most 255"):
+        ClientSecurity(client_id="c" * 256)
+    with grpc.insecure_channel(quota_node.address) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            pb_grpc.BrokerStub(channel).Metadata(
+                pb.MetadataRequest(), metadata=(("client-id", "c" * 256),), timeout=10
+            )
+    error = from_rpc_error(refused.value, quota_node.address)
+    assert error.code is ErrorCode.INVALID_REQUEST and "255" in error.message

@@ -92,3 +92,20 @@ def test_a_batch_too_large_for_the_client_gets_a_distinct_error(
     )
     assert len(answer.records) == len(large)
     assert "Traceback" not in node.log()
+
+
+def test_a_max_response_bytes_below_64_kib_is_refused(
+    node: NodeProcess, big_client_and_stock_client
+) -> None:  # type: ignore[no-untyped-def]
+    _big, stock = big_client_and_stock_client
+    from headwater.client import Admin
+
+    with Admin(node.address) as admin:
+        admin.create_topic("tiny-limit", 1)
+    with pytest.raises(grpc.RpcError) as refused:
+        stock.Fetch(
+            pb.FetchRequest(topic="tiny-limit", partition=0, offset=0, max_response_bytes=1000)
+        )
+    error = from_rpc_error(refused.value, node.address)
+    assert error.code is ErrorCode.INVALID_REQUEST
+    assert "max_response_bytes is 1000" in error.message and "65536" in error.message
