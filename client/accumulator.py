@@ -79,6 +79,9 @@ RECORD_OVERHEAD_BYTES: Final = 12
 """What a record costs in the buffer besides its key and value bytes."""
 NEVER: Final = float("inf")
 SEQUENCE_SPACE: Final = 1 << 31
+TIMESTAMP_DELTA_MIN: Final = -(1 << 31)
+TIMESTAMP_DELTA_MAX: Final = (1 << 31) - 1
+"""The record timestamps one batch can hold, relative to its first (int32 deltas)."""
 RESTAMPED: Final = frozenset(
     {ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID}
 )
@@ -240,7 +243,14 @@ class RecordAccumulator(Generic[C]):
         read only when a batch opens: this is the per-record path."""
         open_batch = self._open.get(slot)
         changed = False
-        if open_batch is not None and open_batch.size + size > self._batch_bytes:
+        if open_batch is not None and (
+            open_batch.size + size > self._batch_bytes
+            # A batch stores int32 deltas from its first timestamp: one that would span
+            # further is closed and the record starts the next.
+            or not TIMESTAMP_DELTA_MIN
+            <= timestamp_ms - open_batch.timestamps[0]
+            <= TIMESTAMP_DELTA_MAX
+        ):
             self._close(slot, open_batch)
             open_batch = None
         if open_batch is None:

@@ -162,6 +162,17 @@ class _Router:
     def invalidate(self, topic: str) -> None:
         self._layouts.invalidate(topic)
 
+    async def checked_leaders(self, topic: str, partition: int) -> list[str]:
+        """``leaders(topic)``, once the topic has ``partition``: a partition number past the
+        cached count asks again (partitions may have been added since), then raises
+        PARTITION_OUT_OF_RANGE (not retriable) if the topic still lacks it."""
+        leaders = await self.leaders(topic)
+        if partition >= len(leaders):
+            self.invalidate(topic)
+            leaders = await self.leaders(topic)
+        check_partition(topic, partition, len(leaders))
+        return leaders
+
     async def close(self) -> None:
         for channel in self._channels.values():
             await channel.close(None)
@@ -322,6 +333,8 @@ class AsyncProducer:
                 else self._sticky.partition(topic, count)
             )
         else:
+            if partition >= count:
+                count = len(await self._router.checked_leaders(topic, partition))
             check_partition(topic, partition, count)
         size = record_size(value, key)
         await self._reserve(size)
@@ -354,6 +367,8 @@ class AsyncProducer:
         else:
             if partition is None:
                 partition = self._sticky.partition(topic, count)
+            elif partition >= count:
+                count = len(await self._router.checked_leaders(topic, partition))
             check_partition(topic, partition, count)
             groups = {partition: list(range(len(values)))}
         futures: list[asyncio.Future[BatchMetadata]] = []
@@ -382,7 +397,9 @@ class AsyncProducer:
     ) -> asyncio.Future[BatchMetadata]:
         """Queue one batch encoded beforehand, as the threaded ``Producer.send_encoded``."""
         record_count = encoded_record_count(batch)
-        check_partition(topic, partition, await self._partition_count(topic))
+        if self._closing:
+            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "producer is closed")
+        await self._router.checked_leaders(topic, partition)
         return await self._enqueue(
             (topic, partition), (), None, None, 0, record_count, len(batch), batch
         )
@@ -529,8 +546,7 @@ class AsyncProducer:
         sent: the outcome is known), so the batch's futures always complete."""
         topic, partition = batch.slot
         try:
-            leaders = await self._router.leaders(topic)
-            check_partition(topic, partition, len(leaders))
+            leaders = await self._router.checked_leaders(topic, partition)
         except HeadwaterError as error:
             self._failed(batch, error, answered=True)
             return
@@ -737,7 +753,7 @@ class AsyncConsumer:
                 p if isinstance(p, TopicPartition) else TopicPartition(*p) for p in partitions
             ]
             for tp in wanted:  # raises for unknown topics and partitions
-                check_partition(tp.topic, tp.partition, len(await self._router.leaders(tp.topic)))
+                await self._router.checked_leaders(tp.topic, tp.partition)
         await self._stop_readers()
         self._positions.assign(wanted)
 

@@ -286,13 +286,20 @@ class Cluster:
         layout = self._layouts.get(topic)
         return layout.partitions if layout is not None else 1
 
-    def leader(self, topic: str, partition: int) -> str:
-        """Address of the partition's leader, or a bootstrap node (which forwards)."""
+    def checked_layout(self, topic: str, partition: int) -> TopicLayout:
+        """``topic``'s layout, once it has ``partition``: a partition number past the cached
+        count asks again (partitions may have been added since), then raises
+        PARTITION_OUT_OF_RANGE (not retriable) if the topic still lacks it."""
         layout = self.layout(topic)
-        if partition >= layout.partitions:  # partitions may have been added since cached
+        if partition >= layout.partitions:
             self.invalidate(topic)
             layout = self.layout(topic)
         check_partition(topic, partition, layout.partitions)
+        return layout
+
+    def leader(self, topic: str, partition: int) -> str:
+        """Address of the partition's leader, or a bootstrap node (which forwards)."""
+        layout = self.checked_layout(topic, partition)
         return layout.leaders[partition] or self.bootstrap[0]
 
     def invalidate(self, topic: str) -> None:

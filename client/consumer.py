@@ -78,9 +78,12 @@ def fetched_from(
     partition: TopicPartition, data: bytes, position: int, check_crcs: bool
 ) -> list[FetchedBatch]:
     """Decode fetched batches into columnar views, dropping records below ``position``
-    (a fetch returns whole batches, so the first may start before it)."""
+    (a fetch returns whole batches, so the first may start before it) and control
+    batches (markers, not records: docs/record-batch-format.md)."""
     fetched = []
     for batch in decode_batches(data, verify_crc=check_crcs):
+        if batch.header.is_control:
+            continue
         records = batch.records
         if batch.header.base_offset < position:
             records = records.slice(position - batch.header.base_offset)

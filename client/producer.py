@@ -78,7 +78,6 @@ from headwater.log.batch import (
     read_header,
 )
 from headwater.tls import ClientSecurity
-from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 
 STREAM_CHECK_S: Final = 0.5
@@ -425,10 +424,10 @@ class Producer:
         self._sticky.on_batch_sent(slot[0], slot[1], self.cluster.cached_partitions(slot[0]))
 
     def _partition_for(self, topic: str, key: bytes | None, partition: int | None) -> int:
-        count = self.cluster.layout(topic).partitions
         if partition is not None:
-            check_partition(topic, partition, count)
+            self.cluster.checked_layout(topic, partition)
             return partition
+        count = self.cluster.layout(topic).partitions
         if key is not None:
             return partition_for_key(key, count)
         return self._sticky.partition(topic, count)
@@ -517,10 +516,11 @@ class Producer:
         broker checks it as any produced batch (docs/record-batch-format.md).
 
         Raises CORRUPT_MESSAGE when ``batch`` is not exactly one batch with a sound header;
-        UNKNOWN_TOPIC_OR_PARTITION for a partition the topic does not have.
+        UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist, PARTITION_OUT_OF_RANGE
+        for a partition it does not have.
         """
         record_count = encoded_record_count(batch)
-        check_partition(topic, partition, self.cluster.layout(topic).partitions)
+        self.cluster.checked_layout(topic, partition)
         return self._enqueue((topic, partition), (), None, None, 0, record_count, len(batch), batch)
 
     def _enqueue(

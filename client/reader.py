@@ -80,7 +80,8 @@ class LogReader:
         retried while leadership moves, for up to ``retry_s``.
 
         Raises HeadwaterError: OFFSET_OUT_OF_RANGE when ``offset`` is outside
-        [log start, high watermark]; UNKNOWN_TOPIC_OR_PARTITION; the last retriable error
+        [log start, high watermark]; UNKNOWN_TOPIC_OR_PARTITION (no such topic);
+        PARTITION_OUT_OF_RANGE (no such partition); the last retriable error
         when ``retry_s`` runs out.
         """
         request = pb.FetchRequest(

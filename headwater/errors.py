@@ -2,8 +2,9 @@
 
 Codes reuse Apache Kafka's names and numbers where Kafka has them, so that operators and
 client authors can carry their knowledge over. The mapping from a code to a gRPC status
-code lives here and nowhere else (``GRPC_STATUS_OF``); the server attaches the code and the
-retriable flag as a ``google.rpc.ErrorInfo`` detail (reason = the code's name, metadata
+code lives here and nowhere else (``GRPC_STATUS_OF``; docs/errors.md is generated from it
+by ``headwater.error_table``); the server attaches the code and the retriable flag as a
+``google.rpc.ErrorInfo`` detail (reason = the code's name, metadata
 ``code`` and ``retriable``), which clients in any language can read from the standard
 ``grpc-status-details-bin`` trailer.
 
@@ -78,6 +79,7 @@ class ErrorCode(enum.IntEnum):
     PARTITION_NOT_ASSIGNED = 1001
     TLS_HANDSHAKE_FAILED = 1002  # client-side only: never sent by a node
     FETCH_RESPONSE_TOO_LARGE = 1003
+    PARTITION_OUT_OF_RANGE = 1004
 
 
 # Retriable: the same request may succeed later without change (Kafka's RetriableException).
@@ -194,6 +196,7 @@ GRPC_STATUS_OF: dict[ErrorCode, GrpcCode] = {
     ErrorCode.PARTITION_NOT_ASSIGNED: GrpcCode.FAILED_PRECONDITION,
     ErrorCode.TLS_HANDSHAKE_FAILED: GrpcCode.UNAVAILABLE,
     ErrorCode.FETCH_RESPONSE_TOO_LARGE: GrpcCode.FAILED_PRECONDITION,
+    ErrorCode.PARTITION_OUT_OF_RANGE: GrpcCode.INVALID_ARGUMENT,
 }
 assert set(GRPC_STATUS_OF) == set(ErrorCode) - {ErrorCode.NONE}
 

@@ -59,11 +59,11 @@ def check_group_id(group_id: str) -> None:
 
 
 def check_partition(topic: str, partition: int, partitions: int) -> None:
-    """Raise UNKNOWN_TOPIC_OR_PARTITION, naming the valid range, unless ``partition`` is in
-    [0, partitions)."""
+    """Raise PARTITION_OUT_OF_RANGE (not retriable), naming the valid range, unless
+    ``partition`` is in [0, partitions)."""
     if not 0 <= partition < partitions:
         raise HeadwaterError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            ErrorCode.PARTITION_OUT_OF_RANGE,
             f"topic {topic!r} has no partition {partition}; valid partitions are [0, {partitions})",
         )
 

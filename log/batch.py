@@ -79,6 +79,10 @@ MAGIC: Final = 1
 HEADER_STRUCT: Final = struct.Struct("<qiiB3xIH2xiiiqqqih2xi4x")
 HEADER_BYTES: Final = HEADER_STRUCT.size
 assert HEADER_BYTES == 80
+RESERVED_CRC_COVERED_BYTES: Final = ((26, 28), (70, 72), (76, 80))
+"""Reserved header byte ranges [start, end) covered by the CRC. The broker refuses a
+produced batch where any is not zero, so that a later format may give them a meaning;
+decoders ignore them. (Bytes 17-19, outside the CRC, are checked by every reader.)"""
 LENGTH_PREFIX_BYTES: Final = 12
 """base_offset + batch_length: what a reader needs to find the next batch."""
 CRC_START: Final = 24
@@ -237,6 +241,19 @@ RECORD_SCHEMA: Final = pa.schema(
 """Schema of the columnar view of decoded records (``decode_batch().records``)."""
 
 
+def _canonical_bitmap(validity: pa.Buffer | None, count: int) -> bytes | memoryview:
+    """A validity bitmap of ``count`` items in its canonical form: the bits at or past
+    ``count`` (the unused bits of the last byte) are 0. None: every item is present."""
+    size = _bitmap_bytes(count)
+    spare_bits = 8 * size - count
+    if validity is None:
+        return b"\xff" * (size - 1) + bytes([0xFF >> spare_bits])
+    bitmap = memoryview(validity)[:size]
+    if spare_bits and bitmap[size - 1] >> (8 - spare_bits):
+        return bytes(bitmap[: size - 1]) + bytes([bitmap[size - 1] & (0xFF >> spare_bits)])
+    return bitmap
+
+
 def _binary_sections(
     values: Sequence[bytes | None] | pa.Array, count: int
 ) -> list[bytes | memoryview]:
@@ -249,8 +266,8 @@ def _binary_sections(
     if array.offset != 0:
         array = pa.concat_arrays([array])  # re-base offsets at zero
     validity, offsets, data = array.buffers()
-    bitmap_size = _bitmap_bytes(count)
-    bitmap = b"\xff" * bitmap_size if validity is None else memoryview(validity)[:bitmap_size]
+    bitmap = _canonical_bitmap(validity, count)
+    bitmap_size = len(bitmap)
     offsets_size = 4 * (count + 1)
     offsets_bytes = memoryview(offsets)[:offsets_size]
     (data_size,) = struct.unpack_from("<i", offsets_bytes, offsets_size - 4)
@@ -311,6 +328,28 @@ def compress(body: bytes, compression: Compression) -> bytes:
     return bytes(lz4.frame.compress(body))
 
 
+def _zstd_decompress(stored: bytes | memoryview, size: int) -> bytes:
+    """The one Zstandard frame of ``stored``, into a buffer of ``size`` bytes: output
+    past it, and any byte after the frame (a second frame, a skippable frame), fail."""
+    try:
+        return bytes(
+            zstandard.ZstdDecompressor().decompress(  # one per call: not thread-safe
+                stored,
+                max_output_size=max(size, 1),
+                allow_extra_data=False,  # 0: unbounded
+            )
+        )
+    except zstandard.ZstdError as exc:
+        if "unused data" in str(exc):
+            raise CorruptBatchError(
+                f"zstd body has bytes after its frame ({exc}): the body is exactly one "
+                "Zstandard frame"
+            ) from exc
+        if "did not decompress full frame" in str(exc):
+            raise CorruptBatchError(f"zstd body decompresses to more than {size} bytes") from exc
+        raise
+
+
 def decompress(
     stored: bytes | memoryview,
     compression: Compression,
@@ -338,11 +377,7 @@ def decompress(
                     f"zstd frame declares {declared} bytes, header says "
                     f"uncompressed_body_length={size}"
                 )
-            # One decompressor per call: instances are not safe to share between threads.
-            reader = zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=False)
-            raw = reader.read(size)
-            if len(raw) == size and reader.read(1):
-                raise CorruptBatchError(f"zstd body decompresses to more than {size} bytes")
+            raw = _zstd_decompress(stored, size)
         elif compression is Compression.LZ4:
             declared = lz4.frame.get_frame_info(stored)["content_size"]
             if declared not in (0, size):
@@ -354,6 +389,11 @@ def decompress(
             raw = decompressor.decompress(stored, max_length=size)
             if len(raw) == size and not decompressor.eof:
                 raise CorruptBatchError(f"lz4 body decompresses to more than {size} bytes")
+            if decompressor.unused_data:
+                raise CorruptBatchError(
+                    f"lz4 body has {len(decompressor.unused_data)} bytes after its frame: "
+                    "the body is exactly one LZ4 frame"
+                )
         else:
             raw = memoryview(stored)
     except (zstandard.ZstdError, RuntimeError, ValueError, KeyError) as exc:
@@ -395,7 +435,9 @@ def encode_batch(
         raise ValueError(f"a batch holds 1 to {RECORD_COUNT_MAX} records, got {count}")
     attributes = int(compression)
     sections: list[bytes | memoryview] = []
-    if keys is not None and (isinstance(keys, pa.Array) or _has_non_null(keys)):
+    if keys is not None and (
+        keys.null_count < len(keys) if isinstance(keys, pa.Array) else _has_non_null(keys)
+    ):
         attributes |= _HAS_KEYS_BIT
         sections += _binary_sections(keys, count)
     sections += _binary_sections(values, count)
@@ -812,6 +854,12 @@ def validate_batch(
         raise CorruptBatchError(
             f"payload is {len(buffer)} bytes but the batch header says {header.total_size}"
         )
+    for start, end in RESERVED_CRC_COVERED_BYTES:
+        if any(buffer[start:end]):
+            raise CorruptBatchError(
+                f"reserved header bytes {start}-{end - 1} are not zero: a producer writes "
+                "every reserved byte (17-19, 26-27, 70-71, 76-79) as zero"
+            )
     broker_bits = header.attributes & ~PRODUCER_ATTRIBUTE_BITS
     if broker_bits:
         raise CorruptBatchError(

@@ -664,6 +664,7 @@ def _result(outcome: decisions.TopicOutcome, with_id: bool = True) -> pb.TopicRe
     if outcome.error is not None:
         result.error_code = pb.ErrorCode.ValueType(outcome.error.code)
         result.error_message = outcome.error.message
+        result.retriable = outcome.error.retriable
     elif with_id:
         result.topic_id = outcome.topic_id
     return result

@@ -42,6 +42,7 @@ ISR_CHANGE_REFUSALS: Final = frozenset(
         ErrorCode.FENCED_LEADER_EPOCH,
         ErrorCode.INVALID_REQUEST,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.PARTITION_OUT_OF_RANGE,
         ErrorCode.STALE_BROKER_EPOCH,
     }
 )

@@ -67,6 +67,8 @@ def encode_records(
 def decoded_records(data: bytes, first_offset: int) -> list[pb.ConsumedRecord]:
     out = []
     for decoded in batch_format.decode_batches(data):
+        if decoded.header.is_control:
+            continue  # markers, not records (docs/record-batch-format.md)
         records = decoded.records
         if decoded.header.base_offset < first_offset:
             records = records.filter(pc.greater_equal(records.column("offset"), first_offset))

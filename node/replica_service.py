@@ -325,4 +325,5 @@ def _error_data(topic: str, partition: int, error: HeadwaterError) -> pb.Replica
         partition=partition,
         error_code=pb.ErrorCode.ValueType(error.code),
         error_message=error.message,
+        retriable=error.retriable,
     )

@@ -258,7 +258,9 @@ class BrokerService(pb_grpc.BrokerServicer):
         except HeadwaterError as error:
             self._count_stream_error(error.code)
             return pb.ProduceResponse(
-                error_code=pb.ErrorCode.ValueType(error.code), error_message=error.message
+                error_code=pb.ErrorCode.ValueType(error.code),
+                error_message=error.message,
+                retriable=error.retriable,
             )
         except Exception as exc:
             _log.exception("ProduceStream request failed")

@@ -99,7 +99,7 @@ class TopicImage:
     partitions: tuple[PartitionState, ...]
 
     def check_partition(self, index: int) -> None:
-        """Raise UNKNOWN_TOPIC_OR_PARTITION unless the topic has partition ``index``."""
+        """Raise PARTITION_OUT_OF_RANGE unless the topic has partition ``index``."""
         check_partition(self.name, index, len(self.partitions))
 
     @property

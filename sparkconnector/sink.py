@@ -282,7 +282,7 @@ def _check_partitions(topic: str, partitions: pa.Array, count: int) -> None:
     if low is not None and (low < 0 or high >= count):
         bad = low if low < 0 else high
         raise HeadwaterError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            ErrorCode.PARTITION_OUT_OF_RANGE,
             f"partition {bad} of topic {topic!r} does not exist; valid range is [0, {count})",
         )
 

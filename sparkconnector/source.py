@@ -236,7 +236,7 @@ def to_output(
         first = max(position - header.base_offset, 0)
         last = min(offset_range.until_offset - header.base_offset, records.num_rows)
         next_offset = max(next_offset, header.base_offset + records.num_rows)
-        if last <= first:
+        if last <= first or header.is_control:  # a control batch holds markers, not records
             continue
         records = records.slice(first, last - first)
         count = records.num_rows

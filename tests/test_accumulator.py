@@ -21,6 +21,7 @@ from headwater.client.accumulator import (
 from headwater.client.partitioner import partition_for_key
 from headwater.client.retry import RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
+from headwater.log.batch import encode_batch
 
 T0_MS = 1_700_000_000_000
 CLOCK = [0.0]
@@ -99,6 +100,22 @@ def test_batches_are_cut_before_batch_bytes_and_a_large_record_goes_alone() -> N
             sizes.append([len(v or b"") for v in batch.values])
             acc.settle(batch, 0.0, T0_MS)
     assert sizes == [[30, 30], [30], [500]]
+
+
+def test_a_record_whose_timestamp_a_batch_cannot_hold_starts_the_next() -> None:
+    """Timestamps are int32 deltas from a batch's first: a record further away than that
+    from it (a user-given timestamp) closes the open batch, so every batch encodes."""
+    acc = make(batch_bytes=10_000, linger_s=0)
+    far = 1 << 32
+    for stamp in (far, far + (1 << 31) - 1, far - (1 << 31), 0, 1):
+        acc.append(A, b"v", None, None, stamp, record_size(b"v", None))
+    stamps = []
+    while not acc.idle():
+        for batch in acc.drain(0.0, T0_MS, flushing=True).sendable:
+            stamps.append(list(batch.timestamps))  # type: ignore[arg-type]
+            encode_batch(batch.values, timestamps_ms=batch.timestamps)
+            acc.settle(batch, 0.0, T0_MS)
+    assert stamps == [[far, far + (1 << 31) - 1, far - (1 << 31)], [0, 1]]
 
 
 def test_one_batch_in_flight_per_partition_and_the_open_batch_fills_meanwhile() -> None:

@@ -66,6 +66,7 @@ def test_async_errors_fail_the_futures(shared_node: NodeProcess) -> None:
             assert (await fine).offset == 0  # the stream goes on after a failed request
             with pytest.raises(HeadwaterError) as info:
                 await producer.send("aio-small", b"x", partition=4)
+            assert info.value.code == ErrorCode.PARTITION_OUT_OF_RANGE
             assert "[0, 1)" in info.value.message
             with pytest.raises(HeadwaterError) as info:
                 await producer.send("nosuchtopic", b"x")

@@ -88,7 +88,8 @@ def test_send_encoded_keeps_the_batch_and_its_order(shared_node: NodeProcess) ->
         assert two.value.code is ErrorCode.CORRUPT_MESSAGE and "one batch" in two.value.message
         with pytest.raises(HeadwaterError) as bad_partition:
             producer.send_encoded("api-encoded", 2, encoded)
-        assert bad_partition.value.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert bad_partition.value.code is ErrorCode.PARTITION_OUT_OF_RANGE
+        assert not bad_partition.value.retriable
     with LogReader(shared_node.address) as reader:
         records = reader.fetch("api-encoded", 1, landed.base_offset).records
     (_, header), *_ = iter_headers(records)

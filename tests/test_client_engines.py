@@ -306,7 +306,7 @@ def test_the_same_refusals(
     assert unknown.value.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     with pytest.raises(HeadwaterError) as outside:
         engine.send(topic, b"v", partition=2)
-    assert outside.value.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert outside.value.code is ErrorCode.PARTITION_OUT_OF_RANGE
     assert "[0, 2)" in outside.value.message
     for bad, code in (
         ({"retries": -1}, ErrorCode.INVALID_CONFIG),

@@ -291,7 +291,7 @@ def test_commits_are_fenced_by_ownership_and_epoch() -> None:
     assert codes == [
         None,
         ErrorCode.PARTITION_NOT_ASSIGNED,
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.PARTITION_OUT_OF_RANGE,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.INVALID_REQUEST,
         ErrorCode.OFFSET_METADATA_TOO_LARGE,

@@ -264,7 +264,8 @@ def test_bad_produce_requests_leave_data_intact(shared_node: NodeProcess) -> Non
     code, details = produce_error(topic="nosuchtopic", partition=0, batch=good)
     assert code == grpc.StatusCode.NOT_FOUND and "nosuchtopic" in details
     code, details = produce_error(topic=topic, partition=7, batch=good)
-    assert "UNKNOWN_TOPIC_OR_PARTITION" in details and "[0, 2)" in details
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "PARTITION_OUT_OF_RANGE" in details and "[0, 2)" in details
     code, details = produce_error(
         topic=topic, partition=0, batch=batch_format.encode_batch([b"x" * 5000])
     )

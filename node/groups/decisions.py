@@ -601,11 +601,15 @@ def commit_offsets(
 
 def _commit_problem(item: CommitItem, partition_counts: Mapping[str, int]) -> HeadwaterError | None:
     count = partition_counts.get(item.topic)
-    if count is None or not 0 <= item.partition < count:
-        valid = f"[0, {count})" if count is not None else "none: no such topic"
+    if count is None:
         return _error(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            f"{item.topic}-{item.partition} does not exist (partitions: {valid})",
+            f"{item.topic}-{item.partition} does not exist (partitions: none: no such topic)",
+        )
+    if not 0 <= item.partition < count:
+        return _error(
+            ErrorCode.PARTITION_OUT_OF_RANGE,
+            f"{item.topic}-{item.partition} does not exist (partitions: [0, {count}))",
         )
     if item.offset < 0:
         return _error(ErrorCode.INVALID_REQUEST, f"offset is {item.offset}; must be >= 0")

@@ -347,6 +347,7 @@ class GroupsService(pb_grpc.GroupsServicer):
                     partition=item.partition,
                     error_code=pb.ErrorCode.ValueType(error.code if error else 0),
                     error_message=error.message if error else "",
+                    retriable=error.retriable if error else False,
                 )
                 for item, error in zip(items, answers, strict=True)
             ]

@@ -10,11 +10,16 @@ asked for forwards the call to the leader, and admin calls go to the active cont
 A third service, `Controller`, is internal: brokers use it to register, heartbeat and
 follow the metadata.
 
-Errors: a failed call ends with a gRPC status whose details carry one
-google.rpc.ErrorInfo with domain "headwater.v1", reason = the ErrorCode name below, and
-metadata {"code": "<number>", "retriable": "true"|"false"}. The status message names
-the problem and, where there is one, the valid range. Calls that act on many items
-(CreateTopics, DeleteTopics) answer per item instead, with `error_code` fields.
+Errors: a failed call ends with a gRPC status (the code GRPC_STATUS_OF gives for its
+ErrorCode) whose details carry one google.rpc.ErrorInfo (google/rpc/error_details.proto,
+in the standard grpc-status-details-bin trailer as a google.rpc.Status) with domain
+"headwater.v1", reason = the ErrorCode name below, and metadata
+{"code": "<number>", "retriable": "true"|"false"}. The status message names the
+problem and, where there is one, the valid range. docs/errors.md lists every code with
+its gRPC status, whether it is retriable and what a client does about it. Answers that
+carry an error per item (ProduceStream's answers; CreateTopics', DeleteTopics' and
+OffsetCommit's results) have `error_code`, `error_message` and `retriable` fields
+instead.
 
 Record batches: Produce and Fetch carry record batches in the binary format specified
 in docs/record-batch-format.md (columnar, CRC32C, optional zstd/lz4 body). Clients that
@@ -48,6 +53,9 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     OFFSET_OUT_OF_RANGE: _ErrorCode.ValueType  # 1
     CORRUPT_MESSAGE: _ErrorCode.ValueType  # 2
     UNKNOWN_TOPIC_OR_PARTITION: _ErrorCode.ValueType  # 3
+    """The topic does not exist (retriable: it may be being created). A partition number the
+    topic does not have is PARTITION_OUT_OF_RANGE.
+    """
     INVALID_FETCH_SIZE: _ErrorCode.ValueType  # 4
     LEADER_NOT_AVAILABLE: _ErrorCode.ValueType  # 5
     NOT_LEADER_OR_FOLLOWER: _ErrorCode.ValueType  # 6
@@ -169,6 +177,11 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     raise the client's gRPC receive limit and max_response_bytes above the size the
     message names (gRPC status FAILED_PRECONDITION).
     """
+    PARTITION_OUT_OF_RANGE: _ErrorCode.ValueType  # 1004
+    """A partition number outside [0, partitions) of an existing topic (the message names
+    the range). Not retriable: retrying the same number fails the same way (after
+    CreatePartitions, refresh metadata once). gRPC status INVALID_ARGUMENT.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Operating errors with stable numbers (Apache Kafka's where Kafka has the same error)."""
@@ -178,6 +191,9 @@ UNKNOWN_SERVER_ERROR: ErrorCode.ValueType  # -1
 OFFSET_OUT_OF_RANGE: ErrorCode.ValueType  # 1
 CORRUPT_MESSAGE: ErrorCode.ValueType  # 2
 UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.ValueType  # 3
+"""The topic does not exist (retriable: it may be being created). A partition number the
+topic does not have is PARTITION_OUT_OF_RANGE.
+"""
 INVALID_FETCH_SIZE: ErrorCode.ValueType  # 4
 LEADER_NOT_AVAILABLE: ErrorCode.ValueType  # 5
 NOT_LEADER_OR_FOLLOWER: ErrorCode.ValueType  # 6
@@ -299,6 +315,11 @@ max_response_bytes (by default a stock gRPC client's 4 MiB). Not retriable as is
 raise the client's gRPC receive limit and max_response_bytes above the size the
 message names (gRPC status FAILED_PRECONDITION).
 """
+PARTITION_OUT_OF_RANGE: ErrorCode.ValueType  # 1004
+"""A partition number outside [0, partitions) of an existing topic (the message names
+the range). Not retriable: retrying the same number fails the same way (after
+CreatePartitions, refresh metadata once). gRPC status INVALID_ARGUMENT.
+"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 class _Acks:
@@ -323,7 +344,13 @@ class _AcksEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Acks.ValueType],
     """
 
 class Acks(_Acks, metaclass=_AcksEnumTypeWrapper):
-    """How many replicas must have a produced batch before the broker answers."""
+    """How many replicas must have a produced batch before the broker answers.
+
+    NOT Kafka's numbers: Kafka's acks=0 is ACKS_NONE (1), acks=1 is ACKS_LEADER (2),
+    acks=all (-1) is ACKS_ALL (3); 0 is unset and means ACKS_ALL. A client that writes the
+    number of a Kafka setting into this field gets another guarantee than it asked for: use
+    the names (grpcurl and protobuf JSON accept them, e.g. "acks": "ACKS_LEADER").
+    """
 
 ACKS_UNSPECIFIED: Acks.ValueType  # 0
 """Unset: treated as ACKS_ALL, the safe default (as Kafka since 3.0)."""
@@ -392,7 +419,11 @@ class _RecordFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RecordFo
     RECORD_FORMAT_BATCHES: _RecordFormat.ValueType  # 0
     """`records` holds whole encoded batches, byte for byte as stored (fastest)."""
     RECORD_FORMAT_RECORDS: _RecordFormat.ValueType  # 1
-    """`decoded` holds one message per record (for clients without a batch decoder)."""
+    """`decoded` holds one message per record (for clients without a batch decoder). It
+    costs the broker a decode and a message per record: about 8 times slower than
+    RECORD_FORMAT_BATCHES for small records (BENCHMARKS.md). For trying things out and
+    for low rates; a client that reads much decodes batches itself.
+    """
 
 class RecordFormat(_RecordFormat, metaclass=_RecordFormatEnumTypeWrapper):
     """How Fetch returns records."""
@@ -400,7 +431,11 @@ class RecordFormat(_RecordFormat, metaclass=_RecordFormatEnumTypeWrapper):
 RECORD_FORMAT_BATCHES: RecordFormat.ValueType  # 0
 """`records` holds whole encoded batches, byte for byte as stored (fastest)."""
 RECORD_FORMAT_RECORDS: RecordFormat.ValueType  # 1
-"""`decoded` holds one message per record (for clients without a batch decoder)."""
+"""`decoded` holds one message per record (for clients without a batch decoder). It
+costs the broker a decode and a message per record: about 8 times slower than
+RECORD_FORMAT_BATCHES for small records (BENCHMARKS.md). For trying things out and
+for low rates; a client that reads much decodes batches itself.
+"""
 Global___RecordFormat: _TypeAlias = RecordFormat  # noqa: Y015
 
 @_typing.final
@@ -562,6 +597,9 @@ class ProduceRequest(_message.Message):
     stores the bytes as they are.
     """
     acks: Global___Acks.ValueType
+    """ACKS_NONE, ACKS_LEADER or ACKS_ALL (unset: ACKS_ALL). Not Kafka's numbers: Kafka's
+    acks=1 is ACKS_LEADER (2); see enum Acks.
+    """
     timeout_ms: _builtins.int
     """How long the broker may wait for acks=all replication, in ms; 0 means the server
     default (request_timeout_ms). Range [0, 300000].
@@ -642,6 +680,7 @@ class ProduceResponse(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     THROTTLE_TIME_MS_FIELD_NUMBER: _builtins.int
+    RETRIABLE_FIELD_NUMBER: _builtins.int
     error_code: Global___ErrorCode.ValueType
     """ProduceStream only: NONE on success, else why this request failed (nothing of it was
     appended). Unary Produce reports errors as a gRPC status instead.
@@ -651,6 +690,8 @@ class ProduceResponse(_message.Message):
     """Milliseconds this answer was held back because the caller is over a produce-byte or
     request quota (docs/security.md, "Quotas"); 0 when not throttled.
     """
+    retriable: _builtins.bool
+    """ProduceStream only: whether the same request may succeed later (see error_code)."""
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionProduceResult]:
         """One entry per partition written, in ascending partition order."""
@@ -662,10 +703,11 @@ class ProduceResponse(_message.Message):
         error_code: Global___ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
         throttle_time_ms: _builtins.int = ...,
+        retriable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "results", b"results", "throttle_time_ms", b"throttle_time_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "results", b"results", "retriable", b"retriable", "throttle_time_ms", b"throttle_time_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -866,7 +908,10 @@ class PartitionOffset(_message.Message):
     recent (so that a consumer seeking to it waits for new data).
     """
     timestamp_ms: _builtins.int
-    """Timestamp of the record at `offset` for OFFSET_SPEC_TIMESTAMP, else -1."""
+    """Timestamp of the record at `offset` for OFFSET_SPEC_TIMESTAMP; -1 for the other specs,
+    and for OFFSET_SPEC_TIMESTAMP when no record is that recent (`offset` is then the high
+    watermark).
+    """
     def __init__(
         self,
         *,
@@ -1366,11 +1411,14 @@ class OffsetCommitResult(_message.Message):
     PARTITION_FIELD_NUMBER: _builtins.int
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    RETRIABLE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     error_code: Global___ErrorCode.ValueType
     """NONE, or why this partition's offset was not stored."""
     error_message: _builtins.str
+    retriable: _builtins.bool
+    """Whether the same commit may succeed later (docs/errors.md)."""
     def __init__(
         self,
         *,
@@ -1378,10 +1426,11 @@ class OffsetCommitResult(_message.Message):
         partition: _builtins.int = ...,
         error_code: Global___ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
+        retriable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partition", b"partition", "retriable", b"retriable", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2287,12 +2336,15 @@ class TopicResult(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     TOPIC_ID_FIELD_NUMBER: _builtins.int
+    RETRIABLE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     error_code: Global___ErrorCode.ValueType
     error_message: _builtins.str
     """Empty on success; otherwise the problem and the valid range."""
     topic_id: _builtins.str
     """The new topic's id (CreateTopics only)."""
+    retriable: _builtins.bool
+    """Whether the same request may succeed later for this topic (docs/errors.md)."""
     def __init__(
         self,
         *,
@@ -2300,10 +2352,11 @@ class TopicResult(_message.Message):
         error_code: Global___ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
         topic_id: _builtins.str = ...,
+        retriable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "name", b"name", "topic_id", b"topic_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "name", b"name", "retriable", b"retriable", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2916,6 +2969,7 @@ class ReplicaFetchData(_message.Message):
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    RETRIABLE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     error_code: Global___ErrorCode.ValueType
@@ -2926,6 +2980,8 @@ class ReplicaFetchData(_message.Message):
     high_watermark: _builtins.int
     log_start_offset: _builtins.int
     log_end_offset: _builtins.int
+    retriable: _builtins.bool
+    """Whether error_code may clear without a change (docs/errors.md)."""
     def __init__(
         self,
         *,
@@ -2937,10 +2993,11 @@ class ReplicaFetchData(_message.Message):
         high_watermark: _builtins.int = ...,
         log_start_offset: _builtins.int = ...,
         log_end_offset: _builtins.int = ...,
+        retriable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "high_watermark", b"high_watermark", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "high_watermark", b"high_watermark", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records", "retriable", b"retriable", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

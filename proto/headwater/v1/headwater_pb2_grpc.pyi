@@ -10,11 +10,16 @@ asked for forwards the call to the leader, and admin calls go to the active cont
 A third service, `Controller`, is internal: brokers use it to register, heartbeat and
 follow the metadata.
 
-Errors: a failed call ends with a gRPC status whose details carry one
-google.rpc.ErrorInfo with domain "headwater.v1", reason = the ErrorCode name below, and
-metadata {"code": "<number>", "retriable": "true"|"false"}. The status message names
-the problem and, where there is one, the valid range. Calls that act on many items
-(CreateTopics, DeleteTopics) answer per item instead, with `error_code` fields.
+Errors: a failed call ends with a gRPC status (the code GRPC_STATUS_OF gives for its
+ErrorCode) whose details carry one google.rpc.ErrorInfo (google/rpc/error_details.proto,
+in the standard grpc-status-details-bin trailer as a google.rpc.Status) with domain
+"headwater.v1", reason = the ErrorCode name below, and metadata
+{"code": "<number>", "retriable": "true"|"false"}. The status message names the
+problem and, where there is one, the valid range. docs/errors.md lists every code with
+its gRPC status, whether it is retriable and what a client does about it. Answers that
+carry an error per item (ProduceStream's answers; CreateTopics', DeleteTopics' and
+OffsetCommit's results) have `error_code`, `error_message` and `retriable` fields
+instead.
 
 Record batches: Produce and Fetch carry record batches in the binary format specified
 in docs/record-batch-format.md (columnar, CRC32C, optional zstd/lz4 body). Clients that
