@@ -24,7 +24,7 @@ from typing import Any, Final
 from headwater.addresses import DEFAULT_LISTEN, parse_address
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.api import FlushPolicy, LogConfig
-from headwater.log.batch import HEADER_BYTES
+from headwater.log.batch import HEADER_BYTES, MESSAGE_BYTES_DEFAULT
 
 INT32_MAX: Final = (1 << 31) - 1
 INT64_MAX: Final = (1 << 63) - 1
@@ -627,8 +627,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "max_message_bytes",
-        8 * MiB,
-        "Largest record batch a producer may send (after compression).",
+        MESSAGE_BYTES_DEFAULT,
+        "Largest record batch a producer may send (after compression). The default, 4 MiB "
+        "- 1 KiB, keeps every batch fetchable by a stock gRPC client (4 MiB receive limit); "
+        "larger batches need consumers that raise their limit (max_response_bytes).",
         unit="bytes",
         low=HEADER_BYTES + 8,
         high=1 << 30,
@@ -794,7 +796,7 @@ class NodeConfig:
     segment_ms: int = 7 * DAY_MS
     retention_ms: int = 7 * DAY_MS
     retention_bytes: int = -1
-    max_message_bytes: int = 8 * MiB
+    max_message_bytes: int = MESSAGE_BYTES_DEFAULT
     message_timestamp_after_max_ms: int = 3_600_000
     message_timestamp_before_max_ms: int = -1
     index_interval_bytes: int = 4096

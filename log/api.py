@@ -14,7 +14,7 @@ from typing import Protocol
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import producer_state
-from headwater.log.batch import BatchHeader
+from headwater.log.batch import MESSAGE_BYTES_DEFAULT, BatchHeader
 from headwater.log.producer_state import ProducerStates
 
 
@@ -39,7 +39,7 @@ class LogConfig:
     segment_ms: int = 7 * 24 * 3600 * 1000
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_bytes: int = -1
-    max_message_bytes: int = 8 << 20
+    max_message_bytes: int = MESSAGE_BYTES_DEFAULT
     message_timestamp_after_max_ms: int = 3_600_000
     message_timestamp_before_max_ms: int = -1
     index_interval_bytes: int = 4096

@@ -105,6 +105,10 @@ TIMESTAMP_MIN_MS: Final = 0
 """1970-01-01T00:00:00.000Z: Kafka's rule (no negative timestamps)."""
 TIMESTAMP_MAX_MS: Final = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z: the last instant every language's date type can hold."""
+MESSAGE_BYTES_DEFAULT: Final = (4 << 20) - 1024
+"""The default max_message_bytes (4 MiB - 1 KiB): a batch no larger fits, with the
+answer's framing, in one Fetch answer under a stock gRPC client's 4 MiB receive limit, so
+that a client in any language reads every batch of a topic at its default settings."""
 UNCOMPRESSED_BYTES_MAX: Final = 1 << 30
 """Largest body a reader decompresses when it knows no topic limit (the largest
 max_message_bytes a topic may set); the broker checks produced batches against the

@@ -60,6 +60,7 @@ from headwater.client import Admin, BatchFuture, ClientSecurity, LogReader
 from headwater.client.partitioner import partition_for_key
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import (
+    MESSAGE_BYTES_DEFAULT,
     SELF_NAMED_PRODUCER_ID_MIN,
     decode_batches,
     encode_batch,
@@ -75,7 +76,7 @@ STATE_TOPIC_CONFIGS: Final = {
     "segment_bytes": str(8 << 20),
 }
 CHUNK_BYTES_DEFAULT: Final = 1 << 20
-CHUNK_BYTES_MAX: Final = 8 << 20  # the broker's default max_message_bytes
+CHUNK_BYTES_MAX: Final = MESSAGE_BYTES_DEFAULT  # the broker's default max_message_bytes
 SEQUENCE_SPACE: Final = 1 << 31
 RECORD_OVERHEAD_BYTES: Final = 8  # per record in a batch body: offsets, timestamp delta
 NO_BATCH: Final = 0xFFFFFFFF  # the batch id part of producer ids of batch (not stream) writes

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import json_format
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
 from headwater.client import Admin
+from headwater.client.producer import parse_acks
 from headwater.error_table import render_markdown
 from headwater.errors import GRPC_STATUS_OF, ErrorCode, is_retriable
 from headwater.log import batch as batch_format
@@ -154,3 +156,15 @@ def test_every_document_the_proto_names_exists() -> None:
         if section:
             headings = [line.lstrip("#").strip() for line in document.read_text().splitlines()]
             assert section in headings, f'{path} has no section "{section}"'
+
+
+def test_acks_wire_values_and_kafka_spellings() -> None:
+    """The proto's numbers are not Kafka's (ACKS_NONE = 1): they are pinned here, and
+    every Kafka spelling the Python client and CLI take maps to the proto name with the
+    same meaning; protobuf JSON (grpcurl) takes the names."""
+    assert (pb.ACKS_UNSPECIFIED, pb.ACKS_NONE, pb.ACKS_LEADER, pb.ACKS_ALL) == (0, 1, 2, 3)
+    kafka = {"0": pb.ACKS_NONE, "1": pb.ACKS_LEADER, "all": pb.ACKS_ALL, "-1": pb.ACKS_ALL}
+    for spelling, value in kafka.items():
+        assert parse_acks(spelling) == value
+    request = json_format.Parse('{"topic": "t", "acks": "ACKS_LEADER"}', pb.ProduceRequest())
+    assert request.acks == pb.ACKS_LEADER

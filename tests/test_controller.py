@@ -469,7 +469,7 @@ def test_reassignment_checks_its_target() -> None:
         assert info.value.code is code
     with pytest.raises(HeadwaterError) as info:
         c.reassign_partition(image, EPOCH, "t", 5, (1,))
-    assert info.value.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert info.value.code is ErrorCode.PARTITION_OUT_OF_RANGE
 
 
 # --------------------------------------------------------------------------- simulation

@@ -70,6 +70,38 @@ def test_a_default_fetch_fits_a_stock_client(
     assert decoded.next_offset == decoded.decoded[-1].offset + 1
 
 
+@pytest.mark.parametrize("record_format", [pb.RECORD_FORMAT_BATCHES, pb.RECORD_FORMAT_RECORDS])
+def test_the_largest_batch_a_default_topic_takes_fits_a_stock_client(
+    node: NodeProcess,
+    big_client_and_stock_client,  # type: ignore[no-untyped-def]
+    record_format: pb.RecordFormat.ValueType,
+) -> None:
+    """A topic's default max_message_bytes was 8 MiB: a stock client could not read what
+    the broker took. Now a batch of exactly the default limit, one record, or a record of
+    the same size sent as plain records, is fetched by a client at gRPC's defaults."""
+    big, stock = big_client_and_stock_client
+    from headwater.client import Admin
+
+    with Admin(node.address) as admin:
+        admin.create_topic("largest", 1)
+    limit = batch_format.MESSAGE_BYTES_DEFAULT
+    value_bytes = limit - batch_format.HEADER_BYTES - 24  # validity, offsets, deltas: 8 each
+    largest = batch_format.encode_batch([b"x" * value_bytes])
+    assert len(largest) == limit
+    _produce(big, "largest", [largest])
+    with pytest.raises(grpc.RpcError) as refused:
+        _produce(big, "largest", [batch_format.encode_batch([b"x" * (value_bytes + 8)])])
+    assert from_rpc_error(refused.value, node.address).code is ErrorCode.MESSAGE_TOO_LARGE
+    answer = stock.Fetch(
+        pb.FetchRequest(topic="largest", partition=0, offset=0, format=record_format)
+    )
+    assert answer.next_offset == 1
+    if record_format == pb.RECORD_FORMAT_BATCHES:
+        assert answer.records[16:] == largest[16:]  # the broker stamps offset and epoch
+    else:
+        assert len(answer.decoded[0].value) == value_bytes
+
+
 def test_a_batch_too_large_for_the_client_gets_a_distinct_error(
     node: NodeProcess, big_client_and_stock_client
 ) -> None:  # type: ignore[no-untyped-def]
@@ -77,7 +109,7 @@ def test_a_batch_too_large_for_the_client_gets_a_distinct_error(
     from headwater.client import Admin
 
     with Admin(node.address) as admin:
-        admin.create_topic("big-batch", 1)
+        admin.create_topic("big-batch", 1, configs={"max_message_bytes": str(8 << 20)})
     large = batch_format.encode_batch([b"x" * (1 << 20)] * 5)  # 5 MiB, under 8 MiB
     _produce(big, "big-batch", [large])
     with pytest.raises(grpc.RpcError) as refused:
