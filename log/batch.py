@@ -114,6 +114,7 @@ UNCOMPRESSED_BYTES_MAX: Final = 1 << 30
 max_message_bytes a topic may set); the broker checks produced batches against the
 topic's own max_message_bytes."""
 _BASE_OFFSET_LEADER_EPOCH: Final = struct.Struct("<qii")
+_LZ4_FRAME_MAGIC: Final = b"\x04\x22\x4d\x18"  # 0x184D2204, little-endian
 _PRODUCER_FIELDS: Final = struct.Struct("<qih")
 
 
@@ -383,6 +384,12 @@ def decompress(
                 )
             raw = _zstd_decompress(stored, size)
         elif compression is Compression.LZ4:
+            if bytes(stored[:4]) != _LZ4_FRAME_MAGIC:
+                raise CorruptBatchError(
+                    f"lz4 body starts with {bytes(stored[:4]).hex()}, not an LZ4 frame's magic "
+                    "04224d18: the body is one frame of the LZ4 Frame Format (not a raw block, "
+                    "not the legacy frame)"
+                )
             declared = lz4.frame.get_frame_info(stored)["content_size"]
             if declared not in (0, size):
                 raise CorruptBatchError(
@@ -653,7 +660,9 @@ def _validate(array: pa.Array, what: str) -> None:
     try:
         array.validate(full=True)
     except pa.ArrowInvalid as exc:
-        raise CorruptBatchError(f"{what}: {exc}") from exc
+        raise CorruptBatchError(
+            f"{what} offsets must start at 0, never decrease and end at the data's length: {exc}"
+        ) from exc
 
 
 def _arange(count: int, start: int) -> pa.Array:
@@ -697,8 +706,12 @@ def _decode_columns(header: BatchHeader, body: bytes | memoryview) -> _Columns:
             header_keys = reader.binary(header_count, "header key", with_validity=False)
             # Validated with the list below: nothing reads through its offsets before.
             header_values = reader.binary(header_count, "header value", validate=False)
+            try:
+                header_key_text = header_keys.cast(pa.string())
+            except pa.ArrowInvalid as exc:
+                raise CorruptBatchError(f"header keys must be valid UTF-8: {exc}") from exc
             entries = pa.StructArray.from_arrays(
-                [header_keys.cast(pa.string()), header_values],
+                [header_key_text, header_values],
                 fields=list(_HEADERS_TYPE.value_type),
             )
             headers = pa.Array.from_buffers(
