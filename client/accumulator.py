@@ -166,14 +166,24 @@ class _OpenBatch(Generic[C]):
     the first record that has one (then they are back-filled with None), which saves two
     list appends per record on the common keyless path."""
 
-    __slots__ = ("completion", "created_s", "headers", "keys", "size", "timestamps", "values")
+    __slots__ = (
+        "completion",
+        "created_s",
+        "first_timestamp",
+        "headers",
+        "keys",
+        "size",
+        "timestamps",
+        "values",
+    )
 
-    def __init__(self, completion: C, created_s: float) -> None:
+    def __init__(self, completion: C, created_s: float, first_timestamp: int) -> None:
         self.completion = completion
         self.values: list[bytes | None] = []
         self.keys: list[bytes | None] | None = None
         self.headers: list[HeaderPairs | None] | None = None
         self.timestamps: list[int] = []
+        self.first_timestamp = first_timestamp
         self.size = 0
         self.created_s = created_s
 
@@ -245,16 +255,15 @@ class RecordAccumulator(Generic[C]):
         changed = False
         if open_batch is not None and (
             open_batch.size + size > self._batch_bytes
-            # A batch stores int32 deltas from its first timestamp: one that would span
-            # further is closed and the record starts the next.
-            or not TIMESTAMP_DELTA_MIN
-            <= timestamp_ms - open_batch.timestamps[0]
-            <= TIMESTAMP_DELTA_MAX
+            # A batch stores int32 deltas from its first timestamp (TIMESTAMP_DELTA_MIN,
+            # _MAX, here as literals: cheaper than globals on this per-record path): a
+            # record further away closes it and starts the next.
+            or not -2147483648 <= timestamp_ms - open_batch.first_timestamp <= 2147483647
         ):
             self._close(slot, open_batch)
             open_batch = None
         if open_batch is None:
-            open_batch = _OpenBatch(self._new_completion(slot), self._clock())
+            open_batch = _OpenBatch(self._new_completion(slot), self._clock(), timestamp_ms)
             self._open[slot] = open_batch
             changed = True
         values = open_batch.values

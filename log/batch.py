@@ -115,6 +115,8 @@ max_message_bytes a topic may set); the broker checks produced batches against t
 topic's own max_message_bytes."""
 _BASE_OFFSET_LEADER_EPOCH: Final = struct.Struct("<qii")
 _LZ4_FRAME_MAGIC: Final = b"\x04\x22\x4d\x18"  # 0x184D2204, little-endian
+_LZ4_FLAG_DICTIONARY_ID: Final = 0x01  # FLG bits of the LZ4 frame descriptor
+_LZ4_FLAG_CONTENT_SIZE: Final = 0x08
 _PRODUCER_FIELDS: Final = struct.Struct("<qih")
 
 
@@ -251,6 +253,8 @@ def _canonical_bitmap(validity: pa.Buffer | None, count: int) -> bytes | memoryv
     ``count`` (the unused bits of the last byte) are 0. None: every item is present."""
     size = _bitmap_bytes(count)
     spare_bits = 8 * size - count
+    if size == 0:
+        return b""
     if validity is None:
         return b"\xff" * (size - 1) + bytes([0xFF >> spare_bits])
     bitmap = memoryview(validity)[:size]
@@ -333,26 +337,75 @@ def compress(body: bytes, compression: Compression) -> bytes:
     return bytes(lz4.frame.compress(body))
 
 
-def _zstd_decompress(stored: bytes | memoryview, size: int) -> bytes:
-    """The one Zstandard frame of ``stored``, into a buffer of ``size`` bytes: output
-    past it, and any byte after the frame (a second frame, a skippable frame), fail."""
+def _zstd_decompress(stored: bytes | memoryview, size: int, whole: bool) -> bytes:
+    """The first Zstandard frame of ``stored``, into a buffer of ``size`` bytes: output
+    past it fails. With ``whole``, so does any byte after the frame (a second frame, a
+    skippable frame)."""
     try:
+        parameters = zstandard.get_frame_parameters(stored)
+        if parameters.dict_id:
+            raise CorruptBatchError(
+                f"zstd frame names dictionary {parameters.dict_id}: batches use none"
+            )
+        declared = parameters.content_size
+        if declared not in (zstandard.CONTENTSIZE_UNKNOWN, size):
+            raise CorruptBatchError(
+                f"zstd frame declares {declared} bytes, header says "
+                f"uncompressed_body_length={size}"
+            )
         return bytes(
             zstandard.ZstdDecompressor().decompress(  # one per call: not thread-safe
                 stored,
-                max_output_size=max(size, 1),
-                allow_extra_data=False,  # 0: unbounded
+                max_output_size=max(size, 1),  # 0 would mean unbounded
+                allow_extra_data=not whole,
             )
         )
     except zstandard.ZstdError as exc:
         if "unused data" in str(exc):
             raise CorruptBatchError(
-                f"zstd body has bytes after its frame ({exc}): the body is exactly one "
-                "Zstandard frame"
+                f"zstd body has bytes after its frame ({exc}): a produced body is exactly "
+                "one Zstandard frame"
             ) from exc
         if "did not decompress full frame" in str(exc):
-            raise CorruptBatchError(f"zstd body decompresses to more than {size} bytes") from exc
-        raise
+            raise CorruptBatchError(
+                f"zstd body is truncated or decompresses to more than {size} bytes"
+            ) from exc
+        raise CorruptBatchError(f"zstd body does not decompress: {exc}") from exc
+
+
+def _lz4_decompress(stored: bytes | memoryview, size: int, whole: bool) -> bytes:
+    """The first LZ4 frame of ``stored`` (the LZ4 Frame Format), at most ``size`` bytes of
+    it. Its descriptor is read here: no dictionary id, and a content size, when the frame
+    has one, equal to ``size``. With ``whole``, any byte after the frame fails."""
+    if bytes(stored[:4]) != _LZ4_FRAME_MAGIC or len(stored) < 7:
+        raise CorruptBatchError(
+            f"lz4 body starts with {bytes(stored[:4]).hex()}, not an LZ4 frame's magic "
+            "04224d18: the body is one frame of the LZ4 Frame Format (not a raw block, "
+            "not the legacy frame)"
+        )
+    flags = stored[4]
+    if flags & _LZ4_FLAG_DICTIONARY_ID:
+        raise CorruptBatchError("lz4 frame names a dictionary: batches use none")
+    if flags & _LZ4_FLAG_CONTENT_SIZE:
+        declared = int.from_bytes(bytes(stored[6:14]), "little")
+        if declared != size:
+            raise CorruptBatchError(
+                f"lz4 frame declares {declared} bytes, header says "
+                f"uncompressed_body_length={size}"
+            )
+    try:
+        decompressor = lz4.frame.LZ4FrameDecompressor()
+        raw = bytes(decompressor.decompress(stored, max_length=size))
+    except (RuntimeError, ValueError) as exc:
+        raise CorruptBatchError(f"lz4 body does not decompress: {exc}") from exc
+    if len(raw) == size and not decompressor.eof:
+        raise CorruptBatchError(f"lz4 body decompresses to more than {size} bytes")
+    if whole and decompressor.unused_data:
+        raise CorruptBatchError(
+            f"lz4 body has {len(decompressor.unused_data)} bytes after its frame: a produced "
+            "body is exactly one LZ4 frame"
+        )
+    return raw
 
 
 def decompress(
@@ -360,6 +413,7 @@ def decompress(
     compression: Compression,
     size: int,
     max_size: int = UNCOMPRESSED_BYTES_MAX,
+    whole: bool = False,
 ) -> bytes | memoryview:
     """Decompress a body, checking it yields exactly ``size`` bytes (an uncompressed body
     is returned as a view of ``stored``, not copied).
@@ -367,50 +421,22 @@ def decompress(
     ``size`` (the header's uncompressed_body_length) must not exceed ``max_size``, and no
     codec is allowed to produce more than ``size`` bytes: decompression stops there, so
     a body that claims or expands to more costs at most ``size`` bytes of memory.
+
+    A reader decodes the body's first frame and ignores bytes after it (brokers before
+    2026-11 stored such bodies); ``whole`` (the broker's check of a produced batch)
+    refuses them: a produced body is exactly one frame.
     """
     if size > max_size:
         raise CorruptBatchError(
             f"uncompressed_body_length {size} exceeds the limit of {max_size} bytes "
             "(max_message_bytes)"
         )
-    raw: bytes | memoryview
-    try:
-        if compression is Compression.ZSTD:
-            declared = zstandard.frame_content_size(stored)
-            if declared not in (-1, size):
-                raise CorruptBatchError(
-                    f"zstd frame declares {declared} bytes, header says "
-                    f"uncompressed_body_length={size}"
-                )
-            raw = _zstd_decompress(stored, size)
-        elif compression is Compression.LZ4:
-            if bytes(stored[:4]) != _LZ4_FRAME_MAGIC:
-                raise CorruptBatchError(
-                    f"lz4 body starts with {bytes(stored[:4]).hex()}, not an LZ4 frame's magic "
-                    "04224d18: the body is one frame of the LZ4 Frame Format (not a raw block, "
-                    "not the legacy frame)"
-                )
-            declared = lz4.frame.get_frame_info(stored)["content_size"]
-            if declared not in (0, size):
-                raise CorruptBatchError(
-                    f"lz4 frame declares {declared} bytes, header says "
-                    f"uncompressed_body_length={size}"
-                )
-            decompressor = lz4.frame.LZ4FrameDecompressor()
-            raw = decompressor.decompress(stored, max_length=size)
-            if len(raw) == size and not decompressor.eof:
-                raise CorruptBatchError(f"lz4 body decompresses to more than {size} bytes")
-            if decompressor.unused_data:
-                raise CorruptBatchError(
-                    f"lz4 body has {len(decompressor.unused_data)} bytes after its frame: "
-                    "the body is exactly one LZ4 frame"
-                )
-        else:
-            raw = memoryview(stored)
-    except (zstandard.ZstdError, RuntimeError, ValueError, KeyError) as exc:
-        raise CorruptBatchError(
-            f"{compression.name.lower()} body does not decompress: {exc}"
-        ) from exc
+    if compression is Compression.ZSTD:
+        raw: bytes | memoryview = _zstd_decompress(stored, size, whole)
+    elif compression is Compression.LZ4:
+        raw = _lz4_decompress(stored, size, whole)
+    else:
+        raw = memoryview(stored)
     if len(raw) != size:
         raise CorruptBatchError(
             f"body decompresses to {len(raw)} bytes, header says uncompressed_body_length={size}"
@@ -891,7 +917,11 @@ def validate_batch(
     _check_timestamp(header.max_timestamp, "max_timestamp", (low, high))
     stored = memoryview(buffer)[HEADER_BYTES : HEADER_BYTES + header.body_length]
     body = decompress(
-        stored, header.compression, header.uncompressed_body_length, max_uncompressed_bytes
+        stored,
+        header.compression,
+        header.uncompressed_body_length,
+        max_uncompressed_bytes,
+        whole=True,
     )
     columns = _decode_columns(header, body)
     if require_keys and (not header.has_keys or columns.keys.null_count):

@@ -174,7 +174,7 @@ def _rewrite(header: batch_format.BatchHeader, data: bytes, kept: list[bool]) ->
         out.append(
             batch_format.encode_batch(
                 part.column("value"),
-                keys=keys if keys.null_count < len(keys) else None,
+                keys=keys,  # no key section when every key is null
                 headers=headers,
                 timestamps_ms=stamps[start:end],
                 compression=header.compression,

@@ -138,6 +138,22 @@ def rejection(
     }
 
 
+def lz4_descriptor_changed(frame: bytes, descriptor: bytes) -> bytes:
+    """``frame`` (an LZ4 frame without a content size or dictionary id) with its frame
+    descriptor (FLG, BD and optional fields, bytes 4 to 5) replaced by ``descriptor`` and
+    a header checksum liblz4 accepts (found by trying the 256 values, which spares
+    an xxHash32 implementation here)."""
+    blocks = frame[7:]
+    for checksum in range(256):
+        candidate = frame[:4] + descriptor + bytes([checksum]) + blocks
+        try:
+            lz4.frame.get_frame_info(candidate)
+        except RuntimeError:
+            continue
+        return candidate
+    raise AssertionError("no header checksum fits")
+
+
 def crc32c_register_preset_zero(data: bytes) -> int:
     """CRC-32C read as "initial value 0, no final xor": the wrong reading of the rule."""
     register = 0
@@ -158,6 +174,15 @@ def rejections() -> list[dict[str, Any]]:
     body = one[HEADER_BYTES:]
     zstd_body = zstandard.ZstdCompressor().compress(body)
     lz4_body = lz4.frame.compress(body)
+    bare_frame = lz4.frame.compress(body, store_size=False)
+    assert bare_frame[4] & 0x09 == 0  # no content size, no dictionary id: a 7-byte header
+    flags, block_descriptor = bare_frame[4], bare_frame[5]
+    lz4_size_zero = lz4_descriptor_changed(
+        bare_frame, bytes([flags | 0x08, block_descriptor]) + bytes(8)
+    )
+    lz4_dictionary = lz4_descriptor_changed(
+        bare_frame, bytes([flags | 0x01, block_descriptor]) + struct.pack("<I", 7)
+    )
     zstd = rebuild(
         one, zstd_body, attributes=int(Compression.ZSTD), uncompressed_body_length=len(body)
     )
@@ -290,14 +315,14 @@ def rejections() -> list[dict[str, Any]]:
             "zstd-two-frames",
             "zstd body of two frames",
             rebuild(zstd, zstd_body + zstd_body),
-            decoder,
+            broker,
             corrupt,
         ),
         rejection(
             "zstd-skippable-frame",
             "zstd body followed by a skippable frame",
             rebuild(zstd, zstd_body + skippable),
-            decoder,
+            broker,
             corrupt,
         ),
         rejection(
@@ -311,13 +336,27 @@ def rejections() -> list[dict[str, Any]]:
             "lz4-trailing-bytes",
             "lz4 frame followed by 8 zero bytes",
             rebuild(lz4_batch, lz4_body + bytes(8)),
-            decoder,
+            broker,
             corrupt,
         ),
         rejection(
             "lz4-two-frames",
             "lz4 body of two frames",
             rebuild(lz4_batch, lz4_body + lz4_body),
+            broker,
+            corrupt,
+        ),
+        rejection(
+            "lz4-content-size-zero",
+            "lz4 frame with a content size field of 0 (the header says 32)",
+            rebuild(lz4_batch, lz4_size_zero),
+            decoder,
+            corrupt,
+        ),
+        rejection(
+            "lz4-dictionary-id",
+            "lz4 frame naming dictionary 7 (batches use none)",
+            rebuild(lz4_batch, lz4_dictionary),
             decoder,
             corrupt,
         ),

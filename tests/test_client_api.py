@@ -44,6 +44,25 @@ def test_offsets_across_topics_earliest_latest_and_by_time(shared_node: NodeProc
         assert "api-c" in admin.partition_counts()  # the others were created
 
 
+def test_records_a_month_apart_are_each_sent(shared_node: NodeProcess) -> None:
+    """A batch holds int32 timestamp deltas: a record stamped a month before the one
+    queued with it made the batch unencodable, and both failed with INVALID_RECORD. The
+    producer now starts a new batch for it."""
+    month_ms = 30 * 86_400_000
+    now = int(time.time() * 1000)
+    with Admin(shared_node.address) as admin:
+        admin.create_topic("api-month-apart", 1)
+    with Producer(shared_node.address, acks="1", linger_ms=50) as producer:
+        futures = [
+            producer.send("api-month-apart", b"old", timestamp_ms=now - month_ms),
+            producer.send("api-month-apart", b"new"),
+            producer.send("api-month-apart", b"older", timestamp_ms=now - 2 * month_ms),
+        ]
+        sent = [future.result(timeout=30) for future in futures]
+    assert [m.offset for m in sent] == [0, 1, 2]
+    assert sent[0].timestamp_ms == now - month_ms and sent[2].timestamp_ms == now - 2 * month_ms
+
+
 def test_log_reader_fetches_whole_batches_from_an_offset(shared_node: NodeProcess) -> None:
     with Admin(shared_node.address) as admin:
         admin.create_topic("api-read", 1, 1)

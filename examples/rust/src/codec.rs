@@ -1,10 +1,12 @@
 //! Body codecs of the batch format (attribute bits 0-2): none (0), LZ4 frame (3) and
 //! Zstandard frame (4). Pure functions over byte slices.
 //!
-//! Decompression is strict, as docs/record-batch-format.md asks of every reader:
+//! Decompression follows what docs/record-batch-format.md asks of every reader:
 //!
-//! - the stored body is exactly one frame of its codec, with nothing after it (no
-//!   skippable frames, no second frame, no LZ4 legacy frames, no dictionaries);
+//! - the stored body starts with a frame of its codec (not a skippable frame, not an LZ4
+//!   legacy frame or raw block; no dictionaries); bytes after that first frame are
+//!   ignored (a producer may not send them, and the broker refuses them on produce, but
+//!   brokers before 2026-11 stored some);
 //! - a content size in the frame header is optional, but when present it must equal the
 //!   batch header's `uncompressed_body_length`, and is checked before decompressing;
 //! - output is written into a buffer of exactly `uncompressed_body_length` bytes, and a
@@ -152,12 +154,8 @@ fn decompress_zstd(stored: &[u8], size: usize) -> Result<Vec<u8>, CodecError> {
             zstd_safe::get_error_name(code)
         ))
     })?;
-    if frame_bytes != stored.len() {
-        return fail(format!(
-            "{} bytes follow the zstd frame ({frame_bytes} bytes): a body is exactly one frame",
-            stored.len() - frame_bytes
-        ));
-    }
+    // Bytes after the first frame are not read (see the module docs).
+    let stored = &stored[..frame_bytes];
     if let Some(dictionary) = zstd_safe::get_dict_id_from_frame(stored) {
         return fail(format!(
             "zstd frame names dictionary {dictionary}: batches use none"
@@ -349,17 +347,12 @@ fn decompress_lz4(stored: &[u8], size: usize) -> Result<Vec<u8>, CodecError> {
         let Some(checksum) = read_u32(stored, position) else {
             return fail("lz4 content checksum is truncated");
         };
-        position += 4;
         if checksum != XxHash32::oneshot(0, &out[..written]) {
             return fail("lz4 content checksum does not match");
         }
     }
-    if position != stored.len() {
-        return fail(format!(
-            "{} bytes follow the lz4 frame ({position} bytes): a body is exactly one frame",
-            stored.len() - position
-        ));
-    }
+    // Bytes after the frame (its end mark and content checksum) are not read (see the
+    // module docs).
     if written != size {
         return fail(format!(
             "lz4 body decompresses to {written} bytes, header says uncompressed_body_length={size}"
@@ -443,14 +436,18 @@ mod tests {
     }
 
     #[test]
-    fn refuses_anything_after_the_frame() {
+    fn reads_the_first_frame_and_ignores_what_follows() {
         let body = sample();
         for codec in [Compression::Lz4, Compression::Zstd] {
             let mut stored = compress(&body, codec);
             let frame = stored.clone();
             stored.extend_from_slice(&frame);
-            let error = decompress(&stored, codec, body.len()).unwrap_err();
-            assert!(error.0.contains("follow the"), "{codec:?}: {error}");
+            stored.extend_from_slice(&[0u8; 8]);
+            assert_eq!(
+                decompress(&stored, codec, body.len()).unwrap(),
+                body,
+                "{codec:?}"
+            );
         }
     }
 

@@ -432,7 +432,7 @@ fn decode_body(header: &BatchHeader, body: &[u8]) -> Result<Vec<DecodedRecord>, 
                 .collect(),
         };
         records.push(DecodedRecord {
-            offset: header.base_offset + index as i64,
+            offset: header.base_offset.wrapping_add(index as i64),
             timestamp_ms,
             key: keys.as_ref().and_then(|k| k.get(index)),
             value: values.get(index),
