@@ -350,8 +350,7 @@ def _zstd_decompress(stored: bytes | memoryview, size: int, whole: bool) -> byte
         declared = parameters.content_size
         if declared not in (zstandard.CONTENTSIZE_UNKNOWN, size):
             raise CorruptBatchError(
-                f"zstd frame declares {declared} bytes, header says "
-                f"uncompressed_body_length={size}"
+                f"zstd frame declares {declared} bytes, header says uncompressed_body_length={size}"
             )
         return bytes(
             zstandard.ZstdDecompressor().decompress(  # one per call: not thread-safe
@@ -390,8 +389,7 @@ def _lz4_decompress(stored: bytes | memoryview, size: int, whole: bool) -> bytes
         declared = int.from_bytes(bytes(stored[6:14]), "little")
         if declared != size:
             raise CorruptBatchError(
-                f"lz4 frame declares {declared} bytes, header says "
-                f"uncompressed_body_length={size}"
+                f"lz4 frame declares {declared} bytes, header says uncompressed_body_length={size}"
             )
     try:
         decompressor = lz4.frame.LZ4FrameDecompressor()
