@@ -235,11 +235,13 @@ class BatchMetadata:
 
 
 class BatchResult:
-    """Completion of one batch, shared by the futures of its records."""
+    """Completion of one batch, shared by the futures of its records. A callback added
+    runs exactly once: on the completing thread, or at once when already complete."""
 
     __slots__ = (
         "_callbacks",
         "_event",
+        "_lock",
         "base_offset",
         "error",
         "partition",
@@ -254,13 +256,16 @@ class BatchResult:
         self.record_count = 0
         self.error: HeadwaterError | None = None
         self._event = threading.Event()
+        self._lock = threading.Lock()
         self._callbacks: list[Callable[[BatchResult], None]] = []
 
     def complete(self, base_offset: int, error: HeadwaterError | None) -> None:
         self.base_offset = base_offset
         self.error = error
-        self._event.set()
-        for callback in self._callbacks:
+        with self._lock:
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
             callback(self)
 
     def wait(self, timeout: float | None) -> None:
@@ -273,9 +278,11 @@ class BatchResult:
         return self._event.is_set()
 
     def add_callback(self, callback: Callable[[BatchResult], None]) -> None:
-        self._callbacks.append(callback)
-        if self._event.is_set():
-            callback(self)
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self)
 
 
 class RecordFuture:
@@ -297,9 +304,11 @@ class RecordFuture:
     def done(self) -> bool:
         return self._batch.done()
 
-    def add_done_callback(self, callback: Callable[[BatchResult], None]) -> None:
-        """Call ``callback(batch_result)`` on the completing thread once the batch is done."""
-        self._batch.add_callback(callback)
+    def add_done_callback(self, callback: Callable[[RecordFuture], None]) -> None:
+        """Call ``callback(future)`` with this future once its batch is done, as
+        ``concurrent.futures.Future`` does: on the thread that completes the batch, or at
+        once if it is already done. Exactly once."""
+        self._batch.add_callback(lambda _batch: callback(self))
 
     def exception(self, timeout: float | None = None) -> HeadwaterError | None:
         try:
@@ -325,8 +334,10 @@ class BatchFuture:
     def done(self) -> bool:
         return self._batch.done()
 
-    def add_done_callback(self, callback: Callable[[BatchResult], None]) -> None:
-        self._batch.add_callback(callback)
+    def add_done_callback(self, callback: Callable[[BatchFuture], None]) -> None:
+        """Call ``callback(future)`` with this future once the batch is done (as
+        ``RecordFuture.add_done_callback``)."""
+        self._batch.add_callback(lambda _batch: callback(self))
 
     def exception(self, timeout: float | None = None) -> HeadwaterError | None:
         """The error the batch failed with, or None once it is acknowledged; a

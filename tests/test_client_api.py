@@ -63,6 +63,25 @@ def test_records_a_month_apart_are_each_sent(shared_node: NodeProcess) -> None:
     assert sent[0].timestamp_ms == now - month_ms and sent[2].timestamp_ms == now - 2 * month_ms
 
 
+def test_done_callbacks_get_the_future_once(shared_node: NodeProcess) -> None:
+    """As concurrent.futures: the callback is called with the future itself (it was
+    given the batch's internal result object), once, also when added after the batch
+    was done."""
+    with Admin(shared_node.address) as admin:
+        admin.create_topic("api-callbacks", 1)
+    calls: list[object] = []
+    with Producer(shared_node.address, acks="1") as producer:
+        future = producer.send("api-callbacks", b"v")
+        future.add_done_callback(calls.append)
+        (batch,) = producer.send_batch("api-callbacks", [b"a", b"b"])
+        batch.add_done_callback(calls.append)
+        producer.flush()
+        assert future.result(timeout=30).offset == 0
+        future.add_done_callback(calls.append)  # already done: called at once
+    assert calls == [future, batch, future]
+    assert all(c is o for c, o in zip(calls, [future, batch, future], strict=True))
+
+
 def test_log_reader_fetches_whole_batches_from_an_offset(shared_node: NodeProcess) -> None:
     with Admin(shared_node.address) as admin:
         admin.create_topic("api-read", 1, 1)

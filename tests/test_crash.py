@@ -46,8 +46,8 @@ def produce_until_killed(node: NodeProcess, topic: str, acks: str) -> set[bytes]
                 value = f"v{i}".encode()
                 future = producer.send(topic, value)
                 future.add_done_callback(
-                    lambda batch, value=value: (
-                        batch.error is None
+                    lambda done, value=value: (
+                        done.exception(0) is None
                         and (lock.acquire(), acknowledged.add(value), lock.release())
                     )
                 )

@@ -23,7 +23,6 @@ import pyarrow.compute as pc
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from headwater.client.producer import BatchResult
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.lazy_commands import LazyGroup
 from headwater.runtime_tuning import tune_runtime
@@ -299,10 +298,10 @@ def bench_produce(
 
 def _latency_callback(
     latencies: list[float], lock: threading.Lock, began: float
-) -> Callable[[BatchResult], None]:
-    """A batch-completion callback that records ms since ``began``."""
+) -> Callable[[object], None]:
+    """A future's done callback that records ms since ``began``."""
 
-    def record(_batch: BatchResult) -> None:
+    def record(_future: object) -> None:
         with lock:
             latencies.append((time.perf_counter() - began) * 1000)
 
@@ -312,14 +311,24 @@ def _latency_callback(
 @bench.command("consume")
 @with_common
 @click.option("--fetch-bytes", type=click.IntRange(min=1), default=16 << 20, show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["columnar", "record"]),
+    default="columnar",
+    show_default=True,
+    help="columnar: read each poll's Arrow batches; record: iterate its records "
+    "(for record in result), touching each record's value.",
+)
 def bench_consume(
     topic: str,
     records: int,
     as_json: bool,
     bootstrap: str | None,
     fetch_bytes: int,
+    mode: str,
 ) -> None:
-    """Read RECORDS records from the beginning of TOPIC through the columnar view."""
+    """Read RECORDS records from the beginning of TOPIC, through the columnar view or
+    record by record."""
     from headwater.client import Consumer
 
     consumer = Consumer(
@@ -336,9 +345,14 @@ def bench_consume(
             start = time.perf_counter()
             while received < records:
                 result = consumer.poll(timeout_ms=1000)
-                for fetched in result.batches:
-                    received += fetched.records.num_rows
-                    value_bytes += _value_bytes(fetched.records)
+                if mode == "record":
+                    for record in result:
+                        received += 1
+                        value_bytes += len(record.value or b"")
+                else:
+                    for fetched in result.batches:
+                        received += fetched.records.num_rows
+                        value_bytes += _value_bytes(fetched.records)
                 if result.batches:
                     last_progress = time.monotonic()
                     progress.update(task, completed=min(received, records))
@@ -352,7 +366,14 @@ def bench_consume(
     finally:
         consumer.close()
     report(
-        summarize("consume", received, value_bytes, elapsed, [], {"fetch_bytes": fetch_bytes}),
+        summarize(
+            "consume",
+            received,
+            value_bytes,
+            elapsed,
+            [],
+            {"fetch_bytes": fetch_bytes, "mode": mode},
+        ),
         as_json,
     )
 

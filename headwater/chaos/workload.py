@@ -168,7 +168,7 @@ class ProducerWorker:
             )
         )
 
-    def _done(self, index: int, future: RecordFuture, _result: object) -> None:
+    def _done(self, index: int, future: RecordFuture) -> None:
         error = future.exception(0)
         if error is None:
             self._record(index, Outcome.OK, future.result(0).offset, "")
@@ -191,7 +191,7 @@ class ProducerWorker:
             except HeadwaterError as error:
                 self._record(index, Outcome.FAIL, None, f"not queued: {error}")
             else:
-                future.add_done_callback(functools.partial(self._done, index, future))
+                future.add_done_callback(functools.partial(self._done, index))
             index += 1
             self.sent = index
             self._stop.wait(self.interval_s)
