@@ -136,6 +136,9 @@ class Cluster:
         self._admin_stubs: dict[str, pb_grpc.AdminStub] = {}
         self._groups_stubs: dict[str, pb_grpc.GroupsStub] = {}
         self._layouts: LayoutCache[TopicLayout] = LayoutCache()
+        self.layouts_changed = 0
+        """Counts every change of a cached layout: a caller that keeps something derived
+        from one (the producer's sticky partition) knows when to derive it again."""
         self._brokers: dict[int, str] = {}
         self._rng = random.Random()
         self._closed = False
@@ -262,6 +265,7 @@ class Cluster:
             for topic in response.topics:
                 leaders = partition_leaders(topic, brokers)
                 self._layouts.store(topic.name, TopicLayout(topic.name, topic.topic_id, leaders))
+            self.layouts_changed += 1
         return response
 
     def layout(self, topic: str) -> TopicLayout:
@@ -307,6 +311,7 @@ class Cluster:
         fallback while no node answers (``layout``)."""
         with self._lock:
             self._layouts.invalidate(topic)
+            self.layouts_changed += 1
 
     def close(self) -> None:
         with self._lock:

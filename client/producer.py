@@ -401,6 +401,7 @@ class Producer:
         )
         self._rng = random.Random()
         self._sticky = StickyPartitioner(self._rng)
+        self._sticky_slots: dict[str, tuple[tuple[str, int], int]] = {}
         self._acc: RecordAccumulator[BatchResult] = RecordAccumulator(
             settings,
             self._rng,
@@ -433,6 +434,15 @@ class Producer:
 
     def _advance_sticky(self, slot: tuple[str, int]) -> None:
         self._sticky.on_batch_sent(slot[0], slot[1], self.cluster.cached_partitions(slot[0]))
+        self._sticky_slots.pop(slot[0], None)
+
+    def _sticky_slot(self, topic: str) -> tuple[str, int]:
+        """The slot keyless records of ``topic`` go to now, remembered (with the layout
+        change count it was derived under) until its batch closes or a layout changes."""
+        changed = self.cluster.layouts_changed
+        slot = (topic, self._sticky.partition(topic, self.cluster.layout(topic).partitions))
+        self._sticky_slots[topic] = (slot, changed)
+        return slot
 
     def _partition_for(self, topic: str, key: bytes | None, partition: int | None) -> int:
         if partition is not None:
@@ -464,10 +474,14 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> RecordFuture:
         """Queue one record; the future resolves once the batch holding it is acknowledged."""
-        if partition is None and key is None:  # the common case, kept to two lookups
-            target = self._sticky.partition(topic, self.cluster.layout(topic).partitions)
+        if partition is None and key is None:  # the common case: one dict lookup
+            sticky = self._sticky_slots.get(topic)
+            if sticky is None or sticky[1] != self.cluster.layouts_changed:
+                slot = self._sticky_slot(topic)
+            else:
+                slot = sticky[0]
         else:
-            target = self._partition_for(topic, key, partition)
+            slot = (topic, self._partition_for(topic, key, partition))
         stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
         size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0)  # record_size,
         if key is not None:  # inlined: this is the per-record hot path
@@ -477,9 +491,7 @@ class Producer:
             buffered = accumulator.buffered_bytes  # accumulator.fits, inlined
             if self._closing or (buffered + size > self.buffer_bytes_max and buffered):
                 self._reserve(size)
-            result, index, changed = accumulator.append(
-                (topic, target), value, key, headers, stamp, size
-            )
+            result, index, changed = accumulator.append(slot, value, key, headers, stamp, size)
             if changed:
                 self._cond.notify_all()
         return RecordFuture(result, index, stamp)
