@@ -79,9 +79,6 @@ RECORD_OVERHEAD_BYTES: Final = 12
 """What a record costs in the buffer besides its key and value bytes."""
 NEVER: Final = float("inf")
 SEQUENCE_SPACE: Final = 1 << 31
-TIMESTAMP_DELTA_MIN: Final = -(1 << 31)
-TIMESTAMP_DELTA_MAX: Final = (1 << 31) - 1
-"""The record timestamps one batch can hold, relative to its first (int32 deltas)."""
 RESTAMPED: Final = frozenset(
     {ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID}
 )
@@ -255,9 +252,9 @@ class RecordAccumulator(Generic[C]):
         changed = False
         if open_batch is not None and (
             open_batch.size + size > self._batch_bytes
-            # A batch stores int32 deltas from its first timestamp (TIMESTAMP_DELTA_MIN,
-            # _MAX, here as literals: cheaper than globals on this per-record path): a
-            # record further away closes it and starts the next.
+            # A batch stores int32 deltas from its first timestamp (the format's
+            # TIMESTAMP_DELTA_MIN and _MAX, here as literals: cheaper than globals on this
+            # per-record path): a record further away closes it and starts the next.
             or not -2147483648 <= timestamp_ms - open_batch.first_timestamp <= 2147483647
         ):
             self._close(slot, open_batch)

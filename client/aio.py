@@ -332,10 +332,8 @@ class AsyncProducer:
                 if key is not None
                 else self._sticky.partition(topic, count)
             )
-        else:
-            if partition >= count:
-                count = len(await self._router.checked_leaders(topic, partition))
-            check_partition(topic, partition, count)
+        elif not 0 <= partition < count:  # ask again, then raise if still not there
+            count = len(await self._router.checked_leaders(topic, partition))
         size = record_size(value, key)
         await self._reserve(size)
         stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
@@ -367,9 +365,8 @@ class AsyncProducer:
         else:
             if partition is None:
                 partition = self._sticky.partition(topic, count)
-            elif partition >= count:
+            elif not 0 <= partition < count:  # ask again, then raise if still not there
                 count = len(await self._router.checked_leaders(topic, partition))
-            check_partition(topic, partition, count)
             groups = {partition: list(range(len(values)))}
         futures: list[asyncio.Future[BatchMetadata]] = []
         for target, indexes in sorted(groups.items()):
@@ -397,9 +394,8 @@ class AsyncProducer:
     ) -> asyncio.Future[BatchMetadata]:
         """Queue one batch encoded beforehand, as the threaded ``Producer.send_encoded``."""
         record_count = encoded_record_count(batch)
-        if self._closing:
-            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "producer is closed")
-        await self._router.checked_leaders(topic, partition)
+        if not 0 <= partition < await self._partition_count(topic):
+            await self._router.checked_leaders(topic, partition)
         return await self._enqueue(
             (topic, partition), (), None, None, 0, record_count, len(batch), batch
         )

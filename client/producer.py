@@ -599,7 +599,7 @@ class Producer:
             )
             for start, end, size in cut_batches(values, self.batch_bytes)
         ]
-        self._sticky.on_batch_sent(topic, partition, self.cluster.cached_partitions(topic))
+        self._advance_sticky((topic, partition))
         return futures
 
     # ------------------------------------------------------------------ sender thread

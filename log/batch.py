@@ -105,6 +105,9 @@ TIMESTAMP_MIN_MS: Final = 0
 """1970-01-01T00:00:00.000Z: Kafka's rule (no negative timestamps)."""
 TIMESTAMP_MAX_MS: Final = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z: the last instant every language's date type can hold."""
+TIMESTAMP_DELTA_MIN: Final = -(1 << 31)
+TIMESTAMP_DELTA_MAX: Final = (1 << 31) - 1
+"""Record timestamps relative to their batch's first_timestamp: int32 deltas."""
 MESSAGE_BYTES_DEFAULT: Final = (4 << 20) - 1024
 """The default max_message_bytes (4 MiB - 1 KiB): a batch no larger fits, with the
 answer's framing, in one Fetch answer under a stock gRPC client's 4 MiB receive limit, so
@@ -321,7 +324,7 @@ def _timestamp_section(timestamps_ms: int | Sequence[int], count: int) -> tuple[
     low, high = min(timestamps_ms), max(timestamps_ms)
     if low == high:
         return first, high, bytes(4 * count + _pad(4 * count))
-    if low - first < -(1 << 31) or high - first >= 1 << 31:
+    if low - first < TIMESTAMP_DELTA_MIN or high - first > TIMESTAMP_DELTA_MAX:
         raise ValueError("record timestamps in one batch must lie within 2**31 ms of the first")
     # Typed scalars: converting a Python int per call costs ~100 us (see _arange).
     deltas = pc.subtract(pa.array(timestamps_ms, type=pa.int64()), pa.scalar(first, pa.int64()))
