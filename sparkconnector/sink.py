@@ -68,7 +68,6 @@ from headwater.log.batch import (
 )
 from headwater.sparkconnector import planning
 from headwater.sparkconnector.source import CALL_RETRY_S, Clients, clients_of
-from headwater.topics import check_partition
 
 STATE_TOPIC_PREFIX: Final = "headwater-sink-state."
 STATE_TOPIC_CONFIGS: Final = {
@@ -281,8 +280,12 @@ def _binary(column: pa.Array) -> pa.Array:
 def _check_partitions(topic: str, partitions: pa.Array, count: int) -> None:
     low_high = pc.min_max(partitions).as_py()
     low, high = low_high["min"], low_high["max"]
-    if low is not None:
-        check_partition(topic, low if low < 0 else high, count)
+    if low is not None and (low < 0 or high >= count):
+        bad = low if low < 0 else high
+        raise HeadwaterError(
+            ErrorCode.PARTITION_OUT_OF_RANGE,
+            f"partition {bad} of topic {topic!r} does not exist; valid range is [0, {count})",
+        )
 
 
 class _TaskWriter:
