@@ -66,7 +66,13 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 from headwater.client.partitioner import partition_for_key
 from headwater.client.retry import OUTCOME_UNKNOWN, RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.log.batch import PRODUCER_EPOCH_MAX, HeaderPairs, stamp_producer
+from headwater.log.batch import (
+    PRODUCER_EPOCH_MAX,
+    TIMESTAMP_DELTA_MAX,
+    TIMESTAMP_DELTA_MIN,
+    HeaderPairs,
+    stamp_producer,
+)
 
 if TYPE_CHECKING:
     import random  # the caller passes a seeded random.Random
@@ -158,14 +164,25 @@ class SlotSequence:
     restart: bool = False
 
 
-class _OpenBatch(Generic[C]):
+class OpenBatch(Generic[C]):
     """Records accumulating for one partition. ``keys`` and ``headers`` stay None until
     the first record that has one (then they are back-filled with None), which saves two
-    list appends per record on the common keyless path."""
+    list appends per record on the common keyless path.
+
+    **Direct appends.** ``direct_room`` is what lets a record skip every other check:
+    a record of ``size`` buffer bytes with no key and no headers, stamped within an int32
+    delta of ``first_timestamp``, may be added by ``add_direct`` exactly when
+    ``size < direct_room``. The accumulator keeps ``direct_room`` at ``batch_bytes -
+    size`` while the batch is open and holds no key and no header, and at 0 otherwise
+    (a record is never 0 bytes), so a direct append never takes a batch to
+    ``batch_bytes`` (where it closes), never adds to a closed batch, and never leaves a
+    keyed batch's key list short. The buffer limit is the caller's to check. Call it
+    under the lock that guards the accumulator."""
 
     __slots__ = (
         "completion",
         "created_s",
+        "direct_room",
         "first_timestamp",
         "headers",
         "keys",
@@ -182,7 +199,19 @@ class _OpenBatch(Generic[C]):
         self.timestamps: list[int] = []
         self.first_timestamp = first_timestamp
         self.size = 0
+        self.direct_room = 0
         self.created_s = created_s
+
+    def add_direct(self, value: bytes | None, timestamp_ms: int, size: int) -> int:
+        """Add a record the direct-append rule admits (see the class); return its index.
+        The accumulator's ``buffered_bytes`` grows by ``size`` too: the caller adds it."""
+        values = self.values
+        index = len(values)
+        values.append(value)
+        self.timestamps.append(timestamp_ms)
+        self.direct_room -= size
+        self.size += size
+        return index
 
 
 @dataclass(slots=True)
@@ -224,7 +253,7 @@ class RecordAccumulator(Generic[C]):
         self._rng = rng
         self._new_completion = new_completion
         self._on_batch_closed = on_batch_closed
-        self._open: dict[Slot, _OpenBatch[C]] = {}
+        self._open: dict[Slot, OpenBatch[C]] = {}
         self._queued: dict[Slot, deque[ProducerBatch[C]]] = {}
         self._in_flight: dict[Slot, list[ProducerBatch[C]]] = {}  # in send order
         self._barrier_s: dict[Slot, float] = {}  # nothing of the slot is sent before it
@@ -247,20 +276,49 @@ class RecordAccumulator(Generic[C]):
         """Add one record of ``size`` buffer bytes to the slot's open batch. Returns the
         batch's completion, the record's index in it, and whether a batch was opened or
         closed (an engine that sleeps until the next deadline must wake). The clock is
-        read only when a batch opens: this is the per-record path."""
+        read only when a batch opens: this is the per-record path.
+
+        The common case, a record ``OpenBatch.add_direct`` admits, is the first branch;
+        everything else is ``_append_any``."""
         open_batch = self._open.get(slot)
+        if (
+            open_batch is not None
+            and key is None
+            and not headers
+            and size < open_batch.direct_room
+            # A batch stores int32 deltas from its first timestamp (the format's
+            # TIMESTAMP_DELTA_MIN and _MAX, here as literals: cheaper than globals on this
+            # per-record path).
+            and -2147483648 <= timestamp_ms - open_batch.first_timestamp <= 2147483647
+        ):
+            self.buffered_bytes += size
+            return open_batch.completion, open_batch.add_direct(value, timestamp_ms, size), False
+        return self._append_any(slot, open_batch, value, key, headers, timestamp_ms, size)
+
+    def _append_any(
+        self,
+        slot: Slot,
+        open_batch: OpenBatch[C] | None,
+        value: bytes | None,
+        key: bytes | None,
+        headers: HeaderPairs | None,
+        timestamp_ms: int,
+        size: int,
+    ) -> tuple[C, int, bool]:
+        """``append`` for any record: it may close the open batch first (the record would
+        take it past ``batch_bytes``, or lies further than an int32 delta from its first
+        timestamp), open one, start the key or header lists, or close the batch after."""
         changed = False
         if open_batch is not None and (
             open_batch.size + size > self._batch_bytes
-            # A batch stores int32 deltas from its first timestamp (the format's
-            # TIMESTAMP_DELTA_MIN and _MAX, here as literals: cheaper than globals on this
-            # per-record path): a record further away closes it and starts the next.
-            or not -2147483648 <= timestamp_ms - open_batch.first_timestamp <= 2147483647
+            or not TIMESTAMP_DELTA_MIN
+            <= timestamp_ms - open_batch.first_timestamp
+            <= TIMESTAMP_DELTA_MAX
         ):
             self._close(slot, open_batch)
             open_batch = None
         if open_batch is None:
-            open_batch = _OpenBatch(self._new_completion(slot), self._clock(), timestamp_ms)
+            open_batch = OpenBatch(self._new_completion(slot), self._clock(), timestamp_ms)
             self._open[slot] = open_batch
             changed = True
         values = open_batch.values
@@ -280,7 +338,21 @@ class RecordAccumulator(Generic[C]):
         if open_batch.size >= self._batch_bytes:
             self._close(slot, open_batch)
             changed = True
+        elif open_batch.keys is None and open_batch.headers is None:
+            open_batch.direct_room = self._batch_bytes - open_batch.size
+        else:
+            open_batch.direct_room = 0
         return open_batch.completion, index, changed
+
+    def open_batch(self, slot: Slot) -> OpenBatch[C] | None:
+        """The slot's open batch, for an engine's direct appends (``OpenBatch``)."""
+        return self._open.get(slot)
+
+    def stop_direct_appends(self) -> None:
+        """No open batch admits a direct append any more: every record goes through
+        ``append`` (and the engine's own checks, such as whether it is closing)."""
+        for open_batch in self._open.values():
+            open_batch.direct_room = 0
 
     def add_batch(
         self,
@@ -319,8 +391,9 @@ class RecordAccumulator(Generic[C]):
         self._queued.setdefault(slot, deque()).append(batch)
         return batch
 
-    def _close(self, slot: Slot, open_batch: _OpenBatch[C]) -> None:
+    def _close(self, slot: Slot, open_batch: OpenBatch[C]) -> None:
         del self._open[slot]
+        open_batch.direct_room = 0
         batch = ProducerBatch(
             slot=slot,
             completion=open_batch.completion,

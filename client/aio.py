@@ -94,7 +94,8 @@ _log = logging.getLogger(__name__)
 ARRIVALS_MAX: Final = 64
 GROUP_STEP_S: Final = 0.05
 """In a group, how often a poll acts on revocations and assignments while it waits."""
-# flush() polls at this period while a partition waits out a failed request's deadline.
+# flush() wakes the pump every 20 such periods while it waits (a partition may be waiting
+# out a failed request's deadline).
 FLUSH_POLL_S: Final = 0.005
 # How long a partition's reader retries a stream that keeps failing without progress.
 READ_RETRY_S: Final = 30.0
@@ -649,17 +650,17 @@ class AsyncProducer:
         self._schedule_pump()
 
     async def flush(self) -> None:
-        """Send every queued record now and wait until each is answered (acknowledged or
-        failed for good)."""
+        """Send every record queued before the call now and wait until each is answered
+        (acknowledged or failed for good). Records other tasks send meanwhile are sent
+        at once too, but not waited for: a task that keeps sending cannot hold flush (or
+        close) up."""
         self._flushing += 1
         try:
             self._schedule_pump()
-            while not self._acc.idle():
-                waiting = [f for c in self._acc.completions() for f in c.waiting()]
-                if waiting:
-                    await asyncio.wait(waiting, timeout=FLUSH_POLL_S * 20)
-                else:
-                    await asyncio.sleep(FLUSH_POLL_S)
+            waiting = {f for c in self._acc.completions() for f in c.waiting()}
+            while waiting:
+                _done, waiting = await asyncio.wait(waiting, timeout=FLUSH_POLL_S * 20)
+                self._schedule_pump()
         finally:
             self._flushing -= 1
 

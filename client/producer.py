@@ -59,6 +59,7 @@ from headwater.client.accumulator import (
     RECORD_OVERHEAD_BYTES,
     AccumulatorSettings,
     Drained,
+    OpenBatch,
     ProducerBatch,
     RecordAccumulator,
     cut_batches,
@@ -277,6 +278,10 @@ class BatchResult:
     def done(self) -> bool:
         return self._event.is_set()
 
+    def wait_done(self, timeout: float | None) -> bool:
+        """Wait until the batch is complete, either way; False if ``timeout`` passed."""
+        return self._event.wait(timeout)
+
     def add_callback(self, callback: Callable[[BatchResult], None]) -> None:
         with self._lock:
             if not self._event.is_set():
@@ -285,8 +290,13 @@ class BatchResult:
         callback(self)
 
 
+_new_object: Final = object.__new__
+_time_ns: Final = time.time_ns
+
+
 class RecordFuture:
-    """The outcome of one ``send``: ``result()`` returns its RecordMetadata or raises."""
+    """The outcome of one ``send``: ``result()`` returns its RecordMetadata or raises.
+    ``send`` fills the slots itself (cheaper than a call to ``__init__``)."""
 
     __slots__ = ("_batch", "_index", "_timestamp_ms")
 
@@ -402,6 +412,9 @@ class Producer:
         self._rng = random.Random()
         self._sticky = StickyPartitioner(self._rng)
         self._sticky_slots: dict[str, tuple[tuple[str, int], int]] = {}
+        self._lanes: dict[str, tuple[OpenBatch[BatchResult], int]] = {}
+        """Per topic, the open batch of its sticky slot and the layout change count it
+        was found under: ``send``'s direct path (``OpenBatch``)."""
         self._acc: RecordAccumulator[BatchResult] = RecordAccumulator(
             settings,
             self._rng,
@@ -435,6 +448,7 @@ class Producer:
     def _advance_sticky(self, slot: tuple[str, int]) -> None:
         self._sticky.on_batch_sent(slot[0], slot[1], self.cluster.cached_partitions(slot[0]))
         self._sticky_slots.pop(slot[0], None)
+        self._lanes.pop(slot[0], None)
 
     def _sticky_slot(self, topic: str) -> tuple[str, int]:
         """The slot keyless records of ``topic`` go to now, remembered (with the layout
@@ -474,26 +488,77 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> RecordFuture:
         """Queue one record; the future resolves once the batch holding it is acknowledged."""
-        if partition is None and key is None:  # the common case: one dict lookup
-            sticky = self._sticky_slots.get(topic)
-            if sticky is None or sticky[1] != self.cluster.layouts_changed:
+        stamp = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0)  # record_size
+        if key is None and partition is None and not headers:
+            # The per-record hot path: a keyless record joins the open batch of its
+            # topic's sticky partition (its lane) by OpenBatch.add_direct, inlined.
+            lane = self._lanes.get(topic)
+            if lane is not None:
+                batch = lane[0]
+                accumulator = self._acc
+                lock = self._lock
+                lock.acquire()  # not `with`: half the cost here
+                try:
+                    if (
+                        size < batch.direct_room
+                        and -2147483648 <= stamp - batch.first_timestamp <= 2147483647
+                        and accumulator.buffered_bytes + size <= self.buffer_bytes_max
+                        and lane[1] == self.cluster.layouts_changed
+                    ):
+                        values = batch.values
+                        index = len(values)
+                        values.append(value)
+                        batch.timestamps.append(stamp)
+                        batch.direct_room -= size
+                        batch.size += size
+                        accumulator.buffered_bytes += size
+                        future = _new_object(RecordFuture)  # no __init__ frame
+                        future._batch = batch.completion
+                        future._index = index
+                        future._timestamp_ms = stamp
+                        return future
+                finally:
+                    lock.release()
+        return self._send_any(topic, value, key, headers, partition, stamp, size)
+
+    def _send_any(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: HeaderPairs | None,
+        partition: int | None,
+        stamp: int,
+        size: int,
+    ) -> RecordFuture:
+        """``send`` for any record: it picks the partition, waits for buffer room, and
+        opens the lane of the topic's sticky partition when it can."""
+        sticky = partition is None and key is None
+        if sticky:
+            cached = self._sticky_slots.get(topic)
+            if cached is None or cached[1] != self.cluster.layouts_changed:
                 slot = self._sticky_slot(topic)
             else:
-                slot = sticky[0]
+                slot = cached[0]
         else:
             slot = (topic, self._partition_for(topic, key, partition))
-        stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0)  # record_size,
-        if key is not None:  # inlined: this is the per-record hot path
+        if key is not None:
             size += len(key)
         accumulator = self._acc
-        with self._lock:
-            buffered = accumulator.buffered_bytes  # accumulator.fits, inlined
-            if self._closing or (buffered + size > self.buffer_bytes_max and buffered):
+        with self._cond:
+            if self._closing or not accumulator.fits(size, self.buffer_bytes_max):
                 self._reserve(size)
             result, index, changed = accumulator.append(slot, value, key, headers, stamp, size)
             if changed:
                 self._cond.notify_all()
+            if sticky:
+                # The lane is stale once its batch closes (direct_room 0: the sticky slot
+                # moves on then) or a layout changes.
+                batch = accumulator.open_batch(slot)
+                cached = self._sticky_slots.get(topic)
+                if batch is not None and cached is not None and cached[0] == slot:
+                    self._lanes[topic] = (batch, cached[1])
         return RecordFuture(result, index, stamp)
 
     def send_batch(
@@ -774,21 +839,24 @@ class Producer:
     # ------------------------------------------------------------------ flush and close
 
     def flush(self, timeout_s: float | None = None) -> None:
-        """Send every queued record now and wait until all are acknowledged or failed."""
+        """Send every record queued before the call now, and wait until each is
+        acknowledged or failed. Records other threads send meanwhile are sent at once
+        too, but not waited for: a thread that keeps sending cannot hold flush (or
+        close) up. Raises REQUEST_TIMED_OUT when ``timeout_s`` passes first."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
             self._flush_requests += 1
             self._cond.notify_all()
-            try:
-                while not self._acc.idle():
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise HeadwaterError(
-                            ErrorCode.REQUEST_TIMED_OUT,
-                            f"flush did not finish within {timeout_s} s",
-                        )
-                    self._cond.wait(remaining)
-            finally:
+            pending = list(self._acc.completions())
+        try:
+            for result in pending:
+                remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
+                if not result.wait_done(remaining):
+                    raise HeadwaterError(
+                        ErrorCode.REQUEST_TIMED_OUT, f"flush did not finish within {timeout_s} s"
+                    )
+        finally:
+            with self._cond:
                 self._flush_requests -= 1
 
     def close(self, timeout_s: float | None = None) -> None:
@@ -798,6 +866,7 @@ class Producer:
         finally:
             with self._cond:
                 self._closing = True
+                self._acc.stop_direct_appends()  # so every send sees _closing
                 self._cond.notify_all()
             self._sender.join(timeout_s)
             with self._streams_lock:

@@ -321,13 +321,15 @@ def _timestamp_section(timestamps_ms: int | Sequence[int], count: int) -> tuple[
     if len(timestamps_ms) != count:
         raise ValueError(f"timestamps has {len(timestamps_ms)} entries, expected {count}")
     first = timestamps_ms[0]
-    low, high = min(timestamps_ms), max(timestamps_ms)
+    stamps = pa.array(timestamps_ms, type=pa.int64())  # one C pass; min and max in another
+    bounds = pc.min_max(stamps)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
     if low == high:
         return first, high, bytes(4 * count + _pad(4 * count))
     if low - first < TIMESTAMP_DELTA_MIN or high - first > TIMESTAMP_DELTA_MAX:
         raise ValueError("record timestamps in one batch must lie within 2**31 ms of the first")
     # Typed scalars: converting a Python int per call costs ~100 us (see _arange).
-    deltas = pc.subtract(pa.array(timestamps_ms, type=pa.int64()), pa.scalar(first, pa.int64()))
+    deltas = pc.subtract(stamps, pa.scalar(first, pa.int64()))
     delta_bytes = memoryview(deltas.cast(pa.int32()).buffers()[1])[: 4 * count]
     return first, high, bytes(delta_bytes) + _padding(4 * count)
 
@@ -484,10 +486,16 @@ def encode_batch(
     if headers is not None and any(headers):
         attributes |= _HAS_HEADERS_BIT
         sections += _header_sections(headers, count)
-    body = b"".join(sections)
-    stored = compress(body, compression)
-    padding = _padding(len(stored))
-    total = HEADER_BYTES + len(stored) + len(padding)
+    body_length = sum(map(len, sections))
+    if compression is Compression.NONE:
+        # The body is copied once, into the batch; it is never joined on its own.
+        stored: Sequence[bytes | memoryview] = sections
+        stored_length = body_length
+    else:
+        compressed = compress(b"".join(sections), compression)
+        stored, stored_length = (compressed,), len(compressed)
+    padding = _padding(stored_length)
+    total = HEADER_BYTES + stored_length + len(padding)
     if total > BATCH_BYTES_MAX:
         raise ValueError(f"batch of {total} bytes exceeds the format's {BATCH_BYTES_MAX}")
     header = bytearray(
@@ -500,19 +508,21 @@ def encode_batch(
             attributes,
             count,
             count - 1,
-            len(stored),
+            stored_length,
             first_ts,
             max_ts,
             producer_id,
             base_sequence,
             producer_epoch,
-            len(body),
+            body_length,
         )
     )
     # CRC over [24, end): the header's tail, then the stored body, then the padding.
-    crc = _crc32c.crc32c(padding, _crc32c.crc32c(stored, _crc32c.crc32c(bytes(header[CRC_START:]))))
-    struct.pack_into("<I", header, 20, crc)
-    return b"".join((header, stored, padding))
+    crc = _crc32c.crc32c(bytes(header[CRC_START:]))
+    for section in stored:
+        crc = _crc32c.crc32c(section, crc)
+    struct.pack_into("<I", header, 20, _crc32c.crc32c(padding, crc))
+    return b"".join((header, *stored, padding))
 
 
 def stamp_prefix(batch: bytes, base_offset: int, leader_epoch: int) -> bytes:

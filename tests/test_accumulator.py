@@ -12,6 +12,7 @@ import pytest
 
 from headwater.client.accumulator import (
     AccumulatorSettings,
+    OpenBatch,
     ProducerBatch,
     RecordAccumulator,
     cut_batches,
@@ -258,9 +259,11 @@ def test_random_runs_keep_order_bounds_and_barriers(seed: int) -> None:
             slot = rng.choice(slots)
             value = f"{slot[1]}:{counter}".encode() + b"." * rng.randrange(40)
             counter += 1
-            add(acc, slot, value, now)
+            key = b"k" if rng.random() < 0.1 else None
+            CLOCK[0] = now
+            acc.append(slot, value, key, None, T0_MS, record_size(value, key))
             appended[slot].append(value)
-            sent_size += record_size(value, None)
+            sent_size += record_size(value, key)
         elif action < 0.7:
             drained = acc.drain(now, now_ms, flushing=rng.random() < 0.2)
             for batch in drained.expired:
@@ -287,8 +290,8 @@ def test_random_runs_keep_order_bounds_and_barriers(seed: int) -> None:
             step_s = rng.choice([0.001, 0.01, 0.1, 0.5])
             now += step_s
             now_ms += int(step_s * 1000)
-        open_or_waiting = sum(record_size(v, None) for v in _unsettled(acc))
-        assert acc.buffered_bytes == open_or_waiting
+        assert acc.buffered_bytes == _unsettled_bytes(acc)
+        _check_direct_room(acc, 120)
     # Heal: answer everything until idle.
     while not acc.idle():
         drained = acc.drain(now, now_ms, flushing=True)
@@ -308,15 +311,86 @@ def test_random_runs_keep_order_bounds_and_barriers(seed: int) -> None:
     assert sorted(settled) == sorted(v for s in slots for v in appended[s])
 
 
-def _unsettled(acc: RecordAccumulator[Completion]) -> list[bytes | None]:
-    """Values of every batch not yet settled, read through the accumulator's state."""
-    values: list[bytes | None] = []
-    for open_batch in acc._open.values():
-        values += open_batch.values
+def _unsettled_bytes(acc: RecordAccumulator[Completion]) -> int:
+    """Buffer bytes of every record not yet settled, read through the accumulator's state."""
+    batches: list[OpenBatch[Completion] | ProducerBatch[Completion]] = list(acc._open.values())
     for queue in acc._queued.values():
-        for batch in queue:
-            values += batch.values
+        batches += queue
     for flying in acc._in_flight.values():
-        for batch in flying:
-            values += batch.values
-    return values
+        batches += flying
+    total = 0
+    for batch in batches:
+        keys = batch.keys or [None] * len(batch.values)
+        total += sum(map(record_size, batch.values, keys))
+    return total
+
+
+def _check_direct_room(acc: RecordAccumulator[Completion], batch_bytes: int) -> None:
+    """OpenBatch's rule: room for direct appends is what keeps the batch under
+    batch_bytes while it holds no key and no header, and none otherwise."""
+    for open_batch in acc._open.values():
+        plain = open_batch.keys is None and open_batch.headers is None
+        expected = batch_bytes - open_batch.size if plain else 0
+        assert open_batch.direct_room == expected
+        assert open_batch.size < batch_bytes
+
+
+def _acknowledge_all(
+    acc: RecordAccumulator[Completion], now: float
+) -> list[ProducerBatch[Completion]]:
+    """Flush: every batch, open or queued, sent and acknowledged, in order."""
+    batches: list[ProducerBatch[Completion]] = []
+    while not acc.idle():
+        for batch in acc.drain(now, T0_MS, flushing=True).sendable:
+            acc.settle(batch, now, T0_MS)
+            batches.append(batch)
+    return batches
+
+
+def _append_through_the_general_path(
+    acc: RecordAccumulator[Completion],
+    slot: tuple[str, int],
+    value: bytes | None,
+    key: bytes | None,
+    headers: list[tuple[str, bytes | None]] | None,
+    timestamp_ms: int,
+    size: int,
+) -> tuple[Completion, int, bool]:
+    return acc._append_any(slot, acc.open_batch(slot), value, key, headers, timestamp_ms, size)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_direct_appends_make_the_batches_the_general_path_makes(seed: int) -> None:
+    """The same records (keyless, keyed, with headers, timestamps near and a month
+    apart, sizes up to past batch_bytes) through ``append`` (whose first branch is the
+    direct append) and through the general path alone: the same batches, with the same
+    records, indexes and sizes; direct room is never left where it must not be."""
+    rng = random.Random(seed)
+    fast, general = make(batch_bytes=300, seed=seed), make(batch_bytes=300, seed=seed)
+    closed: dict[int, list[ProducerBatch[Completion]]] = {0: [], 1: []}
+    month_ms = 30 * 86_400_000
+    for step in range(2000):
+        slot = ("t", rng.randrange(2))
+        value = None if rng.random() < 0.05 else b"v" * rng.choice([0, 5, 40, 120, 290, 400])
+        key = b"key" if rng.random() < 0.1 else None
+        headers = [("h", b"1")] if rng.random() < 0.05 else None
+        stamp = T0_MS + rng.choice([0, 0, 0, 1, 7, month_ms, -month_ms])
+        size = record_size(value, key)
+        CLOCK[0] = step * 0.001
+        answers = [
+            fast.append(slot, value, key, headers, stamp, size),
+            _append_through_the_general_path(general, slot, value, key, headers, stamp, size),
+        ]
+        assert answers[0][1:] == answers[1][1:], step
+        _check_direct_room(fast, 300)
+        if rng.random() < 0.1:
+            for which, acc in enumerate((fast, general)):
+                closed[which] += _acknowledge_all(acc, step * 0.001)
+    for which, acc in enumerate((fast, general)):
+        closed[which] += _acknowledge_all(acc, 10.0)
+
+    def shape(batch: ProducerBatch[Completion]) -> tuple[object, ...]:
+        return (batch.slot, batch.values, batch.keys, batch.headers, batch.timestamps, batch.size)
+
+    assert [shape(b) for b in closed[0]] == [shape(b) for b in closed[1]]
+    assert sum(b.record_count for b in closed[0]) == 2000
