@@ -66,13 +66,7 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 from headwater.client.partitioner import partition_for_key
 from headwater.client.retry import OUTCOME_UNKNOWN, RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.log.batch import (
-    PRODUCER_EPOCH_MAX,
-    TIMESTAMP_DELTA_MAX,
-    TIMESTAMP_DELTA_MIN,
-    HeaderPairs,
-    stamp_producer,
-)
+from headwater.log.batch import PRODUCER_EPOCH_MAX, HeaderPairs, stamp_producer
 
 if TYPE_CHECKING:
     import random  # the caller passes a seeded random.Random
@@ -169,15 +163,16 @@ class OpenBatch(Generic[C]):
     the first record that has one (then they are back-filled with None), which saves two
     list appends per record on the common keyless path.
 
-    **Direct appends.** ``direct_room`` is what lets a record skip every other check:
-    a record of ``size`` buffer bytes with no key and no headers, stamped within an int32
-    delta of ``first_timestamp``, may be added by ``add_direct`` exactly when
-    ``size < direct_room``. The accumulator keeps ``direct_room`` at ``batch_bytes -
-    size`` while the batch is open and holds no key and no header, and at 0 otherwise
-    (a record is never 0 bytes), so a direct append never takes a batch to
-    ``batch_bytes`` (where it closes), never adds to a closed batch, and never leaves a
-    keyed batch's key list short. The buffer limit is the caller's to check. Call it
-    under the lock that guards the accumulator."""
+    **Direct appends** (the threaded producer's per-record path): a record of ``size``
+    buffer bytes with no key and no headers, stamped within an int32 delta of
+    ``first_timestamp``, may be added by ``add_direct``, skipping ``append``, exactly when
+    ``size < direct_room``; the batch then comes out as ``append`` would have made it.
+    The accumulator keeps ``direct_room`` at ``batch_bytes - size`` while the batch is
+    open and holds no key and no header, and at 0 otherwise (a record is never 0 bytes),
+    so a direct append never takes a batch to ``batch_bytes`` (where ``append`` closes
+    it), never adds to a closed batch, and never leaves a keyed batch's key list short.
+    The caller checks its own limits (the buffer) and adds ``size`` to the accumulator's
+    ``buffered_bytes``, under the lock that guards the accumulator."""
 
     __slots__ = (
         "completion",
@@ -204,7 +199,7 @@ class OpenBatch(Generic[C]):
 
     def add_direct(self, value: bytes | None, timestamp_ms: int, size: int) -> int:
         """Add a record the direct-append rule admits (see the class); return its index.
-        The accumulator's ``buffered_bytes`` grows by ``size`` too: the caller adds it."""
+        ``Producer.send`` has this inlined."""
         values = self.values
         index = len(values)
         values.append(value)
@@ -278,42 +273,18 @@ class RecordAccumulator(Generic[C]):
         closed (an engine that sleeps until the next deadline must wake). The clock is
         read only when a batch opens: this is the per-record path.
 
-        The common case, a record ``OpenBatch.add_direct`` admits, is the first branch;
-        everything else is ``_append_any``."""
+        The open batch closes first when the record would take it past ``batch_bytes``
+        or lies further than an int32 delta from its first timestamp (the format's
+        limit); it closes after when it reaches ``batch_bytes``. An engine may add the
+        records ``OpenBatch`` admits by ``OpenBatch.add_direct`` instead: the same
+        batches come out."""
         open_batch = self._open.get(slot)
-        if (
-            open_batch is not None
-            and key is None
-            and not headers
-            and size < open_batch.direct_room
-            # A batch stores int32 deltas from its first timestamp (the format's
-            # TIMESTAMP_DELTA_MIN and _MAX, here as literals: cheaper than globals on this
-            # per-record path).
-            and -2147483648 <= timestamp_ms - open_batch.first_timestamp <= 2147483647
-        ):
-            self.buffered_bytes += size
-            return open_batch.completion, open_batch.add_direct(value, timestamp_ms, size), False
-        return self._append_any(slot, open_batch, value, key, headers, timestamp_ms, size)
-
-    def _append_any(
-        self,
-        slot: Slot,
-        open_batch: OpenBatch[C] | None,
-        value: bytes | None,
-        key: bytes | None,
-        headers: HeaderPairs | None,
-        timestamp_ms: int,
-        size: int,
-    ) -> tuple[C, int, bool]:
-        """``append`` for any record: it may close the open batch first (the record would
-        take it past ``batch_bytes``, or lies further than an int32 delta from its first
-        timestamp), open one, start the key or header lists, or close the batch after."""
         changed = False
         if open_batch is not None and (
             open_batch.size + size > self._batch_bytes
-            or not TIMESTAMP_DELTA_MIN
-            <= timestamp_ms - open_batch.first_timestamp
-            <= TIMESTAMP_DELTA_MAX
+            # The format's TIMESTAMP_DELTA_MIN and _MAX, here as literals: cheaper than
+            # globals on this per-record path.
+            or not -2147483648 <= timestamp_ms - open_batch.first_timestamp <= 2147483647
         ):
             self._close(slot, open_batch)
             open_batch = None

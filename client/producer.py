@@ -546,7 +546,7 @@ class Producer:
         if key is not None:
             size += len(key)
         accumulator = self._acc
-        with self._cond:
+        with self._lock:  # the condition's lock (its own __enter__ is a Python call)
             if self._closing or not accumulator.fits(size, self.buffer_bytes_max):
                 self._reserve(size)
             result, index, changed = accumulator.append(slot, value, key, headers, stamp, size)

@@ -22,7 +22,7 @@ from headwater.client.accumulator import (
 from headwater.client.partitioner import partition_for_key
 from headwater.client.retry import RetryPolicy
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.log.batch import encode_batch
+from headwater.log.batch import TIMESTAMP_DELTA_MAX, TIMESTAMP_DELTA_MIN, encode_batch
 
 T0_MS = 1_700_000_000_000
 CLOCK = [0.0]
@@ -347,7 +347,7 @@ def _acknowledge_all(
     return batches
 
 
-def _append_through_the_general_path(
+def _append_directly_when_admitted(
     acc: RecordAccumulator[Completion],
     slot: tuple[str, int],
     value: bytes | None,
@@ -356,15 +356,26 @@ def _append_through_the_general_path(
     timestamp_ms: int,
     size: int,
 ) -> tuple[Completion, int, bool]:
-    return acc._append_any(slot, acc.open_batch(slot), value, key, headers, timestamp_ms, size)
+    """What the threaded producer's send does: OpenBatch's rule, else ``append``."""
+    batch = acc.open_batch(slot)
+    if (
+        batch is not None
+        and key is None
+        and not headers
+        and size < batch.direct_room
+        and TIMESTAMP_DELTA_MIN <= timestamp_ms - batch.first_timestamp <= TIMESTAMP_DELTA_MAX
+    ):
+        acc.buffered_bytes += size
+        return batch.completion, batch.add_direct(value, timestamp_ms, size), False
+    return acc.append(slot, value, key, headers, timestamp_ms, size)
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_direct_appends_make_the_batches_the_general_path_makes(seed: int) -> None:
     """The same records (keyless, keyed, with headers, timestamps near and a month
-    apart, sizes up to past batch_bytes) through ``append`` (whose first branch is the
-    direct append) and through the general path alone: the same batches, with the same
-    records, indexes and sizes; direct room is never left where it must not be."""
+    apart, sizes up to past batch_bytes) added directly wherever OpenBatch's rule admits
+    them, and through ``append`` alone: the same batches, with the same records, indexes
+    and sizes; direct room is never left where it must not be."""
     rng = random.Random(seed)
     fast, general = make(batch_bytes=300, seed=seed), make(batch_bytes=300, seed=seed)
     closed: dict[int, list[ProducerBatch[Completion]]] = {0: [], 1: []}
@@ -378,8 +389,8 @@ def test_direct_appends_make_the_batches_the_general_path_makes(seed: int) -> No
         size = record_size(value, key)
         CLOCK[0] = step * 0.001
         answers = [
-            fast.append(slot, value, key, headers, stamp, size),
-            _append_through_the_general_path(general, slot, value, key, headers, stamp, size),
+            _append_directly_when_admitted(fast, slot, value, key, headers, stamp, size),
+            general.append(slot, value, key, headers, stamp, size),
         ]
         assert answers[0][1:] == answers[1][1:], step
         _check_direct_room(fast, 300)
