@@ -75,6 +75,37 @@ def test_async_errors_fail_the_futures(shared_node: NodeProcess) -> None:
     asyncio.run(run())
 
 
+def test_flush_returns_while_another_task_keeps_sending(shared_node: NodeProcess) -> None:
+    """flush waits for the records queued before it, as Kafka's does. It used to wait
+    until nothing at all was queued, so a task that kept sending held it (and close) up
+    for ever."""
+    with Admin(shared_node.address) as admin:
+        admin.create_topic("aio-flush-busy", 1)
+
+    async def run() -> None:
+        async with AsyncProducer(shared_node.address, acks="1", linger_ms=5) as producer:
+            before = [await producer.send("aio-flush-busy", b"before") for _ in range(100)]
+            sending = True
+
+            async def keep_sending() -> int:
+                sent = 0
+                while sending:
+                    await producer.send("aio-flush-busy", b"meanwhile")
+                    sent += 1
+                    await asyncio.sleep(0)
+                return sent
+
+            task = asyncio.create_task(keep_sending())
+            await asyncio.sleep(0.05)
+            await asyncio.wait_for(producer.flush(), 30)
+            assert all(f.done() for f in before)
+            assert [f.result().offset for f in before] == list(range(100))
+            sending = False
+            assert await task > 0
+
+    asyncio.run(run())
+
+
 def test_async_producer_fails_pending_records_when_the_node_dies(node: NodeProcess) -> None:
     with Admin(node.address) as admin:
         admin.create_topic("aio-dies", 1)
