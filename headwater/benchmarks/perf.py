@@ -221,6 +221,13 @@ def bench() -> None:
     show_default=True,
     help="The producer's enable_idempotence: default is on with acks=all, off otherwise.",
 )
+@click.option(
+    "--keys",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Distinct keys the records cycle through (key-0, key-1, ...); 0: keyless.",
+)
 def bench_produce(
     topic: str,
     records: int,
@@ -235,12 +242,15 @@ def bench_produce(
     acks: str,
     compression: str,
     idempotence: str,
+    keys: int,
 ) -> None:
     """Produce RECORDS records of RECORD_SIZE bytes as fast as possible."""
     from headwater.client import Producer
 
     ensure_topic(bootstrap, topic, partitions)
     values = make_values(min(records, batch_records if mode == "batch" else 65_536), record_size)
+    # Record i has key_pool[i % len(values) % keys]: the pool lines up with the values.
+    key_pool = [b"key-%d" % (i % keys) for i in range(len(values))] if keys else None
     latencies: list[float] = []
     lock = threading.Lock()
     producer = Producer(
@@ -260,7 +270,8 @@ def bench_produce(
                 while sent < records:
                     count = min(batch_records, records - sent)
                     began = time.perf_counter()
-                    for batch_future in producer.send_batch(topic, values[:count]):
+                    batch_keys = key_pool[:count] if key_pool is not None else None
+                    for batch_future in producer.send_batch(topic, values[:count], batch_keys):
                         batch_future.add_done_callback(_latency_callback(latencies, lock, began))
                     sent += count
                     progress.update(task, completed=sent)
@@ -274,10 +285,16 @@ def bench_produce(
                     first = sent % pool
                     run = values[first : first + min(sample_every, records - sent)]
                     began = time.perf_counter()
-                    future = send(topic, run[0])
+                    if key_pool is None:
+                        future = send(topic, run[0])
+                        for value in run[1:]:
+                            send(topic, value)
+                    else:
+                        run_keys = key_pool[first : first + len(run)]
+                        future = send(topic, run[0], run_keys[0])
+                        for value, key in zip(run[1:], run_keys[1:], strict=True):
+                            send(topic, value, key)
                     future.add_done_callback(_latency_callback(latencies, lock, began))
-                    for value in run[1:]:
-                        send(topic, value)
                     sent += len(run)
                     if sent % 65_536 < len(run):
                         progress.update(task, completed=sent)
@@ -294,6 +311,7 @@ def bench_produce(
         "batch_bytes": batch_bytes,
         "linger_ms": linger_ms,
         "partitions": partitions,
+        "keys": keys,
     }
     report(
         summarize("produce", records, records * record_size, elapsed, latencies, settings), as_json
