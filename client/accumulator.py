@@ -320,8 +320,10 @@ class RecordAccumulator(Generic[C]):
         return self._open.get(slot)
 
     def stop_direct_appends(self) -> None:
-        """No open batch admits a direct append any more: every record goes through
-        ``append`` (and the engine's own checks, such as whether it is closing)."""
+        """No batch open now admits a direct append any more: every record goes through
+        the engine's own checks (such as whether it is closing) and ``append``. A batch
+        ``append`` opens or adds to later admits them again: the engine calls this when
+        it stops appending altogether."""
         for open_batch in self._open.values():
             open_batch.direct_room = 0
 

@@ -439,10 +439,12 @@ class AsyncProducer:
     async def _reserve(self, size: int) -> None:
         """Wait until ``size`` more bytes fit the buffer (an oversized record is let in
         when the buffer is empty), for up to ``max_block_ms``."""
-        if self._closing:
-            raise HeadwaterError(ErrorCode.INVALID_REQUEST, "producer is closed")
         deadline = time.monotonic() + self.max_block_s
-        while not self._acc.fits(size, self.buffer_bytes_max):
+        while True:
+            if self._closing:  # also after a wait: close may have flushed meanwhile
+                raise HeadwaterError(ErrorCode.INVALID_REQUEST, "producer is closed")
+            if self._acc.fits(size, self.buffer_bytes_max):
+                return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise buffer_full(self._acc.buffered_bytes, self.buffer_bytes_max, self.max_block_s)
@@ -670,10 +672,12 @@ class AsyncProducer:
             self._flushing -= 1
 
     async def close(self) -> None:
-        """Flush, then close the streams and channels (later sends raise)."""
+        """Refuse further sends, flush what was accepted, then close the streams and
+        channels. (Closing first: a record another task sent during the flush would
+        otherwise be left unsent, its future pending for ever.)"""
+        self._closing = True
         with contextlib.suppress(HeadwaterError):
             await self.flush()
-        self._closing = True
         if self._timer is not None:
             self._timer.cancel()
         for stream in self._streams.values():

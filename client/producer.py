@@ -243,6 +243,7 @@ class BatchResult:
         "_callbacks",
         "_event",
         "_lock",
+        "_settled",
         "base_offset",
         "error",
         "partition",
@@ -257,6 +258,7 @@ class BatchResult:
         self.record_count = 0
         self.error: HeadwaterError | None = None
         self._event = threading.Event()
+        self._settled = threading.Event()
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[BatchResult], None]] = []
 
@@ -278,9 +280,13 @@ class BatchResult:
     def done(self) -> bool:
         return self._event.is_set()
 
-    def wait_done(self, timeout: float | None) -> bool:
-        """Wait until the batch is complete, either way; False if ``timeout`` passed."""
-        return self._event.wait(timeout)
+    def mark_settled(self) -> None:
+        """The engine is done with the batch: complete, callbacks run, buffer released."""
+        self._settled.set()
+
+    def wait_settled(self, timeout: float | None) -> bool:
+        """Wait until ``mark_settled``; False if ``timeout`` passed first."""
+        return self._settled.wait(timeout)
 
     def add_callback(self, callback: Callable[[BatchResult], None]) -> None:
         with self._lock:
@@ -412,13 +418,15 @@ class Producer:
         self._rng = random.Random()
         self._sticky = StickyPartitioner(self._rng)
         self._sticky_slots: dict[str, tuple[tuple[str, int], int]] = {}
+        self._unsettled: dict[BatchResult, None] = {}
+        """Completions of the batches not yet settled, oldest first (under the lock)."""
         self._lanes: dict[str, tuple[OpenBatch[BatchResult], int]] = {}
         """Per topic, the open batch of its sticky slot and the layout change count it
         was found under: ``send``'s direct path (``OpenBatch``)."""
         self._acc: RecordAccumulator[BatchResult] = RecordAccumulator(
             settings,
             self._rng,
-            new_completion=lambda slot: BatchResult(*slot),
+            new_completion=self._new_result,
             clock=time.monotonic,
             on_batch_closed=self._advance_sticky,
             idempotent=self.idempotent,
@@ -444,6 +452,13 @@ class Producer:
         self.close()
 
     # ------------------------------------------------------------------ sending
+
+    def _new_result(self, slot: tuple[str, int]) -> BatchResult:
+        """A batch's completion, registered as unsettled (what flush waits for) until
+        ``_finish`` settles it. Called under the lock."""
+        result = BatchResult(*slot)
+        self._unsettled[result] = None
+        return result
 
     def _advance_sticky(self, slot: tuple[str, int]) -> None:
         self._sticky.on_batch_sent(slot[0], slot[1], self.cluster.cached_partitions(slot[0]))
@@ -623,10 +638,10 @@ class Producer:
         payload: bytes | None = None,
     ) -> BatchFuture:
         """Queue a whole batch for ``slot`` behind what is already queued for it."""
-        result = BatchResult(*slot)
-        result.record_count = record_count
         with self._cond:
             self._reserve(size)
+            result = self._new_result(slot)
+            result.record_count = record_count
             self._acc.add_batch(
                 slot,
                 result,
@@ -834,7 +849,9 @@ class Producer:
             result.complete(base_offset, error)
         with self._cond:
             self._acc.settle(batch, time.monotonic(), time.time_ns() // 1_000_000, error, answered)
+            self._unsettled.pop(result, None)
             self._cond.notify_all()
+        result.mark_settled()
 
     # ------------------------------------------------------------------ flush and close
 
@@ -847,11 +864,11 @@ class Producer:
         with self._cond:
             self._flush_requests += 1
             self._cond.notify_all()
-            pending = list(self._acc.completions())
+            pending = list(self._unsettled)
         try:
             for result in pending:
                 remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
-                if not result.wait_done(remaining):
+                if not result.wait_settled(remaining):
                     raise HeadwaterError(
                         ErrorCode.REQUEST_TIMED_OUT, f"flush did not finish within {timeout_s} s"
                     )

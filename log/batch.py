@@ -335,6 +335,8 @@ def _timestamp_section(timestamps_ms: int | Sequence[int], count: int) -> tuple[
         low, high = min(timestamps_ms), max(timestamps_ms)
     else:  # one C pass to convert, one for both bounds
         stamps = pa.array(timestamps_ms, type=pa.int64())
+        if stamps.null_count:  # as min() and max() refuse None below the threshold
+            raise TypeError("a record timestamp is None")
         bounds = pc.min_max(stamps)
         low, high = bounds["min"].as_py(), bounds["max"].as_py()
     if low == high:

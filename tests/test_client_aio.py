@@ -106,6 +106,38 @@ def test_flush_returns_while_another_task_keeps_sending(shared_node: NodeProcess
     asyncio.run(run())
 
 
+def test_records_sent_while_closing_are_sent_or_refused(shared_node: NodeProcess) -> None:
+    """close refuses further sends first, then flushes: a record another task sent
+    during close is either refused or sent. (Flushing first left the records sent during
+    the flush unsent, their futures pending for ever.)"""
+    with Admin(shared_node.address) as admin:
+        admin.create_topic("aio-close-busy", 1)
+
+    async def run() -> None:
+        producer = AsyncProducer(shared_node.address, acks="1", linger_ms=5)
+        futures = [await producer.send("aio-close-busy", b"first")]
+        refusals: list[ErrorCode] = []
+
+        async def keep_sending() -> None:
+            while True:
+                try:
+                    futures.append(await producer.send("aio-close-busy", b"meanwhile"))
+                except HeadwaterError as error:
+                    refusals.append(error.code)
+                    return
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(keep_sending())
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(producer.close(), 30)
+        await asyncio.wait_for(task, 30)
+        assert refusals == [ErrorCode.INVALID_REQUEST]
+        landed = await asyncio.wait_for(asyncio.gather(*futures), 30)
+        assert [m.offset for m in landed] == list(range(len(futures)))
+
+    asyncio.run(run())
+
+
 def test_async_producer_fails_pending_records_when_the_node_dies(node: NodeProcess) -> None:
     with Admin(node.address) as admin:
         admin.create_topic("aio-dies", 1)

@@ -139,3 +139,25 @@ def test_records_sent_while_closing_all_settle(shared_node: NodeProcess) -> None
     assert refusals == [ErrorCode.INVALID_REQUEST]
     offsets = [f.result(timeout=30).offset for f in futures]
     assert offsets == list(range(len(futures)))
+
+
+def test_flush_returns_after_the_callbacks_of_what_it_waited_for(
+    shared_node: NodeProcess,
+) -> None:
+    """A batch's future is done before its callbacks run (so that they can read it);
+    flush returns only once they have run, as it did when it waited for the buffer to
+    empty. A slow callback makes the order visible."""
+    with Admin(shared_node.address) as admin:
+        admin.create_topic("send-paths-callbacks", 1, 1)
+    calls: list[int] = []
+
+    def slow_callback(future: RecordFuture) -> None:
+        time.sleep(0.2)
+        calls.append(future.result().offset)
+
+    with Producer(shared_node.address, acks="1", linger_ms=1000) as producer:
+        futures = [producer.send("send-paths-callbacks", b"v") for _ in range(3)]
+        for future in futures:
+            future.add_done_callback(slow_callback)
+        producer.flush()
+        assert calls == [0, 1, 2]
