@@ -21,6 +21,8 @@ def register(spark: Any) -> None:
     Spark runs Python workers with ``PYSPARK_PYTHON``, else ``python3`` from the PATH,
     which need not be the interpreter Headwater is installed in. When ``PYSPARK_PYTHON``
     is not set, the session's workers use this interpreter (``sys.executable``) instead.
+    Call it when Spark says ``[DATA_SOURCE_NOT_FOUND] Failed to find the data source:
+    headwater``: the workers' interpreter does not have Headwater.
     """
     context = spark.sparkContext
     if "PYSPARK_PYTHON" not in os.environ and context.pythonExec == "python3":

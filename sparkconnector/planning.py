@@ -24,6 +24,7 @@ again under the same name is noticed (data loss) instead of being read from stal
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import math
@@ -119,6 +120,216 @@ class SourceOptions:
 
 
 # --------------------------------------------------------------------------- options
+
+SAME: Final = "same"
+"""The option means what it means for Spark's Kafka source."""
+DIFFERS: Final = "differs"
+"""Supported, with a difference the row says."""
+OWN: Final = "Headwater"
+"""Headwater's own option (Kafka's source has none like it)."""
+REFUSED: Final = "refused"
+"""Given, it fails the query when the reader is created, with the row's reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class OptionRow:
+    """One source option: its name (Spark's options are case-insensitive), how Headwater
+    supports it, and what it means or why it is refused."""
+
+    name: str
+    support: str
+    meaning: str
+
+
+SOURCE_OPTIONS: Final[tuple[OptionRow, ...]] = (
+    # Spark's Kafka source (spark-sql-kafka-0-10, Spark 4), in its documentation's order.
+    OptionRow("assign", SAME, 'the partitions to read, JSON `{"topic": [0, 1]}`'),
+    OptionRow("subscribe", SAME, "a comma-separated list of topics"),
+    OptionRow(
+        "subscribePattern",
+        DIFFERS,
+        "a Python regular expression (not Java's) matched against the whole topic name; "
+        "internal topics (`__` prefix) are never matched; new matching topics are picked up",
+    ),
+    OptionRow(
+        "kafka.bootstrap.servers",
+        DIFFERS,
+        "`host:port[,host:port]` of Headwater nodes' client listeners; also "
+        "`headwater.bootstrap.servers`, `bootstrap.servers`, `bootstrap`; default "
+        f"`{DEFAULT_BOOTSTRAP}`",
+    ),
+    OptionRow(
+        "startingTimestamp",
+        SAME,
+        "start every partition at its first record at or after this time (ms)",
+    ),
+    OptionRow(
+        "startingOffsetsByTimestamp",
+        SAME,
+        'the same per partition, JSON `{"topic": {"0": 1700000000000}}`',
+    ),
+    OptionRow(
+        "startingOffsets",
+        DIFFERS,
+        "`latest` (streams' default), `earliest` (batch default) or JSON "
+        '`{"topic": {"0": 23, "1": -2}}` (-2 earliest, -1 latest); partitions missing '
+        "from the JSON start at earliest (Kafka's source refuses such a map)",
+    ),
+    OptionRow("endingTimestamp", REFUSED, "not supported yet; give `endingOffsets`"),
+    OptionRow("endingOffsetsByTimestamp", REFUSED, "not supported yet; give `endingOffsets`"),
+    OptionRow("endingOffsets", SAME, "batch reads: `latest` or JSON as `startingOffsets`"),
+    OptionRow(
+        "failOnDataLoss",
+        SAME,
+        "`true` (default): fail when unread records were deleted (retention) or a topic "
+        "was recreated; `false`: warn and go on",
+    ),
+    OptionRow(
+        "kafkaConsumer.pollTimeoutMs",
+        REFUSED,
+        "not needed: executors fetch over gRPC streams with their own deadlines; remove it",
+    ),
+    OptionRow(
+        "fetchOffset.numRetries",
+        REFUSED,
+        "not needed: the client retries offset requests for up to its request timeout; remove it",
+    ),
+    OptionRow(
+        "fetchOffset.retryIntervalMs",
+        REFUSED,
+        "not needed: the client retries offset requests with its own backoff; remove it",
+    ),
+    OptionRow(
+        "maxOffsetsPerTrigger",
+        SAME,
+        "records per micro-batch at most, split across partitions in proportion to their backlog",
+    ),
+    OptionRow(
+        "minOffsetsPerTrigger",
+        SAME,
+        "records per micro-batch at least, waiting up to `maxTriggerDelay`",
+    ),
+    OptionRow("maxTriggerDelay", SAME, "default `15m`"),
+    OptionRow("minPartitions", SAME, "split large offset ranges into at least this many tasks"),
+    OptionRow(
+        "maxRecordsPerPartition", SAME, "split offset ranges into tasks of at most this many"
+    ),
+    OptionRow(
+        "groupIdPrefix",
+        REFUSED,
+        "not supported: the source reads without a consumer group; give `groupId` to see "
+        "a stream's lag in a group",
+    ),
+    OptionRow(
+        "kafka.group.id",
+        REFUSED,
+        "not supported: the source reads without a consumer group; give `groupId` to see "
+        "a stream's lag in a group",
+    ),
+    OptionRow("includeHeaders", SAME, "add `headers: array<struct<key: string, value: binary>>`"),
+    OptionRow(
+        "startingOffsetsByTimestampStrategy",
+        REFUSED,
+        "not supported yet: a partition without a record that late starts at its end, as "
+        "Kafka's `latest` strategy does",
+    ),
+    # Headwater's own.
+    OptionRow("headwater.bootstrap.servers", OWN, "as `kafka.bootstrap.servers`"),
+    OptionRow("bootstrap.servers", OWN, "as `kafka.bootstrap.servers`"),
+    OptionRow("bootstrap", OWN, "as `kafka.bootstrap.servers`"),
+    OptionRow(
+        "fetchMaxBytes",
+        OWN,
+        f"bytes per fetch from a partition leader; default {FETCH_BYTES_DEFAULT >> 20} MiB, at "
+        f"most {FETCH_BYTES_MAX >> 20} MiB",
+    ),
+    OptionRow(
+        "groupId",
+        OWN,
+        "streams: also commit each finished micro-batch's end offsets to this consumer "
+        "group, so that `headwater groups describe GROUP` shows the query's lag",
+    ),
+    # Security: Kafka's client settings that Headwater honours (the escape hatch for
+    # kafka.* settings), and Headwater's names for them.
+    OptionRow(
+        "kafka.security.protocol",
+        DIFFERS,
+        "`PLAINTEXT`, `SSL`, `SASL_SSL` or `SASL_PLAINTEXT` (a user's password); also "
+        "`headwater.security.protocol`, `security.protocol` (docs/security.md)",
+    ),
+    OptionRow("headwater.security.protocol", OWN, "as `kafka.security.protocol`"),
+    OptionRow("security.protocol", OWN, "as `kafka.security.protocol`"),
+    OptionRow(
+        "kafka.sasl.jaas.config",
+        DIFFERS,
+        'a user\'s credentials: `...ScramLoginModule required username="..." '
+        'password="...";` (or `PlainLoginModule`)',
+    ),
+    OptionRow(
+        "kafka.sasl.mechanism", DIFFERS, "`SCRAM-SHA-256` or `PLAIN`, both a user's password"
+    ),
+    OptionRow("headwater.username", OWN, "a user's name (with `headwater.password`)"),
+    OptionRow("headwater.password", OWN, "the user's password"),
+    OptionRow(
+        "kafka.ssl.truststore.location",
+        DIFFERS,
+        "PEM file of the CAs that sign the nodes' certificates; also `headwater.tls.ca.file`",
+    ),
+    OptionRow("kafka.ssl.truststore.type", DIFFERS, "`PEM` only"),
+    OptionRow(
+        "kafka.ssl.keystore.location",
+        DIFFERS,
+        "PEM file holding the client's certificate chain and key (mutual TLS)",
+    ),
+    OptionRow("kafka.ssl.keystore.type", DIFFERS, "`PEM` only"),
+    OptionRow(
+        "kafka.ssl.key.password",
+        DIFFERS,
+        "refused when not empty: keys must be unencrypted PEM",
+    ),
+    OptionRow(
+        "kafka.ssl.keystore.password",
+        DIFFERS,
+        "refused when not empty: keys must be unencrypted PEM",
+    ),
+    OptionRow("headwater.tls.ca.file", OWN, "as `kafka.ssl.truststore.location`"),
+    OptionRow("headwater.tls.cert.file", OWN, "the client's certificate (mutual TLS)"),
+    OptionRow("headwater.tls.key.file", OWN, "the client's key (mutual TLS)"),
+    OptionRow(
+        "headwater.tls.server.name",
+        OWN,
+        "name to check the nodes' certificates against instead of the host dialled",
+    ),
+)
+"""Every option the source takes or refuses (``docs/spark.md`` is generated from it)."""
+
+_SOURCE_OPTION_ROWS: Final = {row.name.lower(): row for row in SOURCE_OPTIONS}
+
+
+def check_option_names(options: Mapping[str, str]) -> None:
+    """Refuse a refused option with its reason, and an unknown one (a typo, a Kafka
+    client setting Headwater does not honour) with the closest valid names and the full
+    list: an option that does nothing must not look as if it did."""
+    for name in options:
+        row = _SOURCE_OPTION_ROWS.get(name.lower())
+        if row is not None:
+            if row.support == REFUSED:
+                raise OptionError(f"option {row.name} is refused: {row.meaning}")
+            continue
+        valid = [r.name for r in SOURCE_OPTIONS if r.support != REFUSED]
+        close = difflib.get_close_matches(name, valid, n=3, cutoff=0.75)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise OptionError(
+            f"unknown option {name!r}; {hint}valid options: {', '.join(valid)} (docs/spark.md)"
+        )
+
+
+def options_table_markdown() -> str:
+    """The source's options as the Markdown table of ``docs/spark.md``."""
+    lines = ["| option | support | meaning |", "|---|---|---|"]
+    lines += [f"| `{r.name}` | {r.support} | {r.meaning} |" for r in SOURCE_OPTIONS]
+    return "\n".join(lines)
+
 
 SECURITY_OPTIONS: Final = {
     "protocol": ("headwater.security.protocol", "kafka.security.protocol", "security.protocol"),
@@ -348,6 +559,7 @@ def parse_options(
 ) -> SourceOptions:
     """Validate the reader options; raise OptionError naming the problem.
     ``environment``: the TLS settings unset options fall back to."""
+    check_option_names(options)
     bootstrap = next(
         (v for k in BOOTSTRAP_KEYS if (v := _get(options, k)) is not None), DEFAULT_BOOTSTRAP
     )

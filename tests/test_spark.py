@@ -290,6 +290,10 @@ def test_bad_options_are_named(spark: SparkSession, node: NodeProcess) -> None:
         ({"subscribe": "br", "maxOffsetsPerTrigger": "0"}, "must be >= 1"),
         ({"subscribePattern": "("}, "not a valid regex"),
         ({"subscribe": "br", "groupId": "g"}, "groupId is for streams"),
+        # Silently ignored before the options table (docs/spark.md):
+        ({"subscribe": "br", "startingOffset": "earliest"}, "did you mean startingOffsets"),
+        ({"subscribe": "br", "endingTimestamp": "5"}, "option endingTimestamp is refused"),
+        ({"subscribe": "br", "kafka.group.id": "g"}, "option kafka.group.id is refused"),
     ]
     for options, expected in cases:
         frame = spark.read.format("headwater").option("bootstrap", node.address)

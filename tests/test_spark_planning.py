@@ -195,3 +195,124 @@ def test_tls_options_take_kafka_and_headwater_names_over_the_environment() -> No
     ):
         with pytest.raises(OptionError, match=problem):
             security_options(options)
+
+
+# ------------------------------------------------------------------ the options table
+
+JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";'
+ACCEPTED_VALUES = {
+    "assign": '{"t": [0]}',
+    "subscribe": "t",
+    "subscribePattern": "t.*",
+    "kafka.bootstrap.servers": "h:2",
+    "startingTimestamp": "5",
+    "startingOffsetsByTimestamp": '{"t": {"0": 5}}',
+    "startingOffsets": "earliest",
+    "endingOffsets": '{"t": {"0": 7}}',
+    "failOnDataLoss": "false",
+    "maxOffsetsPerTrigger": "10",
+    "minOffsetsPerTrigger": "10",
+    "maxTriggerDelay": "1m",
+    "minPartitions": "4",
+    "maxRecordsPerPartition": "100",
+    "includeHeaders": "true",
+    "headwater.bootstrap.servers": "h:2",
+    "bootstrap.servers": "h:2",
+    "bootstrap": "h:2",
+    "fetchMaxBytes": "1048576",
+    "groupId": "g",
+    "kafka.security.protocol": "SSL",
+    "headwater.security.protocol": "SSL",
+    "security.protocol": "SSL",
+    "kafka.sasl.jaas.config": JAAS,
+    "kafka.sasl.mechanism": "SCRAM-SHA-256",
+    "headwater.username": "u",
+    "headwater.password": "p",
+    "kafka.ssl.truststore.location": "/ca.pem",
+    "kafka.ssl.truststore.type": "PEM",
+    "kafka.ssl.keystore.location": "/client.pem",
+    "kafka.ssl.keystore.type": "PEM",
+    "kafka.ssl.key.password": "",
+    "kafka.ssl.keystore.password": "",
+    "headwater.tls.ca.file": "/ca.pem",
+    "headwater.tls.cert.file": "/cert.pem",
+    "headwater.tls.key.file": "/key.pem",
+    "headwater.tls.server.name": "node-1",
+}
+"""A value each supported option takes (one test per row)."""
+COMPANIONS = {
+    "headwater.password": {"headwater.username": "u"},
+    "headwater.tls.cert.file": {"headwater.tls.key.file": "/key.pem"},
+    "headwater.tls.key.file": {"headwater.tls.cert.file": "/cert.pem"},
+}
+"""What an option needs beside it."""
+
+SUPPORTED = [r for r in planning.SOURCE_OPTIONS if r.support != planning.REFUSED]
+REFUSED = [r for r in planning.SOURCE_OPTIONS if r.support == planning.REFUSED]
+
+
+def test_every_supported_row_has_a_value_to_try() -> None:
+    assert sorted(ACCEPTED_VALUES) == sorted(r.name for r in SUPPORTED)
+
+
+@pytest.mark.parametrize("row", SUPPORTED, ids=lambda r: r.name)
+def test_each_supported_option_is_taken(row: planning.OptionRow) -> None:
+    """Given alone beside a subscription (and with what it needs), the option is taken,
+    under its own name and in another case."""
+    base = {"bootstrap": "h:1", "subscribe": "t"}
+    if row.name in ("assign", "subscribePattern"):
+        base = {"bootstrap": "h:1"}
+    if row.name.startswith(
+        ("kafka.ssl", "headwater.tls", "kafka.sasl", "headwater.user", "headwater.pass")
+    ):
+        base["headwater.security.protocol"] = "SSL"
+    base |= COMPANIONS.get(row.name, {})
+    streaming = row.name not in ("endingOffsets",)
+    for name in (row.name, row.name.upper()):
+        parsed = parse_options({**base, name: ACCEPTED_VALUES[row.name]}, streaming=streaming)
+        assert (
+            parsed.subscription.topics
+            or parsed.subscription.pattern
+            or parsed.subscription.assigned
+        )
+
+
+@pytest.mark.parametrize("row", REFUSED, ids=lambda r: r.name)
+def test_each_refused_option_fails_with_its_reason(row: planning.OptionRow) -> None:
+    """Refused options used to be ignored, so that a batch read bounded by
+    endingTimestamp read everything."""
+    for streaming in (True, False):
+        with pytest.raises(OptionError) as raised:
+            parse_options({"bootstrap": "h:1", "subscribe": "t", row.name: "1"}, streaming)
+        assert str(raised.value) == f"option {row.name} is refused: {row.meaning}"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("startingOffset", "did you mean startingOffsets?"),
+        ("failOnDataloss ", "did you mean failOnDataLoss?"),
+        (
+            "kafka.max.poll.records",
+            "unknown option 'kafka.max.poll.records'; valid options: assign",
+        ),
+        ("path", "unknown option 'path'"),
+    ],
+)
+def test_an_unknown_option_fails_naming_the_valid_ones(name: str, expected: str) -> None:
+    """A typo or a Kafka client setting Headwater does not honour was silently ignored."""
+    with pytest.raises(OptionError) as raised:
+        parse_options({"bootstrap": "h:1", "subscribe": "t", name: "x"}, streaming=True)
+    assert expected in str(raised.value)
+    assert "docs/spark.md" in str(raised.value)
+
+
+def test_docs_spark_md_is_the_table() -> None:
+    from pathlib import Path
+
+    from headwater.sparkconnector.options_doc import spark_doc
+
+    written = (Path(__file__).parent.parent / "docs" / "spark.md").read_text()
+    assert written == spark_doc(), (
+        "run python -m headwater.sparkconnector.options_doc > docs/spark.md"
+    )
