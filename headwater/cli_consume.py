@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import BinaryIO
+from typing import BinaryIO, Final
 
 from headwater.client.consumer import Consumer, ConsumerRecord
 from headwater.client.positions import TopicPartition
+from headwater.errors import ErrorCode, HeadwaterError
 
 
 def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -46,11 +47,11 @@ def consume_lines(
             consumer.subscribe(topic, group_id=group)
         elif partition is not None:
             tp = TopicPartition(topic, partition)
-            consumer.assign([tp])
+            _while_starting(lambda: consumer.assign([tp]), timeout_ms)
             if offset is not None:
                 consumer.seek(tp, offset)
         else:
-            consumer.assign(topic)
+            _while_starting(lambda: consumer.assign(topic), timeout_ms)
         last_record = time.monotonic()
         while max_messages is None or printed < max_messages:
             wait_ms = 200 if timeout_ms is None else min(200, timeout_ms)
@@ -70,6 +71,25 @@ def consume_lines(
             elif timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
                 break
     return printed
+
+
+STARTING_RETRY_S: Final = 0.1
+
+
+def _while_starting(assign: Callable[[], None], timeout_ms: int | None) -> None:
+    """``assign``, again while the node answers LEADER_NOT_AVAILABLE (it is starting and
+    has not caught up with the cluster metadata: it says to retry), for up to
+    ``timeout_ms`` (30 s without one). Any other error is raised at once: an unknown
+    topic is named without waiting."""
+    deadline = time.monotonic() + (30.0 if timeout_ms is None else timeout_ms / 1000)
+    while True:
+        try:
+            assign()
+            return
+        except HeadwaterError as error:
+            if error.code is not ErrorCode.LEADER_NOT_AVAILABLE or time.monotonic() >= deadline:
+                raise
+        time.sleep(STARTING_RETRY_S)
 
 
 def _line(record: ConsumerRecord, print_key: bool) -> bytes:
