@@ -20,6 +20,9 @@ def local_session(app_name: str) -> Any:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        # A ceiling, not a reservation: at Spark's 1g default, a long-lived session that
+        # ran many streaming queries (the test module's) ran out of heap.
+        .config("spark.driver.memory", "2g")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
