@@ -49,8 +49,11 @@ proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
 
 # A 3-node cluster, an order generator and a Spark Structured Streaming job (Ctrl-C stops).
+# make demo DEMO_BASE_PORT=7800 DEMO_DATA_DIR=/some/folder: fixed ports, data kept there.
+DEMO_BASE_PORT ?= 0
+DEMO_DATA_DIR ?=
 demo: $(STAMP)
-	$(BIN)/python -m headwater.sparkconnector.demo
+	$(BIN)/python -m headwater.sparkconnector.demo --base-port $(DEMO_BASE_PORT) $(if $(DEMO_DATA_DIR),--data-dir "$(DEMO_DATA_DIR)")
 
 # Fault injection (docs/chaos.md): 3 real nodes, kills, pauses, restarts and network
 # partitions (in network namespaces when run as root), a Jepsen-style checker, and a

@@ -281,6 +281,13 @@ class Admin:
         (ms since the epoch), else the high watermark}."""
         return offsets.offsets_for_times(self.cluster, timestamps, retry_s=self._timeout)
 
+    def offsets_matching_times(
+        self, timestamps: Mapping[tuple[str, int], int]
+    ) -> dict[tuple[str, int], int | None]:
+        """{(topic, partition): the first offset with a timestamp at or after the one given
+        (ms since the epoch), None where no record is that recent}."""
+        return offsets.offsets_matching_times(self.cluster, timestamps, retry_s=self._timeout)
+
     def partition_counts(self, topics: Sequence[str] = ()) -> dict[str, int]:
         """{topic: partition count} of ``topics`` (all topics when empty) that exist."""
         response = self.cluster.refresh(topics, retry_s=self._timeout)

@@ -53,6 +53,30 @@ def offsets_answered(
     return {(request.topic, o.partition): o.offset for o in response.offsets}
 
 
+def timestamps_answered(
+    request: pb.ListOffsetsRequest, response: pb.ListOffsetsResponse
+) -> dict[PartitionKey, int | None]:
+    """{(topic, partition): offset} from the answer to a timestamp ``request``, None where
+    no record is that recent (the answer's timestamp is then -1)."""
+    return {
+        (request.topic, o.partition): o.offset if o.timestamp_ms >= 0 else None
+        for o in response.offsets
+    }
+
+
+def _answers(
+    cluster: Cluster, request: pb.ListOffsetsRequest, retry_s: float
+) -> pb.ListOffsetsResponse:
+    def run(address: str) -> pb.ListOffsetsResponse:
+        response: pb.ListOffsetsResponse = cluster.broker(address).ListOffsets(
+            request, timeout=cluster.request_timeout_s
+        )
+        return response
+
+    answer: pb.ListOffsetsResponse = cluster.call_any(run, retry_s=retry_s)
+    return answer
+
+
 def list_offsets(
     cluster: Cluster,
     partitions: Iterable[PartitionKey],
@@ -65,14 +89,19 @@ def list_offsets(
     timestamp at or after the partition's timestamp (else the high watermark)."""
     result: dict[PartitionKey, int] = {}
     for request in offset_requests(partitions, spec, timestamps):
+        result.update(offsets_answered(request, _answers(cluster, request, retry_s)))
+    return result
 
-        def run(address: str, request: pb.ListOffsetsRequest = request) -> pb.ListOffsetsResponse:
-            response: pb.ListOffsetsResponse = cluster.broker(address).ListOffsets(
-                request, timeout=cluster.request_timeout_s
-            )
-            return response
 
-        result.update(offsets_answered(request, cluster.call_any(run, retry_s=retry_s)))
+def offsets_matching_times(
+    cluster: Cluster, timestamps: Mapping[PartitionKey, int], retry_s: float = 30.0
+) -> dict[PartitionKey, int | None]:
+    """Each partition's first offset with a timestamp at or after its entry in
+    ``timestamps`` (ms since the epoch), None where no record is that recent (Kafka's
+    ``offsetsForTimes`` answers null there)."""
+    result: dict[PartitionKey, int | None] = {}
+    for request in offset_requests(list(timestamps), pb.OFFSET_SPEC_TIMESTAMP, timestamps):
+        result.update(timestamps_answered(request, _answers(cluster, request, retry_s)))
     return result
 
 

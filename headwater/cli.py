@@ -669,13 +669,20 @@ def tls_init(
     help="Mutual TLS on every listener, with a throwaway CA and certificates for the nodes "
     "and a client (admin) made under DATA_DIR/tls on first use; prints the client settings.",
 )
+@click.option(
+    "--restart",
+    is_flag=True,
+    help="Start a node that exits again after 1 s (unless it exited 5 times within 60 s).",
+)
 def dev_cluster(
-    nodes: int, base_port: int, data_dir: Path, metrics_base_port: int, tls: bool
+    nodes: int, base_port: int, data_dir: Path, metrics_base_port: int, tls: bool, restart: bool
 ) -> None:
-    """Run NODES combined nodes on loopback until Ctrl-C."""
+    """Run NODES combined nodes on loopback until Ctrl-C. The Raft secret is
+    HEADWATER_CLUSTER_SECRET, else kept in DATA_DIR/cluster-secret; a command to restart
+    each node by hand is printed."""
     from headwater.cli_cluster import run_dev_cluster
 
-    run_dev_cluster(nodes, base_port, data_dir, metrics_base_port, tls)
+    run_dev_cluster(nodes, base_port, data_dir, metrics_base_port, tls, restart)
 
 
 # ---------------------------------------------------------------------- produce / consume

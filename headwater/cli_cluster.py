@@ -3,14 +3,21 @@
 ``dev-cluster`` runs N combined nodes (controller and broker) on loopback, each a child
 ``headwater serve`` process: node i (1-based) serves gRPC on ``base_port + 2(i-1)`` and
 Raft on the port after it, keeps its data in ``DIR/node-i`` and its log in
-``DIR/node-i.log``. The nodes share a random Raft secret. The nodes are
-``headwater.devcluster``'s, as the tests' and the benchmarks' are. Ctrl-C (or SIGTERM) stops them
-all with SIGTERM (controlled shutdown) and waits for them.
+``DIR/node-i.log``. The nodes share a Raft secret: HEADWATER_CLUSTER_SECRET when set,
+else the one kept in ``DIR/cluster-secret`` (mode 0600, made on first use), so that a
+node can be restarted by hand with the command printed for it. With ``--restart``, a node
+that exits is started again after RESTART_DELAY_S, unless it exited RESTART_LIMIT times
+within RESTART_WINDOW_S. The nodes are ``headwater.devcluster``'s, as the tests' and the
+benchmarks' are. Ctrl-C (or SIGTERM) stops them all with SIGTERM (controlled shutdown)
+and waits for them.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import shlex
 import signal
 import sys
 import time
@@ -23,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from headwater.devcluster import (
+    SECRET_ENV,
     LocalCluster,
     NodeExitedError,
     PortPlan,
@@ -35,6 +43,11 @@ if TYPE_CHECKING:
 
 READY_DEADLINE_S: Final = 60.0
 STOP_DEADLINE_S: Final = 30.0
+SECRET_FILE: Final = "cluster-secret"  # noqa: S105 (a file name)
+SECRET_CHARS_MAX: Final = 1024
+RESTART_DELAY_S: Final = 1.0
+RESTART_LIMIT: Final = 5
+RESTART_WINDOW_S: Final = 60.0
 _out = Console(highlight=False)
 
 
@@ -87,6 +100,56 @@ def dev_layout(root: Path, node_id: int) -> tuple[Path, Path]:
     return root / f"node-{node_id}", root / f"node-{node_id}.log"
 
 
+def dev_secret(data_dir: Path) -> tuple[str, Path | None]:
+    """The cluster's Raft secret and the file holding it: HEADWATER_CLUSTER_SECRET when
+    set (no file), else ``data_dir/cluster-secret`` from an earlier run, else a new random
+    secret written there (mode 0600, created exclusively)."""
+    given = os.environ.get(SECRET_ENV)
+    if given:
+        return given, None
+    path = data_dir / SECRET_FILE
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        kept = path.read_text(encoding="utf-8", errors="replace").strip()
+        if not kept or len(kept) > SECRET_CHARS_MAX or not kept.isprintable():
+            raise HeadwaterError(
+                ErrorCode.INVALID_CONFIG,
+                f"{path} must hold the cluster secret: 1 to {SECRET_CHARS_MAX} printable "
+                "characters on one line (delete it for a new one)",
+            ) from None
+        return kept, path
+    secret = secrets.token_hex(16)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(secret + "\n")
+    return secret, path
+
+
+class RestartPolicy:
+    """When ``dev-cluster --restart`` starts an exited node again: after ``delay_s``,
+    unless the node exited ``limit`` times within ``window_s`` (a node that keeps dying,
+    say on a bad data folder, is left down for its log to be read)."""
+
+    def __init__(
+        self,
+        delay_s: float = RESTART_DELAY_S,
+        limit: int = RESTART_LIMIT,
+        window_s: float = RESTART_WINDOW_S,
+    ) -> None:
+        self.delay_s = delay_s
+        self.limit = limit
+        self.window_s = window_s
+        self._exits: dict[int, list[float]] = {}
+
+    def restart_at(self, node_id: int, now: float) -> float | None:
+        """Record that node ``node_id`` exited at ``now``; when to start it again (None:
+        it exited too often, leave it down)."""
+        recent = [t for t in self._exits.get(node_id, []) if now - t < self.window_s]
+        recent.append(now)
+        self._exits[node_id] = recent
+        return None if len(recent) >= self.limit else now + self.delay_s
+
+
 def start_dev_cluster(
     nodes: int,
     base_port: int,
@@ -94,15 +157,18 @@ def start_dev_cluster(
     stopping: Callable[[], bool],
     metrics_base_port: int = 0,
     tls: bool = False,
+    secret: str | None = None,
 ) -> LocalCluster:
     """Start ``nodes`` nodes on the fixed port plan and wait until each serves (or
     ``stopping()``); on failure every node is killed and HeadwaterError names the cause.
-    ``tls``: mutual TLS with the PKI under ``data_dir/tls`` (``dev_pki``)."""
+    ``tls``: mutual TLS with the PKI under ``data_dir/tls`` (``dev_pki``); ``secret``:
+    the Raft secret (random by default)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     pki = dev_pki(data_dir / "tls", nodes) if tls else None
     cluster = LocalCluster(
         data_dir,
         nodes,
+        secret=secret,
         ports=PortPlan(base_port),
         internal_listener=False,
         layout=dev_layout,
@@ -134,7 +200,12 @@ def dev_pki(folder: Path, nodes: int) -> DevPki:
 
 
 def run_dev_cluster(
-    nodes: int, base_port: int, data_dir: Path, metrics_base_port: int, tls: bool = False
+    nodes: int,
+    base_port: int,
+    data_dir: Path,
+    metrics_base_port: int,
+    tls: bool = False,
+    restart: bool = False,
 ) -> None:
     stopping = False
 
@@ -144,16 +215,28 @@ def run_dev_cluster(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    secret, secret_file = dev_secret(data_dir)
     cluster = start_dev_cluster(
-        nodes, base_port, data_dir, lambda: stopping, metrics_base_port, tls
+        nodes, base_port, data_dir, lambda: stopping, metrics_base_port, tls, secret
     )
     try:
         for node in cluster.nodes.values():
+            assert node.process is not None
             click.echo(
-                f"node {node.node_id}: {node.address} (raft {node.raft_address}, "
-                f"metrics {node.metrics_address or 'off'}, data {node.data_dir}, "
-                f"log {node.log_path})"
+                f"node {node.node_id}: {node.address} (pid {node.process.pid}, raft "
+                f"{node.raft_address}, metrics {node.metrics_address or 'off'}, data "
+                f"{node.data_dir}, log {node.log_path})"
             )
+        if secret_file is not None:
+            click.echo(f"cluster secret: in {secret_file.resolve()}")
+            for node in cluster.nodes.values():
+                words = [f"{SECRET_ENV}=$(cat {shlex.quote(str(secret_file.resolve()))})"]
+                words += [f"{k}={shlex.quote(v)}" for k, v in node.env.items() if k != SECRET_ENV]
+                words.append(shlex.join(node.command()))
+                click.echo(f"restart node {node.node_id} by hand: {' '.join(words)}")
+        else:
+            click.echo(f"cluster secret: {SECRET_ENV} (from the environment)")
         click.echo(f"bootstrap: {cluster.bootstrap(list(cluster.nodes.values()))}")
         click.echo(f"export HEADWATER_BOOTSTRAP={cluster.bootstrap(list(cluster.nodes.values()))}")
         security = cluster.client_security
@@ -163,18 +246,51 @@ def run_dev_cluster(
             click.echo(f"export HEADWATER_TLS_CA_FILE={Path(security.ca_file).resolve()}")
             click.echo(f"export HEADWATER_TLS_CERT_FILE={Path(security.cert_file).resolve()}")
             click.echo(f"export HEADWATER_TLS_KEY_FILE={Path(security.key_file).resolve()}")
-        click.echo("Ctrl-C stops the cluster.")
+        click.echo(
+            "Ctrl-C stops the cluster."
+            + (" Nodes that exit are restarted (--restart)." if restart else "")
+        )
         sys.stdout.flush()
-        reported: set[int] = set()
-        while not stopping:
-            for node in cluster.nodes.values():
-                code = node.process.poll() if node.process else None
-                if code is not None and node.node_id not in reported:
-                    reported.add(node.node_id)
-                    click.echo(f"node {node.node_id} exited with status {code}")
-            time.sleep(0.2)
+        watch_nodes(cluster, lambda: stopping, RestartPolicy() if restart else None)
     finally:
         stop(cluster)
+
+
+def watch_nodes(
+    cluster: LocalCluster, stopping: Callable[[], bool], policy: RestartPolicy | None
+) -> None:
+    """Until ``stopping()``: report each node that exits and, with a ``policy``, start
+    it again when the policy says."""
+    reported: set[int] = set()
+    due: dict[int, float] = {}
+    while not stopping():
+        now = time.monotonic()
+        for node in cluster.nodes.values():
+            node_id = node.node_id
+            if node_id in due and now >= due[node_id]:
+                del due[node_id]
+                reported.discard(node_id)
+                node.start(wait=False, own_session=True)
+                assert node.process is not None
+                click.echo(f"node {node_id} restarted (pid {node.process.pid})")
+                continue
+            code = node.process.poll() if node.process else None
+            if code is None or node_id in reported:
+                continue
+            reported.add(node_id)
+            message = f"node {node_id} exited with status {code}"
+            when = policy.restart_at(node_id, now) if policy is not None else None
+            if when is not None:
+                due[node_id] = when
+                message += f"; restarting it in {when - now:g} s"
+            elif policy is not None:
+                message += (
+                    f"; it exited {policy.limit} times within {policy.window_s:g} s, so it "
+                    f"stays down (log: {node.log_path})"
+                )
+            click.echo(message)
+            sys.stdout.flush()
+        time.sleep(0.2)
 
 
 def stop(cluster: LocalCluster) -> None:

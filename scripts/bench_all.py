@@ -335,9 +335,20 @@ def spark_bench(quick: bool) -> None:
         f"| batch read into noop, median of rounds {r['batch_read_rows_per_s_by_round']} | {r['batch_read_rows_per_s']:,} rows/s | `{command}` |"
     )
     print(
-        f"| the same rows from Parquet into noop, median of rounds {r['parquet_rows_per_s_by_round']} | {r['parquet_rows_per_s']:,} rows/s | `{command}` |"
+        f"| the same rows from Parquet into noop, median of rounds {r['batch_read_parquet_rows_per_s_by_round']} | {r['batch_read_parquet_rows_per_s']:,} rows/s | `{command}` |"
     )
-    print(f"| ratio Headwater / Parquet (same run) | {r['ratio_to_parquet']} | `{command}` |")
+    print(
+        f"| ratio Headwater / Parquet, noop (same run) | {r['batch_read_ratio_to_parquet']} | `{command}` |"
+    )
+    print(
+        f"| aggregate query (count, sum(length(value)), sum(offset), max(timestamp)), median of rounds {r['aggregate_rows_per_s_by_round']} | {r['aggregate_rows_per_s']:,} rows/s | `{command}` |"
+    )
+    print(
+        f"| the same query on Parquet, median of rounds {r['aggregate_parquet_rows_per_s_by_round']} | {r['aggregate_parquet_rows_per_s']:,} rows/s | `{command}` |"
+    )
+    print(
+        f"| ratio Headwater / Parquet, aggregate (same run) | {r['aggregate_ratio_to_parquet']} | `{command}` |"
+    )
     print(
         f"| streaming ingest, steady state ({r['streaming_ingest_microbatches']} micro-batches) | {r['streaming_ingest_rows_per_s']:,} rows/s | `{command}` |"
     )

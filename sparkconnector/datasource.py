@@ -15,13 +15,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from headwater.sparkconnector import planning
 from headwater.sparkconnector.sink import HeadwaterBatchWriter, HeadwaterStreamWriter
 from headwater.sparkconnector.source import (
     HEADERS_DDL,
     READ_SCHEMA_DDL,
     HeadwaterBatchReader,
     HeadwaterStreamReader,
+    RefusedStreamReader,
     parse_source_options,
 )
 
@@ -36,17 +36,34 @@ class HeadwaterDataSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        include_headers = planning.include_headers(self.options)
-        return READ_SCHEMA_DDL + (", " + HEADERS_DDL if include_headers else "")
+        """The read schema; Spark asks for it at ``load()`` (reads only, and only when the
+        query gives no schema), so the options are checked here, before any query runs,
+        as far as they hold for batch and stream reads alike."""
+        parsed = parse_source_options(self.options, streaming=None)
+        return READ_SCHEMA_DDL + (", " + HEADERS_DDL if parsed.include_headers else "")
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return HeadwaterBatchReader(parse_source_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return HeadwaterStreamReader(parse_source_options(self.options, streaming=True))
+        """The stream reader, or, when the options are wrong, one that fails the query
+        with the options' error when Spark first asks it anything: pyspark 4.3's stream
+        runner hides an error raised here behind its own ``UnboundLocalError`` (its
+        cleanup calls ``stop()`` on the reader that was never made)."""
+        try:
+            return HeadwaterStreamReader(parse_source_options(self.options, streaming=True))
+        except ValueError as error:
+            return RefusedStreamReader(error)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:  # as Kafka's sink: a topic cannot be truncated
+            raise ValueError(
+                "headwater sink: save mode overwrite is not supported (a topic is append-only, "
+                'as in Kafka\'s sink); use mode("append")'
+            )
         return HeadwaterBatchWriter(dict(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``overwrite`` is Spark's complete output mode: as in Kafka's sink, each
+        micro-batch appends the whole result table (nothing is truncated)."""
         return HeadwaterStreamWriter(dict(self.options), schema)

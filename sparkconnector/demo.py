@@ -1,6 +1,8 @@
 """``make demo``: a live pipeline on a local 3-node cluster.
 
-1. Three nodes start (ports from ``--base-port``, data under ``--data-dir``).
+1. Three nodes start: ports from ``--base-port`` (``make demo DEMO_BASE_PORT=P``; by
+   default a block of 6 free ports), data under ``--data-dir`` (``DEMO_DATA_DIR``; by
+   default a new temporary folder, removed when the demo stops).
 2. Topics ``orders`` (6 partitions) and ``sales-per-retailer`` (3 partitions), both with
    3 replicas and ``min_insync_replicas`` 2.
 3. An order generator sends JSON orders keyed by retailer (``{"order_id", "retailer",
@@ -18,8 +20,10 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,6 +35,7 @@ from pyspark.sql import functions as f
 from headwater.cli_cluster import start_dev_cluster, stop
 from headwater.client import Admin, Producer
 from headwater.errors import HeadwaterError
+from headwater.ports import free_port_block
 from headwater.sparkconnector.session import local_session
 
 RETAILERS: Final = ("acme", "bolt", "crate", "dune", "ember", "fjord", "grove", "harbor")
@@ -187,9 +192,19 @@ def _report(bootstrap: str) -> None:
 
 
 @click.command()
-@click.option("--base-port", type=click.IntRange(1024, 65000), default=7800, show_default=True)
 @click.option(
-    "--data-dir", type=click.Path(path_type=Path), default=Path("demo-data"), show_default=True
+    "--base-port",
+    type=click.IntRange(0, 65000),
+    default=0,
+    show_default=True,
+    help="Node i serves gRPC on BASE + 2(i-1) and Raft on the port after; 0: free ports.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where the nodes and the queries keep their data (kept); default: a new "
+    "temporary folder, removed when the demo stops.",
 )
 @click.option(
     "--rate",
@@ -205,12 +220,21 @@ def _report(bootstrap: str) -> None:
     default=0.0,
     help="Stop after this many seconds (0: run until Ctrl-C).",
 )
-def main(base_port: int, data_dir: Path, rate: int, duration_s: float) -> None:
+def main(base_port: int, data_dir: Path | None, rate: int, duration_s: float) -> None:
     """Run the live demo: 3 nodes, an order generator, a Spark job (see the module doc)."""
+    if base_port and base_port < 1024:
+        raise click.BadParameter(
+            f"{base_port}; give 0 (free ports) or 1024..65000", param_hint="--base-port"
+        )
+    temporary = data_dir is None
+    folder = Path(tempfile.mkdtemp(prefix="headwater-demo-")) if data_dir is None else data_dir
     try:
-        run_demo(base_port, data_dir, rate, duration_s)
+        run_demo(base_port or free_port_block(6), folder, rate, duration_s)
     except HeadwaterError as error:
         raise click.ClickException(str(error)) from None
+    finally:
+        if temporary:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

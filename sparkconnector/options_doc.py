@@ -5,32 +5,65 @@ from __future__ import annotations
 
 from typing import Final
 
-from headwater.sparkconnector.planning import options_table_markdown
+from headwater.sparkconnector.planning import (
+    SINK_OPTIONS,
+    SOURCE_OPTIONS,
+    options_table_markdown,
+)
 
-SPARK_DOC_HEAD: Final = """# The Spark source's options
+SPARK_DOC_HEAD: Final = """# The Spark source's and sink's options
 
-Generated from `SOURCE_OPTIONS` in `sparkconnector/planning.py`
+Generated from `SOURCE_OPTIONS` and `SINK_OPTIONS` in `sparkconnector/planning.py`
 (`python -m headwater.sparkconnector.options_doc > docs/spark.md`; a test keeps it in sync).
 
 `spark.read.format("headwater")` and `spark.readStream.format("headwater")` take the
 options of Spark's Kafka source (spark-sql-kafka-0-10, Spark 4) where this table says
 **same**, with the difference it names where it says **differs**, and Headwater's own
-where it says **Headwater**. Names are case-insensitive, as Spark's are.
+where it says **Headwater**. The sink (`write` and `writeStream`) does the same for
+Spark's Kafka sink. Names are case-insensitive, as Spark's are. A job written for
+`format("kafka")` runs with `format("headwater")` unless it uses an option marked
+otherwise here.
 
-Every option is checked when the reader is created, before the query starts:
+Every option is checked before the query runs:
 
-- an option marked **refused** fails with the reason in this table;
-- an option not in this table fails too, naming the closest valid ones. That includes
-  a typo (`startingOffset`) and a Kafka client setting (`kafka.*`) that Headwater does
-  not honour. Kafka's security settings are honoured, and are listed here.
+- at `load()`: every name, and every value that means the same for batch and stream
+  reads (when the read gives no schema of its own; else when the query starts);
+- when the query starts: what depends on the kind of read (`endingOffsets` is for batch
+  reads, `groupId` for streams), and for the sink, every option;
+- once the partitions are known: Kafka's rules for per-partition JSON (it names every
+  partition the query reads) and for offsets past a partition's end (data loss, which
+  `failOnDataLoss` decides).
 
-So an option never does nothing silently.
+An option marked **refused** fails with the reason in this table; an option not in this
+table fails too, naming the closest valid ones. That includes a typo
+(`startingOffset`) and a Kafka client setting (`kafka.*`) that Headwater does not honour.
+Kafka's security settings are honoured, and are listed here. So an option never does
+nothing silently.
+
+## Errors
+
+Errors name the option or the problem in one line, such as
+`[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: ValueError:
+headwater source: kafka.bootstrap.servers is required (there is no default): ...`,
+when the session sets `spark.sql.execution.pyspark.udf.hideTraceback.enabled` to
+`true` (Headwater's own tools do). Without it, Spark prints the Python traceback before
+that line. Errors a stream raises while planning micro-batches (data loss, a partition
+without a record as recent as `startingTimestamp`) come with a traceback either way:
+Spark 4.3's streaming source runner does not honour the setting. The error is the
+traceback's last line.
+
+`[DATA_SOURCE_NOT_FOUND] Failed to find the data source: headwater` means Spark's Python
+workers run an interpreter without Headwater: call
+`headwater.sparkconnector.register(spark)` (README, "Spark Structured Streaming").
 """
 
 
 def spark_doc() -> str:
     """``docs/spark.md``."""
-    return f"{SPARK_DOC_HEAD}\n## Reading\n\n{options_table_markdown()}\n"
+    return (
+        f"{SPARK_DOC_HEAD}\n## Reading\n\n{options_table_markdown(SOURCE_OPTIONS)}\n"
+        f"\n## Writing\n\n{options_table_markdown(SINK_OPTIONS)}\n"
+    )
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ BOOTSTRAP_KEYS: Final = (
     "kafka.bootstrap.servers",
     "bootstrap",
 )
-DEFAULT_BOOTSTRAP: Final = "127.0.0.1:7700"
 DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60 * 1000
 FETCH_BYTES_DEFAULT: Final = 8 << 20
 FETCH_BYTES_MAX: Final = 64 << 20
@@ -91,12 +90,20 @@ class Subscription:
 
 @dataclass(frozen=True, slots=True)
 class StartSpec:
-    """Where a new query starts: ``kind`` is earliest, latest, offsets, timestamp or
-    timestamps; ``per_partition`` holds offsets (or timestamps) by partition."""
+    """Where a new query starts, or a batch read ends: ``kind`` is earliest, latest,
+    offsets, timestamp or timestamps; ``per_partition`` holds offsets (or timestamps) by
+    partition, and names every subscribed partition (Kafka's rule, checked by
+    ``check_partition_map`` once the partitions are known); ``option`` is the option that
+    gave it, for messages."""
 
     kind: str = "latest"
     per_partition: Mapping[Key, int] = field(default_factory=dict)
     timestamp_ms: int = 0
+    option: str = "startingOffsets"
+
+
+NO_MATCH_ERROR: Final = "error"
+NO_MATCH_LATEST: Final = "latest"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +116,9 @@ class SourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     fail_on_data_loss: bool = True
+    no_match_strategy: str = NO_MATCH_ERROR
+    """startingOffsetsByTimestampStrategy: what a partition without a record as recent as
+    its starting timestamp does: fail the query (error) or start at its end (latest)."""
     include_headers: bool = False
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
@@ -141,114 +151,7 @@ class OptionRow:
     meaning: str
 
 
-SOURCE_OPTIONS: Final[tuple[OptionRow, ...]] = (
-    # Spark's Kafka source (spark-sql-kafka-0-10, Spark 4), in its documentation's order.
-    OptionRow("assign", SAME, 'the partitions to read, JSON `{"topic": [0, 1]}`'),
-    OptionRow("subscribe", SAME, "a comma-separated list of topics"),
-    OptionRow(
-        "subscribePattern",
-        DIFFERS,
-        "a Python regular expression (not Java's) matched against the whole topic name; "
-        "internal topics (`__` prefix) are never matched; new matching topics are picked up",
-    ),
-    OptionRow(
-        "kafka.bootstrap.servers",
-        DIFFERS,
-        "`host:port[,host:port]` of Headwater nodes' client listeners; also "
-        "`headwater.bootstrap.servers`, `bootstrap.servers`, `bootstrap`; default "
-        f"`{DEFAULT_BOOTSTRAP}`",
-    ),
-    OptionRow(
-        "startingTimestamp",
-        SAME,
-        "start every partition at its first record at or after this time (ms)",
-    ),
-    OptionRow(
-        "startingOffsetsByTimestamp",
-        SAME,
-        'the same per partition, JSON `{"topic": {"0": 1700000000000}}`',
-    ),
-    OptionRow(
-        "startingOffsets",
-        DIFFERS,
-        "`latest` (streams' default), `earliest` (batch default) or JSON "
-        '`{"topic": {"0": 23, "1": -2}}` (-2 earliest, -1 latest); partitions missing '
-        "from the JSON start at earliest (Kafka's source refuses such a map)",
-    ),
-    OptionRow("endingTimestamp", REFUSED, "not supported yet; give `endingOffsets`"),
-    OptionRow("endingOffsetsByTimestamp", REFUSED, "not supported yet; give `endingOffsets`"),
-    OptionRow("endingOffsets", SAME, "batch reads: `latest` or JSON as `startingOffsets`"),
-    OptionRow(
-        "failOnDataLoss",
-        SAME,
-        "`true` (default): fail when unread records were deleted (retention) or a topic "
-        "was recreated; `false`: warn and go on",
-    ),
-    OptionRow(
-        "kafkaConsumer.pollTimeoutMs",
-        REFUSED,
-        "not needed: executors fetch over gRPC streams with their own deadlines; remove it",
-    ),
-    OptionRow(
-        "fetchOffset.numRetries",
-        REFUSED,
-        "not needed: the client retries offset requests for up to its request timeout; remove it",
-    ),
-    OptionRow(
-        "fetchOffset.retryIntervalMs",
-        REFUSED,
-        "not needed: the client retries offset requests with its own backoff; remove it",
-    ),
-    OptionRow(
-        "maxOffsetsPerTrigger",
-        SAME,
-        "records per micro-batch at most, split across partitions in proportion to their backlog",
-    ),
-    OptionRow(
-        "minOffsetsPerTrigger",
-        SAME,
-        "records per micro-batch at least, waiting up to `maxTriggerDelay`",
-    ),
-    OptionRow("maxTriggerDelay", SAME, "default `15m`"),
-    OptionRow("minPartitions", SAME, "split large offset ranges into at least this many tasks"),
-    OptionRow(
-        "maxRecordsPerPartition", SAME, "split offset ranges into tasks of at most this many"
-    ),
-    OptionRow(
-        "groupIdPrefix",
-        REFUSED,
-        "not supported: the source reads without a consumer group; give `groupId` to see "
-        "a stream's lag in a group",
-    ),
-    OptionRow(
-        "kafka.group.id",
-        REFUSED,
-        "not supported: the source reads without a consumer group; give `groupId` to see "
-        "a stream's lag in a group",
-    ),
-    OptionRow("includeHeaders", SAME, "add `headers: array<struct<key: string, value: binary>>`"),
-    OptionRow(
-        "startingOffsetsByTimestampStrategy",
-        REFUSED,
-        "not supported yet: a partition without a record that late starts at its end, as "
-        "Kafka's `latest` strategy does",
-    ),
-    # Headwater's own.
-    OptionRow("headwater.bootstrap.servers", OWN, "as `kafka.bootstrap.servers`"),
-    OptionRow("bootstrap.servers", OWN, "as `kafka.bootstrap.servers`"),
-    OptionRow("bootstrap", OWN, "as `kafka.bootstrap.servers`"),
-    OptionRow(
-        "fetchMaxBytes",
-        OWN,
-        f"bytes per fetch from a partition leader; default {FETCH_BYTES_DEFAULT >> 20} MiB, at "
-        f"most {FETCH_BYTES_MAX >> 20} MiB",
-    ),
-    OptionRow(
-        "groupId",
-        OWN,
-        "streams: also commit each finished micro-batch's end offsets to this consumer "
-        "group, so that `headwater groups describe GROUP` shows the query's lag",
-    ),
+SECURITY_ROWS: Final[tuple[OptionRow, ...]] = (
     # Security: Kafka's client settings that Headwater honours (the escape hatch for
     # kafka.* settings), and Headwater's names for them.
     OptionRow(
@@ -301,22 +204,202 @@ SOURCE_OPTIONS: Final[tuple[OptionRow, ...]] = (
         "name to check the nodes' certificates against instead of the host dialled",
     ),
 )
+"""Security options of the source and the sink alike."""
+
+SOURCE_OPTIONS: Final[tuple[OptionRow, ...]] = (
+    # Spark's Kafka source (spark-sql-kafka-0-10, Spark 4), in its documentation's order.
+    OptionRow("assign", SAME, 'the partitions to read, JSON `{"topic": [0, 1]}`'),
+    OptionRow("subscribe", SAME, "a comma-separated list of topics"),
+    OptionRow(
+        "subscribePattern",
+        DIFFERS,
+        "a Python regular expression (not Java's) matched against the whole topic name; "
+        "internal topics (`__` prefix) are never matched; new matching topics are picked up",
+    ),
+    OptionRow(
+        "kafka.bootstrap.servers",
+        DIFFERS,
+        "`host:port[,host:port]` of Headwater nodes' client listeners, required as in "
+        "Kafka's source (there is no default); also `headwater.bootstrap.servers`, "
+        "`bootstrap.servers`, `bootstrap`",
+    ),
+    OptionRow(
+        "startingTimestamp",
+        SAME,
+        "start every partition at its first record at or after this time (ms); takes "
+        "precedence over `startingOffsetsByTimestamp` and `startingOffsets`",
+    ),
+    OptionRow(
+        "startingOffsetsByTimestamp",
+        SAME,
+        'the same per partition, JSON `{"topic": {"0": 1700000000000}}` naming every '
+        "subscribed partition; takes precedence over `startingOffsets`",
+    ),
+    OptionRow(
+        "startingOffsets",
+        SAME,
+        "`latest` (streams' default), `earliest` (batch default) or JSON "
+        '`{"topic": {"0": 23, "1": -2}}` (-2 earliest, -1 latest, not for batch reads) '
+        "naming every subscribed partition; an offset past the partition's end is data "
+        "loss (`failOnDataLoss`)",
+    ),
+    OptionRow(
+        "endingTimestamp",
+        SAME,
+        "batch reads: end every partition before its first record at or after this time "
+        "(ms), at its end when there is none; takes precedence over "
+        "`endingOffsetsByTimestamp` and `endingOffsets`",
+    ),
+    OptionRow(
+        "endingOffsetsByTimestamp",
+        SAME,
+        "batch reads: the same per partition, JSON as `startingOffsetsByTimestamp`; takes "
+        "precedence over `endingOffsets`",
+    ),
+    OptionRow(
+        "endingOffsets",
+        SAME,
+        "batch reads: `latest` (default) or JSON as `startingOffsets` (-2 is not allowed); "
+        "an offset past the partition's end is data loss (`failOnDataLoss`)",
+    ),
+    OptionRow(
+        "failOnDataLoss",
+        SAME,
+        "`true` (default): fail when records may be lost: unread records deleted "
+        "(retention), a topic recreated, a given offset past a partition's end; `false`: "
+        "warn and go on (from the log start, or the end)",
+    ),
+    OptionRow(
+        "kafkaConsumer.pollTimeoutMs",
+        REFUSED,
+        "not needed: executors fetch over gRPC streams with their own deadlines; remove it",
+    ),
+    OptionRow(
+        "fetchOffset.numRetries",
+        REFUSED,
+        "not needed: the client retries offset requests for up to its request timeout; remove it",
+    ),
+    OptionRow(
+        "fetchOffset.retryIntervalMs",
+        REFUSED,
+        "not needed: the client retries offset requests with its own backoff; remove it",
+    ),
+    OptionRow(
+        "maxOffsetsPerTrigger",
+        SAME,
+        "records per micro-batch at most, split across partitions in proportion to their backlog",
+    ),
+    OptionRow(
+        "minOffsetsPerTrigger",
+        SAME,
+        "records per micro-batch at least, waiting up to `maxTriggerDelay`",
+    ),
+    OptionRow("maxTriggerDelay", SAME, "default `15m`"),
+    OptionRow("minPartitions", SAME, "split large offset ranges into at least this many tasks"),
+    OptionRow(
+        "maxRecordsPerPartition", SAME, "split offset ranges into tasks of at most this many"
+    ),
+    OptionRow(
+        "groupIdPrefix",
+        REFUSED,
+        "not supported: the source reads without a consumer group; give `groupId` to see "
+        "a stream's lag in a group",
+    ),
+    OptionRow(
+        "kafka.group.id",
+        REFUSED,
+        "not supported: the source reads without a consumer group; give `groupId` to see "
+        "a stream's lag in a group",
+    ),
+    OptionRow("includeHeaders", SAME, "add `headers: array<struct<key: string, value: binary>>`"),
+    OptionRow(
+        "startingOffsetsByTimestampStrategy",
+        SAME,
+        "`error` (default): a partition without a record as recent as its starting "
+        "timestamp fails the query; `latest`: it starts at its end",
+    ),
+    # Headwater's own.
+    OptionRow("headwater.bootstrap.servers", OWN, "as `kafka.bootstrap.servers`"),
+    OptionRow("bootstrap.servers", OWN, "as `kafka.bootstrap.servers`"),
+    OptionRow("bootstrap", OWN, "as `kafka.bootstrap.servers`"),
+    OptionRow(
+        "fetchMaxBytes",
+        OWN,
+        f"bytes per fetch from a partition leader; default {FETCH_BYTES_DEFAULT >> 20} MiB, at "
+        f"most {FETCH_BYTES_MAX >> 20} MiB",
+    ),
+    OptionRow(
+        "groupId",
+        OWN,
+        "streams: also commit each finished micro-batch's end offsets to this consumer "
+        "group, so that `headwater groups describe GROUP` shows the query's lag",
+    ),
+    *SECURITY_ROWS,
+)
 """Every option the source takes or refuses (``docs/spark.md`` is generated from it)."""
 
+SINK_OPTIONS: Final[tuple[OptionRow, ...]] = (
+    # Spark's Kafka sink (spark-sql-kafka-0-10, Spark 4), then Spark's own.
+    OptionRow(
+        "kafka.bootstrap.servers",
+        DIFFERS,
+        "`host:port[,host:port]` of Headwater nodes' client listeners, required as in "
+        "Kafka's sink; also `headwater.bootstrap.servers`, `bootstrap.servers`, `bootstrap`",
+    ),
+    OptionRow(
+        "topic",
+        SAME,
+        "the topic every row is written to; it overrides a `topic` column, which is "
+        "used without it",
+    ),
+    OptionRow(
+        "checkpointLocation",
+        SAME,
+        "streams: the query's checkpoint (Spark's option); it also names the sink's state, "
+        "so that a replayed micro-batch is not written twice",
+    ),
+    OptionRow(
+        "path",
+        OWN,
+        "batch writes: `save(path)` names the sink's state, as `sinkId` does (Spark passes "
+        "it as an option)",
+    ),
+    OptionRow("headwater.bootstrap.servers", OWN, "as `kafka.bootstrap.servers`"),
+    OptionRow("bootstrap.servers", OWN, "as `kafka.bootstrap.servers`"),
+    OptionRow("bootstrap", OWN, "as `kafka.bootstrap.servers`"),
+    OptionRow(
+        "sinkId",
+        OWN,
+        "names the sink's state (records what each micro-batch wrote, for replays); "
+        "default: the checkpoint location, else `path`",
+    ),
+    OptionRow(
+        "batchBytes",
+        OWN,
+        "bytes per appended batch; default 1 MiB, from 1 KiB to 4 MiB - 1 KiB (the "
+        "topics' default `max_message_bytes`)",
+    ),
+    *SECURITY_ROWS,
+)
+"""Every option the sink takes (``docs/spark.md`` is generated from it)."""
+
 _SOURCE_OPTION_ROWS: Final = {row.name.lower(): row for row in SOURCE_OPTIONS}
+_SINK_OPTION_ROWS: Final = {row.name.lower(): row for row in SINK_OPTIONS}
 
 
-def check_option_names(options: Mapping[str, str]) -> None:
+def check_option_names(options: Mapping[str, str], sink: bool = False) -> None:
     """Refuse a refused option with its reason, and an unknown one (a typo, a Kafka
     client setting Headwater does not honour) with the closest valid names and the full
-    list: an option that does nothing must not look as if it did."""
+    list: an option that does nothing must not look as if it did. ``sink``: check
+    against the sink's options instead of the source's."""
+    rows = _SINK_OPTION_ROWS if sink else _SOURCE_OPTION_ROWS
     for name in options:
-        row = _SOURCE_OPTION_ROWS.get(name.lower())
+        row = rows.get(name.lower())
         if row is not None:
             if row.support == REFUSED:
                 raise OptionError(f"option {row.name} is refused: {row.meaning}")
             continue
-        valid = [r.name for r in SOURCE_OPTIONS if r.support != REFUSED]
+        valid = [r.name for r in rows.values() if r.support != REFUSED]
         close = difflib.get_close_matches(name, valid, n=3, cutoff=0.75)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         raise OptionError(
@@ -324,10 +407,10 @@ def check_option_names(options: Mapping[str, str]) -> None:
         )
 
 
-def options_table_markdown() -> str:
-    """The source's options as the Markdown table of ``docs/spark.md``."""
+def options_table_markdown(rows: tuple[OptionRow, ...] = SOURCE_OPTIONS) -> str:
+    """Option rows (the source's by default) as a Markdown table of ``docs/spark.md``."""
     lines = ["| option | support | meaning |", "|---|---|---|"]
-    lines += [f"| `{r.name}` | {r.support} | {r.meaning} |" for r in SOURCE_OPTIONS]
+    lines += [f"| `{r.name}` | {r.support} | {r.meaning} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -516,37 +599,46 @@ def _subscription(options: Mapping[str, str]) -> Subscription:
     return Subscription(assigned=assigned)
 
 
-def _starting(options: Mapping[str, str]) -> StartSpec:
-    by_timestamp = _get(options, "startingOffsetsByTimestamp")
-    timestamp = _get(options, "startingTimestamp")
-    offsets = _get(options, "startingOffsets")
-    if by_timestamp is not None:
-        stamps = _partition_json(by_timestamp, "startingOffsetsByTimestamp")
-        if any(v < 0 for v in stamps.values()):
-            raise OptionError("startingOffsetsByTimestamp: timestamps are ms since the epoch, >= 0")
-        return StartSpec("timestamps", stamps)
+def _timestamp(raw: str, name: str) -> int:
+    try:
+        stamp = int(raw)
+    except ValueError:
+        raise OptionError(f"{name} is {raw!r}; give ms since the epoch") from None
+    if stamp < 0:
+        raise OptionError(f"{name} is {stamp}; it must be >= 0")
+    return stamp
+
+
+def _position(options: Mapping[str, str], side: str, default: str) -> StartSpec:
+    """Where reads start (``side`` "starting") or a batch read ends ("ending"), by
+    Kafka's precedence: ``{side}Timestamp``, then ``{side}OffsetsByTimestamp``, then
+    ``{side}Offsets``."""
+    timestamp_name = f"{side}Timestamp"
+    by_timestamp_name = f"{side}OffsetsByTimestamp"
+    offsets_name = f"{side}Offsets"
+    timestamp = _get(options, timestamp_name)
     if timestamp is not None:
-        try:
-            stamp = int(timestamp)
-        except ValueError:
-            raise OptionError(
-                f"startingTimestamp is {timestamp!r}; give ms since the epoch"
-            ) from None
-        if stamp < 0:
-            raise OptionError(f"startingTimestamp is {stamp}; it must be >= 0")
-        return StartSpec("timestamp", timestamp_ms=stamp)
-    return _offset_spec(offsets, "startingOffsets", default="latest")
-
-
-def _offset_spec(raw: str | None, name: str, default: str) -> StartSpec:
+        return StartSpec(
+            "timestamp", timestamp_ms=_timestamp(timestamp, timestamp_name), option=timestamp_name
+        )
+    by_timestamp = _get(options, by_timestamp_name)
+    if by_timestamp is not None:
+        stamps = _partition_json(by_timestamp, by_timestamp_name)
+        if any(v < 0 for v in stamps.values()):
+            raise OptionError(f"{by_timestamp_name}: timestamps are ms since the epoch, >= 0")
+        return StartSpec("timestamps", stamps, option=by_timestamp_name)
+    raw = _get(options, offsets_name)
     if raw is None:
-        return StartSpec(default)
+        return StartSpec(default, option=offsets_name)
     if raw.strip().lower() in ("earliest", "latest"):
-        return StartSpec(raw.strip().lower())
-    offsets = _partition_json(raw, name)
+        return StartSpec(raw.strip().lower(), option=offsets_name)
+    offsets = _partition_json(raw, offsets_name)
     if any(v < EARLIEST for v in offsets.values()):
-        raise OptionError(f"{name}: offsets must be >= 0, or -2 (earliest) / -1 (latest)")
-    return StartSpec("offsets", offsets)
+        raise OptionError(f"{offsets_name}: offsets must be >= 0, or -2 (earliest) / -1 (latest)")
+    return StartSpec("offsets", offsets, option=offsets_name)
+
+
+_BATCH_ONLY: Final = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 
 
 def include_headers(options: Mapping[str, str]) -> bool:
@@ -555,32 +647,51 @@ def include_headers(options: Mapping[str, str]) -> bool:
 
 
 def parse_options(
-    options: Mapping[str, str], streaming: bool, environment: ClientSecurity | None = None
+    options: Mapping[str, str],
+    streaming: bool | None,
+    environment: ClientSecurity | None = None,
 ) -> SourceOptions:
-    """Validate the reader options; raise OptionError naming the problem.
-    ``environment``: the TLS settings unset options fall back to."""
+    """Validate the reader options; raise OptionError naming the problem. ``streaming``
+    None checks what holds for both kinds of read (``DataSource.schema``, at ``load()``,
+    before Spark says which). ``environment``: the TLS settings unset options fall back
+    to."""
     check_option_names(options)
-    bootstrap = next(
-        (v for k in BOOTSTRAP_KEYS if (v := _get(options, k)) is not None), DEFAULT_BOOTSTRAP
-    )
-    if not bootstrap.strip():
-        raise OptionError("headwater.bootstrap.servers is empty; give host:port[,host:port]")
+    bootstrap = next((v for k in BOOTSTRAP_KEYS if (v := _get(options, k)) is not None), None)
+    if bootstrap is None or not bootstrap.strip():
+        raise OptionError(
+            "kafka.bootstrap.servers is required (there is no default): give "
+            "host:port[,host:port] of the cluster's nodes"
+        )
     subscription = _subscription(options)
-    starting = _starting(options)
-    ending = _offset_spec(_get(options, "endingOffsets"), "endingOffsets", default="latest")
-    if streaming and _get(options, "endingOffsets") is not None:
-        raise OptionError("endingOffsets is for batch reads (spark.read), not streams")
-    if not streaming and starting.kind == "latest" and _get(options, "startingOffsets"):
-        raise OptionError("startingOffsets=latest makes no sense for a batch read")
-    if ending.kind == "earliest" or any(v == EARLIEST for v in ending.per_partition.values()):
+    starting = _position(options, "starting", default="latest" if streaming else "earliest")
+    ending = _position(options, "ending", default="latest")
+    if streaming:
+        given = [name for name in _BATCH_ONLY if _get(options, name) is not None]
+        if given:
+            raise OptionError(f"{given[0]} is for batch reads (spark.read), not streams")
+    if streaming is False and (
+        starting.kind == "latest"
+        or (starting.kind == "offsets" and LATEST in starting.per_partition.values())
+    ):
+        raise OptionError(
+            "startingOffsets cannot be latest (-1) for a batch read: it would read nothing"
+        )
+    if ending.kind == "earliest" or (
+        ending.kind == "offsets" and EARLIEST in ending.per_partition.values()
+    ):
         raise OptionError("endingOffsets cannot be earliest (-2); use latest (-1) or an offset")
+    strategy = (_get(options, "startingOffsetsByTimestampStrategy") or NO_MATCH_ERROR).strip()
+    if strategy.lower() not in (NO_MATCH_ERROR, NO_MATCH_LATEST):
+        raise OptionError(
+            f"startingOffsetsByTimestampStrategy is {strategy!r}; valid: error, latest"
+        )
     fetch_max_bytes = _positive(options, "fetchMaxBytes") or FETCH_BYTES_DEFAULT
     if fetch_max_bytes > FETCH_BYTES_MAX:
         raise OptionError(f"fetchMaxBytes is {fetch_max_bytes}; the limit is {FETCH_BYTES_MAX}")
     delay = _get(options, "maxTriggerDelay")
     group_id = _get(options, "groupId")
     if group_id is not None:
-        if not streaming:
+        if streaming is False:
             raise OptionError("groupId is for streams (spark.readStream), not batch reads")
         try:
             check_group_id(group_id)
@@ -589,7 +700,7 @@ def parse_options(
     return SourceOptions(
         bootstrap=bootstrap.strip(),
         subscription=subscription,
-        starting=starting if streaming or starting.kind != "latest" else StartSpec("earliest"),
+        starting=starting,
         ending=ending,
         max_offsets_per_trigger=_positive(options, "maxOffsetsPerTrigger"),
         min_offsets_per_trigger=_positive(options, "minOffsetsPerTrigger"),
@@ -599,6 +710,7 @@ def parse_options(
             else DEFAULT_MAX_TRIGGER_DELAY_MS
         ),
         fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
+        no_match_strategy=strategy.lower(),
         include_headers=_boolean(options, "includeHeaders", False),
         min_partitions=_positive(options, "minPartitions"),
         max_records_per_partition=_positive(options, "maxRecordsPerPartition"),
@@ -639,16 +751,59 @@ def decode_offsets(value: Mapping[str, Any]) -> tuple[dict[Key, int], dict[str, 
     return offsets, topic_ids
 
 
+def _names(keys: list[Key]) -> str:
+    shown = ", ".join(f"{t}-{p}" for t, p in keys[:10])
+    return shown + (f" and {len(keys) - 10} more" if len(keys) > 10 else "")
+
+
+def check_partition_map(spec: StartSpec, partitions: list[Key]) -> None:
+    """Kafka's rule for per-partition JSON: it names exactly the subscribed partitions.
+    A partition left out would otherwise start (or end) somewhere the query never said."""
+    if spec.kind not in ("offsets", "timestamps"):
+        return
+    given, wanted = set(spec.per_partition), set(partitions)
+    if given == wanted:
+        return
+    problems = []
+    if missing := sorted(wanted - given):
+        problems.append(f"it leaves out {_names(missing)}")
+    if extra := sorted(given - wanted):
+        problems.append(f"it names {_names(extra)}, which the query does not read")
+    fill = "-2 (earliest) or -1 (latest)" if spec.kind == "offsets" else "a timestamp"
+    raise OptionError(
+        f"{spec.option} must name every partition the query reads, as in Kafka's source: "
+        f"{'; '.join(problems)}. Give {fill} for each partition"
+    )
+
+
+def past_the_end(spec: StartSpec, latest: Mapping[Key, int]) -> list[str]:
+    """Offsets ``spec`` names beyond their partition's end (the high watermark): records
+    the query was told exist and do not (deleted with their topic, or never written).
+    Kafka's source counts these as data loss; one message per partition."""
+    if spec.kind != "offsets":
+        return []
+    return [
+        f"{spec.option}: {t}-{p} ends at offset {latest[(t, p)]}, before the {offset} asked "
+        f"for (valid: -2, -1 or 0..{latest[(t, p)]})"
+        for (t, p), offset in sorted(spec.per_partition.items())
+        if (t, p) in latest and offset > latest[(t, p)]
+    ]
+
+
 def resolve_start(
     spec: StartSpec,
     partitions: list[Key],
     earliest: Mapping[Key, int],
     latest: Mapping[Key, int],
-    by_timestamp: Mapping[Key, int],
+    by_timestamp: Mapping[Key, int | None],
+    no_match_strategy: str = NO_MATCH_ERROR,
 ) -> dict[Key, int]:
-    """Starting offsets of ``partitions``: ``by_timestamp`` holds the offsets the broker
-    found for the requested timestamps; partitions a per-partition spec leaves out start
-    at the earliest offset (they are new)."""
+    """Starting offsets of ``partitions``. ``by_timestamp`` holds the offsets the broker
+    found for the requested timestamps (None: no record that recent, which fails unless
+    ``no_match_strategy`` is latest). An offset past the end starts at the end (the
+    caller reports it first: ``past_the_end``); one below the log start stays, for the
+    data-loss check to see."""
+    check_partition_map(spec, partitions)
     start: dict[Key, int] = {}
     for key in partitions:
         if spec.kind == "earliest":
@@ -656,22 +811,58 @@ def resolve_start(
         elif spec.kind == "latest":
             start[key] = latest[key]
         elif spec.kind in ("timestamp", "timestamps"):
-            start[key] = by_timestamp.get(key, earliest[key])
+            found = by_timestamp.get(key)
+            if found is None:
+                if no_match_strategy != NO_MATCH_LATEST:
+                    stamp = (
+                        spec.timestamp_ms if spec.kind == "timestamp" else spec.per_partition[key]
+                    )
+                    raise OptionError(
+                        f"{spec.option}: {key[0]}-{key[1]} has no record with a timestamp at "
+                        f"or after {stamp}; set startingOffsetsByTimestampStrategy=latest to "
+                        "start such partitions at their end"
+                    )
+                found = latest[key]
+            start[key] = found
         else:
-            wanted = spec.per_partition.get(key, EARLIEST)
-            start[key] = {EARLIEST: earliest[key], LATEST: latest[key]}.get(wanted, wanted)
+            wanted = spec.per_partition[key]
+            start[key] = {EARLIEST: earliest[key], LATEST: latest[key]}.get(
+                wanted, min(wanted, latest[key])
+            )
     return start
 
 
 def resolve_end(
-    spec: StartSpec, partitions: list[Key], latest: Mapping[Key, int]
+    spec: StartSpec,
+    partitions: list[Key],
+    latest: Mapping[Key, int],
+    by_timestamp: Mapping[Key, int | None],
 ) -> dict[Key, int]:
-    """Ending offsets of a batch read (exclusive); never past the latest readable one."""
+    """Ending offsets of a batch read (exclusive), never past the high watermark:
+    ``by_timestamp`` holds the offsets found for ending timestamps (None: no record that
+    recent, so the partition's end, as in Kafka's source)."""
+    check_partition_map(spec, partitions)
     end: dict[Key, int] = {}
     for key in partitions:
-        wanted = spec.per_partition.get(key, LATEST) if spec.kind == "offsets" else LATEST
+        if spec.kind in ("timestamp", "timestamps"):
+            found = by_timestamp.get(key)
+            wanted = LATEST if found is None else found
+        elif spec.kind == "offsets":
+            wanted = spec.per_partition[key]
+        else:
+            wanted = LATEST
         end[key] = latest[key] if wanted == LATEST else min(wanted, latest[key])
     return end
+
+
+def inverted_ranges(start: Mapping[Key, int], end: Mapping[Key, int]) -> list[str]:
+    """Partitions whose batch read would start after it ends (Kafka's source refuses
+    these: the options contradict each other)."""
+    return [
+        f"{t}-{p}: the starting offset {start[(t, p)]} is after the ending offset {offset}"
+        for (t, p), offset in sorted(end.items())
+        if (t, p) in start and start[(t, p)] > offset
+    ]
 
 
 def cap_by_limit(start: Mapping[Key, int], latest: Mapping[Key, int], limit: int) -> dict[Key, int]:

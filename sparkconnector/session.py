@@ -1,7 +1,7 @@
 """A local SparkSession for Headwater's own tools (``make demo``, ``headwater bench
 spark``, the tests): ``local[2]``, no UI or progress bars, 2 shuffle partitions, errors
-only in the log, and Python workers on this interpreter unless PYSPARK_PYTHON says
-otherwise."""
+only in the log, errors raised in Python as one line without a traceback, and Python
+workers on this interpreter unless PYSPARK_PYTHON says otherwise."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ def local_session(app_name: str) -> Any:
         # A ceiling, not a reservation: at Spark's 1g default, a long-lived session that
         # ran many streaming queries (the test module's) ran out of heap.
         .config("spark.driver.memory", "2g")
+        # Errors raised in Python (a bad option, data loss) as one line, without the
+        # Python traceback (docs/spark.md, "Errors").
+        .config("spark.sql.execution.pyspark.udf.hideTraceback.enabled", "true")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -99,10 +99,19 @@ class SinkOptions:
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """The sink's options, checked (``planning.SINK_OPTIONS`` lists them); SinkOptionError
+    names the problem."""
+    try:
+        planning.check_option_names(options, sink=True)
+    except planning.OptionError as exc:
+        raise SinkOptionError(f"headwater sink: {exc}") from None
     lowered = {k.lower(): v for k, v in options.items()}
-    bootstrap = next(
-        (lowered[k] for k in planning.BOOTSTRAP_KEYS if k in lowered), planning.DEFAULT_BOOTSTRAP
-    )
+    bootstrap = next((lowered[k] for k in planning.BOOTSTRAP_KEYS if k in lowered), "")
+    if not bootstrap.strip():
+        raise SinkOptionError(
+            "headwater sink: kafka.bootstrap.servers is required (there is no default): give "
+            "host:port[,host:port] of the cluster's nodes"
+        )
     topic = lowered.get("topic")
     if topic is not None and not topic.strip():
         raise SinkOptionError("headwater sink: the topic option is empty")

@@ -135,9 +135,11 @@ def clients_of(options: ClientOptions) -> Clients:
     return clients_for(options.bootstrap, options.security)
 
 
-def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
-    """The options, checked; TLS settings not given fall back to this (the driver's)
-    environment, and their files are read once here so that a bad path fails now."""
+def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> SourceOptions:
+    """The options, checked (``streaming`` None: what holds for batch and stream reads
+    alike); TLS settings not given fall back to this (the driver's) environment, and their
+    files are read once here so that a bad path fails now. ValueError names the
+    problem."""
     try:
         parsed = planning.parse_options(options, streaming, ClientSecurity.from_env())
         parsed.security.check_files()
@@ -179,19 +181,65 @@ def fetch_facts(options: SourceOptions) -> Facts:
     return Facts(partitions, {t: ids[t] for t, _ in partitions}, earliest, latest)
 
 
+def _by_timestamp(
+    options: SourceOptions, spec: planning.StartSpec, partitions: list[Key]
+) -> dict[Key, int | None]:
+    """The offsets the cluster finds for ``spec``'s timestamps (None: no record that
+    recent); nothing for other kinds of spec."""
+    if spec.kind not in ("timestamp", "timestamps"):
+        return {}
+    planning.check_partition_map(spec, partitions)
+    stamps = {
+        k: spec.timestamp_ms if spec.kind == "timestamp" else spec.per_partition[k]
+        for k in partitions
+    }
+    return clients_of(options).admin.offsets_matching_times(stamps)
+
+
+def _report_data_loss(options: SourceOptions, findings: list[str], going_on: str) -> None:
+    """Fail with ``findings`` (failOnDataLoss, the default), or log them and go on."""
+    if not findings:
+        return
+    message = "; ".join(findings)
+    if options.fail_on_data_loss:
+        raise HeadwaterError(
+            ErrorCode.OFFSET_OUT_OF_RANGE,
+            message + ". Set failOnDataLoss=false to go on with a warning",
+        )
+    _log.warning("%s; %s (failOnDataLoss=false)", message, going_on)
+
+
 def starting_offsets(options: SourceOptions, facts: Facts) -> dict[Key, int]:
+    """Where a new query (or a batch read) starts, by the starting options."""
     spec = options.starting
-    by_timestamp: dict[Key, int] = {}
-    if spec.kind in ("timestamp", "timestamps"):
-        stamps = {
-            k: spec.timestamp_ms if spec.kind == "timestamp" else spec.per_partition[k]
-            for k in facts.partitions
-            if spec.kind == "timestamp" or k in spec.per_partition
-        }
-        by_timestamp = clients_of(options).admin.offsets_for_times(stamps)
-    return planning.resolve_start(
-        spec, facts.partitions, facts.earliest, facts.latest, by_timestamp
+    _report_data_loss(
+        options, planning.past_the_end(spec, facts.latest), "starting at the partition's end"
     )
+    try:
+        return planning.resolve_start(
+            spec,
+            facts.partitions,
+            facts.earliest,
+            facts.latest,
+            _by_timestamp(options, spec, facts.partitions),
+            options.no_match_strategy,
+        )
+    except planning.OptionError as exc:
+        raise ValueError(f"headwater source: {exc}") from None
+
+
+def ending_offsets(options: SourceOptions, facts: Facts) -> dict[Key, int]:
+    """Where a batch read ends (exclusive), by the ending options."""
+    spec = options.ending
+    _report_data_loss(
+        options, planning.past_the_end(spec, facts.latest), "ending at the partition's end"
+    )
+    try:
+        return planning.resolve_end(
+            spec, facts.partitions, facts.latest, _by_timestamp(options, spec, facts.partitions)
+        )
+    except planning.OptionError as exc:
+        raise ValueError(f"headwater source: {exc}") from None
 
 
 # --------------------------------------------------------------------------- reading
@@ -343,7 +391,10 @@ class HeadwaterBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         facts = fetch_facts(self.options)
         start = starting_offsets(self.options, facts)
-        end = planning.resolve_end(self.options.ending, facts.partitions, facts.latest)
+        end = ending_offsets(self.options, facts)
+        inverted = planning.inverted_ranges(start, end)
+        if inverted:
+            raise ValueError(f"headwater source: {'; '.join(inverted)}")
         lost = planning.data_loss(start, facts.earliest, {}, {})
         if lost and self.options.fail_on_data_loss:
             raise HeadwaterError(ErrorCode.OFFSET_OUT_OF_RANGE, "; ".join(lost))
@@ -480,3 +531,30 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             _log.warning("committing offsets to group %r failed: %s", group_id, error)
             return
         self._group_committed = dict(done)
+
+
+class RefusedStreamReader(DataSourceStreamReader):
+    """A stream whose options were refused: every question Spark asks fails with the
+    options' error (``HeadwaterDataSource.streamReader`` says why it is not raised at
+    once); ``stop`` succeeds, so that the error is the one Spark reports."""
+
+    def __init__(self, error: ValueError) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict[str, Any]:
+        raise self.error
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        raise self.error
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise self.error
+
+    def stop(self) -> None:
+        return None

@@ -7,6 +7,7 @@ One SparkSession serves the module (starting one takes 6-8 s). The session never
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -292,8 +293,22 @@ def test_bad_options_are_named(spark: SparkSession, node: NodeProcess) -> None:
         ({"subscribe": "br", "groupId": "g"}, "groupId is for streams"),
         # Silently ignored before the options table (docs/spark.md):
         ({"subscribe": "br", "startingOffset": "earliest"}, "did you mean startingOffsets"),
-        ({"subscribe": "br", "endingTimestamp": "5"}, "option endingTimestamp is refused"),
         ({"subscribe": "br", "kafka.group.id": "g"}, "option kafka.group.id is refused"),
+        # Kafka's rules, silently bent before: a partial map started the partitions it
+        # left out at earliest, an offset past the end was clamped.
+        ({"subscribe": "br", "startingOffsets": '{"br": {"0": 1}}'}, "it leaves out br-1"),
+        (
+            {"subscribe": "br", "endingOffsets": '{"br": {"0": 9999, "1": -1}}'},
+            "br-0 ends at offset 50, before the 9999 asked for",
+        ),
+        (
+            {
+                "subscribe": "br",
+                "startingOffsets": '{"br": {"0": 30, "1": 0}}',
+                "endingOffsets": '{"br": {"0": 20, "1": -1}}',
+            },
+            "br-0: the starting offset 30 is after the ending offset 20",
+        ),
     ]
     for options, expected in cases:
         frame = spark.read.format("headwater").option("bootstrap", node.address)
@@ -301,6 +316,31 @@ def test_bad_options_are_named(spark: SparkSession, node: NodeProcess) -> None:
             frame = frame.option(key, value)
         with pytest.raises(Exception, match=expected):
             frame.load().collect()
+    # failOnDataLoss=false: the end is where the partition ends, with a warning.
+    past = json.dumps({"br": {"0": 9999, "1": -1}})
+    frame = spark.read.format("headwater").option("bootstrap", node.address)
+    frame = frame.option("subscribe", "br").option("endingOffsets", past)
+    assert frame.option("failOnDataLoss", "false").load().count() == 100
+
+
+def test_options_fail_at_load_in_one_line(spark: SparkSession, node: NodeProcess) -> None:
+    """Bad values failed only when the query started, and in a stream with pyspark's
+    own ``UnboundLocalError`` after a Python traceback; without a bootstrap option the
+    source dialled 127.0.0.1:7700 (on a shared machine, another cluster)."""
+    for reader in (spark.read, spark.readStream):
+        frame = reader.format("headwater").option("subscribe", "br")
+        with pytest.raises(Exception, match=r"kafka\.bootstrap\.servers is required") as raised:
+            frame.load()  # no query yet
+        assert "Traceback" not in str(raised.value)  # the session hides tracebacks
+        frame = frame.option("bootstrap", node.address).option("startingOffset", "earliest")
+        with pytest.raises(Exception, match="did you mean startingOffsets"):
+            frame.load()
+    frame = spark.readStream.format("headwater").option("bootstrap", node.address)
+    frame = frame.option("subscribe", "br").option("endingTimestamp", "5").load()
+    query = frame.writeStream.format("noop").start()
+    with pytest.raises(Exception, match="endingTimestamp is for batch reads") as raised:
+        query.awaitTermination(60)
+    assert "UnboundLocalError" not in str(raised.value)
 
 
 def test_offset_planning_splits_by_backlog_and_size() -> None:
@@ -371,6 +411,46 @@ def test_sink_round_trip_batch_and_stream(
         .load()
     )
     assert back.count() == 1500
+
+
+def test_sink_complete_mode_appends_the_whole_table(
+    spark: SparkSession, node: NodeProcess, tmp_path: Path
+) -> None:
+    """Spark's complete mode (overwrite=True to the stream writer): each micro-batch
+    appends the whole result table, as Kafka's sink does; the last row of each key is
+    the total."""
+    with Admin(node.address) as admin:
+        admin.create_topic("complete-in", 1)
+        admin.create_topic("complete-out", 1)
+    produce(node.address, "complete-in", [b"c%d" % i for i in range(260)])  # keys k0..k12
+    counts = (
+        stream(spark, node.address, subscribe="complete-in", startingOffsets="earliest")
+        .groupBy("key")
+        .count()
+        .selectExpr("key", "CAST(count AS STRING) AS value")
+    )
+    query = (
+        counts.writeStream.outputMode("complete")
+        .format("headwater")
+        .option("bootstrap", node.address)
+        .option("topic", "complete-out")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    rows = (
+        spark.read.format("headwater")
+        .option("bootstrap", node.address)
+        .option("subscribe", "complete-out")
+        .load()
+        .orderBy("offset")
+        .collect()
+    )
+    latest = {bytes(r.key): int(r.value) for r in rows}
+    assert latest == {b"k%d" % k: 20 for k in range(13)}
+    assert len(rows) % 13 == 0
 
 
 def _forget_last_commit(checkpoint: Path) -> int:
@@ -448,10 +528,21 @@ def test_sink_replayed_micro_batch_writes_nothing_twice(
 
 
 def test_sink_bad_input_is_named(spark: SparkSession, node: NodeProcess) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("sink-bad", 3)
+    frame = spark.range(3).selectExpr("CAST(id AS STRING) AS value")
+    with pytest.raises(Exception, match="save mode overwrite is not supported"):  # appended
+        frame.write.mode("overwrite").format("headwater").option("bootstrap", node.address).option(
+            "topic", "sink-bad"
+        ).save()
+    with pytest.raises(Exception, match="did you mean topic"):  # ignored before
+        frame.write.mode("append").format("headwater").option("bootstrap", node.address).option(
+            "topc", "sink-bad"
+        ).save()
     frame = spark.range(3).selectExpr("CAST(id AS STRING) AS v")
     with pytest.raises(Exception, match="a value column is required"):
         frame.write.mode("append").format("headwater").option("bootstrap", node.address).option(
-            "topic", "sink-out"
+            "topic", "sink-bad"
         ).save()
     frame = spark.range(3).selectExpr("CAST(id AS STRING) AS value")
     with pytest.raises(Exception, match="give a topic option or a topic column"):
@@ -459,7 +550,7 @@ def test_sink_bad_input_is_named(spark: SparkSession, node: NodeProcess) -> None
     frame = spark.range(3).selectExpr("CAST(id AS STRING) AS value", "7 AS partition")
     with pytest.raises(Exception, match=r"valid range is \[0, 3\)"):
         frame.write.mode("append").format("headwater").option("bootstrap", node.address).option(
-            "topic", "sink-out"
+            "topic", "sink-bad"
         ).save()
 
 
@@ -528,6 +619,30 @@ def test_start_by_timestamp_and_assign(spark: SparkSession, node: NodeProcess) -
         [(0, 36), (0, 38)] + [(1, i) for i in range(1, 40, 2)]
     )
     assert read(assign=json.dumps({"ts": [1]})) == [(1, i) for i in range(1, 40, 2)]
+    # Kafka's precedence: startingTimestamp over startingOffsetsByTimestamp (the per
+    # partition map used to win).
+    assert read(
+        subscribe="ts",
+        startingTimestamp=str(base + 30_000),
+        startingOffsetsByTimestamp=by_partition,
+    ) == sorted((i % 2, i) for i in range(30, 40))
+    # Ending by timestamp (ignored before: a read returned every record): before the
+    # first record at or after the time; at the end where there is none.
+    assert read(subscribe="ts", endingTimestamp=str(base + 10_000)) == sorted(
+        (i % 2, i) for i in range(10)
+    )
+    ending = json.dumps({"ts": {"0": base + 4_000, "1": base + 3_600_000}})
+    assert read(
+        subscribe="ts", startingTimestamp=str(base + 1_000), endingOffsetsByTimestamp=ending
+    ) == [(0, 2)] + [(1, i) for i in range(1, 40, 2)]
+    # No record that recent: the query fails (Kafka's default strategy), or, with
+    # startingOffsetsByTimestampStrategy=latest, such partitions start at their end.
+    later = str(base + 38_500)
+    with pytest.raises(Exception, match="ts-0 has no record with a timestamp at or after"):
+        read(subscribe="ts", startingTimestamp=later)
+    assert read(
+        subscribe="ts", startingTimestamp=later, startingOffsetsByTimestampStrategy="latest"
+    ) == [(1, 39)]
 
 
 def test_min_offsets_per_trigger_waits_for_enough_records(
@@ -605,13 +720,11 @@ def test_demo_pipeline_runs_and_stops_cleanly(tmp_path: Path) -> None:
     windows reach the output topic; then Ctrl-C (SIGINT) stops everything cleanly."""
     base_port = free_port_block(6)
     bootstrap = ",".join(f"127.0.0.1:{base_port + 2 * i}" for i in range(3))
-    demo = subprocess.Popen(
+    demo = subprocess.Popen(  # its data in a temporary folder (under TMPDIR)
         [
             sys.executable,
             "-m",
             "headwater.sparkconnector.demo",
-            "--data-dir",
-            str(tmp_path / "demo"),
             "--base-port",
             str(base_port),
             "--rate",
@@ -620,6 +733,7 @@ def test_demo_pipeline_runs_and_stops_cleanly(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     try:
 
@@ -639,6 +753,9 @@ def test_demo_pipeline_runs_and_stops_cleanly(tmp_path: Path) -> None:
     match = re.search(r"'sales-per-retailer' holds (\d+) window results", stdout)
     assert match and int(match.group(1)) > 0, stdout[-2000:]
     assert "stopped 3 node(s)" in stdout
+    # It wrote into the checkout's ./demo-data before; the temporary folder is gone.
+    assert f"(logs in {tmp_path}/headwater-demo-" in stdout
+    assert not list(tmp_path.glob("headwater-demo-*"))
 
 
 def test_readme_spark_example_runs(spark: SparkSession, node: NodeProcess, tmp_path: Path) -> None:

@@ -131,7 +131,10 @@ def test_sink_options_and_columns_are_checked_with_the_problem_named() -> None:
         ({"topic": "t", "batchBytes": str(CHUNK_BYTES_MAX + 1)}, "valid range is"),
     ]:
         with pytest.raises(SinkOptionError, match=message):
-            parse_sink_options(options)
+            parse_sink_options({"bootstrap": "h:1", **options})
+    # As in Kafka's sink: no default address (a default found another cluster).
+    with pytest.raises(SinkOptionError, match=r"kafka\.bootstrap\.servers is required"):
+        parse_sink_options({"topic": "t"})
     parsed = parse_sink_options({"TOPIC": "t", "checkpointLocation": "/ck", "Bootstrap": "h:1"})
     assert (parsed.topic, parsed.sink_id, parsed.bootstrap) == ("t", "/ck", "h:1")
 
@@ -208,6 +211,8 @@ ACCEPTED_VALUES = {
     "startingTimestamp": "5",
     "startingOffsetsByTimestamp": '{"t": {"0": 5}}',
     "startingOffsets": "earliest",
+    "endingTimestamp": "9",
+    "endingOffsetsByTimestamp": '{"t": {"0": 9}}',
     "endingOffsets": '{"t": {"0": 7}}',
     "failOnDataLoss": "false",
     "maxOffsetsPerTrigger": "10",
@@ -216,6 +221,7 @@ ACCEPTED_VALUES = {
     "minPartitions": "4",
     "maxRecordsPerPartition": "100",
     "includeHeaders": "true",
+    "startingOffsetsByTimestampStrategy": "latest",
     "headwater.bootstrap.servers": "h:2",
     "bootstrap.servers": "h:2",
     "bootstrap": "h:2",
@@ -267,7 +273,7 @@ def test_each_supported_option_is_taken(row: planning.OptionRow) -> None:
     ):
         base["headwater.security.protocol"] = "SSL"
     base |= COMPANIONS.get(row.name, {})
-    streaming = row.name not in ("endingOffsets",)
+    streaming = not row.name.startswith("ending")
     for name in (row.name, row.name.upper()):
         parsed = parse_options({**base, name: ACCEPTED_VALUES[row.name]}, streaming=streaming)
         assert (
@@ -316,3 +322,217 @@ def test_docs_spark_md_is_the_table() -> None:
     assert written == spark_doc(), (
         "run python -m headwater.sparkconnector.options_doc > docs/spark.md"
     )
+
+
+# ------------------------------------------------------------------ Kafka's rules
+
+BASE = {"bootstrap": "h:1", "subscribe": "t"}
+PARTITIONS = [("t", 0), ("t", 1)]
+EARLIEST = {("t", 0): 10, ("t", 1): 0}
+LATEST = {("t", 0): 50, ("t", 1): 30}
+
+
+def test_bootstrap_is_required() -> None:
+    """Without it the source dialled 127.0.0.1:7700, which on a shared machine was
+    another cluster ("topic(s) 'clicks' do not exist")."""
+    for options in ({"subscribe": "t"}, {"subscribe": "t", "kafka.bootstrap.servers": " "}):
+        with pytest.raises(OptionError, match=r"kafka\.bootstrap\.servers is required"):
+            parse_options(options, streaming=None)
+
+
+def test_timestamps_take_precedence_as_in_kafka() -> None:
+    """startingTimestamp, then startingOffsetsByTimestamp, then startingOffsets; the
+    same for the ending options (startingOffsetsByTimestamp used to win)."""
+    every = {
+        **BASE,
+        "startingTimestamp": "5",
+        "startingOffsetsByTimestamp": '{"t": {"0": 6}}',
+        "startingOffsets": "earliest",
+        "endingTimestamp": "7",
+        "endingOffsetsByTimestamp": '{"t": {"0": 8}}',
+        "endingOffsets": "latest",
+    }
+    parsed = parse_options(every, streaming=False)
+    assert (parsed.starting.kind, parsed.starting.timestamp_ms) == ("timestamp", 5)
+    assert (parsed.ending.kind, parsed.ending.timestamp_ms) == ("timestamp", 7)
+    del every["startingTimestamp"], every["endingTimestamp"]
+    parsed = parse_options(every, streaming=False)
+    assert (parsed.starting.kind, dict(parsed.starting.per_partition)) == (
+        "timestamps",
+        {("t", 0): 6},
+    )
+    assert (parsed.ending.kind, dict(parsed.ending.per_partition)) == ("timestamps", {("t", 0): 8})
+    assert parsed.ending.option == "endingOffsetsByTimestamp"
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({"endingTimestamp": "5"}, True, "endingTimestamp is for batch reads"),
+        ({"endingOffsetsByTimestamp": '{"t": {"0": 5}}'}, True, "is for batch reads"),
+        ({"startingOffsets": '{"t": {"0": -1}}'}, False, r"cannot be latest \(-1\)"),
+        ({"startingOffsets": "latest"}, False, "cannot be latest"),
+        ({"endingOffsets": '{"t": {"0": -2}}'}, False, "cannot be earliest"),
+        ({"endingTimestamp": "soon"}, False, "endingTimestamp is 'soon'; give ms"),
+        ({"endingOffsetsByTimestamp": '{"t": {"0": -4}}'}, False, "timestamps are ms"),
+        ({"startingOffsetsByTimestampStrategy": "earliest"}, True, "valid: error, latest"),
+        ({"groupId": "g"}, False, "groupId is for streams"),
+    ],
+)
+def test_values_that_contradict_the_kind_of_read_are_named(
+    options: dict[str, str], streaming: bool, message: str
+) -> None:
+    with pytest.raises(OptionError, match=message):
+        parse_options({**BASE, **options}, streaming=streaming)
+
+
+def test_load_time_checks_leave_the_kind_of_read_open() -> None:
+    """``streaming=None`` (``DataSource.schema``, at ``load()``) checks only what holds
+    for both kinds: the batch-only and stream-only options wait for the reader."""
+    parse_options({**BASE, "endingTimestamp": "5", "groupId": "g"}, streaming=None)
+    with pytest.raises(OptionError, match="did you mean"):
+        parse_options({**BASE, "endingTimestamps": "5"}, streaming=None)
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ('{"t": {"0": 5}}', "it leaves out t-1"),
+        ('{"t": {"0": 5, "1": 6, "2": 7}}', "it names t-2, which the query does not read"),
+        ('{"u": {"0": 5}}', "it leaves out t-0, t-1; it names u-0"),
+    ],
+)
+def test_a_partition_map_must_name_every_partition(raw: str, problem: str) -> None:
+    """Partitions left out of a startingOffsets map used to start at earliest; Kafka's
+    source refuses such a map, and so does Headwater, for every per-partition option."""
+    for name, kind, fill in (
+        ("startingOffsets", "offsets", r"-2 \(earliest\) or -1 \(latest\)"),
+        ("endingOffsets", "offsets", r"-2 \(earliest\) or -1 \(latest\)"),
+        ("startingOffsetsByTimestamp", "timestamps", "a timestamp"),
+        ("endingOffsetsByTimestamp", "timestamps", "a timestamp"),
+    ):
+        parsed = parse_options({**BASE, name: raw}, streaming=False)
+        spec = parsed.starting if name.startswith("starting") else parsed.ending
+        assert (spec.kind, spec.option) == (kind, name)
+        with pytest.raises(OptionError, match=f"{name} must name every partition.*{problem}.*"):
+            planning.check_partition_map(spec, PARTITIONS)
+        resolve = (
+            (lambda spec=spec: planning.resolve_start(spec, PARTITIONS, EARLIEST, LATEST, {}))
+            if name.startswith("starting")
+            else (lambda spec=spec: planning.resolve_end(spec, PARTITIONS, LATEST, {}))
+        )
+        with pytest.raises(OptionError, match=f"Give {fill} for each partition"):
+            resolve()
+
+
+def test_offsets_past_the_end_are_named_and_start_or_end_there() -> None:
+    """Offsets past a partition's end were clamped in silence; they are data loss in
+    Kafka's source (failOnDataLoss decides), and are named with the valid range."""
+    spec = parse_options(
+        {**BASE, "startingOffsets": '{"t": {"0": 51, "1": 30}}'}, streaming=False
+    ).starting
+    assert planning.past_the_end(spec, LATEST) == [
+        "startingOffsets: t-0 ends at offset 50, before the 51 asked for (valid: -2, -1 or 0..50)"
+    ]
+    assert planning.resolve_start(spec, PARTITIONS, EARLIEST, LATEST, {}) == {
+        ("t", 0): 50,
+        ("t", 1): 30,
+    }
+    ending = parse_options(
+        {**BASE, "endingOffsets": '{"t": {"0": -1, "1": 99}}'}, streaming=False
+    ).ending
+    assert planning.past_the_end(ending, LATEST) == [
+        "endingOffsets: t-1 ends at offset 30, before the 99 asked for (valid: -2, -1 or 0..30)"
+    ]
+    assert planning.resolve_end(ending, PARTITIONS, LATEST, {}) == LATEST
+
+
+def test_starting_timestamps_without_a_match_follow_the_strategy() -> None:
+    spec = parse_options({**BASE, "startingTimestamp": "1000"}, streaming=True).starting
+    found: dict[tuple[str, int], int | None] = {("t", 0): 20, ("t", 1): None}
+    with pytest.raises(OptionError, match="t-1 has no record with a timestamp at or after 1000"):
+        planning.resolve_start(spec, PARTITIONS, EARLIEST, LATEST, found)
+    assert planning.resolve_start(spec, PARTITIONS, EARLIEST, LATEST, found, "latest") == {
+        ("t", 0): 20,
+        ("t", 1): 30,
+    }
+
+
+def test_ending_timestamps_end_before_the_first_later_record_or_at_the_end() -> None:
+    spec = parse_options({**BASE, "endingTimestamp": "1000"}, streaming=False).ending
+    found: dict[tuple[str, int], int | None] = {("t", 0): 20, ("t", 1): None}
+    assert planning.resolve_end(spec, PARTITIONS, LATEST, found) == {("t", 0): 20, ("t", 1): 30}
+
+
+def test_a_read_starting_after_its_end_is_named() -> None:
+    assert planning.inverted_ranges({("t", 0): 20, ("t", 1): 5}, {("t", 0): 10, ("t", 1): 5}) == [
+        "t-0: the starting offset 20 is after the ending offset 10"
+    ]
+
+
+SINK_VALUES = {
+    "kafka.bootstrap.servers": "h:2",
+    "topic": "t",
+    "checkpointLocation": "/ck",
+    "path": "/out",
+    "headwater.bootstrap.servers": "h:2",
+    "bootstrap.servers": "h:2",
+    "bootstrap": "h:2",
+    "sinkId": "s",
+    "batchBytes": "4096",
+}
+"""A value each sink option takes besides the security ones (tried in the source's
+rows)."""
+
+
+@pytest.mark.parametrize(
+    "row",
+    [r for r in planning.SINK_OPTIONS if r not in planning.SECURITY_ROWS],
+    ids=lambda r: r.name,
+)
+def test_each_sink_option_is_taken(row: planning.OptionRow) -> None:
+    from headwater.sparkconnector.sink import parse_sink_options
+
+    for name in (row.name, row.name.upper()):
+        parsed = parse_sink_options({"bootstrap": "h:1", name: SINK_VALUES[row.name]})
+        if row.name in ("sinkId", "checkpointLocation", "path"):
+            assert parsed.sink_id == SINK_VALUES[row.name]
+        if row.name == "batchBytes":
+            assert parsed.chunk_bytes == 4096
+        if row.name == "topic":
+            assert parsed.topic == "t"
+    assert sorted(SINK_VALUES) == sorted(
+        r.name for r in planning.SINK_OPTIONS if r not in planning.SECURITY_ROWS
+    )
+
+
+def test_sink_security_options_are_taken() -> None:
+    """The sink takes the source's security rows (their values are parsed by
+    ``security_options``, tested above, for both)."""
+    from headwater.sparkconnector.sink import parse_sink_options
+
+    for row in planning.SECURITY_ROWS:
+        planning.check_option_names({row.name: ACCEPTED_VALUES[row.name]}, sink=True)
+    parsed = parse_sink_options(
+        {
+            "bootstrap": "h:1",
+            "kafka.security.protocol": "SASL_PLAINTEXT",
+            "kafka.sasl.jaas.config": JAAS,
+        }
+    )
+    assert (parsed.security.username, parsed.security.password) == ("u", "p")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("topc", "did you mean topic?"), ("kafka.acks", "unknown option 'kafka.acks'")],
+)
+def test_an_unknown_sink_option_fails_naming_the_valid_ones(name: str, expected: str) -> None:
+    """The sink ignored every option it did not know (a typo of topic wrote to the
+    topic column's topics, or failed for want of one, without naming the typo)."""
+    from headwater.sparkconnector.sink import SinkOptionError, parse_sink_options
+
+    with pytest.raises(SinkOptionError) as raised:
+        parse_sink_options({"bootstrap": "h:1", name: "x"})
+    assert expected in str(raised.value)
+    assert "valid options: kafka.bootstrap.servers, topic" in str(raised.value)

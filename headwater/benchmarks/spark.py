@@ -3,7 +3,10 @@
 - **Ingest**: ``spark.read.format("headwater")`` of the whole topic into Spark's ``noop``
   sink, against the peer, the same rows and columns read from a Parquet file into
   ``noop``. The two alternate for ``--rounds`` rounds after one warm-up each, and the
-  medians are compared. Also a streaming query's steady state: the backlog read in five
+  medians are compared.
+- **Aggregate**: the same, for a query that aggregates every record (``AGGREGATE``:
+  count, total value length, sum of offsets, latest timestamp); both answers must agree.
+- **Streaming ingest**: a streaming query's steady state: the backlog read in five
   micro-batches, as Spark reports their rows and execution time (the first excluded).
 - **Sink**: ``df.write.format("headwater")`` of generated 100-byte values, rows/s.
 - **Micro-batch latency**: a producer sends one timestamped record every 100 ms; a
@@ -30,6 +33,13 @@ from headwater.client import NewTopic
 from headwater.sparkconnector.session import local_session
 
 LATENCY_INTERVAL_S = 0.1
+AGGREGATE = (
+    "count(*) AS records",
+    "sum(length(value)) AS value_bytes",
+    "sum(offset) AS offsets",
+    "max(timestamp) AS latest",
+)
+PARTS = ("ingest", "aggregate", "streaming", "sink", "latency")
 
 
 def _timed(run: Any) -> float:
@@ -38,7 +48,10 @@ def _timed(run: Any) -> float:
     return time.perf_counter() - began
 
 
-def run_spark_bench(records: int, partitions: int, rounds: int, samples: int) -> dict[str, Any]:
+def run_spark_bench(
+    records: int, partitions: int, rounds: int, samples: int, parts: tuple[str, ...] = PARTS
+) -> dict[str, Any]:
+    """The figures of ``parts`` (all by default), as a dict for ``--json``."""
     results: dict[str, Any] = {"records": records, "partitions": partitions, "value_bytes": 100}
     root = Path(tempfile.mkdtemp(prefix="headwater-bench-spark-"))
     cluster = bench_cluster_of(1, root)
@@ -66,9 +79,18 @@ def run_spark_bench(records: int, partitions: int, rounds: int, samples: int) ->
         results["produce_records_per_s"] = produced["records_per_s"]
         spark = local_session("headwater-bench")
         try:
-            results.update(_ingest(spark, bootstrap, root, records, rounds))
-            results.update(_sink(spark, bootstrap, records))
-            results.update(_latency(spark, bootstrap, root, samples))
+            parquet = root / "ingest.parquet"
+            _headwater(spark, bootstrap).load().write.parquet(str(parquet))
+            if "ingest" in parts:
+                results.update(_ingest(spark, bootstrap, parquet, records, rounds))
+            if "aggregate" in parts:
+                results.update(_aggregate(spark, bootstrap, parquet, records, rounds))
+            if "streaming" in parts:
+                results.update(_streaming_ingest(spark, bootstrap, root, records))
+            if "sink" in parts:
+                results.update(_sink(spark, bootstrap, records))
+            if "latency" in parts:
+                results.update(_latency(spark, bootstrap, root, samples))
         finally:
             spark.stop()
     finally:
@@ -77,33 +99,57 @@ def run_spark_bench(records: int, partitions: int, rounds: int, samples: int) ->
     return results
 
 
-def _ingest(spark: Any, bootstrap: str, root: Path, records: int, rounds: int) -> dict[str, Any]:
-    parquet = root / "ingest.parquet"
-    _headwater(spark, bootstrap).load().write.parquet(str(parquet))
+def _against_parquet(
+    headwater_run: Any, parquet_run: Any, records: int, rounds: int, prefix: str
+) -> dict[str, Any]:
+    """Time the two runs alternately for ``rounds`` rounds after a warm-up of each
+    (Python workers, JIT, page cache); rows/s of the medians and their ratio."""
+    headwater_run()
+    parquet_run()
+    headwater_s: list[float] = []
+    parquet_s: list[float] = []
+    for _ in range(rounds):
+        headwater_s.append(_timed(headwater_run))
+        parquet_s.append(_timed(parquet_run))
+    headwater_rate = records / statistics.median(headwater_s)
+    parquet_rate = records / statistics.median(parquet_s)
+    return {
+        f"{prefix}rows_per_s": round(headwater_rate),
+        f"{prefix}rows_per_s_by_round": [round(records / s) for s in headwater_s],
+        f"{prefix}parquet_rows_per_s": round(parquet_rate),
+        f"{prefix}parquet_rows_per_s_by_round": [round(records / s) for s in parquet_s],
+        f"{prefix}ratio_to_parquet": round(headwater_rate / parquet_rate, 3),
+    }
 
+
+def _ingest(spark: Any, bootstrap: str, parquet: Path, records: int, rounds: int) -> dict[str, Any]:
     def headwater_read() -> None:
         _headwater(spark, bootstrap).load().write.format("noop").mode("overwrite").save()
 
     def parquet_read() -> None:
         spark.read.parquet(str(parquet)).write.format("noop").mode("overwrite").save()
 
-    headwater_read()  # warm-up: Python workers, JIT, page cache
-    parquet_read()
-    headwater_s: list[float] = []
-    parquet_s: list[float] = []
-    for _ in range(rounds):
-        headwater_s.append(_timed(headwater_read))
-        parquet_s.append(_timed(parquet_read))
-    headwater_rate = records / statistics.median(headwater_s)
-    parquet_rate = records / statistics.median(parquet_s)
-    return {
-        "batch_read_rows_per_s": round(headwater_rate),
-        "batch_read_rows_per_s_by_round": [round(records / s) for s in headwater_s],
-        "parquet_rows_per_s": round(parquet_rate),
-        "parquet_rows_per_s_by_round": [round(records / s) for s in parquet_s],
-        "ratio_to_parquet": round(headwater_rate / parquet_rate, 3),
-        **_streaming_ingest(spark, bootstrap, root, records),
-    }
+    return _against_parquet(headwater_read, parquet_read, records, rounds, "batch_read_")
+
+
+def _aggregate(
+    spark: Any, bootstrap: str, parquet: Path, records: int, rounds: int
+) -> dict[str, Any]:
+    answers: dict[str, Any] = {}
+
+    def headwater_query() -> None:
+        answers["headwater"] = _headwater(spark, bootstrap).load().selectExpr(*AGGREGATE).collect()
+
+    def parquet_query() -> None:
+        answers["parquet"] = spark.read.parquet(str(parquet)).selectExpr(*AGGREGATE).collect()
+
+    results = _against_parquet(headwater_query, parquet_query, records, rounds, "aggregate_")
+    if answers["headwater"] != answers["parquet"]:
+        raise click.ClickException(
+            f"the aggregate query's answers differ: {answers['headwater']} against "
+            f"{answers['parquet']}"
+        )
+    return results
 
 
 def _headwater(spark: Any, bootstrap: str) -> Any:
@@ -197,13 +243,24 @@ def _latency(spark: Any, bootstrap: str, root: Path, samples: int) -> dict[str, 
 @click.option("--partitions", type=click.IntRange(1, 64), default=4, show_default=True)
 @click.option("--rounds", type=click.IntRange(1, 10), default=3, show_default=True)
 @click.option("--latency-samples", type=click.IntRange(5, 10_000), default=100, show_default=True)
+@click.option(
+    "--parts",
+    default=",".join(PARTS),
+    show_default=True,
+    help="Which figures, comma-separated.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def bench_spark(
-    records: int, partitions: int, rounds: int, latency_samples: int, as_json: bool
+    records: int, partitions: int, rounds: int, latency_samples: int, parts: str, as_json: bool
 ) -> None:
-    """Spark connector figures on a local node (local[2]): ingest rows/s against Parquet
-    in the same run, sink rows/s, and produce-to-visible micro-batch latency."""
-    results = run_spark_bench(records, partitions, rounds, latency_samples)
+    """Spark connector figures on a local node (local[2]): batch reads (noop and an
+    aggregate query) against Parquet in the same run, streaming ingest, sink rows/s, and
+    produce-to-visible micro-batch latency."""
+    chosen = tuple(p.strip() for p in parts.split(",") if p.strip())
+    unknown = sorted(set(chosen) - set(PARTS))
+    if unknown or not chosen:
+        raise click.BadParameter(f"{unknown or parts!r}; valid: {', '.join(PARTS)}")
+    results = run_spark_bench(records, partitions, rounds, latency_samples, chosen)
     if as_json:
         print(json.dumps(results))
         return
