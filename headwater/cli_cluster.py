@@ -19,6 +19,7 @@ import os
 import secrets
 import shlex
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -30,8 +31,10 @@ from rich.console import Console
 from rich.table import Table
 
 from headwater.devcluster import (
+    CLIENT_SECURITY_ENV,
     SECRET_ENV,
     LocalCluster,
+    LocalNode,
     NodeExitedError,
     PortPlan,
     WaitTimeoutError,
@@ -103,26 +106,50 @@ def dev_layout(root: Path, node_id: int) -> tuple[Path, Path]:
 def dev_secret(data_dir: Path) -> tuple[str, Path | None]:
     """The cluster's Raft secret and the file holding it: HEADWATER_CLUSTER_SECRET when
     set (no file), else ``data_dir/cluster-secret`` from an earlier run, else a new random
-    secret written there (mode 0600, created exclusively)."""
+    secret written there (mode 0600, created exclusively).
+
+    A kept file is trusted only as ssh trusts a key: a regular file (not a symlink),
+    owned by this user, that no one else may read or write; it holds 1 to
+    SECRET_CHARS_MAX printable ASCII characters without spaces, and an optional newline
+    (so that ``$(cat FILE)`` in a shell gives the same secret)."""
     given = os.environ.get(SECRET_ENV)
     if given:
         return given, None
     path = data_dir / SECRET_FILE
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
-        kept = path.read_text(encoding="utf-8", errors="replace").strip()
-        if not kept or len(kept) > SECRET_CHARS_MAX or not kept.isprintable():
-            raise HeadwaterError(
-                ErrorCode.INVALID_CONFIG,
-                f"{path} must hold the cluster secret: 1 to {SECRET_CHARS_MAX} printable "
-                "characters on one line (delete it for a new one)",
-            ) from None
-        return kept, path
+        return _kept_secret(path), path
     secret = secrets.token_hex(16)
     with os.fdopen(descriptor, "w", encoding="utf-8") as file:
         file.write(secret + "\n")
     return secret, path
+
+
+def _kept_secret(path: Path) -> str:
+    def refuse(problem: str) -> HeadwaterError:
+        return HeadwaterError(
+            ErrorCode.INVALID_CONFIG,
+            f"{path}: {problem}; it must be a file of yours, mode 0600, holding 1 to "
+            f"{SECRET_CHARS_MAX} printable ASCII characters without spaces (delete it for a "
+            "new secret)",
+        )
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as error:  # a symlink (ELOOP), or unreadable
+        raise refuse(f"cannot be opened ({error.strerror})") from None
+    with os.fdopen(descriptor, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise refuse("is not a regular file")
+        if info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise refuse(f"is owned by uid {info.st_uid} with mode {info.st_mode & 0o777:o}")
+        raw = file.read(SECRET_CHARS_MAX + 2)
+    text = raw[:-1] if raw.endswith(b"\n") else raw
+    if not 1 <= len(text) <= SECRET_CHARS_MAX or not all(0x21 <= b <= 0x7E for b in text):
+        raise refuse("does not hold a secret")
+    return text.decode("ascii")
 
 
 class RestartPolicy:
@@ -215,6 +242,7 @@ def run_dev_cluster(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    data_dir = data_dir.resolve()  # the printed commands work from any folder
     data_dir.mkdir(parents=True, exist_ok=True)
     secret, secret_file = dev_secret(data_dir)
     cluster = start_dev_cluster(
@@ -229,12 +257,15 @@ def run_dev_cluster(
                 f"{node.data_dir}, log {node.log_path})"
             )
         if secret_file is not None:
-            click.echo(f"cluster secret: in {secret_file.resolve()}")
-            for node in cluster.nodes.values():
-                words = [f"{SECRET_ENV}=$(cat {shlex.quote(str(secret_file.resolve()))})"]
-                words += [f"{k}={shlex.quote(v)}" for k, v in node.env.items() if k != SECRET_ENV]
-                words.append(shlex.join(node.command()))
-                click.echo(f"restart node {node.node_id} by hand: {' '.join(words)}")
+            click.echo(f"cluster secret: in {secret_file}")
+            if not restart:
+                click.echo(
+                    "a node restarted by hand is not stopped by Ctrl-C here: stop it yourself"
+                )
+                for node in cluster.nodes.values():
+                    click.echo(
+                        f"restart node {node.node_id} by hand: {restart_command(node, secret_file)}"
+                    )
         else:
             click.echo(f"cluster secret: {SECRET_ENV} (from the environment)")
         click.echo(f"bootstrap: {cluster.bootstrap(list(cluster.nodes.values()))}")
@@ -254,6 +285,19 @@ def run_dev_cluster(
         watch_nodes(cluster, lambda: stopping, RestartPolicy() if restart else None)
     finally:
         stop(cluster)
+
+
+def restart_command(node: LocalNode, secret_file: Path) -> str:
+    """A shell line that starts ``node`` as dev-cluster did: its command and settings,
+    the secret read from ``secret_file``, a shell's client settings removed (a node would
+    take HEADWATER_TLS_* as its own, and refuses HEADWATER_SECURITY_PROTOCOL), its output
+    appended to its log."""
+    words = ["env", *(f"-u {name}" for name in sorted(CLIENT_SECURITY_ENV))]
+    words.append(f"{SECRET_ENV}=$(cat {shlex.quote(str(secret_file))})")
+    words += [f"{k}={shlex.quote(v)}" for k, v in node.env.items() if k != SECRET_ENV]
+    words.append(shlex.join(node.command()))
+    words.append(f">> {shlex.quote(str(node.log_path))} 2>&1")
+    return " ".join(words)
 
 
 def watch_nodes(

@@ -23,6 +23,7 @@ from headwater.sparkconnector.source import (
     HeadwaterStreamReader,
     RefusedStreamReader,
     parse_source_options,
+    requested_columns,
 )
 
 NAME: Final = "headwater"
@@ -43,7 +44,10 @@ class HeadwaterDataSource(DataSource):
         return READ_SCHEMA_DDL + (", " + HEADERS_DDL if parsed.include_headers else "")
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return HeadwaterBatchReader(parse_source_options(self.options, streaming=False))
+        """``schema``: the source's, or one the query gave, naming the columns to read
+        (``requested_columns``)."""
+        options = parse_source_options(self.options, streaming=False)
+        return HeadwaterBatchReader(options, requested_columns(schema, options.include_headers))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The stream reader, or, when the options are wrong, one that fails the query
@@ -51,9 +55,11 @@ class HeadwaterDataSource(DataSource):
         runner hides an error raised here behind its own ``UnboundLocalError`` (its
         cleanup calls ``stop()`` on the reader that was never made)."""
         try:
-            return HeadwaterStreamReader(parse_source_options(self.options, streaming=True))
+            options = parse_source_options(self.options, streaming=True)
+            columns = requested_columns(schema, options.include_headers)
         except ValueError as error:
             return RefusedStreamReader(error)
+        return HeadwaterStreamReader(options, columns)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:  # as Kafka's sink: a topic cannot be truncated

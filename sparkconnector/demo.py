@@ -226,15 +226,16 @@ def main(base_port: int, data_dir: Path | None, rate: int, duration_s: float) ->
         raise click.BadParameter(
             f"{base_port}; give 0 (free ports) or 1024..65000", param_hint="--base-port"
         )
-    temporary = data_dir is None
     folder = Path(tempfile.mkdtemp(prefix="headwater-demo-")) if data_dir is None else data_dir
     try:
         run_demo(base_port or free_port_block(6), folder, rate, duration_s)
     except HeadwaterError as error:
-        raise click.ClickException(str(error)) from None
-    finally:
-        if temporary:
-            shutil.rmtree(folder, ignore_errors=True)
+        raise click.ClickException(f"{error} (logs kept in {folder})") from None
+    except BaseException:
+        click.echo(f"the demo failed; its logs are kept in {folder}", err=True)
+        raise
+    if data_dir is None:  # a clean stop: the temporary folder goes
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

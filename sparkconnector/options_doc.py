@@ -57,12 +57,19 @@ workers run an interpreter without Headwater: call
 `headwater.sparkconnector.register(spark)` (README, "Spark Structured Streaming").
 """
 
+SINK_DOC_HEAD: Final = """\
+Batch writes take `mode("append")` only. Spark's default save mode (error if
+exists) and `overwrite` fail, as `overwrite` does for Kafka's sink: a topic cannot be
+truncated, and "exists" has no meaning for it. Streams take the append and complete
+output modes (README, "Spark Structured Streaming").
+"""
+
 
 def spark_doc() -> str:
     """``docs/spark.md``."""
     return (
         f"{SPARK_DOC_HEAD}\n## Reading\n\n{options_table_markdown(SOURCE_OPTIONS)}\n"
-        f"\n## Writing\n\n{options_table_markdown(SINK_OPTIONS)}\n"
+        f"\n## Writing\n\n{SINK_DOC_HEAD}\n{options_table_markdown(SINK_OPTIONS)}\n"
     )
 
 

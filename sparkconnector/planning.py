@@ -81,6 +81,11 @@ class Subscription:
             return sorted(k for k in self.assigned if k[0] in counts and k[1] < counts[k[0]])
         return sorted((t, p) for t in self.topics_from(list(counts)) for p in range(counts[t]))
 
+    def missing_partitions(self, counts: Mapping[str, int]) -> list[Key]:
+        """Assigned partitions of existing topics that do not exist (``assign`` names
+        partitions; a topic's count only grows)."""
+        return sorted(k for k in self.assigned if k[0] in counts and k[1] >= counts[k[0]])
+
     def named_topics(self) -> list[str]:
         """Topics named outright (not by pattern): these must exist."""
         if self.assigned:
@@ -357,6 +362,39 @@ SINK_OPTIONS: Final[tuple[OptionRow, ...]] = (
         SAME,
         "streams: the query's checkpoint (Spark's option); it also names the sink's state, "
         "so that a replayed micro-batch is not written twice",
+    ),
+    OptionRow(
+        "includeHeaders",
+        DIFFERS,
+        "taken and not needed: a `headers` column is written whenever the rows have one",
+    ),
+    OptionRow(
+        "queryName",
+        SAME,
+        "streams: the query's name (Spark's option, which Spark passes to the sink); the "
+        "sink does not use it",
+    ),
+    OptionRow(
+        "kafka.acks",
+        REFUSED,
+        "not needed: the sink always writes with acks=all (idempotent, exactly once for "
+        "replayed micro-batches)",
+    ),
+    OptionRow(
+        "kafka.compression.type",
+        REFUSED,
+        "not supported: the sink writes uncompressed batches",
+    ),
+    OptionRow(
+        "kafka.linger.ms",
+        REFUSED,
+        "not needed: the sink sends each chunk of `batchBytes` when it is full",
+    ),
+    OptionRow(
+        "kafka.partitioner.class",
+        REFUSED,
+        "not supported: records go to their `partition` column, else Kafka's murmur2 "
+        "partition of their key, else one partition per Spark task",
     ),
     OptionRow(
         "path",
@@ -663,12 +701,12 @@ def parse_options(
             "host:port[,host:port] of the cluster's nodes"
         )
     subscription = _subscription(options)
-    starting = _position(options, "starting", default="latest" if streaming else "earliest")
-    ending = _position(options, "ending", default="latest")
     if streaming:
         given = [name for name in _BATCH_ONLY if _get(options, name) is not None]
         if given:
             raise OptionError(f"{given[0]} is for batch reads (spark.read), not streams")
+    starting = _position(options, "starting", default="latest" if streaming else "earliest")
+    ending = _position(options, "ending", default="latest")
     if streaming is False and (
         starting.kind == "latest"
         or (starting.kind == "offsets" and LATEST in starting.per_partition.values())
@@ -680,7 +718,8 @@ def parse_options(
         ending.kind == "offsets" and EARLIEST in ending.per_partition.values()
     ):
         raise OptionError("endingOffsets cannot be earliest (-2); use latest (-1) or an offset")
-    strategy = (_get(options, "startingOffsetsByTimestampStrategy") or NO_MATCH_ERROR).strip()
+    raw_strategy = _get(options, "startingOffsetsByTimestampStrategy")
+    strategy = NO_MATCH_ERROR if raw_strategy is None else raw_strategy.strip()
     if strategy.lower() not in (NO_MATCH_ERROR, NO_MATCH_LATEST):
         raise OptionError(
             f"startingOffsetsByTimestampStrategy is {strategy!r}; valid: error, latest"
@@ -769,7 +808,12 @@ def check_partition_map(spec: StartSpec, partitions: list[Key]) -> None:
         problems.append(f"it leaves out {_names(missing)}")
     if extra := sorted(given - wanted):
         problems.append(f"it names {_names(extra)}, which the query does not read")
-    fill = "-2 (earliest) or -1 (latest)" if spec.kind == "offsets" else "a timestamp"
+    if spec.kind == "timestamps":
+        fill = "a timestamp"
+    elif spec.option.startswith("ending"):
+        fill = "-1 (latest) or an offset"
+    else:
+        fill = "-2 (earliest) or -1 (latest)"
     raise OptionError(
         f"{spec.option} must name every partition the query reads, as in Kafka's source: "
         f"{'; '.join(problems)}. Give {fill} for each partition"
@@ -782,9 +826,10 @@ def past_the_end(spec: StartSpec, latest: Mapping[Key, int]) -> list[str]:
     Kafka's source counts these as data loss; one message per partition."""
     if spec.kind != "offsets":
         return []
+    special = "-1" if spec.option.startswith("ending") else "-2, -1"
     return [
         f"{spec.option}: {t}-{p} ends at offset {latest[(t, p)]}, before the {offset} asked "
-        f"for (valid: -2, -1 or 0..{latest[(t, p)]})"
+        f"for (valid: {special} or 0..{latest[(t, p)]})"
         for (t, p), offset in sorted(spec.per_partition.items())
         if (t, p) in latest and offset > latest[(t, p)]
     ]
@@ -801,7 +846,8 @@ def resolve_start(
     """Starting offsets of ``partitions``. ``by_timestamp`` holds the offsets the broker
     found for the requested timestamps (None: no record that recent, which fails unless
     ``no_match_strategy`` is latest). An offset past the end starts at the end (the
-    caller reports it first: ``past_the_end``); one below the log start stays, for the
+    caller reports it first: ``past_the_end``), as does an offset found for a timestamp
+    (the lookup came after ``latest`` was read); one below the log start stays, for the
     data-loss check to see."""
     check_partition_map(spec, partitions)
     start: dict[Key, int] = {}
@@ -823,7 +869,8 @@ def resolve_start(
                         "start such partitions at their end"
                     )
                 found = latest[key]
-            start[key] = found
+            # The lookup ran after ``latest`` was read: what it found can lie beyond.
+            start[key] = min(found, latest[key])
         else:
             wanted = spec.per_partition[key]
             start[key] = {EARLIEST: earliest[key], LATEST: latest[key]}.get(
@@ -855,11 +902,15 @@ def resolve_end(
     return end
 
 
-def inverted_ranges(start: Mapping[Key, int], end: Mapping[Key, int]) -> list[str]:
+def inverted_ranges(
+    start: Mapping[Key, int], end: Mapping[Key, int], starting: str = "", ending: str = ""
+) -> list[str]:
     """Partitions whose batch read would start after it ends (Kafka's source refuses
-    these: the options contradict each other)."""
+    these: the options contradict each other); ``starting`` and ``ending`` name the
+    options that gave the offsets."""
+    given = f" (by {starting} and {ending})" if starting and ending else ""
     return [
-        f"{t}-{p}: the starting offset {start[(t, p)]} is after the ending offset {offset}"
+        f"{t}-{p}: the starting offset {start[(t, p)]} is after the ending offset {offset}{given}"
         for (t, p), offset in sorted(end.items())
         if (t, p) in start and start[(t, p)] > offset
     ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import StructType
 
 from headwater.client import Admin, ClientSecurity, LogReader, Producer
 from headwater.client.connection import Cluster
@@ -175,6 +176,13 @@ def fetch_facts(options: SourceOptions) -> Facts:
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             f"topic(s) {', '.join(repr(t) for t in missing)} do not exist",
         )
+    absent = options.subscription.missing_partitions(counts)
+    if absent:
+        raise HeadwaterError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            "assign names partitions that do not exist: "
+            + ", ".join(f"{t}-{p} ({t} has {counts[t]})" for t, p in absent),
+        )
     partitions = options.subscription.partitions_from(counts)
     earliest = admin.beginning_offsets(partitions)
     latest = admin.end_offsets(partitions)
@@ -212,6 +220,10 @@ def _report_data_loss(options: SourceOptions, findings: list[str], going_on: str
 def starting_offsets(options: SourceOptions, facts: Facts) -> dict[Key, int]:
     """Where a new query (or a batch read) starts, by the starting options."""
     spec = options.starting
+    try:
+        planning.check_partition_map(spec, facts.partitions)  # an option error first
+    except planning.OptionError as exc:
+        raise ValueError(f"headwater source: {exc}") from None
     _report_data_loss(
         options, planning.past_the_end(spec, facts.latest), "starting at the partition's end"
     )
@@ -231,6 +243,10 @@ def starting_offsets(options: SourceOptions, facts: Facts) -> dict[Key, int]:
 def ending_offsets(options: SourceOptions, facts: Facts) -> dict[Key, int]:
     """Where a batch read ends (exclusive), by the ending options."""
     spec = options.ending
+    try:
+        planning.check_partition_map(spec, facts.partitions)  # an option error first
+    except planning.OptionError as exc:
+        raise ValueError(f"headwater source: {exc}") from None
     _report_data_loss(
         options, planning.past_the_end(spec, facts.latest), "ending at the partition's end"
     )
@@ -253,20 +269,51 @@ class RangePartition(InputPartition):
         self.range = offset_range
 
 
-def output_schema(include_headers: bool) -> pa.Schema:
-    """The Arrow schema pyspark expects from ``read`` (Spark's Kafka source columns)."""
-    fields = [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("timestampType", pa.int32()),
-    ]
-    if include_headers:
-        fields.append(("headers", HEADERS_TYPE))
-    return pa.schema(fields)
+SOURCE_COLUMNS: Final = (
+    ("key", pa.binary(), "binary"),
+    ("value", pa.binary(), "binary"),
+    ("topic", pa.string(), "string"),
+    ("partition", pa.int32(), "int"),
+    ("offset", pa.int64(), "bigint"),
+    ("timestamp", pa.timestamp("us", tz="UTC"), "timestamp"),
+    ("timestampType", pa.int32(), "int"),
+    ("headers", HEADERS_TYPE, "array<struct<key:string,value:binary>>"),
+)
+"""Every column the source can give (Spark's Kafka source's): name, Arrow type, Spark
+type."""
+
+
+def output_schema(include_headers: bool, columns: Sequence[str] | None = None) -> pa.Schema:
+    """The Arrow schema pyspark expects from ``read``: Spark's Kafka source columns
+    (``headers`` with ``include_headers``), or ``columns`` of them in that order."""
+    types = {name: arrow for name, arrow, _ in SOURCE_COLUMNS}
+    if columns is None:
+        columns = [name for name, _, _ in SOURCE_COLUMNS if include_headers or name != "headers"]
+    return pa.schema([(name, types[name]) for name in columns])
+
+
+def requested_columns(schema: StructType, include_headers: bool) -> tuple[str, ...] | None:
+    """The columns a read gives: None for all of them (the schema is the source's own),
+    else those a schema given by the query names (``spark.read.schema(...)``), so that
+    the columns a query does not use are never fetched into Spark (Spark 4.3 does not
+    push a query's columns down to Python data sources). ValueError names a column that
+    is not the source's, or has another type."""
+    spark_types = {name.lower(): (name, spark) for name, _, spark in SOURCE_COLUMNS}
+    names: list[str] = []
+    for field in schema.fields:
+        known = spark_types.get(field.name.lower())
+        if known is None or known[0] in names:
+            valid = ", ".join(f"{n} {t}" for n, _, t in SOURCE_COLUMNS)
+            problem = "is given twice" if known else "is not a column of the source"
+            raise ValueError(f"headwater source: column {field.name!r} {problem}; valid: {valid}")
+        if field.dataType.simpleString() != known[1]:
+            raise ValueError(
+                f"headwater source: column {known[0]} is {field.dataType.simpleString()}; the "
+                f"source gives {known[1]}"
+            )
+        names.append(known[0])
+    default = [n for n, _, _ in SOURCE_COLUMNS if include_headers or n != "headers"]
+    return None if names == default else tuple(names)
 
 
 def to_output(
@@ -276,6 +323,7 @@ def to_output(
     ``schema``, and the offset after the last record seen (records a fetch returns
     before ``position``, from the first batch, are dropped)."""
     columns: dict[str, list[pa.Array]] = {name: [] for name in schema.names}
+    wanted = set(schema.names)
     next_offset = position
     rows = 0
     for decoded in decode_batches(data, verify_crc=True):
@@ -289,24 +337,28 @@ def to_output(
         records = records.slice(first, last - first)
         count = records.num_rows
         rows += count
-        columns["key"].append(records.column("key"))
-        columns["value"].append(records.column("value"))
-        columns["offset"].append(records.column("offset"))
-        columns["timestamp"].append(
-            records.column("timestamp").cast(schema.field("timestamp").type)
-        )
-        columns["timestampType"].append(
-            pa.repeat(pa.scalar(int(header.timestamp_type), pa.int32()), count)
-        )
-        if "headers" in columns:
+        for name in ("key", "value", "offset"):
+            if name in wanted:
+                columns[name].append(records.column(name))
+        if "timestamp" in wanted:
+            columns["timestamp"].append(
+                records.column("timestamp").cast(schema.field("timestamp").type)
+            )
+        if "timestampType" in wanted:
+            columns["timestampType"].append(
+                pa.repeat(pa.scalar(int(header.timestamp_type), pa.int32()), count)
+            )
+        if "headers" in wanted:
             headers = records.column("headers").cast(HEADERS_TYPE)
             if headers.null_count:  # records without headers: empty arrays, as in Kafka
                 headers = pc.if_else(pc.is_null(headers), _NO_HEADERS, headers)
             columns["headers"].append(headers)
     if rows == 0:
         return None, next_offset
-    columns["topic"] = [pa.repeat(pa.scalar(offset_range.topic, pa.string()), rows)]
-    columns["partition"] = [pa.repeat(pa.scalar(offset_range.partition, pa.int32()), rows)]
+    if "topic" in wanted:
+        columns["topic"] = [pa.repeat(pa.scalar(offset_range.topic, pa.string()), rows)]
+    if "partition" in wanted:
+        columns["partition"] = [pa.repeat(pa.scalar(offset_range.partition, pa.int32()), rows)]
     arrays = [
         parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
         for parts in (columns[name] for name in schema.names)
@@ -314,10 +366,13 @@ def to_output(
     return pa.RecordBatch.from_arrays(arrays, schema=schema), next_offset
 
 
-def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Fetch ``offset_range`` from the partition's leader, as Arrow record batches."""
+def read_range(
+    options: SourceOptions, offset_range: OffsetRange, columns: Sequence[str] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Fetch ``offset_range`` from the partition's leader, as Arrow record batches of
+    ``columns`` (``output_schema``)."""
     clients = clients_of(options)
-    schema = output_schema(options.include_headers)
+    schema = output_schema(options.include_headers, columns)
     topic, partition = offset_range.topic, offset_range.partition
     position = offset_range.from_offset
     patience_until = time.monotonic() + READ_PATIENCE_S
@@ -385,14 +440,17 @@ class HeadwaterBatchReader(DataSourceReader):
     """``spark.read.format("headwater")``: from startingOffsets (default earliest) to
     endingOffsets (default latest), as of when the read is planned."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, columns: Sequence[str] | None = None) -> None:
         self.options = options
+        self.columns = columns
 
     def partitions(self) -> list[InputPartition]:
         facts = fetch_facts(self.options)
         start = starting_offsets(self.options, facts)
         end = ending_offsets(self.options, facts)
-        inverted = planning.inverted_ranges(start, end)
+        inverted = planning.inverted_ranges(
+            start, end, self.options.starting.option, self.options.ending.option
+        )
         if inverted:
             raise ValueError(f"headwater source: {'; '.join(inverted)}")
         lost = planning.data_loss(start, facts.earliest, {}, {})
@@ -406,15 +464,16 @@ class HeadwaterBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):  # Spark's stand-in when there is none
             return iter(())
-        return read_range(self.options, partition.range)
+        return read_range(self.options, partition.range, self.columns)
 
 
 class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("headwater")``. Offsets are described in
     ``headwater.sparkconnector.planning``."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, columns: Sequence[str] | None = None) -> None:
         self.options = options
+        self.columns = columns
         self._target: dict[Key, int] | None = None  # Trigger.AvailableNow's end
         self._last_trigger_s = time.monotonic()
         self._last_facts: Facts | None = None  # as latestOffset last fetched them
@@ -505,7 +564,7 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):  # Spark's stand-in when there is none
             return iter(())
-        return read_range(self.options, partition.range)
+        return read_range(self.options, partition.range, self.columns)
 
     def commit(self, end: dict[str, Any]) -> None:
         """The query's checkpoint holds its offsets (as in Spark's Kafka source, they are

@@ -26,7 +26,7 @@ from tests.node_process import wait_until
 class DevCluster:
     """A ``headwater dev-cluster`` process whose output lines are collected by a thread."""
 
-    def __init__(self, data_dir: Path, nodes: int, *flags: str) -> None:
+    def __init__(self, data_dir: Path, nodes: int, *flags: str, cwd: Path | None = None) -> None:
         self.base = free_port_block(2 * nodes)
         env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
         self.process = subprocess.Popen(
@@ -48,6 +48,7 @@ class DevCluster:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,
+            cwd=cwd,
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -110,8 +111,23 @@ def test_secret_is_kept_in_a_private_file_and_reused(
     monkeypatch.setenv(SECRET_ENV, "from-env")
     assert dev_secret(tmp_path) == ("from-env", None)
     monkeypatch.delenv(SECRET_ENV)
-    path.write_text("\n")
-    with pytest.raises(HeadwaterError, match="must hold the cluster secret"):
+    for content, problem in (
+        ("\n", "does not hold a secret"),
+        (" padded \n", "does not hold a secret"),  # $(cat FILE) would keep the spaces
+        ("a\nb\n", "does not hold a secret"),
+    ):
+        path.write_text(content)
+        with pytest.raises(HeadwaterError, match=problem):
+            dev_secret(tmp_path)
+    path.write_text("kept\n")
+    assert dev_secret(tmp_path) == ("kept", path)
+    path.chmod(0o644)  # others may read it: not trusted
+    with pytest.raises(HeadwaterError, match="with mode 644"):
+        dev_secret(tmp_path)
+    path.unlink()
+    (tmp_path / "elsewhere").write_text("planted\n")
+    path.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(HeadwaterError, match="cannot be opened"):
         dev_secret(tmp_path)
 
 
@@ -130,7 +146,7 @@ def test_a_killed_node_restarts_by_hand_with_the_printed_command(
 ) -> None:
     """The secret was generated and never shown: restarting a killed node meant reading
     it from /proc."""
-    cluster = DevCluster(tmp_path / "dev", 3)
+    cluster = DevCluster(Path("dev"), 3, cwd=tmp_path)  # a relative data folder
     started.append(cluster)
     cluster.line(r"^bootstrap: ")
     assert cluster.line(r"^cluster secret: in (\S+)").group(1) == str(
@@ -140,16 +156,25 @@ def test_a_killed_node_restarts_by_hand_with_the_printed_command(
     command = cluster.line(r"^restart node 2 by hand: (.*)$").group(1)
     os.kill(pid, signal.SIGKILL)
     cluster.line(r"^node 2 exited with status -9$")
+    log = tmp_path / "dev" / "node-2.log"
+    logged = log.stat().st_size
     by_hand = subprocess.Popen(  # the printed command is a shell line
         command,
         shell=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
         start_new_session=True,
+        cwd="/",  # another folder than dev-cluster's
+        # A shell that exported dev-cluster --tls's client settings: a node refuses
+        # HEADWATER_SECURITY_PROTOCOL and takes HEADWATER_TLS_* as its own.
+        env={
+            **os.environ,
+            "HEADWATER_SECURITY_PROTOCOL": "SSL",
+            "HEADWATER_TLS_CA_FILE": str(tmp_path / "no-such-ca.pem"),
+        },
     )
     try:
         node_2 = f"127.0.0.1:{cluster.base + 2}"
         wait_until(lambda: serves(node_2), 90, "node 2, restarted by hand, to serve")
+        assert log.stat().st_size > logged  # its output goes to its log
         with Admin(node_2) as admin:
             admin.create_topic("after-restart", 3, replication_factor=3)
             wait_until(

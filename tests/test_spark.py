@@ -281,33 +281,85 @@ def test_fail_on_data_loss_when_retention_deletes_unread_records(
     assert max(offsets) == 449
 
 
+def test_a_schema_given_reads_only_its_columns(spark: SparkSession, node: NodeProcess) -> None:
+    """Spark 4.3 pushes no column list down to Python data sources; a schema the query
+    gives names the columns to read, in its order, and nothing else crosses into Spark."""
+    with Admin(node.address) as admin:
+        admin.create_topic("narrow", 2)
+    produce(node.address, "narrow", [b"n%d" % i for i in range(200)])
+
+    def read(schema: str) -> Any:
+        frame = spark.read.format("headwater").schema(schema).option("bootstrap", node.address)
+        return frame.option("subscribe", "narrow").load()
+
+    narrow = read("offset BIGINT, value BINARY")
+    assert narrow.columns == ["offset", "value"]
+    rows = narrow.collect()
+    assert sorted(bytes(r.value) for r in rows) == sorted(b"n%d" % i for i in range(200))
+    full = spark.read.format("headwater").option("bootstrap", node.address)
+    full = full.option("subscribe", "narrow").load()
+    expected = full.selectExpr("offset", "value").orderBy("offset", "value").collect()
+    assert narrow.orderBy("offset", "value").collect() == expected
+    counted = read("timestamp TIMESTAMP, partition INT").groupBy("partition").count()
+    assert sum(r["count"] for r in counted.collect()) == 200
+    with pytest.raises(Exception, match="column 'offsets' is not a column of the source"):
+        read("offsets BIGINT").collect()
+    with pytest.raises(Exception, match="column offset is int; the source gives bigint"):
+        read("offset INT").collect()
+    stream_frame = spark.readStream.format("headwater").schema("value BINARY")
+    stream_frame = stream_frame.option("bootstrap", node.address).option("subscribe", "narrow")
+    query = (
+        stream_frame.option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("memory")
+        .queryName("narrow_values")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert spark.table("narrow_values").count() == 200
+
+
 def test_bad_options_are_named(spark: SparkSession, node: NodeProcess) -> None:
+    with Admin(node.address) as admin:
+        admin.create_topic("bad-opts", 2)
+    with Producer(node.address, acks="all") as producer:
+        for i in range(100):
+            producer.send("bad-opts", b"v%d" % i, partition=i % 2)
+        producer.flush()
     cases = [
         ({}, "exactly one of subscribe"),
         ({"subscribe": "a", "assign": '{"a": [0]}'}, "exactly one of subscribe"),
         ({"subscribe": "nosuch"}, "do not exist"),
-        ({"subscribe": "br", "startingOffsets": "{bad"}, "not valid JSON"),
-        ({"subscribe": "br", "endingOffsets": '{"br": {"0": -2}}'}, "cannot be earliest"),
-        ({"subscribe": "br", "maxOffsetsPerTrigger": "0"}, "must be >= 1"),
+        ({"subscribe": "bad-opts", "startingOffsets": "{bad"}, "not valid JSON"),
+        (
+            {"subscribe": "bad-opts", "endingOffsets": '{"bad-opts": {"0": -2}}'},
+            "cannot be earliest",
+        ),
+        ({"subscribe": "bad-opts", "maxOffsetsPerTrigger": "0"}, "must be >= 1"),
         ({"subscribePattern": "("}, "not a valid regex"),
-        ({"subscribe": "br", "groupId": "g"}, "groupId is for streams"),
+        ({"subscribe": "bad-opts", "groupId": "g"}, "groupId is for streams"),
         # Silently ignored before the options table (docs/spark.md):
-        ({"subscribe": "br", "startingOffset": "earliest"}, "did you mean startingOffsets"),
-        ({"subscribe": "br", "kafka.group.id": "g"}, "option kafka.group.id is refused"),
+        ({"subscribe": "bad-opts", "startingOffset": "earliest"}, "did you mean startingOffsets"),
+        ({"subscribe": "bad-opts", "kafka.group.id": "g"}, "option kafka.group.id is refused"),
         # Kafka's rules, silently bent before: a partial map started the partitions it
         # left out at earliest, an offset past the end was clamped.
-        ({"subscribe": "br", "startingOffsets": '{"br": {"0": 1}}'}, "it leaves out br-1"),
         (
-            {"subscribe": "br", "endingOffsets": '{"br": {"0": 9999, "1": -1}}'},
-            "br-0 ends at offset 50, before the 9999 asked for",
+            {"subscribe": "bad-opts", "startingOffsets": '{"bad-opts": {"0": 1}}'},
+            "it leaves out bad-opts-1",
+        ),
+        (
+            {"subscribe": "bad-opts", "endingOffsets": '{"bad-opts": {"0": 9999, "1": -1}}'},
+            "bad-opts-0 ends at offset 50, before the 9999 asked for",
         ),
         (
             {
-                "subscribe": "br",
-                "startingOffsets": '{"br": {"0": 30, "1": 0}}',
-                "endingOffsets": '{"br": {"0": 20, "1": -1}}',
+                "subscribe": "bad-opts",
+                "startingOffsets": '{"bad-opts": {"0": 30, "1": 0}}',
+                "endingOffsets": '{"bad-opts": {"0": 20, "1": -1}}',
             },
-            "br-0: the starting offset 30 is after the ending offset 20",
+            "bad-opts-0: the starting offset 30 is after the ending offset 20",
         ),
     ]
     for options, expected in cases:
@@ -317,9 +369,9 @@ def test_bad_options_are_named(spark: SparkSession, node: NodeProcess) -> None:
         with pytest.raises(Exception, match=expected):
             frame.load().collect()
     # failOnDataLoss=false: the end is where the partition ends, with a warning.
-    past = json.dumps({"br": {"0": 9999, "1": -1}})
+    past = json.dumps({"bad-opts": {"0": 9999, "1": -1}})
     frame = spark.read.format("headwater").option("bootstrap", node.address)
-    frame = frame.option("subscribe", "br").option("endingOffsets", past)
+    frame = frame.option("subscribe", "bad-opts").option("endingOffsets", past)
     assert frame.option("failOnDataLoss", "false").load().count() == 100
 
 
@@ -328,7 +380,7 @@ def test_options_fail_at_load_in_one_line(spark: SparkSession, node: NodeProcess
     own ``UnboundLocalError`` after a Python traceback; without a bootstrap option the
     source dialled 127.0.0.1:7700 (on a shared machine, another cluster)."""
     for reader in (spark.read, spark.readStream):
-        frame = reader.format("headwater").option("subscribe", "br")
+        frame = reader.format("headwater").option("subscribe", "bad-opts")
         with pytest.raises(Exception, match=r"kafka\.bootstrap\.servers is required") as raised:
             frame.load()  # no query yet
         assert "Traceback" not in str(raised.value)  # the session hides tracebacks
@@ -336,7 +388,7 @@ def test_options_fail_at_load_in_one_line(spark: SparkSession, node: NodeProcess
         with pytest.raises(Exception, match="did you mean startingOffsets"):
             frame.load()
     frame = spark.readStream.format("headwater").option("bootstrap", node.address)
-    frame = frame.option("subscribe", "br").option("endingTimestamp", "5").load()
+    frame = frame.option("subscribe", "bad-opts").option("endingTimestamp", "5").load()
     query = frame.writeStream.format("noop").start()
     with pytest.raises(Exception, match="endingTimestamp is for batch reads") as raised:
         query.awaitTermination(60)
@@ -431,6 +483,7 @@ def test_sink_complete_mode_appends_the_whole_table(
     )
     query = (
         counts.writeStream.outputMode("complete")
+        .queryName("complete_counts")  # Spark passes queryName to the sink as an option
         .format("headwater")
         .option("bootstrap", node.address)
         .option("topic", "complete-out")
@@ -533,6 +586,10 @@ def test_sink_bad_input_is_named(spark: SparkSession, node: NodeProcess) -> None
     frame = spark.range(3).selectExpr("CAST(id AS STRING) AS value")
     with pytest.raises(Exception, match="save mode overwrite is not supported"):  # appended
         frame.write.mode("overwrite").format("headwater").option("bootstrap", node.address).option(
+            "topic", "sink-bad"
+        ).save()
+    with pytest.raises(Exception, match=r"ErrorIfExists|not supported"):  # Spark's default mode
+        frame.write.format("headwater").option("bootstrap", node.address).option(
             "topic", "sink-bad"
         ).save()
     with pytest.raises(Exception, match="did you mean topic"):  # ignored before

@@ -376,6 +376,9 @@ def test_timestamps_take_precedence_as_in_kafka() -> None:
         ({"endingTimestamp": "soon"}, False, "endingTimestamp is 'soon'; give ms"),
         ({"endingOffsetsByTimestamp": '{"t": {"0": -4}}'}, False, "timestamps are ms"),
         ({"startingOffsetsByTimestampStrategy": "earliest"}, True, "valid: error, latest"),
+        ({"startingOffsetsByTimestampStrategy": ""}, True, "valid: error, latest"),
+        # The kind of read is named before a value is parsed.
+        ({"endingTimestamp": "soon"}, True, "endingTimestamp is for batch reads"),
         ({"groupId": "g"}, False, "groupId is for streams"),
     ],
 )
@@ -407,7 +410,7 @@ def test_a_partition_map_must_name_every_partition(raw: str, problem: str) -> No
     source refuses such a map, and so does Headwater, for every per-partition option."""
     for name, kind, fill in (
         ("startingOffsets", "offsets", r"-2 \(earliest\) or -1 \(latest\)"),
-        ("endingOffsets", "offsets", r"-2 \(earliest\) or -1 \(latest\)"),
+        ("endingOffsets", "offsets", r"-1 \(latest\) or an offset"),
         ("startingOffsetsByTimestamp", "timestamps", "a timestamp"),
         ("endingOffsetsByTimestamp", "timestamps", "a timestamp"),
     ):
@@ -442,7 +445,7 @@ def test_offsets_past_the_end_are_named_and_start_or_end_there() -> None:
         {**BASE, "endingOffsets": '{"t": {"0": -1, "1": 99}}'}, streaming=False
     ).ending
     assert planning.past_the_end(ending, LATEST) == [
-        "endingOffsets: t-1 ends at offset 30, before the 99 asked for (valid: -2, -1 or 0..30)"
+        "endingOffsets: t-1 ends at offset 30, before the 99 asked for (valid: -1 or 0..30)"
     ]
     assert planning.resolve_end(ending, PARTITIONS, LATEST, {}) == LATEST
 
@@ -456,6 +459,32 @@ def test_starting_timestamps_without_a_match_follow_the_strategy() -> None:
         ("t", 0): 20,
         ("t", 1): 30,
     }
+
+
+def test_a_timestamp_found_past_the_end_starts_at_the_end() -> None:
+    """The timestamp lookup runs after the partition ends were read: with records
+    arriving meanwhile it can find an offset beyond them, which must not start a read
+    after its end (a spurious "starting offset is after the ending offset")."""
+    spec = parse_options({**BASE, "startingTimestamp": "1000"}, streaming=False).starting
+    found: dict[tuple[str, int], int | None] = {("t", 0): 57, ("t", 1): 3}
+    start = planning.resolve_start(spec, PARTITIONS, EARLIEST, LATEST, found)
+    assert start == {("t", 0): 50, ("t", 1): 3}
+    assert (
+        planning.inverted_ranges(
+            start,
+            planning.resolve_end(
+                parse_options(BASE, streaming=False).ending, PARTITIONS, LATEST, {}
+            ),
+        )
+        == []
+    )
+
+
+def test_assigned_partitions_that_do_not_exist_are_named() -> None:
+    subscription = parse_options(
+        {"bootstrap": "h:1", "assign": '{"t": [0, 5], "gone": [0]}'}, streaming=True
+    ).subscription
+    assert subscription.missing_partitions({"t": 2}) == [("t", 5)]
 
 
 def test_ending_timestamps_end_before_the_first_later_record_or_at_the_end() -> None:
@@ -480,14 +509,32 @@ SINK_VALUES = {
     "bootstrap": "h:2",
     "sinkId": "s",
     "batchBytes": "4096",
+    "includeHeaders": "true",
+    "queryName": "q",
 }
 """A value each sink option takes besides the security ones (tried in the source's
 rows)."""
 
 
+SINK_REFUSED = [r for r in planning.SINK_OPTIONS if r.support == planning.REFUSED]
+
+
+@pytest.mark.parametrize("row", SINK_REFUSED, ids=lambda r: r.name)
+def test_each_refused_sink_option_fails_with_its_reason(row: planning.OptionRow) -> None:
+    from headwater.sparkconnector.sink import SinkOptionError, parse_sink_options
+
+    with pytest.raises(SinkOptionError) as raised:
+        parse_sink_options({"bootstrap": "h:1", row.name: "1"})
+    assert str(raised.value) == f"headwater sink: option {row.name} is refused: {row.meaning}"
+
+
 @pytest.mark.parametrize(
     "row",
-    [r for r in planning.SINK_OPTIONS if r not in planning.SECURITY_ROWS],
+    [
+        r
+        for r in planning.SINK_OPTIONS
+        if r not in planning.SECURITY_ROWS and r.support != planning.REFUSED
+    ],
     ids=lambda r: r.name,
 )
 def test_each_sink_option_is_taken(row: planning.OptionRow) -> None:
@@ -502,7 +549,9 @@ def test_each_sink_option_is_taken(row: planning.OptionRow) -> None:
         if row.name == "topic":
             assert parsed.topic == "t"
     assert sorted(SINK_VALUES) == sorted(
-        r.name for r in planning.SINK_OPTIONS if r not in planning.SECURITY_ROWS
+        r.name
+        for r in planning.SINK_OPTIONS
+        if r not in planning.SECURITY_ROWS and r.support != planning.REFUSED
     )
 
 
@@ -525,7 +574,7 @@ def test_sink_security_options_are_taken() -> None:
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [("topc", "did you mean topic?"), ("kafka.acks", "unknown option 'kafka.acks'")],
+    [("topc", "did you mean topic?"), ("kafka.retries", "unknown option 'kafka.retries'")],
 )
 def test_an_unknown_sink_option_fails_naming_the_valid_ones(name: str, expected: str) -> None:
     """The sink ignored every option it did not know (a typo of topic wrote to the
