@@ -350,12 +350,20 @@ def spark_bench(quick: bool) -> None:
         f"| ratio Headwater / Parquet, aggregate (same run) | {r['aggregate_ratio_to_parquet']} | `{command}` |"
     )
     print(
+        f"| the aggregate query with its columns given as a schema, median of rounds {r['aggregate_columns_rows_per_s_by_round']} | {r['aggregate_columns_rows_per_s']:,} rows/s ({r['aggregate_columns_ratio_to_parquet']} of Parquet) | `{command}` |"
+    )
+    print(
+        f"| ceiling: a Python source yielding prebuilt batches, noop / aggregate, of Parquet | {r['ceiling_noop_ratio_to_parquet']} / {r['ceiling_aggregate_ratio_to_parquet']} | `{command}` |"
+    )
+    print(
         f"| streaming ingest, steady state ({r['streaming_ingest_microbatches']} micro-batches) | {r['streaming_ingest_rows_per_s']:,} rows/s | `{command}` |"
     )
     print(f"| sink (df.write) | {r['sink_rows_per_s']:,} rows/s | `{command}` |")
     print(
         f"| produce to visible in a micro-batch, p50 / p99 ({r['microbatch_latency_samples']} samples) | {r['microbatch_latency_ms_p50']} / {r['microbatch_latency_ms_p99']} ms | `{command}` |"
     )
+    phases = ", ".join(f"{k} {v:g}" for k, v in r["microbatch_spark_ms_p50"].items())
+    print(f"| Spark's own time per micro-batch, medians (ms) | {phases} | `{command}` |")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,21 @@ table fails too, naming the closest valid ones. That includes a typo
 Kafka's security settings are honoured, and are listed here. So an option never does
 nothing silently.
 
+## Reading only the columns a query uses
+
+Spark 4.3 tells a Python data source neither which columns a query uses nor how to
+prune them (its Python scan implements filter pushdown only), so every read carries all
+the columns into Spark, `value` included. A query that needs fewer names them as a
+schema, any of the source's columns with the source's types, in any order:
+
+```python
+spark.read.format("headwater").schema("offset BIGINT, timestamp TIMESTAMP")
+```
+
+Only those columns are built and sent to Spark. A column the source does not have, or
+a type that differs (`offset INT`), fails with the valid columns named. Kafka's source
+refuses a schema; this is Headwater's own.
+
 ## Errors
 
 Errors name the option or the problem in one line, such as

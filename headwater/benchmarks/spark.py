@@ -6,6 +6,12 @@
   medians are compared.
 - **Aggregate**: the same, for a query that aggregates every record (``AGGREGATE``:
   count, total value length, sum of offsets, latest timestamp); both answers must agree.
+  Also with the query's columns given as a schema (``AGGREGATE_COLUMNS``: Spark 4.3
+  pushes no column list down to Python data sources, so a schema is how a query names
+  them).
+- **Ceiling**: what Spark's Python data source path itself allows: a Python source
+  (``CeilingSource``) yielding prebuilt Arrow batches of the same columns and rows,
+  with no fetching or decoding, into ``noop`` and the aggregate query, against Parquet.
 - **Streaming ingest**: a streaming query's steady state: the backlog read in five
   micro-batches, as Spark reports their rows and execution time (the first excluded).
 - **Sink**: ``df.write.format("headwater")`` of generated 100-byte values, rows/s.
@@ -16,21 +22,27 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
 
 from headwater.benchmarks.cluster import bench_cluster_of, run_bench, wait_all_running
 from headwater.benchmarks.perf import percentile
 from headwater.client import NewTopic
 from headwater.sparkconnector.session import local_session
+from headwater.sparkconnector.source import READ_SCHEMA_DDL, output_schema
 
 LATENCY_INTERVAL_S = 0.1
 AGGREGATE = (
@@ -39,7 +51,9 @@ AGGREGATE = (
     "sum(offset) AS offsets",
     "max(timestamp) AS latest",
 )
-PARTS = ("ingest", "aggregate", "streaming", "sink", "latency")
+AGGREGATE_COLUMNS = "value BINARY, offset BIGINT, timestamp TIMESTAMP"
+PARTS = ("ingest", "aggregate", "ceiling", "streaming", "sink", "latency")
+CEILING_BATCH_ROWS = 65536
 
 
 def _timed(run: Any) -> float:
@@ -80,12 +94,16 @@ def run_spark_bench(
         spark = local_session("headwater-bench")
         try:
             parquet = root / "ingest.parquet"
-            if {"ingest", "aggregate"} & set(parts):  # the peer: the same rows in Parquet
+            if {"ingest", "aggregate", "ceiling"} & set(
+                parts
+            ):  # the peer: the same rows in Parquet
                 _headwater(spark, bootstrap).load().write.parquet(str(parquet))
             if "ingest" in parts:
                 results.update(_ingest(spark, bootstrap, parquet, records, rounds))
             if "aggregate" in parts:
                 results.update(_aggregate(spark, bootstrap, parquet, records, rounds))
+            if "ceiling" in parts:
+                results.update(_ceiling(spark, parquet, records, partitions, rounds))
             if "streaming" in parts:
                 results.update(_streaming_ingest(spark, bootstrap, root, records))
             if "sink" in parts:
@@ -144,17 +162,97 @@ def _aggregate(
     def parquet_query() -> None:
         answers["parquet"] = spark.read.parquet(str(parquet)).selectExpr(*AGGREGATE).collect()
 
+    def headwater_columns_query() -> None:
+        frame = _headwater(spark, bootstrap, AGGREGATE_COLUMNS).load()
+        answers["headwater_columns"] = frame.selectExpr(*AGGREGATE).collect()
+
     results = _against_parquet(headwater_query, parquet_query, records, rounds, "aggregate_")
-    if answers["headwater"] != answers["parquet"]:
+    results |= _against_parquet(
+        headwater_columns_query, parquet_query, records, rounds, "aggregate_columns_"
+    )
+    if not answers["headwater"] == answers["headwater_columns"] == answers["parquet"]:
         raise click.ClickException(
-            f"the aggregate query's answers differ: {answers['headwater']} against "
-            f"{answers['parquet']}"
+            f"the aggregate query's answers differ: {answers['headwater']} and "
+            f"{answers['headwater_columns']} against {answers['parquet']}"
         )
     return results
 
 
-def _headwater(spark: Any, bootstrap: str) -> Any:
+class CeilingSource(DataSource):
+    """``format("headwater-bench-ceiling")``: ``records`` rows of the Kafka source's
+    columns (100-byte values) in ``partitions`` input partitions, yielded as slices of
+    one prebuilt Arrow batch: Spark's Python data source path with no work in Python."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "headwater-bench-ceiling"
+
+    def schema(self) -> str:
+        return READ_SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:  # noqa: ARG002 (pyspark's)
+        return _CeilingReader(int(self.options["records"]), int(self.options["partitions"]))
+
+
+class _CeilingReader(DataSourceReader):
+    def __init__(self, records: int, partitions: int) -> None:
+        self.records = records
+        self.partitions_count = partitions
+
+    def partitions(self) -> list[InputPartition]:
+        share = -(-self.records // self.partitions_count)
+        bounds = [min(i * share, self.records) for i in range(self.partitions_count + 1)]
+        return [InputPartition((a, b)) for a, b in itertools.pairwise(bounds)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        first, end = partition.value
+        rows = CEILING_BATCH_ROWS
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.nulls(rows, pa.binary()),
+                pa.array([b"x" * 100] * rows, pa.binary()),
+                pa.repeat(pa.scalar("ingest", pa.string()), rows),
+                pa.repeat(pa.scalar(0, pa.int32()), rows),
+                pa.array(range(rows), pa.int64()),
+                pa.repeat(pa.scalar(1_700_000_000_000_000, pa.timestamp("us", tz="UTC")), rows),
+                pa.repeat(pa.scalar(0, pa.int32()), rows),
+            ],
+            schema=output_schema(include_headers=False),
+        )
+        for start in range(first, end, rows):
+            yield batch.slice(0, min(rows, end - start))
+
+
+def _ceiling(
+    spark: Any, parquet: Path, records: int, partitions: int, rounds: int
+) -> dict[str, Any]:
+    spark.dataSource.register(CeilingSource)
+
+    def ceiling() -> Any:
+        reader = spark.read.format(CeilingSource.name()).option("records", str(records))
+        return reader.option("partitions", str(partitions)).load()
+
+    def ceiling_read() -> None:
+        ceiling().write.format("noop").mode("overwrite").save()
+
+    def parquet_read() -> None:
+        spark.read.parquet(str(parquet)).write.format("noop").mode("overwrite").save()
+
+    def ceiling_query() -> None:
+        ceiling().selectExpr(*AGGREGATE).collect()
+
+    def parquet_query() -> None:
+        spark.read.parquet(str(parquet)).selectExpr(*AGGREGATE).collect()
+
+    return _against_parquet(
+        ceiling_read, parquet_read, records, rounds, "ceiling_noop_"
+    ) | _against_parquet(ceiling_query, parquet_query, records, rounds, "ceiling_aggregate_")
+
+
+def _headwater(spark: Any, bootstrap: str, schema: str | None = None) -> Any:
     reader = spark.read.format("headwater").option("bootstrap", bootstrap)
+    if schema is not None:
+        reader = reader.schema(schema)
     return reader.option("subscribe", "ingest")
 
 
@@ -236,7 +334,20 @@ def _latency(spark: Any, bootstrap: str, root: Path, samples: int) -> dict[str, 
         "microbatch_latency_samples": len(ordered),
         "microbatch_latency_ms_p50": round(percentile(ordered, 0.5), 1),
         "microbatch_latency_ms_p99": round(percentile(ordered, 0.99), 1),
+        "microbatch_spark_ms_p50": spark_phases(query.recentProgress),
     }
+
+
+def spark_phases(progress: list[dict[str, Any]]) -> dict[str, float]:
+    """What Spark spent per micro-batch that read records, by phase (its own
+    ``durationMs``: ``latestOffset`` and ``getBatch`` ask the source, ``addBatch`` runs
+    the batch, ``walCommit`` and ``commitOffsets`` write the checkpoint), medians."""
+    phases: dict[str, list[float]] = {}
+    for event in progress:
+        if event.get("numInputRows"):
+            for phase, ms in event.get("durationMs", {}).items():
+                phases.setdefault(phase, []).append(float(ms))
+    return {phase: statistics.median(values) for phase, values in sorted(phases.items())}
 
 
 @click.command("spark")
