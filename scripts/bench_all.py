@@ -362,6 +362,9 @@ def spark_bench(quick: bool) -> None:
     print(
         f"| produce to visible in a micro-batch, p50 / p99 ({r['microbatch_latency_samples']} samples) | {r['microbatch_latency_ms_p50']} / {r['microbatch_latency_ms_p99']} ms | `{command}` |"
     )
+    print(
+        f"| first record visible after the query's start() | {r['microbatch_first_visible_s']} s | `{command}` |"
+    )
     phases = ", ".join(f"{k} {v:g}" for k, v in r["microbatch_spark_ms_p50"].items())
     print(f"| Spark's own time per micro-batch, medians (ms) | {phases} | `{command}` |")
 

@@ -297,17 +297,27 @@ def _sink(spark: Any, bootstrap: str, records: int) -> dict[str, Any]:
 
 
 def _latency(spark: Any, bootstrap: str, root: Path, samples: int) -> dict[str, Any]:
+    """Produce-to-visible latency in steady state: warm-up records (``w`` and a time)
+    until one is seen, which also gives the first micro-batch's delay after the query
+    starts; then one timestamped record every LATENCY_INTERVAL_S."""
     from headwater.client import Producer
 
     seen_ms: list[float] = []
+    warm = threading.Event()
     done = threading.Event()
 
     def on_batch(frame: Any, _batch_id: int) -> None:
         now = time.time_ns()
-        seen_ms.extend((now - int(row.value)) / 1e6 for row in frame.select("value").collect())
+        for row in frame.select("value").collect():
+            value = bytes(row.value)
+            if value.startswith(b"w"):
+                warm.set()
+            else:
+                seen_ms.append((now - int(value)) / 1e6)
         if len(seen_ms) >= samples:
             done.set()
 
+    started = time.monotonic()
     query = (
         spark.readStream.format("headwater")
         .option("bootstrap", bootstrap)
@@ -318,11 +328,15 @@ def _latency(spark: Any, bootstrap: str, root: Path, samples: int) -> dict[str, 
         .option("checkpointLocation", str(root / "ck-latency"))
         .start()
     )
+    first_visible_s = None
     try:
         with Producer(bootstrap, acks="1", linger_ms=0) as producer:
-            deadline = time.monotonic() + samples * LATENCY_INTERVAL_S * 20 + 60
+            deadline = time.monotonic() + samples * LATENCY_INTERVAL_S * 20 + 120
             while not done.is_set() and time.monotonic() < deadline:
-                producer.send("latency", b"%d" % time.time_ns())
+                if first_visible_s is None and warm.is_set():
+                    first_visible_s = time.monotonic() - started
+                prefix = b"" if first_visible_s is not None else b"w"
+                producer.send("latency", prefix + b"%d" % time.time_ns())
                 producer.flush()
                 time.sleep(LATENCY_INTERVAL_S)
     finally:
@@ -331,6 +345,7 @@ def _latency(spark: Any, bootstrap: str, root: Path, samples: int) -> dict[str, 
     if not ordered:
         raise click.ClickException("no record reached the streaming query")
     return {
+        "microbatch_first_visible_s": round(first_visible_s or 0.0, 2),
         "microbatch_latency_samples": len(ordered),
         "microbatch_latency_ms_p50": round(percentile(ordered, 0.5), 1),
         "microbatch_latency_ms_p99": round(percentile(ordered, 0.99), 1),
