@@ -217,45 +217,40 @@ def _report_data_loss(options: SourceOptions, findings: list[str], going_on: str
     _log.warning("%s; %s (failOnDataLoss=false)", message, going_on)
 
 
+def _resolved(
+    options: SourceOptions, spec: planning.StartSpec, facts: Facts, side: str
+) -> dict[Key, int]:
+    """Offsets where reads start (``side`` "starting") or a batch read ends ("ending"):
+    Kafka's map rule first (an option error), then offsets past the end (data loss),
+    then the resolution. ValueError names an option's problem."""
+    try:
+        planning.check_partition_map(spec, facts.partitions)
+        _report_data_loss(
+            options, planning.past_the_end(spec, facts.latest), f"{side} at the partition's end"
+        )
+        found = _by_timestamp(options, spec, facts.partitions)
+        if side == "starting":
+            return planning.resolve_start(
+                spec,
+                facts.partitions,
+                facts.earliest,
+                facts.latest,
+                found,
+                options.no_match_strategy,
+            )
+        return planning.resolve_end(spec, facts.partitions, facts.latest, found)
+    except planning.OptionError as exc:
+        raise ValueError(f"headwater source: {exc}") from None
+
+
 def starting_offsets(options: SourceOptions, facts: Facts) -> dict[Key, int]:
     """Where a new query (or a batch read) starts, by the starting options."""
-    spec = options.starting
-    try:
-        planning.check_partition_map(spec, facts.partitions)  # an option error first
-    except planning.OptionError as exc:
-        raise ValueError(f"headwater source: {exc}") from None
-    _report_data_loss(
-        options, planning.past_the_end(spec, facts.latest), "starting at the partition's end"
-    )
-    try:
-        return planning.resolve_start(
-            spec,
-            facts.partitions,
-            facts.earliest,
-            facts.latest,
-            _by_timestamp(options, spec, facts.partitions),
-            options.no_match_strategy,
-        )
-    except planning.OptionError as exc:
-        raise ValueError(f"headwater source: {exc}") from None
+    return _resolved(options, options.starting, facts, "starting")
 
 
 def ending_offsets(options: SourceOptions, facts: Facts) -> dict[Key, int]:
     """Where a batch read ends (exclusive), by the ending options."""
-    spec = options.ending
-    try:
-        planning.check_partition_map(spec, facts.partitions)  # an option error first
-    except planning.OptionError as exc:
-        raise ValueError(f"headwater source: {exc}") from None
-    _report_data_loss(
-        options, planning.past_the_end(spec, facts.latest), "ending at the partition's end"
-    )
-    try:
-        return planning.resolve_end(
-            spec, facts.partitions, facts.latest, _by_timestamp(options, spec, facts.partitions)
-        )
-    except planning.OptionError as exc:
-        raise ValueError(f"headwater source: {exc}") from None
+    return _resolved(options, options.ending, facts, "ending")
 
 
 # --------------------------------------------------------------------------- reading
