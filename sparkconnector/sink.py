@@ -62,6 +62,8 @@ from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import (
     MESSAGE_BYTES_DEFAULT,
     SELF_NAMED_PRODUCER_ID_MIN,
+    TIMESTAMP_DELTA_MAX,
+    TIMESTAMP_DELTA_MIN,
     decode_batches,
     encode_batch,
     iter_headers,
@@ -78,7 +80,13 @@ STATE_TOPIC_CONFIGS: Final = {
 CHUNK_BYTES_DEFAULT: Final = 1 << 20
 CHUNK_BYTES_MAX: Final = MESSAGE_BYTES_DEFAULT  # the broker's default max_message_bytes
 SEQUENCE_SPACE: Final = 1 << 31
-RECORD_OVERHEAD_BYTES: Final = 8  # per record in a batch body: offsets, timestamp delta
+BATCH_OVERHEAD_BYTES: Final = 256
+"""Bytes of an encoded batch besides its records' shares (log/batch.py's format): the
+80-byte header, each section's extra offset entry and padding to 8 bytes, with room."""
+RECORD_OVERHEAD_BYTES: Final = 13
+"""Per record: key and value offsets (4 + 4), timestamp delta (4), validity bits."""
+HEADERS_RECORD_BYTES: Final = 4  # per record, with a headers column: its list offset
+HEADER_OVERHEAD_BYTES: Final = 9  # per header: key and value offsets, validity bit
 NO_BATCH: Final = 0xFFFFFFFF  # the batch id part of producer ids of batch (not stream) writes
 NAMED_ID_BITS: Final = SELF_NAMED_PRODUCER_ID_MIN - 1
 
@@ -380,8 +388,9 @@ class _TaskWriter:
         values = _binary(rows.column(names["value"]))
         keys = _binary(rows.column(names["key"])) if "key" in names else None
         headers = rows.column(names["headers"]) if "headers" in names else None
-        stamps = rows.column(names["timestamp"]) if "timestamp" in names else None
-        for start, end in _chunks(values, keys, self.options.chunk_bytes):
+        stamps = _timestamps(rows.column(names["timestamp"]) if "timestamp" in names else None)
+        sizes = record_sizes(values, keys, headers)
+        for start, end in chunk_bounds(sizes, stamps, self.options.chunk_bytes):
             number = self.sequences.get(key, 0)
             self.sequences[key] = (number + end - start) % SEQUENCE_SPACE
             if number in self._already_written(key):
@@ -389,7 +398,7 @@ class _TaskWriter:
                 continue
             encoded = encode_batch(
                 values.slice(start, end - start),
-                timestamps_ms=_timestamps(stamps, start, end),
+                timestamps_ms=stamps if isinstance(stamps, int) else stamps[start:end],
                 keys=keys.slice(start, end - start) if keys is not None else None,
                 headers=_header_pairs(headers.slice(start, end - start))
                 if headers is not None
@@ -420,28 +429,98 @@ class _TaskWriter:
         return found
 
 
-def _chunks(values: pa.Array, keys: pa.Array | None, chunk_bytes: int) -> list[tuple[int, int]]:
-    """[start, end) row ranges of about ``chunk_bytes`` each (a record counts its key,
-    value and ``RECORD_OVERHEAD_BYTES``; a record larger than a chunk is a chunk of its
-    own), computed on columns: the chunk of a row is its starting byte // chunk_bytes."""
-    if len(values) == 0:
-        return []
+def record_sizes(values: pa.Array, keys: pa.Array | None, headers: pa.Array | None) -> pa.Array:
+    """Each record's share of an encoded batch, at most (int64): its key, value and
+    header bytes and their offsets (``RECORD_OVERHEAD_BYTES``, ``HEADERS_RECORD_BYTES``,
+    ``HEADER_OVERHEAD_BYTES``), computed on columns."""
     sizes = pc.add(pc.binary_length(values).fill_null(0).cast(pa.int64()), RECORD_OVERHEAD_BYTES)
     if keys is not None:
         sizes = pc.add(sizes, pc.binary_length(keys).fill_null(0).cast(pa.int64()))
-    starts = pc.subtract(pc.cumulative_sum(sizes), sizes)
-    chunk_of = pc.divide(starts, pa.scalar(chunk_bytes, pa.int64()))
-    ends = pc.run_end_encode(chunk_of).run_ends.to_pylist()
-    return list(zip([0, *ends[:-1]], ends, strict=True))
+    if headers is not None and len(headers):
+        pairs = headers.flatten()
+        pair_sizes = pc.add(
+            pc.add(
+                pc.binary_length(pairs.field("key")).fill_null(0).cast(pa.int64()),
+                pc.binary_length(pairs.field("value")).fill_null(0).cast(pa.int64()),
+            ),
+            HEADER_OVERHEAD_BYTES,
+        )
+        running = pa.concat_arrays(
+            [pa.array([0], pa.int64()), pc.cumulative_sum(pair_sizes).cast(pa.int64())]
+        )
+        offsets = pc.subtract(headers.offsets, headers.offsets[0]).cast(pa.int64())
+        per_row = pc.subtract(
+            pc.take(running, offsets.slice(1)), pc.take(running, offsets.slice(0, len(headers)))
+        )
+        sizes = pc.add(sizes, pc.add(per_row, HEADERS_RECORD_BYTES))
+    return sizes
 
 
-def _timestamps(stamps: pa.Array | None, start: int, end: int) -> int | list[int]:
-    """Create times in ms: the timestamp column's (now where null), else now."""
+def chunk_bounds(
+    sizes: pa.Array, stamps: int | list[int], chunk_bytes: int
+) -> list[tuple[int, int]]:
+    """[start, end) row ranges whose encoded batch is at most ``chunk_bytes`` (``sizes``:
+    ``record_sizes``) and whose timestamps lie within an int32 delta of their first (the
+    format's rule). A record larger than a chunk is a chunk of its own.
+
+    Computed on columns: the chunk of a row is its starting byte // the room for records;
+    a chunk's last record may run past that room, and then moves on to the next chunk. Rows
+    spanning more than the delta (a backfill of old events beside new ones) are split in
+    order. The bounds depend on the rows alone (null timestamps are the write's time, the
+    same for a group), so a replayed micro-batch is cut the same way, which its exactly-
+    once check relies on."""
+    count = len(sizes)
+    if count == 0:
+        return []
+    room = max(chunk_bytes - BATCH_OVERHEAD_BYTES, 1)
+    ends_at = pc.cumulative_sum(sizes).cast(pa.int64())
+    starts_at = pc.subtract(ends_at, sizes)
+    chunk_of = pc.divide(starts_at, pa.scalar(room, pa.int64()))
+    run_ends = pc.run_end_encode(chunk_of).run_ends.to_pylist()
+
+    def running(index: int) -> int:  # bytes of rows [0, index)
+        return int(ends_at[index - 1].as_py()) if index else 0
+
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    for end in run_ends:
+        while start < end:
+            cut = end
+            while cut - start > 1 and running(cut) - running(start) > room:
+                cut -= 1  # the record running past the room moves on to the next chunk
+            bounds.append((start, cut))
+            start = cut
+            if end != count:
+                break  # [cut, end) goes on with the next window's rows
+    if isinstance(stamps, int):
+        return bounds
+    return [piece for start, end in bounds for piece in _split_by_span(stamps, start, end)]
+
+
+def _split_by_span(stamps: list[int], start: int, end: int) -> list[tuple[int, int]]:
+    """[start, end) split where a timestamp leaves the int32 delta of its piece's first."""
+    window = stamps[start:end]
+    if max(window) - min(window) <= TIMESTAMP_DELTA_MAX:
+        return [(start, end)]
+    pieces: list[tuple[int, int]] = []
+    first = start
+    for index in range(start + 1, end):
+        delta = stamps[index] - stamps[first]
+        if not TIMESTAMP_DELTA_MIN <= delta <= TIMESTAMP_DELTA_MAX:
+            pieces.append((first, index))
+            first = index
+    pieces.append((first, end))
+    return pieces
+
+
+def _timestamps(stamps: pa.Array | None) -> int | list[int]:
+    """Create times in ms of a group's rows: the timestamp column's (the write's time
+    where null), else the write's time for all."""
     now = int(time.time() * 1000)
     if stamps is None:
         return now
-    millis = pc.cast(stamps.slice(start, end - start), pa.timestamp("ms", tz="UTC"))
-    return [now if v is None else v for v in millis.cast(pa.int64()).to_pylist()]
+    millis = pc.cast(stamps, pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+    return pc.fill_null(millis, now).to_pylist()  # type: ignore[no-any-return]
 
 
 def _header_pairs(headers: pa.Array) -> list[list[tuple[str, bytes | None]]]:
