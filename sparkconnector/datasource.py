@@ -17,12 +17,11 @@ from pyspark.sql.types import StructType
 
 from headwater.sparkconnector.sink import HeadwaterBatchWriter, HeadwaterStreamWriter
 from headwater.sparkconnector.source import (
-    HEADERS_DDL,
-    READ_SCHEMA_DDL,
     HeadwaterBatchReader,
     HeadwaterStreamReader,
     RefusedStreamReader,
     parse_source_options,
+    read_schema_ddl,
     requested_columns,
 )
 
@@ -41,7 +40,7 @@ class HeadwaterDataSource(DataSource):
         query gives no schema), so the options are checked here, before any query runs,
         as far as they hold for batch and stream reads alike."""
         parsed = parse_source_options(self.options, streaming=None)
-        return READ_SCHEMA_DDL + (", " + HEADERS_DDL if parsed.include_headers else "")
+        return read_schema_ddl(parsed.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """``schema``: the source's, or one the query gave, naming the columns to read

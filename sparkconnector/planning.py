@@ -679,9 +679,16 @@ def _position(options: Mapping[str, str], side: str, default: str) -> StartSpec:
 _BATCH_ONLY: Final = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 
 
-def include_headers(options: Mapping[str, str]) -> bool:
-    """The includeHeaders option (the schema depends on it before anything else is read)."""
-    return _boolean(options, "includeHeaders", False)
+def required_bootstrap(options: Mapping[str, str]) -> str:
+    """The bootstrap addresses, under any of BOOTSTRAP_KEYS; required, as in Kafka's
+    source and sink (a default address once reached another cluster)."""
+    bootstrap = next((v for k in BOOTSTRAP_KEYS if (v := _get(options, k)) is not None), "")
+    if not bootstrap.strip():
+        raise OptionError(
+            "kafka.bootstrap.servers is required (there is no default): give "
+            "host:port[,host:port] of the cluster's nodes"
+        )
+    return bootstrap.strip()
 
 
 def parse_options(
@@ -694,12 +701,7 @@ def parse_options(
     before Spark says which). ``environment``: the TLS settings unset options fall back
     to."""
     check_option_names(options)
-    bootstrap = next((v for k in BOOTSTRAP_KEYS if (v := _get(options, k)) is not None), None)
-    if bootstrap is None or not bootstrap.strip():
-        raise OptionError(
-            "kafka.bootstrap.servers is required (there is no default): give "
-            "host:port[,host:port] of the cluster's nodes"
-        )
+    bootstrap = required_bootstrap(options)
     subscription = _subscription(options)
     if streaming:
         given = [name for name in _BATCH_ONLY if _get(options, name) is not None]
@@ -737,7 +739,7 @@ def parse_options(
         except HeadwaterError as error:
             raise OptionError(f"groupId: {error.message}") from None
     return SourceOptions(
-        bootstrap=bootstrap.strip(),
+        bootstrap=bootstrap,
         subscription=subscription,
         starting=starting,
         ending=ending,

@@ -111,15 +111,10 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     names the problem."""
     try:
         planning.check_option_names(options, sink=True)
+        bootstrap = planning.required_bootstrap(options)
     except planning.OptionError as exc:
         raise SinkOptionError(f"headwater sink: {exc}") from None
     lowered = {k.lower(): v for k, v in options.items()}
-    bootstrap = next((lowered[k] for k in planning.BOOTSTRAP_KEYS if k in lowered), "")
-    if not bootstrap.strip():
-        raise SinkOptionError(
-            "headwater sink: kafka.bootstrap.servers is required (there is no default): give "
-            "host:port[,host:port] of the cluster's nodes"
-        )
     topic = lowered.get("topic")
     if topic is not None and not topic.strip():
         raise SinkOptionError("headwater sink: the topic option is empty")
@@ -143,9 +138,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise SinkOptionError(f"headwater sink: {exc}") from None
     except HeadwaterError as exc:
         raise SinkOptionError(f"headwater sink: {exc.message}") from None
-    return SinkOptions(
-        bootstrap.strip(), topic.strip() if topic else None, sink_id, chunk_bytes, security
-    )
+    return SinkOptions(bootstrap, topic.strip() if topic else None, sink_id, chunk_bytes, security)
 
 
 def check_input_schema(schema: StructType, options: SinkOptions) -> None:

@@ -47,14 +47,35 @@ from headwater.log.batch import decode_batches
 from headwater.sparkconnector import planning
 from headwater.sparkconnector.planning import Key, OffsetRange, SourceOptions
 
-READ_SCHEMA_DDL: Final = (
-    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
-    "timestamp TIMESTAMP, timestampType INT"
-)
-HEADERS_DDL: Final = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 HEADERS_TYPE: Final = pa.list_(
     pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))
 )
+SOURCE_COLUMNS: Final = (
+    ("key", pa.binary(), "binary"),
+    ("value", pa.binary(), "binary"),
+    ("topic", pa.string(), "string"),
+    ("partition", pa.int32(), "int"),
+    ("offset", pa.int64(), "bigint"),
+    ("timestamp", pa.timestamp("us", tz="UTC"), "timestamp"),
+    ("timestampType", pa.int32(), "int"),
+    ("headers", HEADERS_TYPE, "array<struct<key:string,value:binary>>"),
+)
+"""Every column the source can give (Spark's Kafka source's): name, Arrow type, Spark
+type (as Spark's ``simpleString`` writes it, which its DDL parser reads)."""
+
+
+def default_columns(include_headers: bool) -> list[str]:
+    """The columns of a read that gives no schema: all, ``headers`` with
+    ``include_headers``."""
+    return [name for name, _, _ in SOURCE_COLUMNS if include_headers or name != "headers"]
+
+
+def read_schema_ddl(include_headers: bool) -> str:
+    """The read schema in Spark's DDL (``DataSource.schema``)."""
+    spark_types = {name: spark for name, _, spark in SOURCE_COLUMNS}
+    return ", ".join(f"{name} {spark_types[name]}" for name in default_columns(include_headers))
+
+
 _NO_HEADERS: Final = pa.scalar([], HEADERS_TYPE)
 FETCH_WAIT_MS: Final = 500
 # How long a read waits for a range's records to become readable (a new leader's high
@@ -193,10 +214,10 @@ def _by_timestamp(
     options: SourceOptions, spec: planning.StartSpec, partitions: list[Key]
 ) -> dict[Key, int | None]:
     """The offsets the cluster finds for ``spec``'s timestamps (None: no record that
-    recent); nothing for other kinds of spec."""
+    recent); nothing for other kinds of spec. A per-partition spec names every partition
+    of ``partitions`` (``_resolved`` checks the map rule first)."""
     if spec.kind not in ("timestamp", "timestamps"):
         return {}
-    planning.check_partition_map(spec, partitions)
     stamps = {
         k: spec.timestamp_ms if spec.kind == "timestamp" else spec.per_partition[k]
         for k in partitions
@@ -264,26 +285,12 @@ class RangePartition(InputPartition):
         self.range = offset_range
 
 
-SOURCE_COLUMNS: Final = (
-    ("key", pa.binary(), "binary"),
-    ("value", pa.binary(), "binary"),
-    ("topic", pa.string(), "string"),
-    ("partition", pa.int32(), "int"),
-    ("offset", pa.int64(), "bigint"),
-    ("timestamp", pa.timestamp("us", tz="UTC"), "timestamp"),
-    ("timestampType", pa.int32(), "int"),
-    ("headers", HEADERS_TYPE, "array<struct<key:string,value:binary>>"),
-)
-"""Every column the source can give (Spark's Kafka source's): name, Arrow type, Spark
-type."""
-
-
 def output_schema(include_headers: bool, columns: Sequence[str] | None = None) -> pa.Schema:
     """The Arrow schema pyspark expects from ``read``: Spark's Kafka source columns
     (``headers`` with ``include_headers``), or ``columns`` of them in that order."""
     types = {name: arrow for name, arrow, _ in SOURCE_COLUMNS}
     if columns is None:
-        columns = [name for name, _, _ in SOURCE_COLUMNS if include_headers or name != "headers"]
+        columns = default_columns(include_headers)
     return pa.schema([(name, types[name]) for name in columns])
 
 
@@ -307,8 +314,7 @@ def requested_columns(schema: StructType, include_headers: bool) -> tuple[str, .
                 f"source gives {known[1]}"
             )
         names.append(known[0])
-    default = [n for n, _, _ in SOURCE_COLUMNS if include_headers or n != "headers"]
-    return None if names == default else tuple(names)
+    return None if names == default_columns(include_headers) else tuple(names)
 
 
 def to_output(

@@ -42,7 +42,7 @@ from headwater.benchmarks.cluster import bench_cluster_of, run_bench, wait_all_r
 from headwater.benchmarks.perf import percentile
 from headwater.client import NewTopic
 from headwater.sparkconnector.session import local_session
-from headwater.sparkconnector.source import READ_SCHEMA_DDL, output_schema
+from headwater.sparkconnector.source import output_schema, read_schema_ddl
 
 LATENCY_INTERVAL_S = 0.1
 AGGREGATE = (
@@ -141,14 +141,24 @@ def _against_parquet(
     }
 
 
+def _noop(frame: Any) -> None:
+    """Read all of ``frame`` into Spark's ``noop`` sink."""
+    frame.write.format("noop").mode("overwrite").save()
+
+
+def _aggregated(frame: Any) -> list[Any]:
+    """The AGGREGATE query's answer over ``frame``."""
+    return list(frame.selectExpr(*AGGREGATE).collect())
+
+
 def _ingest(spark: Any, bootstrap: str, parquet: Path, records: int, rounds: int) -> dict[str, Any]:
-    def headwater_read() -> None:
-        _headwater(spark, bootstrap).load().write.format("noop").mode("overwrite").save()
-
-    def parquet_read() -> None:
-        spark.read.parquet(str(parquet)).write.format("noop").mode("overwrite").save()
-
-    return _against_parquet(headwater_read, parquet_read, records, rounds, "batch_read_")
+    return _against_parquet(
+        lambda: _noop(_headwater(spark, bootstrap).load()),
+        lambda: _noop(spark.read.parquet(str(parquet))),
+        records,
+        rounds,
+        "batch_read_",
+    )
 
 
 def _aggregate(
@@ -157,14 +167,14 @@ def _aggregate(
     answers: dict[str, Any] = {}
 
     def headwater_query() -> None:
-        answers["headwater"] = _headwater(spark, bootstrap).load().selectExpr(*AGGREGATE).collect()
+        answers["headwater"] = _aggregated(_headwater(spark, bootstrap).load())
 
     def parquet_query() -> None:
-        answers["parquet"] = spark.read.parquet(str(parquet)).selectExpr(*AGGREGATE).collect()
+        answers["parquet"] = _aggregated(spark.read.parquet(str(parquet)))
 
     def headwater_columns_query() -> None:
         frame = _headwater(spark, bootstrap, AGGREGATE_COLUMNS).load()
-        answers["headwater_columns"] = frame.selectExpr(*AGGREGATE).collect()
+        answers["headwater_columns"] = _aggregated(frame)
 
     results = _against_parquet(headwater_query, parquet_query, records, rounds, "aggregate_")
     results |= _against_parquet(
@@ -188,7 +198,7 @@ class CeilingSource(DataSource):
         return "headwater-bench-ceiling"
 
     def schema(self) -> str:
-        return READ_SCHEMA_DDL
+        return read_schema_ddl(include_headers=False)
 
     def reader(self, schema: StructType) -> DataSourceReader:  # noqa: ARG002 (pyspark's)
         return _CeilingReader(int(self.options["records"]), int(self.options["partitions"]))
@@ -224,7 +234,7 @@ class _CeilingReader(DataSourceReader):
 
 
 def _ceiling(
-    spark: Any, parquet: Path, records: int, partitions: int, rounds: int
+    spark: Any, parquet_path: Path, records: int, partitions: int, rounds: int
 ) -> dict[str, Any]:
     spark.dataSource.register(CeilingSource)
 
@@ -232,21 +242,18 @@ def _ceiling(
         reader = spark.read.format(CeilingSource.name()).option("records", str(records))
         return reader.option("partitions", str(partitions)).load()
 
-    def ceiling_read() -> None:
-        ceiling().write.format("noop").mode("overwrite").save()
-
-    def parquet_read() -> None:
-        spark.read.parquet(str(parquet)).write.format("noop").mode("overwrite").save()
-
-    def ceiling_query() -> None:
-        ceiling().selectExpr(*AGGREGATE).collect()
-
-    def parquet_query() -> None:
-        spark.read.parquet(str(parquet)).selectExpr(*AGGREGATE).collect()
+    def parquet() -> Any:
+        return spark.read.parquet(str(parquet_path))
 
     return _against_parquet(
-        ceiling_read, parquet_read, records, rounds, "ceiling_noop_"
-    ) | _against_parquet(ceiling_query, parquet_query, records, rounds, "ceiling_aggregate_")
+        lambda: _noop(ceiling()), lambda: _noop(parquet()), records, rounds, "ceiling_noop_"
+    ) | _against_parquet(
+        lambda: _aggregated(ceiling()),
+        lambda: _aggregated(parquet()),
+        records,
+        rounds,
+        "ceiling_aggregate_",
+    )
 
 
 def _headwater(spark: Any, bootstrap: str, schema: str | None = None) -> Any:
