@@ -176,6 +176,13 @@ def test_a_killed_node_restarts_by_hand_with_the_printed_command(
         wait_until(lambda: serves(node_2), 90, "node 2, restarted by hand, to serve")
         assert log.stat().st_size > logged  # its output goes to its log
         with Admin(node_2) as admin:
+            # Serving is not yet registered: the controller places replicas only on
+            # brokers it has seen heartbeat since the restart.
+            wait_until(
+                lambda: [b.state for b in admin.metadata().brokers] == ["running"] * 3,
+                90,
+                "the controller to count node 2 running again",
+            )
             admin.create_topic("after-restart", 3, replication_factor=3)
             wait_until(
                 lambda: all(
