@@ -937,8 +937,12 @@ class AsyncConsumer:
                 continue
             assert arrival is not None
             records, next_offset = arrival
-            batches += fetched_from(tp, records, position, self.check_crcs)
-            self._positions.advance(tp, next_offset)
+            fetched, resume = fetched_from(tp, records, position, self.check_crcs)
+            batches += fetched
+            if resume is None:
+                self._positions.advance(tp, next_offset)
+            else:  # the rest of the answer is fetched again, by a new reader from ``resume``
+                self.seek(tp, resume)
         return PollResult(batches)
 
     async def _stop_readers(self) -> None:

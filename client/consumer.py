@@ -46,7 +46,7 @@ from headwater.client.membership import (
 from headwater.client.positions import FetchPositions, TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
-from headwater.log.batch import decode_batches
+from headwater.log.batch import decode_batches_within, decoded_records_max
 from headwater.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
@@ -143,12 +143,20 @@ class FetchedBatch:
 
 def fetched_from(
     partition: TopicPartition, data: bytes, position: int, check_crcs: bool
-) -> list[FetchedBatch]:
+) -> tuple[list[FetchedBatch], int | None]:
     """Decode fetched batches into columnar views, dropping records below ``position``
     (a fetch returns whole batches, so the first may start before it) and control
-    batches (markers, not records: docs/record-batch-format.md)."""
+    batches (markers, not records: docs/record-batch-format.md).
+
+    Decodes at most ``decoded_records_max(len(data))`` records (and always the first
+    batch): compressed batches can hold far more records than their bytes suggest. The
+    second value is None when every batch was decoded, else the offset to read on from
+    (the batches after it are fetched again)."""
     fetched = []
-    for batch in decode_batches(data, verify_crc=check_crcs):
+    decoded, all_decoded = decode_batches_within(
+        data, decoded_records_max(len(data)), verify_crc=check_crcs
+    )
+    for batch in decoded:
         if batch.header.is_control:
             continue
         records = batch.records
@@ -156,7 +164,7 @@ def fetched_from(
             records = records.slice(position - batch.header.base_offset)
         if records.num_rows:
             fetched.append(FetchedBatch(partition.topic, partition.partition, records))
-    return fetched
+    return fetched, None if all_decoded else decoded[-1].header.next_offset
 
 
 class PollResult:
@@ -387,8 +395,11 @@ class Consumer:
         if not records:  # past a gap compaction left, or nothing new
             self._positions.advance(partition, response.next_offset)
             return []
-        fetched = fetched_from(partition, records, position, self.check_crcs)
-        self._positions.advance(partition, response.next_offset)
+        fetched, resume = fetched_from(partition, records, position, self.check_crcs)
+        if resume is None:
+            self._positions.advance(partition, response.next_offset)
+        else:  # the rest of the answer is fetched again, by a new stream from ``resume``
+            self.seek(partition, resume)
         return fetched
 
     def poll(self, timeout_ms: float = 1000) -> PollResult:

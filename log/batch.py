@@ -843,11 +843,48 @@ def decode_batch(
 
 
 def decode_batches(buffer: bytes | memoryview, verify_crc: bool = True) -> list[DecodedBatch]:
-    """Decode every batch of a concatenation (as returned by Fetch)."""
+    """Decode every batch of a concatenation (as returned by Fetch). For bytes from
+    elsewhere (a fetch, a peer), ``decode_batches_within`` bounds what they decode to."""
     result = []
     for position, _header in iter_headers(buffer, verify_crc=verify_crc):
         result.append(decode_batch(buffer, position, verify_crc=False))
     return result
+
+
+DECODED_RECORDS_MIN: Final = 1 << 16
+FETCHED_BYTES_PER_RECORD: Final = 4
+
+
+def decoded_records_max(fetched_bytes: int) -> int:
+    """The most records a reader decodes from ``fetched_bytes`` of batches at once: one
+    per FETCHED_BYTES_PER_RECORD bytes, and at least DECODED_RECORDS_MIN.
+
+    An uncompressed record takes at least 8 bytes of body (two int32 lengths), so only a
+    compressed batch holding more than one record for every 4 of its bytes reaches the
+    bound: a compression bomb (400,000 null records compress with zstd into a 200-byte
+    batch, and 4 MiB of such batches decode into 8 billion records), or records so alike
+    that a reader takes them in more than one step. Arrow holds a decoded record in about
+    30 bytes, so a reader's memory stays within about 8 times what it fetched."""
+    return max(fetched_bytes // FETCHED_BYTES_PER_RECORD, DECODED_RECORDS_MIN)
+
+
+def decode_batches_within(
+    buffer: bytes | memoryview, records_max: int, verify_crc: bool = True
+) -> tuple[list[DecodedBatch], bool]:
+    """Decode the batches of a concatenation in order, stopping before the first whose
+    ``record_count`` would take the records decoded past ``records_max`` (the first batch
+    is always decoded, so that a reader moves on). Returns the decoded batches and
+    whether they are all of ``buffer``'s; when not, the reader goes on from the last
+    decoded batch's ``next_offset``. Each batch is checked (``verify_crc``) before it is
+    decompressed; of the batches past the stop only the first header is read."""
+    result: list[DecodedBatch] = []
+    records = 0
+    for position, header in iter_headers(buffer, verify_crc=False):
+        records += header.record_count
+        if result and records > records_max:
+            return result, False
+        result.append(decode_batch(buffer, position, verify_crc=verify_crc))
+    return result, True
 
 
 class InvalidTimestampError(HeadwaterError):

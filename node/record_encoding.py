@@ -11,7 +11,8 @@ timestamps of one request must span less than 2^31 ms, the most one batch can ho
 
 Fetch with ``RECORD_FORMAT_RECORDS``: the stored batches read for the request are decoded
 into ``ConsumedRecord`` messages, leaving out the records of the first batch that come
-before the fetch offset.
+before the fetch offset, and only as many as the answer holds (its size, and at most
+DECODED_RECORDS_MAX records): the stored bytes never decide the work alone.
 
 The caller (``headwater.node.service``) checks the request's fields first; these
 functions run on its thread, the node's event loop.
@@ -19,7 +20,8 @@ functions run on its thread, the node's event loop.
 
 from __future__ import annotations
 
-import pyarrow.compute as pc
+from dataclasses import dataclass
+from typing import Final
 
 from headwater.client.partitioner import partition_for_key
 from headwater.errors import ErrorCode, HeadwaterError
@@ -64,17 +66,51 @@ def encode_records(
     }
 
 
-def decoded_records(data: bytes, first_offset: int) -> list[pb.ConsumedRecord]:
-    out = []
-    for decoded in batch_format.decode_batches(data):
+DECODED_RECORDS_MAX: Final = 1 << 16
+"""Most records one decoded-records Fetch answer holds (the answer's ``next_offset`` says
+where to go on). An answer is cut by its size first for all but the smallest records; the
+count bounds the messages the broker builds on its event loop for records of a few bytes,
+which compression packs by the hundred thousand into a batch of 200 bytes."""
+RECORD_FRAMING_BYTES: Final = 6
+"""A ConsumedRecord's field tag and length prefix (at most 5 bytes) in a FetchResponse."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedAnswer:
+    """The records of a decoded-records Fetch answer.
+
+    ``resume_offset``: where the next fetch goes on when not every record of the data read
+    fits the answer (its size or DECODED_RECORDS_MAX), else None. ``too_large_bytes``: the
+    size of the first record's message when that record alone does not fit (then
+    ``records`` is empty), else 0."""
+
+    records: list[pb.ConsumedRecord]
+    resume_offset: int | None = None
+    too_large_bytes: int = 0
+
+
+def decoded_records(
+    data: bytes, first_offset: int, bytes_max: int, records_max: int = DECODED_RECORDS_MAX
+) -> DecodedAnswer:
+    """The records at or after ``first_offset`` of the stored batches ``data`` as
+    messages, as many as fit ``bytes_max`` bytes of answer (each with its framing) and
+    ``records_max`` records. Batches are decoded one after another and only as far as
+    the answer can take (``batch.decode_batches_within``), so the work and the memory
+    follow the answer, not what the stored bytes decompress to."""
+    out: list[pb.ConsumedRecord] = []
+    used = 0
+    batches, all_decoded = batch_format.decode_batches_within(data, records_max)
+    for decoded in batches:
         if decoded.header.is_control:
             continue  # markers, not records (docs/record-batch-format.md)
         records = decoded.records
         if decoded.header.base_offset < first_offset:
-            records = records.filter(pc.greater_equal(records.column("offset"), first_offset))
+            records = records.slice(first_offset - decoded.header.base_offset)
+        room = records_max - len(out)
+        taken = records.slice(0, room)
         for row, stamp in zip(
-            batch_format.rows_without_timestamps(records),
-            batch_format.timestamps_ms(records),
+            batch_format.rows_without_timestamps(taken),
+            batch_format.timestamps_ms(taken),
             strict=True,
         ):
             record = pb.ConsumedRecord(
@@ -86,5 +122,13 @@ def decoded_records(data: bytes, first_offset: int) -> list[pb.ConsumedRecord]:
                 record.key = row["key"]
             if row["value"] is not None:
                 record.value = row["value"]
+            size = record.ByteSize() + RECORD_FRAMING_BYTES
+            if used + size > bytes_max:
+                return DecodedAnswer(out, record.offset, 0 if out else record.ByteSize())
+            used += size
             out.append(record)
-    return out
+        if taken.num_rows < records.num_rows:  # cut inside this batch by the count
+            return DecodedAnswer(out, records.column("offset")[room].as_py())
+    if not all_decoded:
+        return DecodedAnswer(out, batches[-1].header.next_offset)
+    return DecodedAnswer(out)

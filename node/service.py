@@ -607,13 +607,12 @@ class BrokerService(pb_grpc.BrokerServicer):
             next_offset=result.next_offset,
         )
         if request.format == pb.RECORD_FORMAT_RECORDS:
-            decoded = decoded_records(result.data, offset)
-            kept = _records_fitting(decoded, records_max)
-            if not kept and decoded:
-                raise _too_large(offset, decoded[0].ByteSize(), response_max, "record")
-            response.decoded.extend(kept)
-            if len(kept) < len(decoded):
-                response.next_offset = decoded[len(kept)].offset
+            answer = decoded_records(result.data, offset, records_max)
+            if answer.too_large_bytes:
+                raise _too_large(offset, answer.too_large_bytes, response_max, "record")
+            response.decoded.extend(answer.records)
+            if answer.resume_offset is not None:
+                response.next_offset = answer.resume_offset
         else:
             response.records = result.data
         if self.metrics is not None and result.data:
@@ -693,17 +692,6 @@ def _too_large(offset: int, size: int, response_max: int, what: str = "batch") -
         f"raise the client's gRPC receive limit and max_response_bytes to at least "
         f"{size + RESPONSE_FRAMING_BYTES}",
     )
-
-
-def _records_fitting(records: list[pb.ConsumedRecord], bytes_max: int) -> list[pb.ConsumedRecord]:
-    """The longest prefix of ``records`` whose encoding in a FetchResponse (each with its
-    field tag and length prefix) fits in ``bytes_max``."""
-    used = 0
-    for index, record in enumerate(records):
-        used += record.ByteSize() + 6  # tag, and a length of at most 5 bytes
-        if used > bytes_max:
-            return records[:index]
-    return records
 
 
 def _offset_of(partition: Partition, request: pb.ListOffsetsRequest) -> pb.PartitionOffset:

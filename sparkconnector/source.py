@@ -43,7 +43,7 @@ from headwater.client import Admin, ClientSecurity, LogReader, Producer
 from headwater.client.connection import Cluster
 from headwater.client.positions import TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.log.batch import decode_batches
+from headwater.log.batch import decode_batches_within, decoded_records_max
 from headwater.sparkconnector import planning
 from headwater.sparkconnector.planning import Key, OffsetRange, SourceOptions
 
@@ -319,15 +319,19 @@ def requested_columns(schema: StructType, include_headers: bool) -> tuple[str, .
 
 def to_output(
     data: bytes, offset_range: OffsetRange, position: int, schema: pa.Schema
-) -> tuple[pa.RecordBatch | None, int]:
+) -> tuple[pa.RecordBatch | None, int, bool]:
     """The records of fetched ``data`` in [position, range end) as one record batch of
     ``schema``, and the offset after the last record seen (records a fetch returns
-    before ``position``, from the first batch, are dropped)."""
+    before ``position``, from the first batch, are dropped). Decodes at most
+    ``decoded_records_max(len(data))`` records and always the first batch; when that
+    leaves batches undecoded, the offset returned is the last decoded batch's end and
+    the second value is True (the caller fetches the rest again)."""
     columns: dict[str, list[pa.Array]] = {name: [] for name in schema.names}
     wanted = set(schema.names)
     next_offset = position
     rows = 0
-    for decoded in decode_batches(data, verify_crc=True):
+    batches, all_decoded = decode_batches_within(data, decoded_records_max(len(data)))
+    for decoded in batches:
         header = decoded.header
         records = decoded.records
         first = max(position - header.base_offset, 0)
@@ -355,7 +359,7 @@ def to_output(
                 headers = pc.if_else(pc.is_null(headers), _NO_HEADERS, headers)
             columns["headers"].append(headers)
     if rows == 0:
-        return None, next_offset
+        return None, next_offset, not all_decoded
     if "topic" in wanted:
         columns["topic"] = [pa.repeat(pa.scalar(offset_range.topic, pa.string()), rows)]
     if "partition" in wanted:
@@ -364,7 +368,7 @@ def to_output(
         parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
         for parts in (columns[name] for name in schema.names)
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema), next_offset
+    return pa.RecordBatch.from_arrays(arrays, schema=schema), next_offset, not all_decoded
 
 
 def read_range(
@@ -391,10 +395,11 @@ def read_range(
                 raise
             position = _skip_lost(options, clients.admin, offset_range, position, error)
             continue
-        batch, after = to_output(response.records, offset_range, position, schema)
-        # Offsets a compacted topic no longer holds are skipped (the fetch's next offset
-        # is past them, with no records between).
-        after = max(after, min(response.next_offset, offset_range.until_offset))
+        batch, after, cut = to_output(response.records, offset_range, position, schema)
+        if not cut:
+            # Offsets a compacted topic no longer holds are skipped (the fetch's next
+            # offset is past them, with no records between).
+            after = max(after, min(response.next_offset, offset_range.until_offset))
         if batch is not None:
             yield batch
             patience_until = time.monotonic() + READ_PATIENCE_S

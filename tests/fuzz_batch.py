@@ -9,9 +9,9 @@ uncompressed body, which is then recompressed, and most cases get their lengths 
 fixed up afterwards, so that the checks past the CRC are what is tried.
 
 Each case goes through what the broker runs on a produced batch (``validate_batch``, with
-a 1 MiB limit on the uncompressed body) and what a consumer runs on a fetched one
-(``decode_batches``, then the records iterated as a consumer's ``poll`` result).
-The only outcome allowed besides success is a HeadwaterError with a documented code
+a 1 MiB limit on the uncompressed body), what a consumer runs on a fetched one
+(``fetched_from``, then the records iterated as a ``poll`` result) and what the broker
+runs for a decoded-records Fetch (``decoded_records``). The only outcome allowed besides success is a HeadwaterError with a documented code
 (ALLOWED_CODES): anything else is a finding, printed with its case.
 
 The cases run in a child process whose address space is capped (so an unbounded
@@ -38,9 +38,11 @@ from pathlib import Path
 
 import crc32c
 
-from headwater.client.consumer import FetchedBatch, PollResult
+from headwater.client.consumer import PollResult, fetched_from
+from headwater.client.positions import TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as bf
+from headwater.node.record_encoding import decoded_records
 
 ALLOWED_CODES = frozenset(
     {
@@ -236,11 +238,16 @@ def run_case(data: bytes) -> str | None:
             if error.code not in ALLOWED_CODES:
                 return f"validate_batch: undocumented code {error.code.name}: {error.message}"
         try:
-            fetched = [FetchedBatch("t", 0, decoded.records) for decoded in bf.decode_batches(data)]
+            fetched, _resume = fetched_from(TopicPartition("t", 0), data, 0, check_crcs=True)
             list(PollResult(fetched))  # what a consumer's `for record in poll()` runs
         except HeadwaterError as error:
             if error.code not in ALLOWED_CODES:
-                return f"decode_batches: undocumented code {error.code.name}: {error.message}"
+                return f"fetched_from: undocumented code {error.code.name}: {error.message}"
+        try:
+            decoded_records(data, 0, 4 << 20)  # a decoded-records Fetch of stored bytes
+        except HeadwaterError as error:
+            if error.code not in ALLOWED_CODES:
+                return f"decoded_records: undocumented code {error.code.name}: {error.message}"
     except Exception:
         return traceback.format_exc()
     return None

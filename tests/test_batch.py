@@ -516,5 +516,6 @@ def test_consumers_skip_control_batches() -> None:
     last = bf.encode_batch([b"b"], base_offset=2)
     data = first + _rechecksummed(control) + last
     assert bf.decode_batches(data)[1].header.is_control
-    fetched = fetched_from(TopicPartition("t", 0), data, 0, check_crcs=True)
+    fetched, resume = fetched_from(TopicPartition("t", 0), data, 0, check_crcs=True)
     assert [b.records.column("value").to_pylist() for b in fetched] == [[b"a"], [b"b"]]
+    assert resume is None

@@ -45,7 +45,8 @@ def reference(fetched: FetchedBatch) -> list[tuple[Any, ...]]:
 def test_iteration_gives_the_records_of_the_columns(case: dict[str, Any], skip: int) -> None:
     data = bf.encode_batch(**case)
     base = case["base_offset"]
-    fetched = fetched_from(TopicPartition("t", 3), data, base + skip, check_crcs=True)
+    fetched, resume = fetched_from(TopicPartition("t", 3), data, base + skip, check_crcs=True)
+    assert resume is None
     records = list(PollResult(fetched))
     assert [tuple(r) for r in records] == [row for f in fetched for row in reference(f)]
     assert all(type(r) is ConsumerRecord for r in records)
@@ -74,6 +75,6 @@ def test_offset_gaps_and_varying_timestamps_take_the_general_path() -> None:
 
 def test_each_record_has_its_own_headers_list() -> None:
     data = bf.encode_batch([b"a", b"b"])
-    first, second = PollResult(fetched_from(TopicPartition("t", 0), data, 0, True))
+    first, second = PollResult(fetched_from(TopicPartition("t", 0), data, 0, True)[0])
     assert first.headers == second.headers == []
     assert first.headers is not second.headers

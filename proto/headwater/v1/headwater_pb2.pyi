@@ -843,7 +843,10 @@ class FetchResponse(_message.Message):
     """
     @_builtins.property
     def decoded(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsumedRecord]:
-        """Records decoded by the broker (RECORD_FORMAT_RECORDS), only those >= the offset asked."""
+        """Records decoded by the broker (RECORD_FORMAT_RECORDS), only those >= the offset asked,
+        at most 65,536 an answer (compression can pack that many tiny records into a few
+        hundred stored bytes); `next_offset` says where to go on.
+        """
 
     def __init__(
         self,
