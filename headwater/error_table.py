@@ -33,8 +33,9 @@ CLIENT_ACTION: Final[dict[ErrorCode, str]] = {
     ErrorCode.REQUEST_TIMED_OUT: "the replicas did not confirm in time; the write may or "
     "may not have been stored: retry (an idempotent producer's retry is never duplicated)",
     ErrorCode.BROKER_NOT_AVAILABLE: "back off, then retry (another node may answer)",
-    ErrorCode.MESSAGE_TOO_LARGE: "the batch exceeds the topic's max_message_bytes (named in "
-    "the message): send smaller batches, or raise the topic setting",
+    ErrorCode.MESSAGE_TOO_LARGE: "the batch, or its body once decompressed, exceeds the "
+    "topic's max_message_bytes (named in the message): send smaller batches, or raise the "
+    "topic setting",
     ErrorCode.OFFSET_METADATA_TOO_LARGE: "shorten the commit's metadata to 4096 bytes",
     ErrorCode.NETWORK_EXCEPTION: "the connection broke; whether the node acted on the "
     "request is unknown: reconnect and retry what is safe to repeat",

@@ -954,8 +954,9 @@ def validate_batch(
     (inclusive, within [TIMESTAMP_MIN_MS, TIMESTAMP_MAX_MS]) and ``max_timestamp`` must be
     the largest of them; with ``require_keys`` (a compacted topic) every record has a
     key (INVALID_RECORD). Raises CorruptBatchError, UnsupportedCompressionError,
-    InvalidTimestampError or that INVALID_RECORD naming the failed check; never anything
-    else, whatever the bytes.
+    InvalidTimestampError, MESSAGE_TOO_LARGE (a body over ``max_uncompressed_bytes``, found
+    from the header before decompressing) or that INVALID_RECORD naming the failed check;
+    never anything else, whatever the bytes.
     """
     header = verify_batch(buffer, 0)
     if header.total_size != len(buffer):
@@ -980,6 +981,13 @@ def validate_batch(
     high = min(timestamp_range[1], TIMESTAMP_MAX_MS)
     _check_timestamp(header.first_timestamp, "first_timestamp", (low, high))
     _check_timestamp(header.max_timestamp, "max_timestamp", (low, high))
+    if header.uncompressed_body_length > max_uncompressed_bytes:
+        raise HeadwaterError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"uncompressed_body_length {header.uncompressed_body_length} exceeds the limit of "
+            f"{max_uncompressed_bytes} bytes (max_message_bytes, which bounds a body after "
+            "decompression too): send fewer records per batch",
+        )
     stored = memoryview(buffer)[HEADER_BYTES : HEADER_BYTES + header.body_length]
     body = decompress(
         stored,

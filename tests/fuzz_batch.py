@@ -47,6 +47,7 @@ from headwater.node.record_encoding import decoded_records
 ALLOWED_CODES = frozenset(
     {
         ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.MESSAGE_TOO_LARGE,
         ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
         ErrorCode.INVALID_TIMESTAMP,
     }

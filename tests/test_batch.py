@@ -341,8 +341,9 @@ def test_a_zstd_bomb_declaring_2_gib_is_refused_before_allocating() -> None:
     bomb = compressed_batch(bf.Compression.ZSTD, stored, (1 << 31) - 8)
     tracemalloc.start()
     try:
-        with pytest.raises(bf.CorruptBatchError, match="exceeds the limit of 1048576"):
+        with pytest.raises(HeadwaterError, match="exceeds the limit of 1048576") as too_large:
             bf.validate_batch(bomb, max_uncompressed_bytes=1 << 20)
+        assert too_large.value.code is ErrorCode.MESSAGE_TOO_LARGE  # not CORRUPT_MESSAGE
         with pytest.raises(bf.CorruptBatchError, match="exceeds the limit"):
             bf.decode_batches(bomb)  # a reader's own limit: 1 GiB
         assert tracemalloc.get_traced_memory()[1] < 8 << 20

@@ -532,6 +532,7 @@ def test_hostile_batches_are_refused_and_the_node_stays_up(shared_node: NodeProc
     details = produce_error(batch=bomb)
     limit = batch_format.MESSAGE_BYTES_DEFAULT
     assert f"exceeds the limit of {limit}" in details and time.monotonic() - started < 2
+    assert "MESSAGE_TOO_LARGE" in details  # was CORRUPT_MESSAGE: the bytes were sound
 
     for stamp in ((1 << 63) - 1, -(1 << 63), int(time.time() * 1000) + 2 * 3600_000):
         details = produce_error(batch=batch_format.encode_batch([b"v"], timestamps_ms=stamp))
