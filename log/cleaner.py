@@ -22,6 +22,9 @@ A pass (``clean``):
    originals atomically (see there) unless the log changed meanwhile (retention, a
    truncation, deletion), in which case the pass is dropped whole.
 
+A batch that cannot be decoded drops the pass with DamagedSegmentError, naming the
+segment; the caller (``LogManager``) leaves the log uncleaned while that segment is in it.
+
 I/O is bounded by a ``Throttle`` shared by the node's passes (bytes read plus written a
 second); memory by ``keys_max`` and by one segment chunk and one batch at a time.
 """
@@ -33,12 +36,14 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
 
+from headwater.errors import HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.compaction import OffsetMap, kept
 from headwater.log.segment import GapBound, Segment
@@ -55,6 +60,27 @@ CLEANING_DIR: Final = "cleaning"
 
 class CleaningStoppedError(Exception):
     """The node is stopping: the pass was dropped (nothing changed)."""
+
+
+class DamagedSegmentError(Exception):
+    """A batch of the segment [``base_offset``, ``next_offset``) cannot be read or decoded
+    (bit rot, or damage that the open's recovery, which checks only the unflushed tail,
+    did not see): the pass was dropped (nothing changed), and no pass can clean the log
+    while the segment is in it. Readers of those offsets get CORRUPT_MESSAGE."""
+
+    def __init__(self, view: SegmentView, cause: HeadwaterError) -> None:
+        super().__init__(f"segment {view.base_offset}: {cause.message}")
+        self.base_offset = view.base_offset
+        self.next_offset = view.next_offset
+
+
+@contextmanager
+def _reading(view: SegmentView) -> Iterator[None]:
+    """Decoding errors of ``view``'s batches raise DamagedSegmentError."""
+    try:
+        yield
+    except (batch_format.CorruptBatchError, batch_format.UnsupportedCompressionError) as exc:
+        raise DamagedSegmentError(view, exc) from exc
 
 
 class Throttle:
@@ -225,16 +251,17 @@ def clean(
                 gaps=GapBound(max(log.gaps.offset, offset_map.end_offset)),
             )
             rewritten.append((view, output))
-            for header, data in _batches(log, view, throttle):
-                kept = _kept(header, data, offset_map, tombstones_expired_below)
-                if all(kept):
-                    pieces = [data]
-                else:
-                    removed += kept.count(False)
-                    pieces = _rewrite(header, data, kept) if any(kept) else []
-                for piece in pieces:
-                    output.append(piece[:16], piece, batch_format.read_header(piece))
-                    throttle.take(len(piece))
+            with _reading(view):
+                for header, data in _batches(log, view, throttle):
+                    kept = _kept(header, data, offset_map, tombstones_expired_below)
+                    if all(kept):
+                        pieces = [data]
+                    else:
+                        removed += kept.count(False)
+                        pieces = _rewrite(header, data, kept) if any(kept) else []
+                    for piece in pieces:
+                        output.append(piece[:16], piece, batch_format.read_header(piece))
+                        throttle.take(len(piece))
             before += view.size
             after += output.size
             output.rewrite_index_files()
@@ -267,11 +294,12 @@ def _offset_map(log: FileLog, plan: CleanPlan, keys_max: int, throttle: Throttle
     for view in plan.segments:
         if view.next_offset <= plan.first_dirty:
             continue
-        for header, data in _batches(log, view, throttle):
-            if header.next_offset <= plan.first_dirty:
-                continue
-            keys, _tombstones = _keys_and_tombstones(data)
-            if not offset_map.add_keys(keys, header.base_offset):
-                return offset_map
+        with _reading(view):
+            for header, data in _batches(log, view, throttle):
+                if header.next_offset <= plan.first_dirty:
+                    continue
+                keys, _tombstones = _keys_and_tombstones(data)
+                if not offset_map.add_keys(keys, header.base_offset):
+                    return offset_map
         offset_map.cover_to(view.next_offset)
     return offset_map

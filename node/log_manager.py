@@ -40,6 +40,7 @@ import stat
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
@@ -49,7 +50,13 @@ import crc32c
 from headwater.config import NodeConfig
 from headwater.errors import HeadwaterError
 from headwater.log.api import FlushPolicy, LogConfig
-from headwater.log.cleaner import CleaningStoppedError, CleanResult, Throttle, clean
+from headwater.log.cleaner import (
+    CleaningStoppedError,
+    CleanResult,
+    DamagedSegmentError,
+    Throttle,
+    clean,
+)
 from headwater.log.file_log import CleaningAbortedError, FileLog, write_atomically
 from headwater.log.sealed_files import SEALED_FILES
 from headwater.node.partition import Partition
@@ -187,6 +194,9 @@ class LogManager:
         )
         self._maintenance.start()
         self._cleaner_failed: dict[int, float] = {}  # id(log) -> monotonic time to retry
+        # log -> the end of a segment the cleaner could not decode: no pass while the log
+        # starts below it (retention or a deletion ends it; so does a restart).
+        self._damaged_below: weakref.WeakKeyDictionary[FileLog, int] = weakref.WeakKeyDictionary()
         self.cleaner_throttle = Throttle(config.log_cleaner_io_max_bytes_per_s, self._stop)
         self._cleaner = threading.Thread(target=self._run_cleaner, name="log-cleaner", daemon=True)
         self._cleaner.start()
@@ -513,6 +523,8 @@ class LogManager:
                 continue
             if self._cleaner_failed.get(id(log), 0) > time.monotonic():
                 continue  # its last pass failed: the others go first for a while
+            if log.log_start_offset < self._damaged_below.get(log, -1):
+                continue  # a pass would stop at the same damage
             ratio = log.cleanable_ratio(now, partition.high_watermark)
             wanted = ratio > 0 and ratio >= log.config.min_cleanable_dirty_ratio
             if wanted and (best is None or ratio > best[0]):
@@ -531,6 +543,19 @@ class LogManager:
             )
         except CleaningStoppedError:
             raise
+        except DamagedSegmentError as exc:
+            self._damaged_below[partition.log] = exc.next_offset
+            _log.error(
+                "cleaning %s-%d stopped: %s; the partition is not cleaned while offsets "
+                "[%d, %d) are in its log (until retention removes them, the topic is "
+                "deleted, or the node restarts); its readers get CORRUPT_MESSAGE there",
+                partition.topic,
+                partition.index,
+                exc,
+                exc.base_offset,
+                exc.next_offset,
+            )
+            return None
         except Exception as exc:  # this partition waits; the others are cleaned meanwhile
             expected = isinstance(exc, CleaningAbortedError | HeadwaterError | OSError)
             _log.warning(
@@ -555,6 +580,15 @@ class LogManager:
                 result.records_removed,
             )
         return result
+
+    def uncleanable_partitions(self) -> int:
+        """Hosted compacted partitions the cleaner leaves alone because a segment of
+        theirs cannot be decoded (``headwater_log_cleaner_uncleanable_partitions``)."""
+        return sum(
+            1
+            for log in (partition.log for partition in self.hosted())
+            if isinstance(log, FileLog) and log.log_start_offset < self._damaged_below.get(log, -1)
+        )
 
     def _run_cleaner(self) -> None:
         """Background: clean one partition after another; wait log_cleaner_backoff_ms

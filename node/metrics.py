@@ -332,6 +332,8 @@ class NodeSnapshot:
     """As the active controller sees them; 0 elsewhere."""
     registered_brokers: int = 0
     groups: Sequence[GroupSample] = ()
+    uncleanable_partitions: int = 0
+    """Compacted partitions the log cleaner leaves alone: a segment cannot be decoded."""
 
 
 def _gauge(name: str, doc: str, value: float, unit: str = "") -> GaugeMetricFamily:
@@ -400,6 +402,12 @@ def state_families(snapshot: NodeSnapshot) -> list[Metric]:
             "Brokers registered in the metadata, as the active controller sees them (0 on "
             "every other node).",
             snapshot.registered_brokers,
+        ),
+        _gauge(
+            "headwater_log_cleaner_uncleanable_partitions",
+            "Compacted partitions hosted here that the log cleaner leaves alone because a "
+            "segment of theirs cannot be decoded (the node's log names it).",
+            snapshot.uncleanable_partitions,
         ),
         _gauge(
             "headwater_metadata_offset",

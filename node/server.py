@@ -541,6 +541,7 @@ class Node:
             fenced_brokers=sum(1 for b in image.brokers.values() if b.fenced) if active else 0,
             registered_brokers=len(image.brokers) if active else 0,
             groups=self._group_samples(),
+            uncleanable_partitions=self.logs.uncleanable_partitions() if self.logs else 0,
         )
 
     def _group_samples(self) -> list[GroupSample]:

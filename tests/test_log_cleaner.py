@@ -19,6 +19,7 @@ from headwater.log.api import LogConfig, ReadResult
 from headwater.log.cleaner import Throttle, clean
 from headwater.log.file_log import SWAP_DIR, FileLog
 from headwater.log.memory_log import MemoryLog
+from headwater.ports import free_port
 from tests.node_process import NodeProcess, wait_until
 
 NOW_MS = 1_700_000_000_000
@@ -445,3 +446,53 @@ def test_a_read_from_a_gap_that_runs_to_the_bound_moves_past_it(kind: str, tmp_p
     found = log.read(3, 1 << 20)
     assert found.next_offset == 12 and batch_format.read_header(found.data).base_offset == 10
     log.close()
+
+
+def test_a_segment_that_cannot_be_decoded_stops_cleaning_of_its_partition_once(
+    tmp_path: Path,
+) -> None:
+    """Bit rot in a closed segment: each pass failed on the same batch, and the cleaner
+    came back to it every minute, for ever, rereading the log up to it each time. Now the
+    partition is left alone while the segment is in its log, counted in a metric."""
+    from tests.test_metrics import scrape, value
+
+    node = NodeProcess(
+        tmp_path / "n",
+        env={"HEADWATER_LOG_CLEANER_BACKOFF_MS": "100"},
+        metrics_port=free_port(),
+    )
+    node.start()
+    try:
+        with Admin(node.address) as admin:
+            admin.create_topic("table", 1, 1, TOPIC_CONFIGS)
+        produce_table(node.address, 5_000, 100, seed=3)
+        wait_until(
+            lambda: describe_partition(node.address)["cleaned_offset"] > 0,
+            60,
+            "a first cleaning pass",
+        )
+        node.stop()
+        segments = sorted((node.data_dir / "table-0").glob("*.log"))
+        damaged = next(p for p in segments if p.stat().st_size > 2 * batch_format.HEADER_BYTES)
+        assert damaged != segments[-1]  # a closed segment: the active one is never cleaned
+        data = bytearray(damaged.read_bytes())
+        data[batch_format.HEADER_BYTES + 4] ^= 0xFF  # inside its first batch's body
+        damaged.write_bytes(bytes(data))
+        node.start()
+        produce_table(node.address, 2_000, 100, seed=4)  # dirty again: a pass is due
+
+        def uncleanable() -> float | None:
+            assert node.metrics_address is not None
+            found = value(scrape(node.metrics_address), UNCLEANABLE)
+            return found if found else None
+
+        assert wait_until(uncleanable, 60, "the partition counted as uncleanable") == 1
+        stopped = [line for line in node.log().splitlines() if "cleaning table-0 stopped" in line]
+        assert len(stopped) == 1, stopped
+        assert "CRC32C mismatch" in stopped[0]
+        assert f"segment {int(damaged.stem)}:" in stopped[0]
+    finally:
+        node.stop()
+
+
+UNCLEANABLE = "headwater_log_cleaner_uncleanable_partitions"
