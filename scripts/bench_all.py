@@ -367,6 +367,17 @@ def spark_bench(quick: bool) -> None:
     )
     phases = ", ".join(f"{k} {v:g}" for k, v in r["microbatch_spark_ms_p50"].items())
     print(f"| Spark's own time per micro-batch, medians (ms) | {phases} | `{command}` |")
+    for label, what in (
+        ("first", "no maxOffsetsPerTrigger, the part's first query"),
+        ("default", "no maxOffsetsPerTrigger"),
+        ("capped", "maxOffsetsPerTrigger a tenth of the backlog"),
+    ):
+        print(
+            f"| restart with a backlog of {r['restart_backlog_records']:,} records, {what}: "
+            f"first micro-batch done after start() ({r[f'restart_{label}_first_microbatch_rows']:,} "
+            f"rows) / backlog read | {r[f'restart_{label}_first_microbatch_s']} s / "
+            f"{r[f'restart_{label}_caught_up_s']} s | `{command}` |"
+        )
 
 
 if __name__ == "__main__":

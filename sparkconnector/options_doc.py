@@ -55,6 +55,24 @@ Only those columns are built and sent to Spark. A column the source does not hav
 a type that differs (`offset INT`), fails with the valid columns named. Kafka's source
 refuses a schema; this is Headwater's own.
 
+## Starting and restarting a stream
+
+A stream restarted from its checkpoint reads, in its first micro-batch, everything
+produced while it was down, as Kafka's source does: after an hour's stop at 50,000
+records/s that is 180 million records in one micro-batch, and no result until it is
+done. `maxOffsetsPerTrigger` bounds every micro-batch, the first included, so results
+come after the first bounded batch and the backlog is worked off in steps:
+
+```python
+spark.readStream.format("headwater").option("maxOffsetsPerTrigger", "1000000")
+```
+
+Spark's own start-up comes first: a query's first micro-batch begins about 2.5 s after
+`start()` (Spark starts a Python process for the source's offsets), and the first job
+of a session that reads records takes about 3.5 s more while Spark starts its Python
+workers (2-core machine, BENCHMARKS.md; `headwater bench spark --parts restart`
+measures both).
+
 ## Errors
 
 Errors name the option or the problem in one line, such as

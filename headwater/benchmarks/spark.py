@@ -52,7 +52,7 @@ AGGREGATE = (
     "max(timestamp) AS latest",
 )
 AGGREGATE_COLUMNS = "value BINARY, offset BIGINT, timestamp TIMESTAMP"
-PARTS = ("ingest", "aggregate", "ceiling", "streaming", "sink", "latency")
+PARTS = ("ingest", "aggregate", "ceiling", "streaming", "sink", "latency", "restart")
 CEILING_BATCH_ROWS = 65536
 
 
@@ -78,6 +78,7 @@ def run_spark_bench(
                 NewTopic("ingest", partitions, 1),
                 NewTopic("sink", partitions, 1),
                 NewTopic("latency", 1, 1),
+                NewTopic("restart", partitions, 1),
             ]
         )
         produced = run_bench(
@@ -110,6 +111,8 @@ def run_spark_bench(
                 results.update(_sink(spark, bootstrap, records))
             if "latency" in parts:
                 results.update(_latency(spark, bootstrap, root, samples))
+            if "restart" in parts:
+                results.update(_restart(spark, bootstrap, root, records, partitions))
         finally:
             spark.stop()
     finally:
@@ -358,6 +361,78 @@ def _latency(spark: Any, bootstrap: str, root: Path, samples: int) -> dict[str, 
         "microbatch_latency_ms_p99": round(percentile(ordered, 0.99), 1),
         "microbatch_spark_ms_p50": spark_phases(query.recentProgress),
     }
+
+
+def _restart(
+    spark: Any, bootstrap: str, root: Path, records: int, partitions: int
+) -> dict[str, Any]:
+    """The first micro-batch after a restart: a query reads topic ``restart`` from its
+    end and stops; a backlog of a fifth of ``records`` is produced while it is down; the
+    query starts again from its checkpoint. Measured three times: ``first`` and
+    ``default`` with the whole backlog in the first micro-batch (Spark's default, as in
+    Kafka's source), ``capped`` with ``maxOffsetsPerTrigger`` a tenth of the backlog.
+    Run alone (``--parts restart``), ``first`` is the session's first job that reads
+    records, which starts Spark's Python workers. For each: seconds from ``start()`` to the first micro-batch with records
+    done, its rows and Spark's phases, and seconds to the backlog's end."""
+    backlog = max(records // 5, partitions)
+    results: dict[str, Any] = {"restart_backlog_records": backlog}
+    capped = max(backlog // 10, 1)
+    for label, limit in (("first", None), ("default", None), ("capped", capped)):
+        checkpoint = str(root / f"ck-restart-{label}")
+
+        def started(checkpoint: str = checkpoint, limit: int | None = limit) -> Any:
+            reader = (
+                spark.readStream.format("headwater")
+                .option("bootstrap", bootstrap)
+                .option("subscribe", "restart")
+                .option("startingOffsets", "latest")
+            )
+            if limit is not None:
+                reader = reader.option("maxOffsetsPerTrigger", str(limit))
+            return (
+                reader.load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", checkpoint)
+                .trigger(processingTime="100 milliseconds")
+                .start()
+            )
+
+        query = started()
+        deadline = time.monotonic() + 300
+        while not query.recentProgress and time.monotonic() < deadline:
+            time.sleep(0.05)  # the first micro-batch pins the start offsets
+        query.stop()
+        run_bench(
+            bootstrap,
+            "produce",
+            "--topic",
+            "restart",
+            "--records",
+            str(backlog),
+            "--partitions",
+            str(partitions),
+        )
+        began = time.monotonic()
+        query = started()
+        first_s = None
+        first: dict[str, Any] = {}
+        try:
+            read = 0
+            while read < backlog and time.monotonic() < deadline + 300:
+                progress = [p for p in query.recentProgress if p["numInputRows"]]
+                if progress and first_s is None:
+                    first_s = time.monotonic() - began
+                    first = progress[0]
+                read = sum(p["numInputRows"] for p in progress)
+                time.sleep(0.05)
+            caught_up_s = time.monotonic() - began
+        finally:
+            query.stop()
+        results[f"restart_{label}_first_microbatch_s"] = round(first_s or 0.0, 2)
+        results[f"restart_{label}_first_microbatch_rows"] = first.get("numInputRows")
+        results[f"restart_{label}_first_microbatch_spark_ms"] = first.get("durationMs")
+        results[f"restart_{label}_caught_up_s"] = round(caught_up_s, 2)
+    return results
 
 
 def spark_phases(progress: list[dict[str, Any]]) -> dict[str, float]:
