@@ -372,8 +372,9 @@ def _restart(
     ``default`` with the whole backlog in the first micro-batch (Spark's default, as in
     Kafka's source), ``capped`` with ``maxOffsetsPerTrigger`` a tenth of the backlog.
     Run alone (``--parts restart``), ``first`` is the session's first job that reads
-    records, which starts Spark's Python workers. For each: seconds from ``start()`` to the first micro-batch with records
-    done, its rows and Spark's phases, and seconds to the backlog's end."""
+    records, which starts Spark's Python workers. For each: seconds from ``start()``
+    to the first micro-batch with records done, its rows and Spark's phases, and
+    seconds to the backlog's end."""
     backlog = max(records // 5, partitions)
     results: dict[str, Any] = {"restart_backlog_records": backlog}
     capped = max(backlog // 10, 1)
