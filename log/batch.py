@@ -864,7 +864,8 @@ def decoded_records_max(fetched_bytes: int) -> int:
     bound: a compression bomb (400,000 null records compress with zstd into a 200-byte
     batch, and 4 MiB of such batches decode into 8 billion records), or records so alike
     that a reader takes them in more than one step. Arrow holds a decoded record in about
-    30 bytes, so a reader's memory stays within about 8 times what it fetched."""
+    30 bytes, so a reader's memory stays within about 8 times what it fetched, plus the
+    one batch it always decodes (bounded by the topic's max_message_bytes)."""
     return max(fetched_bytes // FETCHED_BYTES_PER_RECORD, DECODED_RECORDS_MIN)
 
 
@@ -876,7 +877,9 @@ def decode_batches_within(
     is always decoded, so that a reader moves on). Returns the decoded batches and
     whether they are all of ``buffer``'s; when not, the reader goes on from the last
     decoded batch's ``next_offset``. Each batch is checked (``verify_crc``) before it is
-    decompressed; of the batches past the stop only the first header is read."""
+    decompressed. Past the stop, only the next batch's header is read: a malformed header
+    there (a length or count out of range) fails the whole call, while damage its CRC
+    covers is left for the read that gets there."""
     result: list[DecodedBatch] = []
     records = 0
     for position, header in iter_headers(buffer, verify_crc=False):

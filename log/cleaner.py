@@ -70,6 +70,7 @@ class DamagedSegmentError(Exception):
 
     def __init__(self, view: SegmentView, cause: HeadwaterError) -> None:
         super().__init__(f"segment {view.base_offset}: {cause.message}")
+        self.segment = view.segment
         self.base_offset = view.base_offset
         self.next_offset = view.next_offset
 

@@ -435,11 +435,20 @@ class FileLog:
     def cleaned_offset(self) -> int:
         return self._cleaned_offset
 
+    def holds_segment(self, segment: Segment) -> bool:
+        """Whether ``segment`` (as a cleaning pass saw it) is still one of the log's: not
+        removed by retention, a truncation, a cleaning swap or the log's deletion."""
+        with self._lock:
+            return self._holds(segment)
+
+    def _holds(self, segment: Segment) -> bool:
+        return not self._closed and any(s is segment for s in self._segments)
+
     def read_segment(self, view: SegmentView, position: int, size: int) -> bytes:
         """``size`` bytes of a closed segment from ``position`` (a cleaning pass's read);
         CleaningAbortedError once the segment is no longer the log's as the pass saw it."""
         with self._lock:
-            if self._closed or not any(s is view.segment for s in self._segments):
+            if not self._holds(view.segment):
                 raise CleaningAbortedError(f"segment {view.base_offset} left the log")
             data = os.pread(view.segment.fd, size, position)
         if len(data) != size:

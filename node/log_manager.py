@@ -59,6 +59,7 @@ from headwater.log.cleaner import (
 )
 from headwater.log.file_log import CleaningAbortedError, FileLog, write_atomically
 from headwater.log.sealed_files import SEALED_FILES
+from headwater.log.segment import Segment
 from headwater.node.partition import Partition
 from headwater.raft.decisions import UNCLEAN_ELECTION_KEY
 from headwater.raft.image import MetadataImage, PartitionState
@@ -193,10 +194,13 @@ class LogManager:
             target=self._maintain, name="log-maintenance", daemon=True
         )
         self._maintenance.start()
-        self._cleaner_failed: dict[int, float] = {}  # id(log) -> monotonic time to retry
-        # log -> the end of a segment the cleaner could not decode: no pass while the log
-        # starts below it (retention or a deletion ends it; so does a restart).
-        self._damaged_below: weakref.WeakKeyDictionary[FileLog, int] = weakref.WeakKeyDictionary()
+        # log -> monotonic time to try again after a failed pass
+        self._cleaner_failed: weakref.WeakKeyDictionary[FileLog, float] = (
+            weakref.WeakKeyDictionary()
+        )
+        # log -> a segment of it the cleaner could not decode: no pass while the log holds
+        # it (retention, a truncation or the log's deletion ends that; so does a restart)
+        self._damaged: weakref.WeakKeyDictionary[FileLog, Segment] = weakref.WeakKeyDictionary()
         self.cleaner_throttle = Throttle(config.log_cleaner_io_max_bytes_per_s, self._stop)
         self._cleaner = threading.Thread(target=self._run_cleaner, name="log-cleaner", daemon=True)
         self._cleaner.start()
@@ -521,9 +525,9 @@ class LogManager:
             log = partition.log
             if not isinstance(log, FileLog) or not log.config.compacted:
                 continue
-            if self._cleaner_failed.get(id(log), 0) > time.monotonic():
+            if self._cleaner_failed.get(log, 0) > time.monotonic():
                 continue  # its last pass failed: the others go first for a while
-            if log.log_start_offset < self._damaged_below.get(log, -1):
+            if self._is_damaged(log):
                 continue  # a pass would stop at the same damage
             ratio = log.cleanable_ratio(now, partition.high_watermark)
             wanted = ratio > 0 and ratio >= log.config.min_cleanable_dirty_ratio
@@ -544,11 +548,12 @@ class LogManager:
         except CleaningStoppedError:
             raise
         except DamagedSegmentError as exc:
-            self._damaged_below[partition.log] = exc.next_offset
+            self._damaged[partition.log] = exc.segment
             _log.error(
                 "cleaning %s-%d stopped: %s; the partition is not cleaned while offsets "
-                "[%d, %d) are in its log (until retention removes them, the topic is "
-                "deleted, or the node restarts); its readers get CORRUPT_MESSAGE there",
+                "[%d, %d) are in its log (until retention or a truncation removes them, "
+                "the topic is deleted, or the node restarts); readers get CORRUPT_MESSAGE "
+                "there",
                 partition.topic,
                 partition.index,
                 exc,
@@ -566,7 +571,7 @@ class LogManager:
                 exc,
                 exc_info=not expected,
             )
-            self._cleaner_failed[id(partition.log)] = time.monotonic() + CLEANER_RETRY_S
+            self._cleaner_failed[partition.log] = time.monotonic() + CLEANER_RETRY_S
             return None
         if result is not None:
             _log.info(
@@ -587,8 +592,12 @@ class LogManager:
         return sum(
             1
             for log in (partition.log for partition in self.hosted())
-            if isinstance(log, FileLog) and log.log_start_offset < self._damaged_below.get(log, -1)
+            if isinstance(log, FileLog) and log.config.compacted and self._is_damaged(log)
         )
+
+    def _is_damaged(self, log: FileLog) -> bool:
+        damaged = self._damaged.get(log)
+        return damaged is not None and log.holds_segment(damaged)
 
     def _run_cleaner(self) -> None:
         """Background: clean one partition after another; wait log_cleaner_backoff_ms

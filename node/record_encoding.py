@@ -81,8 +81,8 @@ class DecodedAnswer:
 
     ``resume_offset``: where the next fetch goes on when not every record of the data read
     fits the answer (its size or DECODED_RECORDS_MAX), else None. ``too_large_bytes``: the
-    size of the first record's message when that record alone does not fit (then
-    ``records`` is empty), else 0."""
+    bytes the first record takes in an answer (its message and framing) when that
+    record alone does not fit (then ``records`` is empty), else 0."""
 
     records: list[pb.ConsumedRecord]
     resume_offset: int | None = None
@@ -124,7 +124,7 @@ def decoded_records(
                 record.value = row["value"]
             size = record.ByteSize() + RECORD_FRAMING_BYTES
             if used + size > bytes_max:
-                return DecodedAnswer(out, record.offset, 0 if out else record.ByteSize())
+                return DecodedAnswer(out, record.offset, 0 if out else size)
             used += size
             out.append(record)
         if taken.num_rows < records.num_rows:  # cut inside this batch by the count

@@ -588,8 +588,8 @@ class BrokerService(pb_grpc.BrokerServicer):
         partition.check_leader()
         partition.check_fetch_offset(offset)
         response_max = request.max_response_bytes or STOCK_RECEIVE_BYTES
-        records_max = response_max - RESPONSE_FRAMING_BYTES
-        max_bytes = min(request.max_bytes or self.config.fetch_bytes_default, records_max)
+        records_bytes_max = response_max - RESPONSE_FRAMING_BYTES
+        max_bytes = min(request.max_bytes or self.config.fetch_bytes_default, records_bytes_max)
         deadline = time.monotonic() + request.max_wait_ms / 1000
         result = partition.read(offset, max_bytes)
         while len(result.data) < max(request.min_bytes, 1) and time.monotonic() < deadline:
@@ -599,7 +599,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             result = partition.read(offset, max_bytes)
             if len(result.data) and len(result.data) >= request.min_bytes:
                 break
-        if len(result.data) > records_max:  # one batch alone, larger than the client takes
+        if len(result.data) > records_bytes_max:  # one batch alone, more than the client takes
             raise _too_large(offset, len(result.data), response_max)
         response = pb.FetchResponse(
             high_watermark=partition.high_watermark,
@@ -607,7 +607,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             next_offset=result.next_offset,
         )
         if request.format == pb.RECORD_FORMAT_RECORDS:
-            answer = decoded_records(result.data, offset, records_max)
+            answer = decoded_records(result.data, offset, bytes_max=records_bytes_max)
             if answer.too_large_bytes:
                 raise _too_large(offset, answer.too_large_bytes, response_max, "record")
             response.decoded.extend(answer.records)
@@ -615,8 +615,8 @@ class BrokerService(pb_grpc.BrokerServicer):
                 response.next_offset = answer.resume_offset
         else:
             response.records = result.data
-        if self.metrics is not None and result.data:
-            self.metrics.count_out(partition.topic, result.next_offset - offset, len(result.data))
+        if self.metrics is not None and result.data:  # what the answer holds, when cut
+            self.metrics.count_out(partition.topic, response.next_offset - offset, len(result.data))
         return response
 
     # ------------------------------------------------------------------ ListOffsets

@@ -67,11 +67,11 @@ come after the first bounded batch and the backlog is worked off in steps:
 spark.readStream.format("headwater").option("maxOffsetsPerTrigger", "1000000")
 ```
 
-Spark's own start-up comes first: a query's first micro-batch begins about 2.5 s after
-`start()` (Spark starts a Python process for the source's offsets), and the first job
-of a session that reads records takes about 3.5 s more while Spark starts its Python
-workers (2-core machine, BENCHMARKS.md; `headwater bench spark --parts restart`
-measures both).
+Spark's own start-up comes first: a query's first micro-batch ends about 2.7 s after
+`start()` even when it is small, 2.3 s of it before the micro-batch begins (Spark starts
+a Python process for the source's offsets), and the first job of a session that reads
+records takes about 3.5 s more while Spark starts its Python workers (2-core machine,
+BENCHMARKS.md; `headwater bench spark --parts restart` measures both).
 
 ## Errors
 

@@ -11,8 +11,9 @@ fixed up afterwards, so that the checks past the CRC are what is tried.
 Each case goes through what the broker runs on a produced batch (``validate_batch``, with
 a 1 MiB limit on the uncompressed body), what a consumer runs on a fetched one
 (``fetched_from``, then the records iterated as a ``poll`` result) and what the broker
-runs for a decoded-records Fetch (``decoded_records``). The only outcome allowed besides success is a HeadwaterError with a documented code
-(ALLOWED_CODES): anything else is a finding, printed with its case.
+runs for a decoded-records Fetch (``decoded_records``). The only outcome allowed besides
+success is a HeadwaterError with a documented code (ALLOWED_CODES): anything else is a
+finding, printed with its case.
 
 The cases run in a child process whose address space is capped (so an unbounded
 allocation is a MemoryError, a finding, not a stalled machine), and the parent watches

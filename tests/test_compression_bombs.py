@@ -59,7 +59,8 @@ def test_decoding_stops_before_the_batch_past_the_budget() -> None:
     small = b"".join(bf.encode_batch([b"v"] * 10, base_offset=10 * i) for i in range(5))
     decoded, complete = bf.decode_batches_within(small, bf.decoded_records_max(len(small)))
     assert len(decoded) == 5 and complete
-    # A damaged batch past the stop is left for the read that gets there.
+    # A batch past the stop damaged where its CRC covers is left for the read that gets
+    # there.
     damaged = bytearray(bombs(2))
     damaged[-5] ^= 0xFF
     decoded, complete = bf.decode_batches_within(bytes(damaged) + bomb(), records_max=1)

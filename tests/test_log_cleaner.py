@@ -448,6 +448,23 @@ def test_a_read_from_a_gap_that_runs_to_the_bound_moves_past_it(kind: str, tmp_p
     log.close()
 
 
+def test_a_damaged_segment_blocks_cleaning_only_while_the_log_holds_it(tmp_path: Path) -> None:
+    """The cleaner skips a log while it holds the segment it could not decode; once a
+    truncation (or retention, or a cleaning swap) removes that segment, the log is
+    cleanable again even though its start offset did not move."""
+    log = FileLog(tmp_path, config(), NOW_MS)
+    fill(log, 7, batches=120, keys=8)
+    plan = log.cleaning_plan(NOW_MS, log.log_end_offset)
+    assert plan is not None and len(plan.segments) > 2
+    damaged = plan.segments[1]
+    assert log.holds_segment(damaged.segment)
+    log.truncate_to(damaged.base_offset, NOW_MS)
+    assert log.log_start_offset == 0 and not log.holds_segment(damaged.segment)
+    assert log.holds_segment(plan.segments[0].segment)
+    log.close()
+    assert not log.holds_segment(plan.segments[0].segment)
+
+
 def test_a_segment_that_cannot_be_decoded_stops_cleaning_of_its_partition_once(
     tmp_path: Path,
 ) -> None:

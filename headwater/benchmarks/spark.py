@@ -403,6 +403,8 @@ def _restart(
         while not query.recentProgress and time.monotonic() < deadline:
             time.sleep(0.05)  # the first micro-batch pins the start offsets
         query.stop()
+        if not query.recentProgress:
+            raise click.ClickException("restart: the query made no micro-batch in 300 s")
         run_bench(
             bootstrap,
             "produce",
@@ -429,7 +431,11 @@ def _restart(
             caught_up_s = time.monotonic() - began
         finally:
             query.stop()
-        results[f"restart_{label}_first_microbatch_s"] = round(first_s or 0.0, 2)
+        if first_s is None or read < backlog:
+            raise click.ClickException(
+                f"restart: {read} of the {backlog} backlog records read in {caught_up_s:.0f} s"
+            )
+        results[f"restart_{label}_first_microbatch_s"] = round(first_s, 2)
         results[f"restart_{label}_first_microbatch_rows"] = first.get("numInputRows")
         results[f"restart_{label}_first_microbatch_spark_ms"] = first.get("durationMs")
         results[f"restart_{label}_caught_up_s"] = round(caught_up_s, 2)
