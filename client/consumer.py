@@ -46,7 +46,7 @@ from headwater.client.membership import (
 from headwater.client.positions import FetchPositions, TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
-from headwater.log.batch import decode_batches_within, decoded_records_max
+from headwater.log.batch import decode_batches_within
 from headwater.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
@@ -153,9 +153,7 @@ def fetched_from(
     second value is None when every batch was decoded, else the offset to read on from
     (the batches after it are fetched again)."""
     fetched = []
-    decoded, all_decoded = decode_batches_within(
-        data, decoded_records_max(len(data)), verify_crc=check_crcs
-    )
+    decoded, resume = decode_batches_within(data, verify_crc=check_crcs)
     for batch in decoded:
         if batch.header.is_control:
             continue
@@ -164,7 +162,7 @@ def fetched_from(
             records = records.slice(position - batch.header.base_offset)
         if records.num_rows:
             fetched.append(FetchedBatch(partition.topic, partition.partition, records))
-    return fetched, None if all_decoded else decoded[-1].header.next_offset
+    return fetched, resume
 
 
 class PollResult:

@@ -871,24 +871,27 @@ def decoded_records_max(fetched_bytes: int) -> int:
 
 
 def decode_batches_within(
-    buffer: bytes | memoryview, records_max: int, verify_crc: bool = True
-) -> tuple[list[DecodedBatch], bool]:
+    buffer: bytes | memoryview, records_max: int | None = None, verify_crc: bool = True
+) -> tuple[list[DecodedBatch], int | None]:
     """Decode the batches of a concatenation in order, stopping before the first whose
-    ``record_count`` would take the records decoded past ``records_max`` (the first batch
-    is always decoded, so that a reader moves on). Returns the decoded batches and
-    whether they are all of ``buffer``'s; when not, the reader goes on from the last
-    decoded batch's ``next_offset``. Each batch is checked (``verify_crc``) before it is
-    decompressed. Past the stop, only the next batch's header is read: a malformed header
-    there (a length or count out of range) fails the whole call, while damage its CRC
-    covers is left for the read that gets there."""
+    ``record_count`` would take the records decoded past ``records_max`` (by default
+    ``decoded_records_max(len(buffer))``; the first batch is always decoded, so that a
+    reader moves on). Returns the decoded batches and, when that left batches undecoded,
+    the offset the reader goes on from (the last decoded batch's ``next_offset``), else
+    None. Each batch is checked (``verify_crc``) before it is decompressed. Past the
+    stop, only the next batch's header is read: a malformed header there (a length or
+    count out of range) fails the whole call, while damage its CRC covers is left for
+    the read that gets there."""
+    if records_max is None:
+        records_max = decoded_records_max(len(buffer))
     result: list[DecodedBatch] = []
     records = 0
     for position, header in iter_headers(buffer, verify_crc=False):
         records += header.record_count
         if result and records > records_max:
-            return result, False
+            return result, result[-1].header.next_offset
         result.append(decode_batch(buffer, position, verify_crc=verify_crc))
-    return result, True
+    return result, None
 
 
 class InvalidTimestampError(HeadwaterError):

@@ -99,7 +99,7 @@ def decoded_records(
     follow the answer, not what the stored bytes decompress to."""
     out: list[pb.ConsumedRecord] = []
     used = 0
-    batches, all_decoded = batch_format.decode_batches_within(data, records_max)
+    batches, resume = batch_format.decode_batches_within(data, records_max)
     for decoded in batches:
         if decoded.header.is_control:
             continue  # markers, not records (docs/record-batch-format.md)
@@ -129,6 +129,4 @@ def decoded_records(
             out.append(record)
         if taken.num_rows < records.num_rows:  # cut inside this batch by the count
             return DecodedAnswer(out, records.column("offset")[room].as_py())
-    if not all_decoded:
-        return DecodedAnswer(out, batches[-1].header.next_offset)
-    return DecodedAnswer(out)
+    return DecodedAnswer(out, resume)

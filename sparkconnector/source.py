@@ -43,7 +43,7 @@ from headwater.client import Admin, ClientSecurity, LogReader, Producer
 from headwater.client.connection import Cluster
 from headwater.client.positions import TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.log.batch import decode_batches_within, decoded_records_max
+from headwater.log.batch import decode_batches_within
 from headwater.sparkconnector import planning
 from headwater.sparkconnector.planning import Key, OffsetRange, SourceOptions
 
@@ -325,12 +325,12 @@ def to_output(
     before ``position``, from the first batch, are dropped). Decodes at most
     ``decoded_records_max(len(data))`` records and always the first batch; when that
     leaves batches undecoded, the offset returned is the last decoded batch's end and
-    the second value is True (the caller fetches the rest again)."""
+    the third value is True (the caller fetches the rest again)."""
     columns: dict[str, list[pa.Array]] = {name: [] for name in schema.names}
     wanted = set(schema.names)
     next_offset = position
     rows = 0
-    batches, all_decoded = decode_batches_within(data, decoded_records_max(len(data)))
+    batches, resume = decode_batches_within(data)
     for decoded in batches:
         header = decoded.header
         records = decoded.records
@@ -359,7 +359,7 @@ def to_output(
                 headers = pc.if_else(pc.is_null(headers), _NO_HEADERS, headers)
             columns["headers"].append(headers)
     if rows == 0:
-        return None, next_offset, not all_decoded
+        return None, next_offset, resume is not None
     if "topic" in wanted:
         columns["topic"] = [pa.repeat(pa.scalar(offset_range.topic, pa.string()), rows)]
     if "partition" in wanted:
@@ -368,7 +368,7 @@ def to_output(
         parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
         for parts in (columns[name] for name in schema.names)
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema), next_offset, not all_decoded
+    return pa.RecordBatch.from_arrays(arrays, schema=schema), next_offset, resume is not None
 
 
 def read_range(

@@ -50,21 +50,22 @@ def test_a_bomb_is_small() -> None:
 
 def test_decoding_stops_before_the_batch_past_the_budget() -> None:
     data = bombs(3)
-    decoded, complete = bf.decode_batches_within(data, records_max=1000)
-    assert [d.header.base_offset for d in decoded] == [0] and not complete  # always one
-    decoded, complete = bf.decode_batches_within(data, records_max=2 * BOMB_RECORDS)
-    assert len(decoded) == 2 and not complete
-    decoded, complete = bf.decode_batches_within(data, records_max=3 * BOMB_RECORDS)
-    assert len(decoded) == 3 and complete
+    decoded, resume = bf.decode_batches_within(data, records_max=1000)
+    assert [d.header.base_offset for d in decoded] == [0]  # always one
+    assert resume == BOMB_RECORDS
+    decoded, resume = bf.decode_batches_within(data, records_max=2 * BOMB_RECORDS)
+    assert len(decoded) == 2 and resume == 2 * BOMB_RECORDS
+    decoded, resume = bf.decode_batches_within(data, records_max=3 * BOMB_RECORDS)
+    assert len(decoded) == 3 and resume is None
     small = b"".join(bf.encode_batch([b"v"] * 10, base_offset=10 * i) for i in range(5))
-    decoded, complete = bf.decode_batches_within(small, bf.decoded_records_max(len(small)))
-    assert len(decoded) == 5 and complete
+    decoded, resume = bf.decode_batches_within(small)
+    assert len(decoded) == 5 and resume is None
     # A batch past the stop damaged where its CRC covers is left for the read that gets
     # there.
     damaged = bytearray(bombs(2))
     damaged[-5] ^= 0xFF
-    decoded, complete = bf.decode_batches_within(bytes(damaged) + bomb(), records_max=1)
-    assert len(decoded) == 1 and not complete
+    decoded, resume = bf.decode_batches_within(bytes(damaged) + bomb(), records_max=1)
+    assert len(decoded) == 1 and resume == BOMB_RECORDS
 
 
 def test_the_broker_decodes_only_what_an_answer_holds() -> None:

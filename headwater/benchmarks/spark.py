@@ -421,7 +421,7 @@ def _restart(
         first: dict[str, Any] = {}
         try:
             read = 0
-            while read < backlog and time.monotonic() < deadline + 300:
+            while read < backlog and time.monotonic() < began + 300:
                 progress = [p for p in query.recentProgress if p["numInputRows"]]
                 if progress and first_s is None:
                     first_s = time.monotonic() - began
