@@ -65,7 +65,13 @@ def status_json(metadata: Any) -> dict[str, Any]:
         "metadata_offset": metadata.metadata_offset,
         "answered_by": metadata.node_id,
         "brokers": [
-            {"id": b.node_id, "address": b.address, "rack": b.rack, "state": b.state}
+            {
+                "id": b.node_id,
+                "address": b.address,
+                "rack": b.rack,
+                "state": b.state,
+                "log_dir_problem": b.log_dir_problem,
+            }
             for b in metadata.brokers
         ],
         "topics": len(metadata.topics),
@@ -87,6 +93,12 @@ def print_status(data: dict[str, Any]) -> None:
     for broker in data["brokers"]:
         table.add_row(str(broker["id"]), broker["address"], broker["rack"], broker["state"])
     _out.print(table)
+    for broker in data["brokers"]:
+        if broker["log_dir_problem"]:
+            _out.print(
+                f"broker {broker['id']}: data folder offline: {broker['log_dir_problem']}",
+                markup=False,
+            )
     _out.print(
         f"{data['topics']} topic(s), {data['partitions']} partition(s): "
         f"{data['offline_partitions']} offline, "

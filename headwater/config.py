@@ -563,6 +563,17 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         high=DAY_MS,
     ),
     Setting(
+        "log_dir_free_bytes_min",
+        16 * MiB,
+        "Free space the data folder must have before the node brings it back online after "
+        "a write there failed (a full disk): it then writes and fsyncs a test file of up to "
+        "1 MiB, and opens its logs again only if that works. Room for the replicas it hosts "
+        "to catch up keeps the folder from filling again at once.",
+        unit="bytes",
+        low=0,
+        high=INT64_MAX,
+    ),
+    Setting(
         "log_level",
         "info",
         "Logging threshold.",
@@ -789,6 +800,7 @@ class NodeConfig:
     log_cleaner_keys_max: int = 1_000_000
     log_cleaner_backoff_ms: int = 15_000
     retention_check_interval_ms: int = 60_000
+    log_dir_free_bytes_min: int = 16 * MiB
     log_level: str = "info"
     segment_bytes: int = 1 << 30
     min_insync_replicas: int = 1

@@ -71,12 +71,13 @@ partition (reads are one pread each, so the lock is held briefly).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import logging
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -121,11 +122,16 @@ _log = logging.getLogger(__name__)
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data``: write a temporary file, fsync it, rename, fsync dir."""
     temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):  # give its blocks back (a full disk)
+            temporary.unlink(missing_ok=True)
+        raise
     fsync_directory(path.parent)
 
 
@@ -215,6 +221,12 @@ class FileLog:
         self._recovery_point = 0
         self.damage = ""
         """What recovery cut and set aside at open ("" when nothing)."""
+        self.failure = ""
+        """Why the log stopped taking writes ("" while it takes them): a write to its
+        files failed (see ``_fail``)."""
+        self.on_storage_failure: Callable[[FileLog, OSError], None] | None = None
+        """Called once, with the log's lock held, when a write to its files fails (the
+        node takes the folder offline); it must not block or take other logs' locks."""
         self._damaged_from = NO_DAMAGE
         self._last_flush_ms = now_ms
         self._epochs = LeaderEpochCache()
@@ -461,51 +473,56 @@ class FileLog:
         """Make the cleaned copies (written and fsynced in ``cleaning_dir``) the log's
         segments, atomically (see the module docstring), and record that the log is clean
         below ``cleaned_offset``. False, and nothing changed, when a segment cleaned is
-        no longer the log's as the pass saw it."""
+        no longer the log's as the pass saw it (or the log is closed or failed)."""
         with self._lock:
-            if self._closed:
+            if self._closed or self.failure:
                 return False
-            places = []
-            for view, _output in cleaned:
-                place = next((i for i, s in enumerate(self._segments) if s is view.segment), None)
-                if (
-                    place is None
-                    or place == len(self._segments) - 1
-                    or view.segment.size != view.size
-                ):
-                    return False
-                places.append(place)
-            self._raise_gap_bound(cleaned_offset)
-            os.rename(cleaning_dir, self.directory / SWAP_DIR)
-            fsync_directory(self.directory)
-            self._finish_swap()
-            for place, (view, _output) in zip(places, cleaned, strict=True):
-                original = self._segments[place]
-                replacement = Segment(
-                    self.directory,
-                    view.base_offset,
-                    self.config.index_interval_bytes,
-                    self._lock,
-                    self.gaps,
-                )
-                replacement.created_ms = original.created_ms
-                replacement.load(trust_index=True)
-                replacement.next_offset = original.next_offset  # it covers its gap
-                original.close()  # its files were replaced; the old handle goes
-                replacement.seal()
-                self._segments[place] = replacement
-            # A segment the cleaner emptied goes (but the first: it holds the log start
-            # offset); the one before it covers its offsets.
-            for place in sorted(places, reverse=True):
-                emptied = self._segments[place]
-                if place > 0 and emptied.size == 0:
-                    self._segments[place - 1].next_offset = emptied.next_offset
-                    emptied.delete()
-                    del self._segments[place]
-            fsync_directory(self.directory)
-            self._cleaned_offset = max(self._cleaned_offset, cleaned_offset)
-            write_checked_offset(self.directory / CLEANER_OFFSET_FILE, self._cleaned_offset)
-            return True
+            try:
+                return self._swap_cleaned_locked(cleaned, cleaning_dir, cleaned_offset)
+            except OSError as exc:
+                # A crash here would leave swap/ for the next open to finish: so does this.
+                raise self._fail("cleaning swap", exc) from exc
+
+    def _swap_cleaned_locked(
+        self, cleaned: list[tuple[SegmentView, Segment]], cleaning_dir: Path, cleaned_offset: int
+    ) -> bool:
+        places = []
+        for view, _output in cleaned:
+            place = next((i for i, s in enumerate(self._segments) if s is view.segment), None)
+            if place is None or place == len(self._segments) - 1 or view.segment.size != view.size:
+                return False
+            places.append(place)
+        self._raise_gap_bound(cleaned_offset)
+        os.rename(cleaning_dir, self.directory / SWAP_DIR)
+        fsync_directory(self.directory)
+        self._finish_swap()
+        for place, (view, _output) in zip(places, cleaned, strict=True):
+            original = self._segments[place]
+            replacement = Segment(
+                self.directory,
+                view.base_offset,
+                self.config.index_interval_bytes,
+                self._lock,
+                self.gaps,
+            )
+            replacement.created_ms = original.created_ms
+            replacement.load(trust_index=True)
+            replacement.next_offset = original.next_offset  # it covers its gap
+            original.close()  # its files were replaced; the old handle goes
+            replacement.seal()
+            self._segments[place] = replacement
+        # A segment the cleaner emptied goes (but the first: it holds the log start
+        # offset); the one before it covers its offsets.
+        for place in sorted(places, reverse=True):
+            emptied = self._segments[place]
+            if place > 0 and emptied.size == 0:
+                self._segments[place - 1].next_offset = emptied.next_offset
+                emptied.delete()
+                del self._segments[place]
+        fsync_directory(self.directory)
+        self._cleaned_offset = max(self._cleaned_offset, cleaned_offset)
+        write_checked_offset(self.directory / CLEANER_OFFSET_FILE, self._cleaned_offset)
+        return True
 
     # ------------------------------------------------------------------ producers
 
@@ -620,8 +637,7 @@ class FileLog:
             raise batch_format.CorruptBatchError(
                 f"payload is {len(batch)} bytes but the batch header says {header.total_size}"
             )
-        with self._lock:
-            self._check_open()
+        with self._lock, self._writing("append"):
             base_offset = self.log_end_offset
             duplicate = answer_to_producer(self._producers, header, self.log_start_offset)
             if duplicate is not None:
@@ -641,8 +657,7 @@ class FileLog:
             raise batch_format.CorruptBatchError(
                 f"payload is {len(batch)} bytes but the batch header says {header.total_size}"
             )
-        with self._lock:
-            self._check_open()
+        with self._lock, self._writing("append"):
             end = self.log_end_offset
             if header.base_offset != end and not (
                 self.config.compacted and header.base_offset > end
@@ -667,22 +682,62 @@ class FileLog:
     def _append_locked(
         self, prefix: bytes, batch: bytes | memoryview, header: batch_format.BatchHeader
     ) -> AppendInfo:
+        """Append to the active segment, then the epoch checkpoint and (flush policy
+        ``ack``) the fsync: all or nothing. When a step after the segment's write fails,
+        the segment is rolled back to its size before (``Segment.roll_back``) and the
+        epoch cache restored, before the error is raised: nothing the caller is told
+        failed stays in the log, so a retry never stores a batch twice."""
         active = self._segments[-1]
+        mark = active.append(prefix, batch, header)
+        epochs_before = self._epochs.entries
         try:
-            active.append(prefix, batch, header)
-        except OSError as exc:
-            raise HeadwaterError(
-                ErrorCode.KAFKA_STORAGE_ERROR,
-                f"cannot write to {active.log_path}: {exc.strerror}",
-            ) from exc
-        if self._epochs.assign(header.leader_epoch, header.base_offset):
-            self._write_epochs()
+            if self._epochs.assign(header.leader_epoch, header.base_offset):
+                self._write_epochs()
+            if self.config.flush_policy is FlushPolicy.ACK:
+                self._flush_locked()
+        except BaseException:
+            active.roll_back(mark)
+            self._epochs = LeaderEpochCache(epochs_before)
+            self._recovery_point = min(self._recovery_point, self.log_end_offset)
+            raise
         if header.producer_id != producer_state.NO_PRODUCER:
             producer_state.record_header(self._producers, header)
-        if self.config.flush_policy is FlushPolicy.ACK:
-            self._flush_locked()
         return AppendInfo(
             header.base_offset, header.last_offset, header.record_count, self.log_start_offset
+        )
+
+    # ------------------------------------------------------------------ storage failures
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """Guard one write path (under the lock): refused with KAFKA_STORAGE_ERROR once
+        the log has failed; an OSError inside fails the log (``_fail``) and is raised as
+        KAFKA_STORAGE_ERROR naming the folder and the errno."""
+        self._check_open()
+        if self.failure:
+            raise HeadwaterError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"log {self.directory} failed ({self.failure}); it takes no writes until "
+                "the node opens it again",
+            )
+        try:
+            yield
+        except OSError as exc:
+            raise self._fail(what, exc) from exc
+
+    def _fail(self, what: str, exc: OSError) -> HeadwaterError:
+        """The log's files could not be written (or read back): it takes no more writes,
+        writes no clean-shutdown marker, and tells ``on_storage_failure`` (the node
+        takes its folder offline). What it holds is what its segments count: every
+        write path rolled back before raising."""
+        problem = f"{what} failed: {exc}"
+        if not self.failure:
+            self.failure = problem
+            listener = self.on_storage_failure
+            if listener is not None:
+                listener(self, exc)
+        return HeadwaterError(
+            ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write to log {self.directory}: {problem}"
         )
 
     # ------------------------------------------------------------------ replication
@@ -693,9 +748,14 @@ class FileLog:
 
     def assign_epoch(self, epoch: int) -> None:
         """A new leader's epoch begins at the current log end offset."""
-        with self._lock:
+        with self._lock, self._writing("leader epoch checkpoint"):
+            before = self._epochs.entries
             if self._epochs.assign(epoch, self.log_end_offset):
-                self._write_epochs()
+                try:
+                    self._write_epochs()
+                except OSError:
+                    self._epochs = LeaderEpochCache(before)
+                    raise
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(largest epoch <= ``epoch``, where it ends): see LeaderEpochCache.end_offset_for."""
@@ -706,8 +766,7 @@ class FileLog:
         """Remove every batch that holds an offset >= ``offset``; return the new log end
         offset (``offset``, or less when ``offset`` falls inside a batch). An ``offset`` at
         or before the log start empties the log, which then starts at ``offset``."""
-        with self._lock:
-            self._check_open()
+        with self._lock, self._writing("truncation"):
             if offset >= self.log_end_offset:
                 # Nothing to cut, but an epoch this replica began without writing is gone.
                 if self._epochs.truncate_from_end(self.log_end_offset):
@@ -728,8 +787,7 @@ class FileLog:
     def reset_to(self, offset: int, now_ms: int) -> None:
         """Delete every segment and start empty at ``offset`` (a follower behind its
         leader's log start offset)."""
-        with self._lock:
-            self._check_open()
+        with self._lock, self._writing("reset"):
             self._reset_locked(offset, now_ms)
 
     def _reset_locked(self, offset: int, now_ms: int) -> None:
@@ -795,8 +853,7 @@ class FileLog:
         self._write_recovery_point()
 
     def flush(self) -> None:
-        with self._lock:
-            self._check_open()
+        with self._lock, self._writing("flush"):
             self._flush_locked()
 
     def maybe_flush(self, now_ms: int) -> bool:
@@ -804,16 +861,20 @@ class FileLog:
         if self.config.flush_policy is not FlushPolicy.INTERVAL:
             return False
         with self._lock:
-            if self._closed or now_ms - self._last_flush_ms < self.config.flush_interval_ms:
+            if (
+                self._closed
+                or self.failure
+                or now_ms - self._last_flush_ms < self.config.flush_interval_ms
+            ):
                 return False
             self._last_flush_ms = now_ms
-            self._flush_locked()
+            with self._writing("flush"):
+                self._flush_locked()
             return True
 
     def delete_expired(self, now_ms: int) -> int:
         """Apply retention, and forget producers silent for producer_id_expiration_ms."""
-        with self._lock:
-            self._check_open()
+        with self._lock, self._writing("retention"):
             self._producers = dict(
                 producer_state.expire(
                     self._producers, now_ms, self.config.producer_id_expiration_ms
@@ -877,6 +938,8 @@ class FileLog:
                     if error.code is ErrorCode.KAFKA_STORAGE_ERROR:
                         self._note_damage(segment, error.message)
                     raise
+                except OSError as exc:
+                    raise self._fail("read", exc) from exc
                 if data:
                     return ReadResult(data, next_offset)
                 if segment is self._segments[-1]:
@@ -897,7 +960,12 @@ class FileLog:
             _log.error("log %s: %s", self.directory, problem)
             self._damaged_from = segment.base_offset
             self._recovery_point = min(self._recovery_point, segment.base_offset)
-            self._write_recovery_point()
+            try:
+                self._write_recovery_point()
+            except OSError as exc:
+                # No clean-shutdown marker is written either: the next open scans past
+                # the recovery point on disk, and reads find the damage again until then.
+                _log.error("log %s: cannot record the damage: %s", self.directory, exc)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         with self._lock:
@@ -927,24 +995,45 @@ class FileLog:
             raise HeadwaterError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.directory} is closed")
 
     def close(self) -> None:
-        """Flush everything, write the clean-shutdown marker and release the files."""
+        """Flush everything, write the clean-shutdown marker and release the files. Every
+        file is released even when writing fails (a full disk): the marker is then not
+        written, so the next open recovers the log from its files (nothing is lost:
+        every write path rolled back what it could not finish)."""
         with self._lock:
             if self._closed:
                 return
-            self._flush_locked(closing=True)
-            # Sealed segments were flushed when they rolled; the active one holds the
-            # index entries written since.
-            self._segments[-1].flush()
-            if self._producers:
+            problem = self.failure or ("damaged" if self._damaged_from != NO_DAMAGE else "")
+            try:
+                if not self.failure:
+                    self._flush_locked(closing=True)
+                    # Sealed segments were flushed when they rolled; the active one holds
+                    # the index entries written since.
+                    self._segments[-1].flush()
+            except OSError as exc:
+                problem = f"flush failed: {exc}"
+            if self._producers and not problem:
                 try:
                     self._write_producer_snapshot()
                 except OSError as exc:  # the next open replays the log instead
                     _log.warning("log %s: producer snapshot not written: %s", self.directory, exc)
             for segment in self._segments:
-                segment.close()
-            if self._damaged_from == NO_DAMAGE:
-                write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+                try:
+                    segment.close()
+                except OSError as exc:
+                    problem = problem or f"closing segment {segment.base_offset} failed: {exc}"
             self._closed = True
+            if not problem:
+                try:
+                    write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+                except OSError as exc:
+                    problem = f"the clean-shutdown marker was not written: {exc}"
+            if problem and problem != "damaged":
+                _log.warning(
+                    "log %s closed without a clean shutdown (%s): the next start recovers "
+                    "it from its files",
+                    self.directory,
+                    problem,
+                )
 
     def abandon(self) -> None:
         """Release the files without flushing or marking a clean shutdown (tests, deletion)."""

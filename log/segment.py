@@ -15,8 +15,16 @@ appends ~8x faster (0.7 GB/s -> 6 GB/s). The file size stays the logical end, so
 and recovery never see the reserve; closing, rolling and opening a segment give unused
 blocks back (``release_reserve``), so an idle partition holds at most a few MiB.
 
-Open files: the active segment holds its ``.log`` and both index writers open. A sealed
-segment (``seal``: no longer written) closes its index writers, and its ``.log`` handle
+Appends are all or nothing: ``append`` writes the batch, then its index entries (one
+unbuffered write per entry, so that no failure can surface later, at another batch's
+write), and when any of those writes fails (ENOSPC, EIO) it cuts all three files back to
+their sizes before the append (``AppendMark``) and restores the in-memory index before it
+raises. A failed preallocation is released at once (on ext4 a failing fallocate leaves
+the blocks it took). So a segment never holds a batch, or an index entry, that its
+``size`` and ``next_offset`` do not count.
+
+Open files: the active segment holds its ``.log`` and both index files open. A sealed
+segment (``seal``: no longer written) closes its index files, and its ``.log`` handle
 joins ``headwater.log.sealed_files.SEALED_FILES``, a bounded set that closes the least
 recently used handles and lets the next read open them again; so a log's open files do
 not grow with its segment count.
@@ -27,6 +35,7 @@ Thread-safety: none of its own; every use holds the owning FileLog's lock
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -34,7 +43,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Final
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
@@ -106,6 +115,18 @@ class GapBound:
 
 
 @dataclass(frozen=True, slots=True)
+class AppendMark:
+    """A segment's state before an append: what ``Segment.roll_back`` restores."""
+
+    size: int
+    next_offset: int
+    max_timestamp: int
+    last_indexed_position: int
+    index_file_bytes: int
+    time_file_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class ScanResult:
     """Outcome of scanning a segment's .log: valid bytes, next offset, max timestamp, and
     the reason the scan stopped early (None when the whole file was valid)."""
@@ -146,9 +167,11 @@ class Segment:
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.index = SegmentIndex()
-        # Opened by the first index entry written (see _index_writers).
-        self._index_file: BinaryIO | None = None
-        self._time_file: BinaryIO | None = None
+        # Opened by the first index entry written (see _index_fds), with their sizes.
+        self._index_fd: int | None = None
+        self._time_fd: int | None = None
+        self._index_file_bytes = 0
+        self._time_file_bytes = 0
         self._last_indexed_position = -1
         self.created_ms = 0
 
@@ -178,27 +201,36 @@ class Segment:
             os.close(self._fd)
             self._fd = None
 
-    def _index_writers(self) -> tuple[BinaryIO, BinaryIO]:
-        if self._index_file is None or self._time_file is None:
-            self._close_index_writers()
-            self._index_file = open(self.index_path, "ab", buffering=64 * 1024)  # noqa: SIM115
-            self._time_file = open(self.time_index_path, "ab", buffering=64 * 1024)  # noqa: SIM115
-        return self._index_file, self._time_file
+    def _index_fds(self) -> tuple[int, int]:
+        """The index files, opened for appending (their sizes in ``_index_file_bytes``,
+        ``_time_file_bytes``)."""
+        if self._index_fd is None or self._time_fd is None:
+            self._close_index_files()
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            index_fd = os.open(self.index_path, flags, 0o644)
+            try:
+                time_fd = os.open(self.time_index_path, flags, 0o644)
+            except OSError:
+                os.close(index_fd)
+                raise
+            self._index_fd, self._time_fd = index_fd, time_fd
+            self._index_file_bytes = os.fstat(index_fd).st_size
+            self._time_file_bytes = os.fstat(time_fd).st_size
+        return self._index_fd, self._time_fd
 
-    def _close_index_writers(self) -> None:
-        for file in (self._index_file, self._time_file):
-            if file is not None:
-                file.close()
-        self._index_file = self._time_file = None
+    def _close_index_files(self) -> None:
+        for fd in (self._index_fd, self._time_fd):
+            if fd is not None:
+                os.close(fd)
+        self._index_fd = self._time_fd = None
 
     def seal(self) -> None:
         """The segment will not be written again (a later one is active): give back its
-        reserve, close its index writers (after writing them out), and let its ``.log``
-        handle join the bounded set."""
+        reserve, close its index files, and let its ``.log`` handle join the bounded set."""
         if self.sealed:
             return
         self.release_reserve()
-        self._close_index_writers()  # closing writes them out
+        self._close_index_files()
         self.sealed = True
         if self._fd is not None:
             SEALED_FILES.opened(self)
@@ -228,7 +260,8 @@ class Segment:
         self, verify_crc: bool, start_position: int = 0, start_offset: int | None = None
     ) -> ScanResult:
         """Walk the batches from ``start_position``: check headers, contiguity (and CRCs),
-        stop at the first bad or torn batch, and add index entries for the batches walked."""
+        stop at the first bad or torn batch, and add index entries for the batches walked
+        to the in-memory index (the caller writes the files)."""
         position = start_position
         next_offset = self.base_offset if start_offset is None else start_offset
         max_timestamp = self.max_timestamp
@@ -274,6 +307,7 @@ class Segment:
                     if self.index.timestamps:
                         self.max_timestamp = self.index.timestamps[-1]
                     start = self.index.positions[-1]
+                    entries_before = len(self.index.positions), len(self.index.timestamps)
                     # The tail scan re-adds nothing before `start`; index only what follows.
                     result = self.scan(
                         verify_crc=False,
@@ -285,6 +319,11 @@ class Segment:
                             result.next_offset,
                             result.max_timestamp,
                         )
+                        if entries_before != (
+                            len(self.index.positions),
+                            len(self.index.timestamps),
+                        ):
+                            self.rewrite_index_files()
                         return result
                     _log.warning(
                         "rebuilding index of segment %s: %s", self.log_path, result.problem
@@ -302,28 +341,40 @@ class Segment:
         self._last_indexed_position = -1
         self.max_timestamp = -1
 
-    def _maybe_index(self, position: int, header: batch_format.BatchHeader) -> bytes:
+    def _maybe_index(
+        self, position: int, header: batch_format.BatchHeader
+    ) -> tuple[bytes, bytes] | None:
+        """Add the batch at ``position`` to the in-memory index when it is due an entry;
+        return the bytes of its entries (offset, time: b"" when the maximum timestamp did
+        not grow) for the files, or None when it is due none."""
         if position <= self._last_indexed_position:
-            return b""
+            return None
         if (
             self._last_indexed_position >= 0
             and position - self._last_indexed_position < self.index_interval_bytes
         ):
-            return b""
+            return None
         self._last_indexed_position = position
         relative = header.base_offset - self.base_offset
-        index_file, time_file = self._index_writers()
         entry = self.index.maybe_add_offset(relative, position)
-        index_file.write(entry)
         time_entry = self.index.maybe_add_time(
             max(self.max_timestamp, header.max_timestamp), relative
         )
+        return entry, time_entry
+
+    def _write_index_entries(self, entries: tuple[bytes, bytes]) -> None:
+        """Append index entries to the files. On an OSError the files may lack them: the
+        caller rolls back (``roll_back``)."""
+        entry, time_entry = entries
+        index_fd, time_fd = self._index_fds()
+        write_all(index_fd, [memoryview(entry)])
+        self._index_file_bytes += len(entry)
         if time_entry:
-            time_file.write(time_entry)
-        return entry
+            write_all(time_fd, [memoryview(time_entry)])
+            self._time_file_bytes += len(time_entry)
 
     def rewrite_index_files(self) -> None:
-        self._close_index_writers()
+        self._close_index_files()
         self.index_path.write_bytes(self.index.offset_file_bytes())
         self.time_index_path.write_bytes(self.index.time_file_bytes())
 
@@ -331,9 +382,12 @@ class Segment:
 
     def append(
         self, prefix: bytes, batch: bytes | memoryview, header: batch_format.BatchHeader
-    ) -> None:
+    ) -> AppendMark:
         """Append one batch at the end: ``prefix`` (its stamped first 16 bytes, see
-        batch.stamp_prefix) then ``batch[16:]``, in one writev and without copying."""
+        batch.stamp_prefix) then ``batch[16:]``, in one writev and without copying, then
+        its index entries. Returns the state before it, for the caller to ``roll_back``
+        to when a later step of its append fails. On an OSError the segment is already
+        back at that state (see the module doc) when it is raised."""
         if not self.gaps.allows(self.next_offset, header.base_offset):
             raise HeadwaterError(
                 ErrorCode.KAFKA_STORAGE_ERROR,
@@ -341,21 +395,62 @@ class Segment:
                 f"{self.next_offset} in segment {self.log_path} (a gap above {self.gaps.offset}, "
                 "where offsets must be contiguous)",
             )
-        position = self.size
+        mark = self.mark()
         total = len(batch)
         self._maybe_reserve(total)
         try:
             write_all(self.fd, [memoryview(prefix), memoryview(batch)[16:]])
+            entries = self._maybe_index(mark.size, header)
+            if entries is not None:
+                self._write_index_entries(entries)
         except OSError:
-            os.ftruncate(self.fd, position)
+            self.roll_back(mark)
             raise
-        self._maybe_index(position, header)
         self.size += total
         self.next_offset = header.next_offset
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+        return mark
+
+    def mark(self) -> AppendMark:
+        """The segment's state now (see ``roll_back``)."""
+        if self._index_fd is None:
+            # No index file open: what the files hold is what the index held when
+            # they were last written whole (load, rewrite), which is all of it.
+            self._index_file_bytes = 8 * len(self.index.positions)
+            self._time_file_bytes = 12 * len(self.index.timestamps)
+        return AppendMark(
+            self.size,
+            self.next_offset,
+            self.max_timestamp,
+            self._last_indexed_position,
+            self._index_file_bytes,
+            self._time_file_bytes,
+        )
+
+    def roll_back(self, mark: AppendMark) -> None:
+        """Undo every append since ``mark`` (taken on this segment, which no truncation
+        or roll has changed since): the three files are cut back to their sizes then
+        and the in-memory state restored. Cutting a file short needs no free space, so
+        this holds on a full disk; an OSError here (the device failed) is raised, and
+        the caller must then stop using the log (its files may hold a partial batch past
+        ``size``, which the next open's recovery cuts)."""
+        self.index.truncate_to_position(mark.size)
+        self.size = mark.size
+        self.next_offset = mark.next_offset
+        self.max_timestamp = mark.max_timestamp
+        self._last_indexed_position = mark.last_indexed_position
+        os.ftruncate(self.fd, mark.size)
+        self._reserved = mark.size
+        if self._index_fd is not None and self._time_fd is not None:
+            os.ftruncate(self._index_fd, mark.index_file_bytes)
+            os.ftruncate(self._time_fd, mark.time_file_bytes)
+            self._index_file_bytes = mark.index_file_bytes
+            self._time_file_bytes = mark.time_file_bytes
 
     def _maybe_reserve(self, incoming_bytes: int) -> None:
-        """Reserve blocks for the next append and a chunk beyond it (see the module doc)."""
+        """Reserve blocks for the next append and a chunk beyond it (see the module doc).
+        A reservation that fails takes nothing: what a failing fallocate allocated before
+        it stopped (ext4 keeps it) is given back at once."""
         needed = self.size + incoming_bytes
         if needed <= self._reserved or _fallocate is None:
             return
@@ -363,8 +458,10 @@ class Segment:
         target = needed + chunk
         if _fallocate(self.fd, FALLOC_FL_KEEP_SIZE, self._reserved, target - self._reserved) == 0:
             self._reserved = target
-        else:
-            self._reserved = needed  # no reserve (unsupported, or the disk is full)
+            return
+        with contextlib.suppress(OSError):  # the append's own write reports a failure
+            os.ftruncate(self.fd, self.size)
+        self._reserved = self.size  # no reserve (unsupported, or the disk is full)
 
     def release_reserve(self) -> None:
         """Give reserved blocks past the end back to the file system."""
@@ -401,10 +498,9 @@ class Segment:
 
     def flush(self) -> None:
         os.fdatasync(self.fd)
-        for file in (self._index_file, self._time_file):
-            if file is not None:
-                file.flush()
-                os.fdatasync(file.fileno())
+        for fd in (self._index_fd, self._time_fd):
+            if fd is not None:
+                os.fdatasync(fd)
 
     # ------------------------------------------------------------------ reading
 
@@ -486,10 +582,14 @@ class Segment:
         return chunk[first:end], next_offset
 
     def close(self) -> None:
+        """Release the files (every handle is closed even when giving back the reserve
+        fails: it is then given back when the segment is next opened)."""
         SEALED_FILES.forget(self)
-        self.release_reserve()
-        self._close_index_writers()
-        self.drop_handle()
+        try:
+            self.release_reserve()
+        finally:
+            self._close_index_files()
+            self.drop_handle()
 
     def delete(self) -> None:
         self.close()

@@ -21,6 +21,11 @@ the lease has already ended. A leader that was paused, or cut off from the contr
 serving as leader (produce, replica fetch, OffsetForLeaderEpoch) once its lease runs out,
 before it could learn from the metadata that it was deposed.
 
+Log directory: heartbeats carry ``log_dir_problem`` (non-empty while the data folder is
+offline, see ``headwater.node.log_manager``); ``report_log_dir`` sets it and sends a
+heartbeat at once, so the controller moves leadership off a broker whose disk filled
+without waiting for the next interval.
+
 Controlled shutdown (SIGTERM): heartbeats carry ``want_shutdown`` until the controller
 answers that leadership has moved away (or ``controlled_shutdown_timeout_ms`` passes);
 only then does the node stop serving.
@@ -29,6 +34,7 @@ only then does the node stop serving.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import uuid
@@ -79,6 +85,9 @@ class BrokerLifecycle:
         self._task: asyncio.Task[None] | None = None
         self._lease_s = leadership_lease_s(config)
         self._lease_until = 0.0  # event-loop time
+        self.log_dir_problem = ""
+        """Sent with every heartbeat: why the data folder is offline ("" when online)."""
+        self._wake = asyncio.Event()
 
     def lease_valid(self) -> bool:
         """Does this broker hold a leadership lease now (see the module doc)?"""
@@ -86,6 +95,12 @@ class BrokerLifecycle:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def report_log_dir(self, problem: str) -> None:
+        """The data folder went offline (``problem``) or came back (""): heartbeat now."""
+        if problem != self.log_dir_problem:
+            self.log_dir_problem = problem
+            self._wake.set()
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
@@ -103,6 +118,7 @@ class BrokerLifecycle:
                     lambda image: bool(image.controller_internal_address), 1.0
                 )
                 continue
+            self._wake.clear()  # a report from now on is sent by this call or the next
             try:
                 if self.broker_epoch < 0:
                     await self._register(address)
@@ -118,7 +134,8 @@ class BrokerLifecycle:
                     _log.debug("controller call failed: %s", problem)
                 await asyncio.sleep(RETRY_S)
                 continue
-            await asyncio.sleep(interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval_s)
 
     async def _register(self, address: str) -> None:
         response = await self.peers.controller(address).RegisterBroker(
@@ -143,6 +160,7 @@ class BrokerLifecycle:
                 node_id=self.config.node_id,
                 broker_epoch=self.broker_epoch,
                 want_shutdown=want_shutdown,
+                log_dir_problem=self.log_dir_problem,
             ),
             timeout=CALL_TIMEOUT_S,
         )

@@ -368,14 +368,14 @@ class ControllerDriver:
         return broker_epoch
 
     async def heartbeat(
-        self, node_id: int, broker_epoch: int, want_shutdown: bool
+        self, node_id: int, broker_epoch: int, want_shutdown: bool, log_dir_problem: str = ""
     ) -> decisions.HeartbeatOutcome:
         if not self.is_active():
             raise not_controller(self.state.image)
         self._last_heartbeat_ms[node_id] = monotonic_ms()
         outcome, _ = await self.run(
             lambda image, epoch: decisions.heartbeat(
-                image, epoch, node_id, broker_epoch, want_shutdown
+                image, epoch, node_id, broker_epoch, want_shutdown, log_dir_problem
             )
         )
         return outcome

@@ -15,7 +15,7 @@ from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import ControllerDriver, not_controller
 from headwater.node.service import rpc_handler
 from headwater.raft.image import snapshot_records
-from headwater.raft.records import encode_batch
+from headwater.raft.records import LOG_DIR_PROBLEM_CHARS_MAX, encode_batch
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
@@ -61,7 +61,10 @@ class ControllerService(pb_grpc.ControllerServicer):
         self, request: pb.BrokerHeartbeatRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.BrokerHeartbeatResponse:
         outcome = await self._active().heartbeat(
-            request.node_id, request.broker_epoch, request.want_shutdown
+            request.node_id,
+            request.broker_epoch,
+            request.want_shutdown,
+            request.log_dir_problem[:LOG_DIR_PROBLEM_CHARS_MAX],
         )
         return pb.BrokerHeartbeatResponse(
             fenced=outcome.fenced, shutdown_ready=outcome.shutdown_ready

@@ -13,6 +13,18 @@ Layout::
                                   never deleted by the node, reported at ERROR
       *-delete/                   being removed
 
+Log-directory failure (Kafka's): when a write to a log's files fails (a full disk, an I/O
+error), the log stops taking writes (``FileLog._fail``) and the folder goes *offline*:
+one ERROR names the folder and the errno, ``on_log_dir_change`` tells the node (which
+reports it to the controller in its heartbeats: its leaderships move to in-sync replicas
+elsewhere, and it is taken out of every ISR), and the next ``reconcile`` closes every
+hosted log and opens none. The maintenance thread then checks the folder every
+``LOG_DIR_PROBE_S``: once it has ``log_dir_free_bytes_min`` free and a test file can be
+written and fsynced there, the folder is back online, and the next ``reconcile`` opens
+the logs again through recovery; the replicas are followers and rejoin the ISRs once
+they have caught up. Nothing acknowledged is lost on the way: every failed write was
+rolled back before it was answered.
+
 The node hosts exactly the partitions whose replicas include it in the metadata image.
 ``reconcile(image)`` opens the logs of newly assigned partitions and sets each one's role
 (leader or follower, leader epoch). It removes logs only when told the image is current
@@ -41,7 +53,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -168,6 +180,13 @@ def shared_secret(path: Path) -> str:
     return secret
 
 
+def _free_bytes_text(folder: Path) -> str:
+    try:
+        return f"{shutil.disk_usage(folder).free} bytes"
+    except OSError as exc:
+        return f"unknown ({exc.strerror or exc})"
+
+
 def _holds_no_records(folder: Path) -> bool:
     return all(p.stat().st_size == 0 for p in folder.glob("*.log"))
 
@@ -178,6 +197,11 @@ class DataDirError(Exception):
 
 CLEANER_RETRY_S: Final = 60.0
 """How long a partition whose cleaning pass failed waits before the cleaner tries again."""
+LOG_DIR_PROBE_S: Final = 1.0
+"""How often an offline data folder is checked for being writable again."""
+LOG_DIR_PROBE_BYTES_MAX: Final = 1 << 20
+"""Largest test file written to decide that an offline data folder is writable again."""
+PROBE_FILE: Final = ".write-probe"
 
 
 class LogManager:
@@ -189,6 +213,11 @@ class LogManager:
         self._check_meta()
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._reconcile_lock = threading.Lock()
+        self.offline_problem = ""
+        """Why the data folder is offline ("" while it is online): see the module doc."""
+        self.on_log_dir_change: Callable[[], None] | None = None
+        """Called (from any thread) when the folder goes offline or comes back."""
+        self._offline_lock = threading.Lock()
         self._stop = threading.Event()
         self._maintenance = threading.Thread(
             target=self._maintain, name="log-maintenance", daemon=True
@@ -328,6 +357,9 @@ class LogManager:
         when the node ``may_lead`` (it will take the role)."""
         node_id = self.config.node_id
         with self._reconcile_lock:
+            if self.offline_problem:
+                self._close_all()
+                return []
             wanted = {
                 (topic.name, p.partition): (topic, p)
                 for topic, p in image.partitions()
@@ -426,10 +458,17 @@ class LogManager:
             return None
         try:
             log = FileLog(folder, log_config, now_ms())
+        except OSError as exc:
+            _log.error("cannot open the log of %s-%d: %s", topic, index, exc)
+            self.storage_failed(f"opening the log of {topic}-{index} failed: {exc}")
+            return None
+        log.on_storage_failure = self._log_failed
+        try:
             if not meta.exists():
                 write_atomically(meta, partition_metadata(topic_id))
         except OSError as exc:
-            _log.error("cannot open the log of %s-%d: %s", topic, index, exc)
+            log.abandon()
+            self.storage_failed(f"writing {meta} failed: {exc}")
             return None
         partition = Partition(
             topic,
@@ -496,24 +535,118 @@ class LogManager:
         return deleted
 
     def _maintain(self) -> None:
-        """Background: retention every retention_check_interval_ms, interval flushes."""
+        """Background: retention every retention_check_interval_ms, interval flushes,
+        high-watermark checkpoints; while the folder is offline, only the check that
+        brings it back (every LOG_DIR_PROBE_S)."""
         next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
         next_checkpoint = time.monotonic() + HIGH_WATERMARK_CHECKPOINT_S
+        next_probe = 0.0
         while not self._stop.wait(0.1):
+            if self.offline_problem:
+                if time.monotonic() >= next_probe:
+                    next_probe = time.monotonic() + LOG_DIR_PROBE_S
+                    self._maybe_bring_online()
+                continue
             if time.monotonic() >= next_checkpoint:
                 next_checkpoint = time.monotonic() + HIGH_WATERMARK_CHECKPOINT_S
                 for partition in self.hosted():
-                    partition.maybe_checkpoint_high_watermark()
+                    try:
+                        partition.maybe_checkpoint_high_watermark()
+                    except OSError as exc:
+                        self.storage_failed(
+                            f"checkpointing the high watermark of {partition.topic}-"
+                            f"{partition.index} failed: {exc}"
+                        )
             for partition in self.hosted():
                 log = partition.log
                 if isinstance(log, FileLog) and log.config.flush_policy is FlushPolicy.INTERVAL:
                     try:
                         log.maybe_flush(now_ms())
-                    except (HeadwaterError, OSError) as exc:
-                        _log.error("flush of %s failed: %s", log.directory, exc)
+                    except HeadwaterError as exc:
+                        _log.debug("flush of %s failed: %s", log.directory, exc)
             if time.monotonic() >= next_retention:
                 self.run_retention(now_ms())
                 next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
+
+    # ------------------------------------------------------------------ log-directory failure
+
+    def _log_failed(self, log: FileLog, _exc: OSError) -> None:
+        """A FileLog's write failed (its lock is held: only flags are set here)."""
+        self.storage_failed(f"{log.directory.name}: {log.failure}")
+
+    def storage_failed(self, problem: str) -> None:
+        """A write to the data folder failed: take it offline (see the module doc); the
+        first failure is reported, once, at ERROR."""
+        with self._offline_lock:
+            if self.offline_problem or self._stop.is_set():
+                return
+            self.offline_problem = f"{self.data_dir}: {problem}"[:300]
+        _log.error(
+            "the data folder %s is offline: %s. Its replicas stop here and the controller "
+            "moves their leadership to in-sync replicas on other nodes; the node brings the "
+            "folder back by itself once it has %d bytes free and a test write there works "
+            "(free now: %s)",
+            self.data_dir,
+            problem,
+            self.config.log_dir_free_bytes_min,
+            _free_bytes_text(self.data_dir),
+        )
+        self._changed()
+
+    def _maybe_bring_online(self) -> bool:
+        """Bring the offline folder back when it has room and a test file can be written
+        and fsynced there (checked, not assumed); True when it did."""
+        needed = self.config.log_dir_free_bytes_min
+        try:
+            if shutil.disk_usage(self.data_dir).free < needed:
+                return False
+            probe = self.data_dir / PROBE_FILE
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                size = max(min(needed, LOG_DIR_PROBE_BYTES_MAX), 1)
+                written = os.write(fd, b"\0" * size)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                probe.unlink(missing_ok=True)
+            if written != size:
+                return False
+        except OSError as exc:
+            _log.debug("the data folder %s is still offline: %s", self.data_dir, exc)
+            return False
+        with self._offline_lock:
+            problem, self.offline_problem = self.offline_problem, ""
+        _log.warning(
+            "the data folder %s is online again (it was offline: %s; free now: %s): its "
+            "logs are opened again and their replicas catch up as followers",
+            self.data_dir,
+            problem,
+            _free_bytes_text(self.data_dir),
+        )
+        self._changed()
+        return True
+
+    def _changed(self) -> None:
+        listener = self.on_log_dir_change
+        if listener is not None:
+            listener()
+
+    def _close_all(self) -> None:
+        """Close every hosted log (the folder went offline): cleanly where it can, and
+        only in memory where its files cannot be written; no folder is deleted."""
+        closing, self._partitions = self._partitions, {}
+        for partition in closing.values():
+            partition.close()
+            try:
+                partition.log.close()
+            except Exception:  # the others are closed whatever one of them does
+                _log.exception("closing the log of %s-%d failed", partition.topic, partition.index)
+        if closing:
+            _log.warning(
+                "closed the %d partition log(s) of the offline data folder %s",
+                len(closing),
+                self.data_dir,
+            )
 
     def clean_once(self) -> CleanResult | None:
         """Clean the compacted partition with the largest dirty ratio, if one has reached
@@ -562,6 +695,8 @@ class LogManager:
             )
             return None
         except Exception as exc:  # this partition waits; the others are cleaned meanwhile
+            if isinstance(exc, OSError):  # writing the cleaned copies failed
+                self.storage_failed(f"cleaning {partition.topic}-{partition.index} failed: {exc}")
             expected = isinstance(exc, CleaningAbortedError | HeadwaterError | OSError)
             _log.warning(
                 "cleaning %s-%d stopped (next try in %g s): %s",
@@ -622,6 +757,11 @@ class LogManager:
         with self._reconcile_lock:
             for partition in self._partitions.values():
                 partition.close()
-                partition.log.close()
+                try:
+                    partition.log.close()
+                except Exception:  # every other log is still closed
+                    _log.exception(
+                        "closing the log of %s-%d failed", partition.topic, partition.index
+                    )
             self._partitions = {}
         os.close(self._lock_fd)

@@ -20,11 +20,19 @@ from headwater.v1 import headwater_pb2 as pb
 
 class MetadataAnswers:
     """Metadata responses of node ``node_id``, with the Raft term and commit index of
-    ``quorum_status``."""
+    ``quorum_status``. A node whose image names itself the controller while
+    ``controller_active`` says it is not (it lost the role and its image has not caught
+    up yet: a slow or paused voter) answers "no controller" (-1), never itself."""
 
-    def __init__(self, node_id: int, quorum_status: Callable[[], tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        quorum_status: Callable[[], tuple[int, int]],
+        controller_active: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.node_id = node_id
         self.quorum_status = quorum_status
+        self.controller_active = controller_active
         # TopicMetadata messages built from the image at offset _metadata_offset.
         self._metadata_offset = -1
         self._metadata_cache: dict[str, pb.TopicMetadata] = {}
@@ -60,13 +68,17 @@ class MetadataAnswers:
                 rack=b.rack,
                 state=b.state,
                 broker_epoch=b.broker_epoch,
+                log_dir_problem=b.log_dir_problem,
             )
             for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
         ]
         term, commit_index = self.quorum_status()
+        controller_id = image.controller_id
+        if controller_id == self.node_id and not self.controller_active():
+            controller_id = -1
         return pb.MetadataResponse(
             brokers=brokers,
-            controller_id=image.controller_id,
+            controller_id=controller_id,
             cluster_id=image.cluster_id,
             topics=topics,
             raft_term=term,

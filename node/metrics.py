@@ -334,6 +334,12 @@ class NodeSnapshot:
     groups: Sequence[GroupSample] = ()
     uncleanable_partitions: int = 0
     """Compacted partitions the log cleaner leaves alone: a segment cannot be decoded."""
+    log_dir_offline: bool = False
+    """This node's data folder is offline (a write there failed)."""
+    raft_journal_failed: bool = False
+    raft_journal_slow: bool = False
+    log_dir_offline_brokers: int = 0
+    """Brokers whose data folder is offline, as the active controller sees them."""
 
 
 def _gauge(name: str, doc: str, value: float, unit: str = "") -> GaugeMetricFamily:
@@ -404,6 +410,19 @@ def state_families(snapshot: NodeSnapshot) -> list[Metric]:
             snapshot.registered_brokers,
         ),
         _gauge(
+            "headwater_log_dir_offline",
+            "1 while this node's data folder is offline (a write there failed: a full disk, "
+            "an I/O error; the node's log names it), 0 otherwise (Kafka's "
+            "OfflineLogDirectoryCount).",
+            int(snapshot.log_dir_offline),
+        ),
+        _gauge(
+            "headwater_log_dir_offline_brokers",
+            "Brokers whose data folder is offline, as the active controller sees them (0 on "
+            "every other node).",
+            snapshot.log_dir_offline_brokers,
+        ),
+        _gauge(
             "headwater_log_cleaner_uncleanable_partitions",
             "Compacted partitions hosted here that the log cleaner leaves alone because a "
             "segment of theirs cannot be decoded (the node's log names it).",
@@ -422,6 +441,18 @@ def state_families(snapshot: NodeSnapshot) -> list[Metric]:
                 "headwater_raft_commit_index",
                 "Raft commit index of this metadata voter.",
                 snapshot.raft_commit_index,
+            ),
+            _gauge(
+                "headwater_raft_journal_failed",
+                "1 while this voter's metadata journal cannot be written (it neither votes nor "
+                "stands for election until it can), 0 otherwise.",
+                int(snapshot.raft_journal_failed),
+            ),
+            _gauge(
+                "headwater_raft_journal_slow",
+                "1 while a metadata journal write of this voter was slow lately (it does not "
+                "stand for election first, and hands leadership over), 0 otherwise.",
+                int(snapshot.raft_journal_slow),
             ),
         ]
     per_partition = {

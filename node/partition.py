@@ -256,15 +256,12 @@ class Partition:
         return 0 if found is None else found
 
     def maybe_checkpoint_high_watermark(self) -> None:
-        """Write the high watermark when it moved since the last write (any thread)."""
+        """Write the high watermark when it moved since the last write (any thread);
+        raises the OSError when it cannot be written (the folder is failing)."""
         value = self._high_watermark
         if self.directory is None or value == self._checkpointed_high_watermark:
             return
-        try:
-            write_checked_offset(self.directory / HIGH_WATERMARK_FILE, value)
-        except OSError as exc:
-            _log.warning("cannot checkpoint the high watermark of %s: %s", self.directory, exc)
-            return
+        write_checked_offset(self.directory / HIGH_WATERMARK_FILE, value)
         self._checkpointed_high_watermark = value
 
     # ------------------------------------------------------------------ leader
@@ -478,7 +475,10 @@ class Partition:
             )
         )
         self._notify_replicas()
-        self.maybe_checkpoint_high_watermark()
+        try:
+            self.maybe_checkpoint_high_watermark()
+        except OSError as exc:  # the last checkpoint stays: lower, so never unsafe
+            _log.warning("cannot checkpoint the high watermark of %s: %s", self.directory, exc)
 
     def check_open(self) -> None:
         if self._closed:

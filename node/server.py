@@ -10,8 +10,10 @@ finish (up to ``SHUTDOWN_GRACE_S``), leave the quorum, close every log cleanly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+from collections.abc import Callable
 from typing import Any, Final
 
 import grpc
@@ -61,6 +63,8 @@ from headwater.v1 import headwater_pb2_grpc as pb_grpc
 SHUTDOWN_GRACE_S: Final = 5.0
 ROLE_CHECK_S: Final = 0.2
 HEALTH_SERVICES: Final = ("", "headwater.v1.Broker", "headwater.v1.Admin", "headwater.v1.Groups")
+STORAGE_HEALTH_SERVICES: Final = ("", "headwater.v1.Broker", "headwater.v1.Groups")
+"""NOT_SERVING while the data folder is offline (Admin, which needs no log, serves on)."""
 _log = logging.getLogger(__name__)
 
 
@@ -98,6 +102,7 @@ class Node:
         self._reconcile_again = False
         self._reconciled_ready = False
         self._roles_allowed = False  # the leadership allowance the roles were set with
+        self._serving_watch: asyncio.Task[None] | None = None
         self.metrics = NodeMetrics() if config.metrics_listen else None
         self.metrics_endpoint = metrics_endpoint
 
@@ -106,6 +111,7 @@ class Node:
         loop = asyncio.get_running_loop()
         self.state = ClusterState(loop)
         self.logs = LogManager(config)
+        self.logs.on_log_dir_change = lambda: _call_soon(loop, self._on_log_dir_change)
         try:
             self.secret = self.logs.cluster_secret()
             self.tls = load_node_tls(config)
@@ -298,6 +304,7 @@ class Node:
             self.metrics,
             authorizer=authorizer,
             quotas=self.quotas,
+            controller_active=lambda: self.controller is not None and self.controller.is_active(),
         )
         admin = AdminService(
             config, self.logs, self.state, self.peers, self.controller, authorizer=authorizer
@@ -466,6 +473,9 @@ class Node:
                 or (
                     broker is not None
                     and not broker.fenced
+                    and not broker.log_dir_problem
+                    and self.logs is not None
+                    and not self.logs.offline_problem
                     and self.lifecycle is not None
                     and broker.broker_epoch == self.lifecycle.broker_epoch
                     and self.state.reconciled_offset >= image.offset
@@ -478,6 +488,29 @@ class Node:
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.serving = True
         _log.info("node %d is ready", self.config.node_id)
+
+    def _on_log_dir_change(self) -> None:
+        """The data folder went offline or came back (``LogManager``): tell the
+        controller at once, follow with health, and reconcile (which closes every log,
+        or opens them again through recovery)."""
+        assert self.logs is not None
+        problem = self.logs.offline_problem
+        if self.lifecycle is not None:
+            self.lifecycle.report_log_dir(problem)
+        if self._serving_watch is not None:
+            self._serving_watch.cancel()
+        loop = asyncio.get_running_loop()
+        if problem:
+            if self.metrics_endpoint is not None:
+                self.metrics_endpoint.serving = False
+            self._serving_watch = loop.create_task(self._not_serving(STORAGE_HEALTH_SERVICES))
+        else:
+            self._serving_watch = loop.create_task(self._serve_when_ready())
+        self._on_image(self.state.image)
+
+    async def _not_serving(self, services: tuple[str, ...]) -> None:
+        for service in services:
+            await self.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
 
     # ------------------------------------------------------------------ metrics
 
@@ -516,6 +549,7 @@ class Node:
             )
         active = self.controller is not None and self.controller.is_active()
         term, commit_index = self._quorum_status()
+        quorum = self.quorum.status() if self.quorum is not None else None
         if self.metrics is not None:
             self.metrics.forget_topics(image.topics)
         return NodeSnapshot(
@@ -542,6 +576,12 @@ class Node:
             registered_brokers=len(image.brokers) if active else 0,
             groups=self._group_samples(),
             uncleanable_partitions=self.logs.uncleanable_partitions() if self.logs else 0,
+            log_dir_offline=bool(self.logs and self.logs.offline_problem),
+            raft_journal_failed=bool(quorum and quorum.journal_problem),
+            raft_journal_slow=bool(quorum and quorum.journal_slow),
+            log_dir_offline_brokers=sum(1 for b in image.brokers.values() if b.log_dir_problem)
+            if active
+            else 0,
         )
 
     def _group_samples(self) -> list[GroupSample]:
@@ -572,7 +612,8 @@ class Node:
             if part is not None:
                 await part.stop()
         self._ready_watch.cancel()
-        self._serving_watch.cancel()
+        if self._serving_watch is not None:
+            self._serving_watch.cancel()
         await asyncio.gather(
             self.server.stop(SHUTDOWN_GRACE_S), self.internal_server.stop(SHUTDOWN_GRACE_S)
         )
@@ -586,6 +627,12 @@ class Node:
         if self.logs is not None:
             self.logs.close()
         _log.info("node %d stopped", self.config.node_id)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    """Run ``callback`` on ``loop`` (from any thread); nothing once the loop has closed."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback)
 
 
 def _bind(

@@ -110,10 +110,12 @@ class BrokerService(pb_grpc.BrokerServicer):
         *,
         authorizer: Authorizer,
         quotas: Quotas,
+        controller_active: Callable[[], bool] = lambda: False,
     ) -> None:
         """``metrics``: where to count records, bytes and produce latency (None: metrics
         are off, and nothing is counted). ``authorizer`` decides each request's
-        permission (``headwater.node.authorizer``)."""
+        permission (``headwater.node.authorizer``). ``controller_active``: is this node
+        the active controller now (see ``MetadataAnswers``)?"""
         self.config = config
         self.auth = authorizer
         self.quotas = quotas
@@ -123,7 +125,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         self.state = state
         self.forwarding = Forwarder(config, peers)
         self.long_calls = LongCallSlots(config.streams_per_connection_max, config.streams_max)
-        self.metadata_answers = MetadataAnswers(config.node_id, quorum_status)
+        self.metadata_answers = MetadataAnswers(config.node_id, quorum_status, controller_active)
         self.may_lead = may_lead
         self._round_robin = itertools.count()
 
@@ -159,6 +161,13 @@ class BrokerService(pb_grpc.BrokerServicer):
             )
         if state.leader != self.config.node_id:
             return None
+        if self.logs.offline_problem:
+            raise HeadwaterError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"node {self.config.node_id} cannot lead {topic.name}-{index}: its data folder "
+                f"is offline ({self.logs.offline_problem}); its leadership is moving to "
+                "another in-sync replica, retry",
+            )
         if not self.may_lead():
             raise HeadwaterError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,

@@ -165,30 +165,44 @@ def heartbeat(
     node_id: int,
     broker_epoch: int,
     want_shutdown: bool = False,
+    log_dir_problem: str = "",
 ) -> ControllerResult[HeartbeatOutcome]:
     """A broker's heartbeat: unfences it (and elects it where partitions are offline), or,
     with ``want_shutdown``, marks it shutting down and moves its leadership away.
 
+    ``log_dir_problem`` (non-empty: its log directory is offline, and why) is recorded
+    when it changes (``BrokerLogDirChanged``): going offline takes the broker out of
+    every ISR and moves its leadership, as fencing does; coming back elects it where
+    partitions have no leader, and it rejoins ISRs the usual way, once it has caught
+    up with each leader.
+
     Raises STALE_BROKER_EPOCH when the broker must register again.
     """
     broker = _current_broker(image, node_id, broker_epoch)
+    records: list[r.Record] = []
+    after = image
+    problem = log_dir_problem[: r.LOG_DIR_PROBLEM_CHARS_MAX]
+    if problem != broker.log_dir_problem:
+        records.append(r.BrokerLogDirChanged(epoch, node_id, broker_epoch, bool(problem), problem))
+        broker = dataclasses.replace(broker, log_dir_problem=problem)
+        after = _with_broker(image, broker)
+        if problem:
+            records += _remove_and_elect(after, epoch, {node_id})
     if want_shutdown or broker.shutting_down:
-        records: list[r.Record] = []
-        after = image
         if not broker.shutting_down:
             records.append(r.BrokerShuttingDown(epoch, node_id, broker_epoch))
-            after = _with_broker(image, dataclasses.replace(broker, shutting_down=True))
+            after = _with_broker(after, dataclasses.replace(broker, shutting_down=True))
         # A partition with no other live ISR member keeps this leader until the node stops.
         moves = _remove_and_elect(after, epoch, {node_id}, keep_sole_leader=True)
         records += moves
         still_leading = _leads_any_movable(after, node_id, moves)
         return ControllerResult(tuple(records), HeartbeatOutcome(True, not still_leading))
-    if not broker.fenced:
-        return ControllerResult((), HeartbeatOutcome(False))
-    unfenced = dataclasses.replace(broker, fenced=False)
-    after = _with_broker(image, unfenced)
-    records = [r.UnfenceBroker(epoch, node_id, broker_epoch)]
-    records += _elect_all(after, epoch, lambda p: p.leader == r.NO_LEADER)
+    if broker.fenced:
+        records.append(r.UnfenceBroker(epoch, node_id, broker_epoch))
+        after = _with_broker(after, dataclasses.replace(broker, fenced=False))
+    # Unfenced, or back online: it may lead where no one does (an offline broker may not).
+    if records and not problem:
+        records += _elect_all(after, epoch, lambda p: p.leader == r.NO_LEADER)
     return ControllerResult(tuple(records), HeartbeatOutcome(False))
 
 

@@ -47,6 +47,7 @@ PRODUCER_ID_MAX: Final = SELF_NAMED_PRODUCER_ID_MIN - 1
 BROKER_RUNNING: Final = "running"
 BROKER_FENCED: Final = "fenced"
 BROKER_SHUTTING_DOWN: Final = "shutting_down"
+BROKER_LOG_DIR_OFFLINE: Final = "log_dir_offline"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +63,27 @@ class BrokerState:
     """Its inter-broker listener (Replica service); ``address`` is for clients."""
     partition_capacity: int = 0
     """Most partition replicas it can host, as it registered (0: no limit stated)."""
+    log_dir_problem: str = ""
+    """Why its log directory is offline ("" while it is online): see
+    ``records.BrokerLogDirChanged``."""
+
+    @property
+    def log_dir_offline(self) -> bool:
+        return bool(self.log_dir_problem)
 
     @property
     def live(self) -> bool:
-        """May lead partitions: registered, heartbeating, not shutting down."""
-        return not self.fenced and not self.shutting_down
+        """May lead partitions, be in an ISR and take new replicas: registered,
+        heartbeating, not shutting down, its log directory online."""
+        return not self.fenced and not self.shutting_down and not self.log_dir_problem
 
     @property
     def state(self) -> str:
         if self.shutting_down:
             return BROKER_SHUTTING_DOWN
-        return BROKER_FENCED if self.fenced else BROKER_RUNNING
+        if self.fenced:
+            return BROKER_FENCED
+        return BROKER_LOG_DIR_OFFLINE if self.log_dir_problem else BROKER_RUNNING
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +233,10 @@ def snapshot_records(image: MetadataImage) -> list[r.Record]:
             out.append(r.UnfenceBroker(epoch, b.node_id, b.broker_epoch))
         if b.shutting_down:
             out.append(r.BrokerShuttingDown(epoch, b.node_id, b.broker_epoch))
+        if b.log_dir_problem:
+            out.append(
+                r.BrokerLogDirChanged(epoch, b.node_id, b.broker_epoch, True, b.log_dir_problem)
+            )
     if image.next_producer_id:
         out.append(r.ProducerIdsAllocated(epoch, -1, 0, image.next_producer_id))
     out.extend(acl_created(epoch, acl) for acl in sorted(image.acls))
@@ -423,6 +438,12 @@ class _Builder:
                 else:
                     broker = dataclasses.replace(broker, shutting_down=True)
                 self.brokers[record.node_id] = broker
+            case r.BrokerLogDirChanged():
+                broker = self._broker(record.node_id, record.broker_epoch)
+                problem = record.problem[: r.LOG_DIR_PROBLEM_CHARS_MAX] if record.offline else ""
+                if record.offline and not problem:
+                    problem = "offline"
+                self.brokers[record.node_id] = dataclasses.replace(broker, log_dir_problem=problem)
             case r.TopicCreated():
                 if record.name in self.topics:
                     raise RefusedBatchError(f"topic {record.name!r} exists already")

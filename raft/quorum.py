@@ -43,12 +43,13 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import pysyncobj.pickle as pysyncobj_pickle
+import pysyncobj.syncobj as pysyncobj_syncobj
 from pysyncobj import (
     FAIL_REASON,
     SyncObj,
@@ -59,8 +60,10 @@ from pysyncobj import (
 )
 from pysyncobj.tcp_connection import TcpConnection
 
+from headwater.raft.elections import LogPosition, grant_pre_vote, has_majority, may_stand
 from headwater.raft.follower_append import AppendAction, plan_append
 from headwater.raft.image import ApplyResult, MetadataImage, apply
+from headwater.raft.journal import MetadataJournal
 from headwater.raft.journal_check import DamagedBatchError, frame, journal_problem, unframe
 from headwater.raft.records import RecordFormatError, decode_batch
 
@@ -130,6 +133,11 @@ class QuorumStatus:
     commit_index: int
     is_leader: bool
     leader_address: str  # "" when no leader is known
+    journal_problem: str = ""
+    """Why this voter's journal cannot be written ("" when it can): it neither votes nor
+    stands for election meanwhile."""
+    journal_slow: bool = False
+    """A journal write was slow lately: this voter does not stand for election first."""
 
 
 class _MetadataLog(SyncObjConsumer):  # type: ignore[misc]
@@ -215,10 +223,57 @@ DNS_FAIL_CACHE_S: Final = 1.0
 """How long pysyncobj keeps a voter's resolved address (and a failed resolution)."""
 
 
+_RAFT_STATE: Final = pysyncobj_syncobj._RAFT_STATE
+_original_create_journal = pysyncobj_syncobj.createJournal
+_journal_factories: dict[str, Callable[[], MetadataJournal]] = {}
+
+
+def _create_journal(journal_file: str | None = None) -> Any:
+    """pysyncobj's journal factory, replaced: a quorum that registered its journal file
+    gets a ``MetadataJournal`` (ordinary writes that report failure, timed)."""
+    factory = _journal_factories.pop(journal_file or "", None)
+    if factory is not None:
+        return factory()
+    return _original_create_journal(journal_file)
+
+
+pysyncobj_syncobj.createJournal = _create_journal
+
+SLOW_CANDIDACY_ELECTIONS: Final = 4
+"""A voter whose journal was slow lately stands only after this many (longest) election
+timeouts without a leader (``raft.elections.may_stand``)."""
+SLOW_HOLD_S_MIN: Final = 30.0
+"""How long one slow journal write keeps a voter from standing first, at least."""
+_SILENT_WHILE_JOURNAL_FAILED: Final = frozenset(
+    {
+        "append_entries",
+        "next_node_idx",
+        "request_vote",
+        "response_vote",
+        "pre_vote",
+        "pre_vote_response",
+        "timeout_now",
+    }
+)
+"""Raft messages a voter whose journal cannot be written does not send: it acknowledges
+no entry and grants no vote it could not keep (it still forwards proposals)."""
+
+
 class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
     """pysyncobj's SyncObj, taking AppendEntries by the Raft rule (see
-    ``headwater.raft.follower_append``): every other message, and every decision about
+    ``headwater.raft.follower_append``), with PreVote in front of its elections and a
+    voter whose journal fails or is slow kept out of them (``headwater.raft.elections``,
+    ``headwater.raft.journal``): every other message, and every other decision about
     terms, leaders, elections and replies, stays pysyncobj's.
+
+    A voter whose journal cannot be written steps down if it leads, sends no
+    acknowledgement, vote or pre-vote, and stands for no election (it keeps taking the
+    leader's entries and commit index in memory, so its image stays current) until the
+    journal is written whole again. A leader whose journal writes are slow hands
+    leadership to its most caught-up follower (pysyncobj's TimeoutNow transfer).
+
+    Every attribute is set before ``SyncObj.__init__``: pysyncobj snapshots each one set
+    after it.
 
     pysyncobj registers ``self.__onMessageReceived`` (``_SyncObj__onMessageReceived``) as
     its transport's callback in ``SyncObj.__init__``; defining that name here puts this
@@ -229,9 +284,173 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
     pysyncobj's readiness check."""
 
     _SyncObj__recvTransmission: Any  # pysyncobj's buffer of a chunked entry (str or bytes)
+    _SyncObj__raftElectionDeadline: float  # pysyncobj's, monotonic seconds
+    _SyncObj__raftState: int
+    _SyncObj__transferInProgress: bool
+
+    def __init__(
+        self,
+        self_address: str,
+        partner_addresses: list[str],
+        conf: SyncObjConf,
+        consumers: Sequence[Any] = (),
+        timings: QuorumTimings = QuorumTimings(),
+    ) -> None:
+        self._timings = timings
+        self._journal: MetadataJournal | None = None
+        self._leader_contact_s = float("-inf")
+        self._pre_vote_round = 0
+        self._pre_vote_grants: set[str] = set()
+        self._pre_vote_won = False
+        self._transfer_after_s = 0.0
+        slow_hold_s = max(SLOW_HOLD_S_MIN, 10 * timings.election_max_s)
+        journal_file = str(conf.journalFile)
+        _journal_factories[journal_file] = lambda: MetadataJournal(
+            Path(journal_file), timings.election_min_s / 2, slow_hold_s
+        )
+        try:
+            super().__init__(self_address, partner_addresses, conf, consumers=list(consumers))
+        finally:
+            _journal_factories.pop(journal_file, None)
+        journal = self._SyncObj__raftLog
+        assert isinstance(journal, MetadataJournal)
+        self._journal = journal
+        transport = self._SyncObj__transport
+        transport.send = self._guarded_send(transport.send)
+
+    def journal(self) -> MetadataJournal:
+        """The voter's journal (a method: pysyncobj reads every property while it starts)."""
+        assert self._journal is not None
+        return self._journal
+
+    # ------------------------------------------------------------------ elections
+
+    def _guarded_send(self, send: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
+        def guarded(node: Any, message: Any) -> bool:
+            journal = self._journal
+            if (
+                journal is not None
+                and journal.failure
+                and isinstance(message, dict)
+                and message.get("type") in _SILENT_WHILE_JOURNAL_FAILED
+            ):
+                return True  # as if sent and lost
+            return send(node, message)
+
+        return guarded
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802, N803 (pysyncobj's)
+        try:
+            self._before_tick()
+        except Exception:  # pysyncobj's tick must go on
+            _log.exception("the metadata quorum's election check failed")
+        super()._onTick(timeToWait)
+
+    def _before_tick(self) -> None:
+        """Run before pysyncobj's tick, which starts an election once its deadline has
+        passed: a leader with a failed journal steps down, one with a slow journal hands
+        leadership over; a follower whose deadline passed asks for pre-votes first (the
+        deadline moves on meanwhile), and lets the election start only with a majority."""
+        journal = self._journal
+        if journal is None or self._SyncObj__selfNode is None:
+            return
+        now = time.monotonic()
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            if journal.failure:
+                _log.warning("this voter steps down: its metadata journal cannot be written")
+                self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+                self._SyncObj__raftLeader = None
+            elif journal.slow and now >= self._transfer_after_s:
+                self._transfer_after_s = now + self._timings.election_max_s
+                self.transferLeadership()  # denied, harmlessly, when no follower caught up
+            return
+        if self._SyncObj__raftElectionDeadline >= now or self._SyncObj__transferInProgress:
+            return  # no election due, or the leader asked this voter to stand (TimeoutNow)
+        if self._pre_vote_won:
+            self._pre_vote_won = False
+            return  # pysyncobj starts the election in this tick
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        if not may_stand(
+            journal_failed=bool(journal.failure),
+            journal_slow=journal.slow,
+            since_leader_s=now - self._leader_contact_s,
+            slow_candidacy_delay_s=SLOW_CANDIDACY_ELECTIONS * self._timings.election_max_s,
+        ):
+            return
+        self._pre_vote_round += 1
+        self._pre_vote_grants = {self._SyncObj__selfNode.id}
+        if self._maybe_won_pre_vote():
+            return
+        message = {
+            "type": "pre_vote",
+            "round": self._pre_vote_round,
+            "term": self._getTerm() + 1,
+            "last_log_index": self._SyncObj__getCurrentLogIndex(),
+            "last_log_term": self._SyncObj__getCurrentLogTerm(),
+        }
+        for node in self._SyncObj__otherNodes:
+            self._SyncObj__transport.send(node, message)
+
+    def _maybe_won_pre_vote(self) -> bool:
+        voters = len(self._SyncObj__otherNodes) + 1
+        if has_majority(len(self._pre_vote_grants), voters):
+            self._pre_vote_won = True
+            self._SyncObj__raftElectionDeadline = 0  # the next tick starts the election
+        return self._pre_vote_won
+
+    def _answer_pre_vote(self, node: Any, message: dict[str, Any]) -> None:
+        round_, term = message.get("round"), message.get("term")
+        last_index, last_term = message.get("last_log_index"), message.get("last_log_term")
+        if not (
+            isinstance(round_, int)
+            and isinstance(term, int)
+            and isinstance(last_index, int)
+            and isinstance(last_term, int)
+        ):
+            return
+        granted = grant_pre_vote(
+            own_term=self._getTerm(),
+            own_log=LogPosition(
+                self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()
+            ),
+            candidate_term=term,
+            candidate_log=LogPosition(last_term, last_index),
+            since_leader_s=time.monotonic() - self._leader_contact_s,
+            election_timeout_s=self._timings.election_min_s,
+            is_leader=self._SyncObj__raftState == _RAFT_STATE.LEADER,
+            journal_failed=bool(self.journal().failure),
+        )
+        self._SyncObj__transport.send(
+            node, {"type": "pre_vote_response", "round": round_, "granted": granted}
+        )
+
+    def _count_pre_vote(self, node: Any, message: dict[str, Any]) -> None:
+        if (
+            message.get("round") == self._pre_vote_round
+            and message.get("granted") is True
+            and self._SyncObj__raftState != _RAFT_STATE.LEADER
+            and not self._pre_vote_won
+        ):
+            self._pre_vote_grants.add(node.id)
+            self._maybe_won_pre_vote()
+
+    # ------------------------------------------------------------------ AppendEntries
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802
         handle = super()._SyncObj__onMessageReceived
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "pre_vote":
+            self._answer_pre_vote(node, message)
+            return
+        if kind == "pre_vote_response":
+            self._count_pre_vote(node, message)
+            return
+        if (
+            kind == "append_entries"
+            and isinstance(message.get("term"), int)
+            and message["term"] >= self._getTerm()
+        ):
+            self._leader_contact_s = time.monotonic()
         if (
             not isinstance(message, dict)
             or message.get("type") != "append_entries"
@@ -393,7 +612,9 @@ class MetadataQuorum:
             maxBindRetries=8,
             bindRetryTime=0.25,
         )
-        self._sync = RaftFollowerGuard(self_address, partner_addresses, conf, consumers=[self._log])
+        self._sync = RaftFollowerGuard(
+            self_address, partner_addresses, conf, consumers=[self._log], timings=timings
+        )
         self._closed = threading.Event()
         try:
             self._sync.waitBinded()
@@ -412,11 +633,14 @@ class MetadataQuorum:
 
     def status(self) -> QuorumStatus:
         leader = self._sync._getLeader()
+        journal = self._sync.journal()
         return QuorumStatus(
             term=int(self._sync._getTerm()),
             commit_index=int(self._sync.raftCommitIndex),
             is_leader=bool(self._sync._isLeader()),
             leader_address="" if leader is None else str(leader.address),
+            journal_problem=journal.failure,
+            journal_slow=journal.slow,
         )
 
     def propose(

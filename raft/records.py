@@ -96,6 +96,24 @@ class BrokerShuttingDown:
     broker_epoch: int
 
 
+LOG_DIR_PROBLEM_CHARS_MAX: Final = 300
+"""Longest ``BrokerLogDirChanged.problem`` kept (the rest is cut)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerLogDirChanged:
+    """The broker's log directory went offline (``offline``: a write there failed; the
+    broker hosts no replica until it is back) or came back online. An offline broker
+    leads nothing, is in no ISR and is given no new replica (Kafka's log-directory
+    failure); ``problem`` says what failed (the folder and the errno), "" when online."""
+
+    controller_epoch: int
+    node_id: int
+    broker_epoch: int
+    offline: bool
+    problem: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class TopicCreated:
     controller_epoch: int
@@ -239,6 +257,7 @@ Record = (
     | FenceBroker
     | UnfenceBroker
     | BrokerShuttingDown
+    | BrokerLogDirChanged
     | TopicCreated
     | PartitionCreated
     | PartitionChanged
@@ -259,6 +278,7 @@ RECORD_TYPES: Final[dict[str, type[Record]]] = {
         FenceBroker,
         UnfenceBroker,
         BrokerShuttingDown,
+        BrokerLogDirChanged,
         TopicCreated,
         PartitionCreated,
         PartitionChanged,

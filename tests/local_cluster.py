@@ -3,6 +3,7 @@ headwater.devcluster's LocalCluster with a known secret and metadata helpers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ class LocalCluster(devcluster.LocalCluster):
         env: dict[str, str] | None = None,
         extra_args: tuple[str, ...] = (),
         metrics_base_port: int | None = None,
+        layout: Callable[[Path, int], tuple[Path, Path]] | None = None,
     ) -> None:
         super().__init__(
             root,
@@ -34,6 +36,7 @@ class LocalCluster(devcluster.LocalCluster):
             extra_args,
             secret=CLUSTER_SECRET,
             metrics_base_port=metrics_base_port,
+            layout=layout,
         )
 
     def metadata(self, node: NodeProcess, topics: tuple[str, ...] = ()) -> pb.MetadataResponse:

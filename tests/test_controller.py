@@ -347,6 +347,53 @@ def test_no_live_isr_member_means_offline_until_one_returns() -> None:
     assert back.leader == p.leader and back.leader_epoch == offline.leader_epoch + 1
 
 
+def test_an_offline_log_dir_moves_leadership_and_isr_away_until_it_is_back() -> None:
+    image = create(cluster(3), "t", 6, 3)
+    before = image.topics["t"].partitions
+    broker = image.brokers[2]
+    problem = "/data/t-0: append failed: [Errno 28] No space left on device"
+    image = commit(
+        image, c.heartbeat(image, EPOCH, 2, broker.broker_epoch, log_dir_problem=problem)
+    )
+    assert image.brokers[2].state == "log_dir_offline" and not image.brokers[2].live
+    assert image.brokers[2].log_dir_problem == problem and not image.brokers[2].fenced
+    for old, new in zip(before, image.topics["t"].partitions, strict=True):
+        assert new.isr == tuple(b for b in old.isr if b != 2)
+        assert new.leader != 2
+    check_invariants(image)
+    # The same report again changes nothing; no new replica goes to the offline broker.
+    again = c.heartbeat(image, EPOCH, 2, broker.broker_epoch, log_dir_problem=problem)
+    assert again.records == ()
+    image = create(image, "placed", 4, 2)
+    assert all(2 not in p.replicas for p in image.topics["placed"].partitions)
+    # Its ISR return is refused while it is offline (a leader asking to add it).
+    p = image.topics["t"].partitions[0]
+    asked = ask_isr(image, "t", p, (*p.isr, 2))
+    assert 2 not in asked.response.isr
+    # Back online: running again; it rejoins ISRs through its leaders, once caught up.
+    image = commit(image, c.heartbeat(image, EPOCH, 2, broker.broker_epoch))
+    assert image.brokers[2].state == "running" and image.brokers[2].live
+    p = image.topics["t"].partitions[0]
+    image = commit(image, ask_isr(image, "t", p, (*p.isr, 2)))
+    assert 2 in image.topics["t"].partitions[0].isr
+
+
+def test_a_sole_replica_on_an_offline_log_dir_is_offline_until_it_is_back() -> None:
+    image = create(cluster(1), "t", 2, 1)
+    image = commit(image, c.heartbeat(image, EPOCH, 1, 1, log_dir_problem="full"))
+    assert all(p.leader == r.NO_LEADER for p in image.topics["t"].partitions)
+    assert all(p.isr == (1,) for p in image.topics["t"].partitions)
+    image = commit(image, c.heartbeat(image, EPOCH, 1, 1))
+    assert all(p.leader == 1 for p in image.topics["t"].partitions)
+
+
+def test_an_offline_log_dir_survives_the_snapshot() -> None:
+    image = commit(cluster(2), c.heartbeat(cluster(2), EPOCH, 2, 2, log_dir_problem="full"))
+    rebuilt = apply(MetadataImage(), snapshot_records(image)).image
+    assert rebuilt.brokers[2].log_dir_problem == "full"
+    assert image_digest(dataclasses.replace(rebuilt, offset=image.offset)) == image_digest(image)
+
+
 def test_unclean_election_picks_a_live_replica_outside_the_isr() -> None:
     image = create(cluster(3), "t", 1, 3, unclean_leader_election="true")
     topic = image.topics["t"]
@@ -488,7 +535,9 @@ def test_random_histories_keep_the_invariants(seed: int) -> None:
     seen = dict.fromkeys(image.brokers, now)
     for step in range(40):
         now += 1000
-        action = rng.choice(["create", "silence", "heartbeat", "shutdown", "prefer", "restart"])
+        action = rng.choice(
+            ["create", "silence", "heartbeat", "shutdown", "prefer", "restart", "disk"]
+        )
         node = rng.randint(1, brokers)
         broker = image.brokers[node]
         if action == "create":
@@ -508,6 +557,13 @@ def test_random_histories_keep_the_invariants(seed: int) -> None:
         elif action == "shutdown":
             image = commit(
                 image, c.heartbeat(image, EPOCH, node, broker.broker_epoch, want_shutdown=True)
+            )
+        elif action == "disk" and not broker.shutting_down:
+            seen[node] = now
+            problem = rng.choice(["", "/data: [Errno 28] No space left on device"])
+            image = commit(
+                image,
+                c.heartbeat(image, EPOCH, node, broker.broker_epoch, log_dir_problem=problem),
             )
         elif action == "prefer":
             image = commit(image, c.elect_preferred_leaders(image, EPOCH))

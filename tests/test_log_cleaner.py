@@ -227,8 +227,9 @@ def test_a_crash_during_cleaning_loses_nothing(
         monkeypatch.setattr("headwater.log.file_log.os.rename", crashing_rename)
     else:
         monkeypatch.setattr(FileLog, "_finish_swap", crashing_finish)
-    with pytest.raises(OSError, match="crash"):
+    with pytest.raises(HeadwaterError, match="cleaning swap failed: crash") as failed:
         clean(log, NOW_MS, log.log_end_offset, 1000, Throttle(1 << 40))
+    assert failed.value.code is ErrorCode.KAFKA_STORAGE_ERROR and log.failure
     log.abandon()
     monkeypatch.undo()
     assert FileLog._finish_swap is original_finish

@@ -987,14 +987,19 @@ class BrokerInfo(_message.Message):
     RACK_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    LOG_DIR_PROBLEM_FIELD_NUMBER: _builtins.int
     node_id: _builtins.int
     address: _builtins.str
     """host:port that clients connect to."""
     rack: _builtins.str
     state: _builtins.str
-    """"running", "fenced" or "shutting_down"."""
+    """"running", "fenced", "shutting_down" or "log_dir_offline" (its log directory
+    cannot be written: it leads nothing and is in no ISR until it can).
+    """
     broker_epoch: _builtins.int
     """The registration's epoch (assigned by the controller at each process start)."""
+    log_dir_problem: _builtins.str
+    """While state is "log_dir_offline": what failed (the folder and the errno)."""
     def __init__(
         self,
         *,
@@ -1003,10 +1008,11 @@ class BrokerInfo(_message.Message):
         rack: _builtins.str = ...,
         state: _builtins.str = ...,
         broker_epoch: _builtins.int = ...,
+        log_dir_problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_epoch", b"broker_epoch", "node_id", b"node_id", "rack", b"rack", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_epoch", b"broker_epoch", "log_dir_problem", b"log_dir_problem", "node_id", b"node_id", "rack", b"rack", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3155,20 +3161,28 @@ class BrokerHeartbeatRequest(_message.Message):
     NODE_ID_FIELD_NUMBER: _builtins.int
     BROKER_EPOCH_FIELD_NUMBER: _builtins.int
     WANT_SHUTDOWN_FIELD_NUMBER: _builtins.int
+    LOG_DIR_PROBLEM_FIELD_NUMBER: _builtins.int
     node_id: _builtins.int
     broker_epoch: _builtins.int
     want_shutdown: _builtins.bool
     """Controlled shutdown: move this broker's leadership away."""
+    log_dir_problem: _builtins.str
+    """Non-empty while the broker's log directory is offline (a write there failed): what
+    failed, naming the folder and the errno, at most 300 characters. The controller
+    takes the broker out of every ISR and moves its leadership away; an empty value
+    (the folder can be written again) brings it back.
+    """
     def __init__(
         self,
         *,
         node_id: _builtins.int = ...,
         broker_epoch: _builtins.int = ...,
         want_shutdown: _builtins.bool = ...,
+        log_dir_problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "node_id", b"node_id", "want_shutdown", b"want_shutdown"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "log_dir_problem", b"log_dir_problem", "node_id", b"node_id", "want_shutdown", b"want_shutdown"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,126 @@
+"""One voter with a slow disk (an LD_PRELOAD library that delays its writes and fsyncs,
+built by the test): the cluster always has an active controller, the slow voter does not
+take the role, and acknowledged writes go on.
+
+Needs a C compiler (cc) to build the library; skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from headwater.chaos.slow_disk import SlowDisk, SlowDiskUnavailableError, build
+from headwater.client import Admin, Producer
+from headwater.v1 import headwater_pb2 as pb
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+from tests.local_cluster import LocalCluster
+from tests.node_process import wait_until
+from tests.test_disk_full import check_read_back, read_batches, send_batch
+
+pytestmark = pytest.mark.slow
+
+PHASE_S = 15.0
+NO_CONTROLLER_S_MAX = 3.0
+"""Longest the healthy voters may see no active controller (elections take ~0.3-1 s)."""
+HANDOVER_S_MAX = 5.0
+"""Longest a slow voter that is the controller keeps the role (its next slow write, 0.5 s
+here, marks it slow; it hands over at once)."""
+
+
+class ControllerWatch(threading.Thread):
+    """Samples, every 0.1 s, which controller nodes 1 and 2 name; keeps the longest
+    stretch in which they named none they agree on, and who they named."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        super().__init__(daemon=True)
+        self.addresses = [cluster.nodes[1].address, cluster.nodes[2].address]
+        self.stop = threading.Event()
+        self.longest_gap_s = 0.0
+        self.named: list[tuple[float, int]] = []
+
+    def controller(self) -> int:
+        ids = set()
+        for address in self.addresses:
+            with grpc.insecure_channel(address) as channel:
+                try:
+                    response = pb_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest(), timeout=1)
+                except grpc.RpcError:
+                    return -1
+                ids.add(response.controller_id)
+        return ids.pop() if len(ids) == 1 else -1
+
+    def run(self) -> None:
+        gap_began: float | None = None
+        while not self.stop.wait(0.1):
+            now = time.monotonic()
+            found = self.controller()
+            self.named.append((now, found))
+            if found < 0:
+                gap_began = gap_began if gap_began is not None else now
+                self.longest_gap_s = max(self.longest_gap_s, now - gap_began)
+            else:
+                gap_began = None
+
+
+def test_a_voter_with_a_slow_disk_never_leaves_the_cluster_without_a_controller(
+    tmp_path: Path,
+) -> None:
+    try:
+        library = build(tmp_path / "slow-disk")
+    except SlowDiskUnavailableError as exc:
+        pytest.skip(str(exc))
+    cluster = LocalCluster(tmp_path, 3)
+    slow = SlowDisk(library, cluster.nodes[3].data_dir, tmp_path / "slow-disk" / "control")
+    cluster.nodes[3].env.update(slow.env())
+    cluster.start()
+    watch = ControllerWatch(cluster)
+    try:
+        bootstrap = cluster.bootstrap()
+        with Admin(bootstrap) as admin:
+            admin.create_topic(
+                "s", partitions=3, replication_factor=3, configs={"min_insync_replicas": "2"}
+            )
+        cluster.wait_controller()
+        watch.start()
+        acknowledged: list[int] = []
+        with Producer(bootstrap, acks="all", linger_ms=0, delivery_timeout_ms=20_000) as producer:
+            healthy = phase(producer, acknowledged, 0, 5.0)
+            slow.set(500, 2000)
+            slow_since = time.monotonic()
+            first = phase(producer, acknowledged, 100_000, PHASE_S)
+            slow.set(3000, 5000)
+            second = phase(producer, acknowledged, 200_000, PHASE_S)
+            slow.set(0, 0)
+        watch.stop.set()
+        watch.join()
+        assert watch.longest_gap_s < NO_CONTROLLER_S_MAX, (
+            f"no controller for {watch.longest_gap_s:.1f} s"
+        )
+        # Whoever led at the start, the slow voter hands the role over within seconds.
+        late = [c for t, c in watch.named if t > slow_since + HANDOVER_S_MAX]
+        assert 3 not in late, "the slow voter was the controller"
+        assert first > 0.3 * healthy and second > 0.3 * healthy, (healthy, first, second)
+        wait_until(lambda: cluster.controller_id(cluster.nodes[3]) >= 0, 60, "node 3 caught up")
+        check_read_back(read_batches(bootstrap, "s"), acknowledged)
+    finally:
+        watch.stop.set()
+        slow.set(0, 0)
+        cluster.close()
+
+
+def phase(producer: Producer, acknowledged: list[int], first: int, seconds: float) -> float:
+    """Send batches one at a time for ``seconds``; batches a second acknowledged."""
+    began = time.monotonic()
+    n = first
+    done = 0
+    while time.monotonic() - began < seconds:
+        if send_batch(producer, "s", n):
+            acknowledged.append(n)
+            done += 1
+        n += 1
+    return done / (time.monotonic() - began)
