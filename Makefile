@@ -63,7 +63,7 @@ chaos: $(STAMP)
 	$(BIN)/python -m headwater.chaos --cycles 200 $(CHAOS_ARGS)
 
 chaos-short: $(STAMP)
-	$(BIN)/python -m headwater.chaos --cycles 14 --time-limit 150 $(CHAOS_ARGS)
+	$(BIN)/python -m headwater.chaos --cycles 16 --time-limit 180 $(CHAOS_ARGS)
 
 # The batch decoder's mutation fuzzer (tests/fuzz_batch.py) for a long run; the tests run
 # a fixed 30,000 cases. FUZZ_ARGS adds options, e.g. FUZZ_ARGS="--seed 42".

@@ -696,8 +696,8 @@ class FileLog:
             if self.config.flush_policy is FlushPolicy.ACK:
                 self._flush_locked()
         except BaseException:
-            active.roll_back(mark)
             self._epochs = LeaderEpochCache(epochs_before)
+            active.roll_back(mark)
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
             raise
         if header.producer_id != producer_state.NO_PRODUCER:

@@ -378,6 +378,8 @@ class LogManager:
                     self._remove(partition)
                     changed = True
             for key, (topic, state) in wanted.items():
+                if self.is_offline():  # an open just failed: open no more
+                    break
                 hosted = current.get(key)
                 if hosted is None:
                     hosted = self._open(
@@ -406,6 +408,9 @@ class LogManager:
                 roles.append((hosted, state))
             if changed:
                 self._partitions = current
+            if self.is_offline():
+                self._close_all()
+                return []
         if may_delete:
             # Keep every folder the image assigns here, even one that failed to open.
             self._remove_strays(set(self._partitions) | set(wanted))
@@ -459,7 +464,6 @@ class LogManager:
         try:
             log = FileLog(folder, log_config, now_ms())
         except OSError as exc:
-            _log.error("cannot open the log of %s-%d: %s", topic, index, exc)
             self.storage_failed(f"opening the log of {topic}-{index} failed: {exc}")
             return None
         log.on_storage_failure = self._log_failed
@@ -569,6 +573,10 @@ class LogManager:
                 next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
 
     # ------------------------------------------------------------------ log-directory failure
+
+    def is_offline(self) -> bool:
+        """Is the data folder offline (``offline_problem`` set, by any thread)?"""
+        return bool(self.offline_problem)
 
     def _log_failed(self, log: FileLog, _exc: OSError) -> None:
         """A FileLog's write failed (its lock is held: only flags are set here)."""

@@ -10,7 +10,9 @@ thesis' PreVote (§9.6) in front of pysyncobj's elections:
   term it would stand in. Nobody's term changes. Only with a majority of grants (its own
   included) does it start the real election.
 - A voter grants a pre-vote (``grant_pre_vote``) only when it has not heard from a
-  leader for an election timeout, is not the leader itself, its own journal can be
+  leader for about an election timeout (the shortest, less two heartbeat periods: the
+  candidate's timer started at a heartbeat that reached the others up to one period
+  apart), is not the leader itself, its own journal can be
   written, and the candidate's log is at least as up to date as its own (the RequestVote
   rule). So a voter that was cut off, paused or stalled cannot depose a leader that a
   majority still hears.

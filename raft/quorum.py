@@ -416,7 +416,13 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
             candidate_term=term,
             candidate_log=LogPosition(last_term, last_index),
             since_leader_s=time.monotonic() - self._leader_contact_s,
-            election_timeout_s=self._timings.election_min_s,
+            # Two heartbeats short of the shortest election timeout: the candidate's timer
+            # ran that long after the same leader's last heartbeat, which reached the
+            # voters up to a heartbeat apart (a leader that died leaves no voter to wait).
+            election_timeout_s=max(
+                self._timings.election_min_s - 2 * self._timings.heartbeat_s,
+                self._timings.heartbeat_s,
+            ),
             is_leader=self._SyncObj__raftState == _RAFT_STATE.LEADER,
             journal_failed=bool(self.journal().failure),
         )

@@ -26,9 +26,9 @@ from headwater.client import Admin, Producer
 from tests.local_cluster import LocalCluster
 from tests.node_process import run_cli, wait_until
 
-SHORT_CYCLES = 14
+SHORT_CYCLES = 16
 SHORT_SEED = int(os.environ.get("HEADWATER_CHAOS_SEED", "20261124"))
-SHORT_TIME_LIMIT_S = 170
+SHORT_TIME_LIMIT_S = 200
 CHAOS = [sys.executable, "-m", "headwater.chaos"]
 
 

@@ -206,3 +206,52 @@ def rate(producer: Producer, acknowledged: list[int], first: int, seconds: float
             done += 1
         n += 1
     return done / (time.monotonic() - began)
+
+
+def test_a_full_metadata_disk_takes_a_voter_out_of_elections_not_down(tmp_path: Path) -> None:
+    """Node 3's folder (its Raft journal included) fills while metadata keeps changing:
+    no SIGBUS; once its journal cannot be written it leaves the controller role (if it
+    had it) and votes no more, while the two others go on; freed, its journal is written
+    whole again and its image catches up."""
+    with small_filesystem(tmp_path / "fs3", 24 << 20) as fs3:
+
+        def layout(root: Path, node_id: int) -> tuple[Path, Path]:
+            data = fs3 / "data" if node_id == 3 else root / f"n{node_id}" / "data"
+            return data, root / f"n{node_id}.log"
+
+        cluster = LocalCluster(tmp_path, 3, env=NODE_ENV, layout=layout)
+        cluster.start()
+        try:
+            cluster.wait_controller()
+            fill(fs3 / "ballast")
+            node3 = cluster.nodes[3]
+            journal_failed = "the metadata journal"
+            n = 0
+            # Big metadata batches (a topic of 1,000 partitions each) use up the journal's
+            # reserved blocks within a few topics.
+            while journal_failed not in node3.log():
+                assert n < 60, "node 3's journal never failed"
+                with Admin(cluster.nodes[1].address) as admin:
+                    admin.create_topic(f"m{n}", partitions=1000, replication_factor=1)
+                n += 1
+            assert node3.running
+            controller = cluster.wait_controller(excluding=(3,))
+            with Admin(cluster.nodes[1].address) as admin:
+                admin.create_topic("after", partitions=1)
+            assert controller in (1, 2)
+            (fs3 / "ballast").unlink()
+            wait_until(
+                lambda: "is writable again" in node3.log(), DEADLINE_S, "node 3's journal back"
+            )
+            wait_until(
+                lambda: (
+                    cluster.metadata(node3).metadata_offset
+                    >= cluster.metadata(cluster.nodes[1]).metadata_offset
+                ),
+                DEADLINE_S,
+                "node 3's image to catch up",
+            )
+            assert "after" in {t.name for t in cluster.metadata(node3).topics}
+            assert "Traceback" not in node3.log()
+        finally:
+            cluster.close()

@@ -5,7 +5,9 @@ On loopback, node i listens on 127.0.0.1 with ports from ``headwater.ports``; in
 namespaces (``headwater.chaos.netns``), node i runs inside ``<prefix>-n<i>`` and listens on
 its namespace's address: gRPC for clients on 7700, Raft on 7701 and the inter-broker
 listener on 7702. Each node keeps its data in
-``ROOT/n<i>/data`` and appends its output to ``ROOT/n<i>.log`` (kept across restarts).
+``ROOT/n<i>/data`` (on its own file system, ``ROOT/n<i>/disk/data``, when the run has
+disk faults: ``headwater.chaos.disks``) and appends its output to ``ROOT/n<i>.log`` (kept
+across restarts).
 
 Metadata questions (who leads a partition, which node is the controller, are the ISRs
 full) go through ``headwater.client.Admin``, asked of one node at a time so that a
@@ -29,6 +31,7 @@ from typing import Final, TypeVar
 
 import grpc
 
+from headwater.chaos.disks import Disks
 from headwater.chaos.netns import Topology
 from headwater.client import Admin, node_serving
 from headwater.errors import HeadwaterError
@@ -90,9 +93,12 @@ class Node:
 
 
 class ChaosCluster:
-    def __init__(self, root: Path, size: int, topology: Topology | None) -> None:
+    def __init__(
+        self, root: Path, size: int, topology: Topology | None, disks: Disks | None = None
+    ) -> None:
         self.root = root
         self.topology = topology
+        self.disks = disks
         self.nodes: dict[int, Node] = {}
         for i in range(1, size + 1):
             if topology is not None:
@@ -105,7 +111,7 @@ class ChaosCluster:
                 host,
                 port,
                 raft,
-                root / f"n{i}" / "data",
+                disks.data_dir(i) if disks is not None else root / f"n{i}" / "data",
                 root / f"n{i}.log",
                 topology.namespace(i) if topology is not None else None,
                 internal,
@@ -157,7 +163,7 @@ class ChaosCluster:
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=self.env,
+                env={**self.env, **(self.disks.env(node_id) if self.disks else {})},
                 start_new_session=True,  # Ctrl-C reaches the runner, which stops the nodes
             )
         node.paused = False

@@ -25,6 +25,12 @@ from headwater.chaos.nemesis import Cycle, Fault
 from headwater.chaos.workload import Recorder
 
 SUCCESSOR_DEADLINE_S: Final = 15.0
+NO_CONTROLLER_S_MAX: Final = 5.0
+"""Longest the nodes with healthy disks may go without an active controller while one
+node's disk is full or slow (elections take well under a second; the rest is room for
+a loaded machine)."""
+SLOW_WRITE_MS: Final = (200, 3000)
+SLOW_FSYNC_MS_MAX: Final = 5000
 SERVE_DEADLINE_S: Final = 60.0
 CONTROLLER_DEADLINE_S: Final = 30.0
 
@@ -56,6 +62,9 @@ class FaultInjector:
         """(cycle, start ms, end ms, fault, nodes) of the cycles run."""
         self.crashes: list[str] = []
         """Nodes found down that no nemesis stopped: each fails the run."""
+        self.alarms: list[str] = []
+        """Broken promises seen during a fault (no controller while a majority of the
+        nodes had healthy disks): each fails the run."""
 
     # ------------------------------------------------------------------ targets
 
@@ -145,6 +154,8 @@ class FaultInjector:
             return nodes, f"SIGCONT {nodes}"
         if fault is Fault.PAUSE_THEN_KILL_SUCCESSOR:
             return self._pause_then_kill_successor(cycle, hold_s)
+        if fault.needs_disks:
+            return self._disk(cycle, hold_s)
         if fault is Fault.RESTART:
             (node,) = self._random()
             self._started(cycle, [node], f"SIGTERM node {node} (controlled shutdown)")
@@ -227,6 +238,52 @@ class FaultInjector:
         time.sleep(hold_s)
         netns.heal(topology)
         return nodes, "healed"
+
+    def _disk(self, cycle: Cycle, hold_s: float) -> tuple[list[int], str]:
+        disks = self.cluster.disks
+        assert disks is not None, f"{cycle.fault} needs the run's disks"
+        if cycle.fault is Fault.DISK_FULL:
+            (node,) = self._random()
+            self._started(cycle, [node], f"fill node {node}'s file system (random)")
+            filled = disks.fill(node)
+            self.recorder.note(f"{wall_clock()} node {node}: ballast of {filled} bytes")
+            self._watch_controller(cycle, node, hold_s)
+            disks.empty(node)
+            return [node], f"emptied node {node}'s file system"
+        node, why = self._controller() if self.rng.random() < 0.5 else (self._random()[0], "random")
+        write_ms = self.rng.randint(*SLOW_WRITE_MS)
+        fsync_ms = self.rng.randint(write_ms, SLOW_FSYNC_MS_MAX)
+        self._started(
+            cycle,
+            [node],
+            f"slow node {node}'s disk ({why}): writes {write_ms} ms, fsyncs {fsync_ms} ms",
+        )
+        disks.slow(node, write_ms, fsync_ms)
+        self._watch_controller(cycle, node, hold_s)
+        disks.slow(node, 0, 0)
+        return [node], f"node {node}'s disk fast again"
+
+    def _watch_controller(self, cycle: Cycle, faulty: int, hold_s: float) -> None:
+        """Hold the fault for ``hold_s`` while asking the other nodes for the active
+        controller; an alarm when they had none for more than NO_CONTROLLER_S_MAX."""
+        healthy = [n for n in self._all() if n != faulty]
+        end = time.monotonic() + hold_s
+        gap_began: float | None = None
+        longest = 0.0
+        while (now := time.monotonic()) < end:
+            if self.cluster.controller(via=healthy) is None:
+                gap_began = now if gap_began is None else gap_began
+                longest = max(longest, now - gap_began)
+            else:
+                gap_began = None
+            time.sleep(0.2)
+        if longest > NO_CONTROLLER_S_MAX:
+            alarm = (
+                f"cycle {cycle.number} ({cycle.fault}, node {faulty}): nodes {healthy} had no "
+                f"active controller for {longest:.1f} s (at most {NO_CONTROLLER_S_MAX:g} s)"
+            )
+            self.alarms.append(alarm)
+            self.recorder.note(alarm)
 
     # ------------------------------------------------------------------ recovery
 

@@ -28,8 +28,15 @@ Faults (``Fault``):
   non-transitive partition).
 - ``partition-one-way``: the active controller receives nothing from the other nodes,
   while its own packets still reach them.
+- ``disk-full``: one random node's data folder (its own small file system) fills up
+  with a ballast file; the ballast goes after the duration.
+- ``slow-disk``: the writes and fsyncs to one node's data folder (the active
+  controller's half the time) are delayed by hundreds of milliseconds to seconds; the
+  delays go after the duration.
 
-The network faults need the nodes in network namespaces (``headwater.chaos.netns``).
+The network faults need the nodes in network namespaces (``headwater.chaos.netns``); the
+disk faults need their own file systems (root, to mount them) and a slow-disk library
+(``headwater.chaos.slow_disk``, built with cc) (``headwater.chaos.disks``).
 """
 
 from __future__ import annotations
@@ -57,10 +64,16 @@ class Fault(enum.StrEnum):
     PARTITION_LEADER = "partition-leader"
     PARTITION_BRIDGE = "partition-bridge"
     PARTITION_ONE_WAY = "partition-one-way"
+    DISK_FULL = "disk-full"
+    SLOW_DISK = "slow-disk"
 
     @property
     def needs_network(self) -> bool:
         return self.value.startswith("partition-")
+
+    @property
+    def needs_disks(self) -> bool:
+        return self in (Fault.DISK_FULL, Fault.SLOW_DISK)
 
 
 ALL_FAULTS: Final = tuple(Fault)
@@ -78,6 +91,8 @@ DURATION_MS: Final[dict[Fault, tuple[int, int]]] = {
     Fault.PARTITION_LEADER: (2000, 8000),
     Fault.PARTITION_BRIDGE: (2000, 8000),
     Fault.PARTITION_ONE_WAY: (2000, 8000),
+    Fault.DISK_FULL: (2000, 8000),
+    Fault.SLOW_DISK: (3000, 10000),
 }
 """[low, high] of the time a fault is held, per fault (a uniform draw)."""
 QUIET_MS: Final = (500, 2000)

@@ -47,6 +47,7 @@ import click
 from headwater.chaos import nemesis, netns
 from headwater.chaos.checker import check
 from headwater.chaos.cluster import ChaosCluster, wait_for
+from headwater.chaos.disks import Disks, DisksUnavailableError
 from headwater.chaos.faults import FaultInjector, wall_clock
 from headwater.chaos.history import parse_lines
 from headwater.chaos.replicas import compare_metadata, compare_replicas, replicas_behind
@@ -133,6 +134,39 @@ def _prepare_dir(keep: Path | None) -> Path:
     return keep
 
 
+def _prepare_disks(
+    options: Options, run_dir: Path, result: RunResult
+) -> tuple[Disks | None, Options]:
+    """The run's disks when it has disk faults; the options less the disk faults this
+    machine cannot run (noted in ``result.skipped`` and said)."""
+    wanted = [f for f in options.faults if f.needs_disks]
+    if not wanted:
+        return None, options
+    full = nemesis.Fault.DISK_FULL in wanted
+    slow = nemesis.Fault.SLOW_DISK in wanted
+    node_ids = tuple(range(1, NODES + 1))
+    try:
+        return Disks(run_dir, node_ids, full, slow), options
+    except DisksUnavailableError as first:
+        if full and slow:
+            try:  # a machine without root may still build the slow disk
+                disks = Disks(run_dir, node_ids, False, True)
+            except DisksUnavailableError:
+                pass
+            else:
+                return disks, _skip(options, result, [nemesis.Fault.DISK_FULL], str(first))
+        return None, _skip(options, result, wanted, str(first))
+
+
+def _skip(options: Options, result: RunResult, faults: list[nemesis.Fault], reason: str) -> Options:
+    say(f"note: {', '.join(f.value for f in faults)} skipped: {reason}")
+    result.skipped_nemeses += [f.value for f in faults]
+    kept = tuple(f for f in options.faults if f not in faults)
+    if not kept:
+        raise click.UsageError(f"every nemesis chosen is unavailable here: {reason}")
+    return dataclasses.replace(options, faults=kept)
+
+
 def _start(cluster: ChaosCluster, options: Options, recorder: Recorder) -> None:
     for node_id in cluster.nodes:
         cluster.start(node_id)
@@ -206,7 +240,7 @@ def _finish(
     step("final read of every partition", read_all)
     step("comparing replicas", compare)
     injector.note_crashes()
-    result.problems += injector.crashes
+    result.problems += injector.crashes + injector.alarms
     history = recorder.events()
     result.report = check(history)
     result.examples = build_examples(result.report, history, injector.context)
@@ -223,7 +257,8 @@ def run(options: Options, topology: netns.Topology | None, skipped: list[str]) -
     rng = random.Random(options.seed)
     recorder = Recorder(run_dir / "history.jsonl")
     recorder.note(f"{wall_clock()} seed {options.seed}, options {options.argv()}")
-    cluster = ChaosCluster(run_dir, NODES, topology)
+    disks, options = _prepare_disks(options, run_dir, result)
+    cluster = ChaosCluster(run_dir, NODES, topology, disks)
     producers: list[ProducerWorker] = []
     consumers: list[ConsumerWorker] = []
     try:
@@ -282,6 +317,8 @@ def run(options: Options, topology: netns.Topology | None, skipped: list[str]) -
                 consumer.stop()
         for line in cluster.close():
             say(line)
+        if disks is not None:
+            disks.close()
         recorder.close()
         result.duration_s = time.monotonic() - began
         logs = {i: n.log_path for i, n in cluster.nodes.items()}
