@@ -77,6 +77,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,6 +174,26 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+class _WritePath:
+    """``FileLog._writing``'s context manager (a class: the append path takes one per
+    batch, and a generator-based one costs a microsecond more)."""
+
+    __slots__ = ("log", "what")
+
+    def __init__(self, log: FileLog, what: str) -> None:
+        self.log = log
+        self.what = what
+
+    def __enter__(self) -> None:
+        self.log._check_writable()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _tb: object
+    ) -> None:
+        if isinstance(exc, OSError):
+            raise self.log._fail(self.what, exc) from exc
+
+
 class CleaningAbortedError(Exception):
     """The log changed under a cleaning pass (retention, truncation, deletion)."""
 
@@ -224,6 +245,12 @@ class FileLog:
         self.failure = ""
         """Why the log stopped taking writes ("" while it takes them): a write to its
         files failed (see ``_fail``)."""
+        self._append_path = _WritePath(self, "append")
+        self.slow_append_s = 0.0
+        """An append (with its fsync under flush policy ``ack``) that takes longer than
+        this is reported to ``on_slow_append`` (0: appends are not timed)."""
+        self.on_slow_append: Callable[[FileLog, float], None] | None = None
+        """Called with the append's seconds, with the log's lock held: it must not block."""
         self.on_storage_failure: Callable[[FileLog, OSError], None] | None = None
         """Called once, with the log's lock held, when a write to its files fails (the
         node takes the folder offline); it must not block or take other logs' locks."""
@@ -687,6 +714,7 @@ class FileLog:
         the segment is rolled back to its size before (``Segment.roll_back``) and the
         epoch cache restored, before the error is raised: nothing the caller is told
         failed stays in the log, so a retry never stores a batch twice."""
+        began = time.monotonic() if self.slow_append_s else 0.0
         active = self._segments[-1]
         mark = active.append(prefix, batch, header)
         epochs_before = self._epochs.entries
@@ -702,17 +730,23 @@ class FileLog:
             raise
         if header.producer_id != producer_state.NO_PRODUCER:
             producer_state.record_header(self._producers, header)
+        if began and (took := time.monotonic() - began) > self.slow_append_s:
+            listener = self.on_slow_append
+            if listener is not None:
+                listener(self, took)
         return AppendInfo(
             header.base_offset, header.last_offset, header.record_count, self.log_start_offset
         )
 
     # ------------------------------------------------------------------ storage failures
 
-    @contextlib.contextmanager
-    def _writing(self, what: str) -> Iterator[None]:
+    def _writing(self, what: str) -> _WritePath:
         """Guard one write path (under the lock): refused with KAFKA_STORAGE_ERROR once
         the log has failed; an OSError inside fails the log (``_fail``) and is raised as
         KAFKA_STORAGE_ERROR naming the folder and the errno."""
+        return self._append_path if what == "append" else _WritePath(self, what)
+
+    def _check_writable(self) -> None:
         self._check_open()
         if self.failure:
             raise HeadwaterError(
@@ -720,10 +754,6 @@ class FileLog:
                 f"log {self.directory} failed ({self.failure}); it takes no writes until "
                 "the node opens it again",
             )
-        try:
-            yield
-        except OSError as exc:
-            raise self._fail(what, exc) from exc
 
     def _fail(self, what: str, exc: OSError) -> HeadwaterError:
         """The log's files could not be written (or read back): it takes no more writes,

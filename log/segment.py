@@ -15,13 +15,17 @@ appends ~8x faster (0.7 GB/s -> 6 GB/s). The file size stays the logical end, so
 and recovery never see the reserve; closing, rolling and opening a segment give unused
 blocks back (``release_reserve``), so an idle partition holds at most a few MiB.
 
-Appends are all or nothing: ``append`` writes the batch, then its index entries (one
-unbuffered write per entry, so that no failure can surface later, at another batch's
-write), and when any of those writes fails (ENOSPC, EIO) it cuts all three files back to
-their sizes before the append (``AppendMark``) and restores the in-memory index before it
-raises. A failed preallocation is released at once (on ext4 a failing fallocate leaves
-the blocks it took). So a segment never holds a batch, or an index entry, that its
-``size`` and ``next_offset`` do not count.
+Appends are all or nothing: ``append`` writes the batch, and its index entries go to a
+buffer in memory (written to the index files, at most INDEX_PENDING_BYTES_MAX at a time,
+before a later append's log write, and on flush, seal and close: never after a log
+write, so their failure can never leave a batch behind). When a write of an append fails
+(ENOSPC, EIO), the segment cuts its files back to their sizes before the append
+(``AppendMark``, ``roll_back``) and restores the in-memory index before it raises; a
+failed write of buffered index entries cuts the index files back to their last whole
+entry and keeps the entries buffered. A failed preallocation is released at once (on
+ext4 a failing fallocate keeps the blocks it took). So a segment never holds a batch, or
+an index entry, that its ``size`` and ``next_offset`` do not count; the index files may
+lag the in-memory index (recovery walks the log after their last entry).
 
 Open files: the active segment holds its ``.log`` and both index files open. A sealed
 segment (``seal``: no longer written) closes its index files, and its ``.log`` handle
@@ -54,6 +58,8 @@ LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
 SCAN_CHUNK_BYTES: Final = 8 << 20
+INDEX_PENDING_BYTES_MAX: Final = 4096
+"""Index entries buffered in memory before they are written (512 offset entries)."""
 RESERVE_BYTES_MIN: Final = 1 << 20
 RESERVE_BYTES_MAX: Final = 64 << 20
 FALLOC_FL_KEEP_SIZE: Final = 0x01
@@ -116,14 +122,15 @@ class GapBound:
 
 @dataclass(frozen=True, slots=True)
 class AppendMark:
-    """A segment's state before an append: what ``Segment.roll_back`` restores."""
+    """A segment's state before an append: what ``Segment.roll_back`` restores. The index
+    byte counts are of each index's entries, written and buffered together."""
 
     size: int
     next_offset: int
     max_timestamp: int
     last_indexed_position: int
-    index_file_bytes: int
-    time_file_bytes: int
+    index_bytes: int
+    time_index_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +174,14 @@ class Segment:
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.index = SegmentIndex()
-        # Opened by the first index entry written (see _index_fds), with their sizes.
+        # Opened by the first index entries written (see _index_fds), with the files'
+        # sizes, and the entries not written yet.
         self._index_fd: int | None = None
         self._time_fd: int | None = None
         self._index_file_bytes = 0
         self._time_file_bytes = 0
+        self._index_pending = bytearray()
+        self._time_pending = bytearray()
         self._last_indexed_position = -1
         self.created_ms = 0
 
@@ -230,6 +240,7 @@ class Segment:
         if self.sealed:
             return
         self.release_reserve()
+        self.write_index_entries()
         self._close_index_files()
         self.sealed = True
         if self._fd is not None:
@@ -296,9 +307,10 @@ class Segment:
         CRC scan. The caller truncates to ``valid_bytes`` when ``problem`` is set."""
         if trust_index:
             try:
-                self.index = parse_index_files(
-                    self.index_path.read_bytes(), self.time_index_path.read_bytes(), self.size
-                )
+                offset_bytes = self.index_path.read_bytes()
+                time_bytes = self.time_index_path.read_bytes()
+                self.index = parse_index_files(offset_bytes, time_bytes, self.size)
+                self._index_file_bytes, self._time_file_bytes = len(offset_bytes), len(time_bytes)
             except (OSError, IndexCorruptError) as exc:
                 _log.warning("rebuilding index of segment %s: %s", self.log_path, exc)
             else:
@@ -362,21 +374,37 @@ class Segment:
         )
         return entry, time_entry
 
-    def _write_index_entries(self, entries: tuple[bytes, bytes]) -> None:
-        """Append index entries to the files. On an OSError the files may lack them: the
-        caller rolls back (``roll_back``)."""
-        entry, time_entry = entries
+    def write_index_entries(self) -> None:
+        """Write the buffered index entries to the files. On an OSError the files are cut
+        back to their last whole entry and the entries stay buffered (raised)."""
+        if not self._index_pending and not self._time_pending:
+            return
         index_fd, time_fd = self._index_fds()
-        write_all(index_fd, [memoryview(entry)])
-        self._index_file_bytes += len(entry)
-        if time_entry:
-            write_all(time_fd, [memoryview(time_entry)])
-            self._time_file_bytes += len(time_entry)
+        try:
+            # Copies (at most a few KiB): a view would pin the buffers' size.
+            if self._index_pending:
+                write_all(index_fd, [memoryview(bytes(self._index_pending))])
+            if self._time_pending:
+                write_all(time_fd, [memoryview(bytes(self._time_pending))])
+        except OSError:
+            with contextlib.suppress(OSError):  # a failing device: recovery checks them
+                os.ftruncate(index_fd, self._index_file_bytes)
+                os.ftruncate(time_fd, self._time_file_bytes)
+            raise
+        self._index_file_bytes += len(self._index_pending)
+        self._time_file_bytes += len(self._time_pending)
+        self._index_pending.clear()
+        self._time_pending.clear()
 
     def rewrite_index_files(self) -> None:
         self._close_index_files()
-        self.index_path.write_bytes(self.index.offset_file_bytes())
-        self.time_index_path.write_bytes(self.index.time_file_bytes())
+        offset_bytes, time_bytes = self.index.offset_file_bytes(), self.index.time_file_bytes()
+        self._index_pending.clear()
+        self._time_pending.clear()
+        self._index_file_bytes = self._time_file_bytes = 0  # until both are written whole
+        self.index_path.write_bytes(offset_bytes)
+        self.time_index_path.write_bytes(time_bytes)
+        self._index_file_bytes, self._time_file_bytes = len(offset_bytes), len(time_bytes)
 
     # ------------------------------------------------------------------ writing
 
@@ -395,17 +423,20 @@ class Segment:
                 f"{self.next_offset} in segment {self.log_path} (a gap above {self.gaps.offset}, "
                 "where offsets must be contiguous)",
             )
+        if len(self._index_pending) >= INDEX_PENDING_BYTES_MAX:
+            self.write_index_entries()  # before the log write: nothing to undo if it fails
         mark = self.mark()
         total = len(batch)
         self._maybe_reserve(total)
         try:
             write_all(self.fd, [memoryview(prefix), memoryview(batch)[16:]])
-            entries = self._maybe_index(mark.size, header)
-            if entries is not None:
-                self._write_index_entries(entries)
         except OSError:
             self.roll_back(mark)
             raise
+        entries = self._maybe_index(mark.size, header)
+        if entries is not None:
+            self._index_pending += entries[0]
+            self._time_pending += entries[1]
         self.size += total
         self.next_offset = header.next_offset
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
@@ -413,39 +444,41 @@ class Segment:
 
     def mark(self) -> AppendMark:
         """The segment's state now (see ``roll_back``)."""
-        if self._index_fd is None:
-            # No index file open: what the files hold is what the index held when
-            # they were last written whole (load, rewrite), which is all of it.
-            self._index_file_bytes = 8 * len(self.index.positions)
-            self._time_file_bytes = 12 * len(self.index.timestamps)
         return AppendMark(
             self.size,
             self.next_offset,
             self.max_timestamp,
             self._last_indexed_position,
-            self._index_file_bytes,
-            self._time_file_bytes,
+            self._index_file_bytes + len(self._index_pending),
+            self._time_file_bytes + len(self._time_pending),
         )
 
     def roll_back(self, mark: AppendMark) -> None:
         """Undo every append since ``mark`` (taken on this segment, which no truncation
-        or roll has changed since): the three files are cut back to their sizes then
-        and the in-memory state restored. Cutting a file short needs no free space, so
-        this holds on a full disk; an OSError here (the device failed) is raised, and
-        the caller must then stop using the log (its files may hold a partial batch past
-        ``size``, which the next open's recovery cuts)."""
+        or roll has changed since): the in-memory state is restored, and the files, and
+        the buffered index entries, are cut back to what they held then. Cutting a file
+        short needs no free space, so this holds on a full disk; an OSError here (the
+        device failed) is raised, and the caller must then stop using the log (its files
+        may hold a partial batch past ``size``, which the next open's recovery cuts)."""
         self.index.truncate_to_position(mark.size)
         self.size = mark.size
         self.next_offset = mark.next_offset
         self.max_timestamp = mark.max_timestamp
         self._last_indexed_position = mark.last_indexed_position
+        for pending, written, kept, fd in (
+            (self._index_pending, self._index_file_bytes, mark.index_bytes, self._index_fd),
+            (self._time_pending, self._time_file_bytes, mark.time_index_bytes, self._time_fd),
+        ):
+            if kept >= written:
+                del pending[kept - written :]
+            else:  # written since the mark (a flush): cut the file
+                pending.clear()
+                assert fd is not None
+                os.ftruncate(fd, kept)
+        self._index_file_bytes = min(self._index_file_bytes, mark.index_bytes)
+        self._time_file_bytes = min(self._time_file_bytes, mark.time_index_bytes)
         os.ftruncate(self.fd, mark.size)
         self._reserved = mark.size
-        if self._index_fd is not None and self._time_fd is not None:
-            os.ftruncate(self._index_fd, mark.index_file_bytes)
-            os.ftruncate(self._time_fd, mark.time_file_bytes)
-            self._index_file_bytes = mark.index_file_bytes
-            self._time_file_bytes = mark.time_file_bytes
 
     def _maybe_reserve(self, incoming_bytes: int) -> None:
         """Reserve blocks for the next append and a chunk beyond it (see the module doc).
@@ -497,7 +530,9 @@ class Segment:
             position += header.total_size
 
     def flush(self) -> None:
+        """fsync the log, and write and fsync the buffered index entries."""
         os.fdatasync(self.fd)
+        self.write_index_entries()
         for fd in (self._index_fd, self._time_fd):
             if fd is not None:
                 os.fdatasync(fd)
@@ -587,11 +622,14 @@ class Segment:
         SEALED_FILES.forget(self)
         try:
             self.release_reserve()
+            self.write_index_entries()  # else the next open walks the log past the files
         finally:
             self._close_index_files()
             self.drop_handle()
 
     def delete(self) -> None:
+        self._index_pending.clear()  # the files go: nothing to write
+        self._time_pending.clear()
         self.close()
         for path in (self.log_path, self.index_path, self.time_index_path):
             path.unlink(missing_ok=True)

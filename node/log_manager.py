@@ -202,6 +202,8 @@ LOG_DIR_PROBE_S: Final = 1.0
 LOG_DIR_PROBE_BYTES_MAX: Final = 1 << 20
 """Largest test file written to decide that an offline data folder is writable again."""
 PROBE_FILE: Final = ".write-probe"
+DISK_SLOW_HOLD_S: Final = 30.0
+"""How long one slow append keeps the data folder counted as slow (``disk_slow``)."""
 
 
 class LogManager:
@@ -217,6 +219,7 @@ class LogManager:
         """Why the data folder is offline ("" while it is online): see the module doc."""
         self.on_log_dir_change: Callable[[], None] | None = None
         """Called (from any thread) when the folder goes offline or comes back."""
+        self._slow_until = 0.0  # monotonic; see disk_slow
         self._offline_lock = threading.Lock()
         self._stop = threading.Event()
         self._maintenance = threading.Thread(
@@ -467,6 +470,8 @@ class LogManager:
             self.storage_failed(f"opening the log of {topic}-{index} failed: {exc}")
             return None
         log.on_storage_failure = self._log_failed
+        log.slow_append_s = self.config.raft_election_timeout_ms / 2000
+        log.on_slow_append = self._log_slow
         try:
             if not meta.exists():
                 write_atomically(meta, partition_metadata(topic_id))
@@ -573,6 +578,26 @@ class LogManager:
                 next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
 
     # ------------------------------------------------------------------ log-directory failure
+
+    def disk_slow(self) -> bool:
+        """Did an append to a hosted log take longer than half the Raft election timeout
+        in the last DISK_SLOW_HOLD_S? (The metadata quorum then keeps this voter from
+        standing for election first, and a controller here hands the role over: the
+        node's event loop, which answers the brokers' heartbeats, waits on those writes.)"""
+        return time.monotonic() < self._slow_until
+
+    def _log_slow(self, log: FileLog, took: float) -> None:
+        """A FileLog's append was slow (its lock is held: a flag and a log line)."""
+        now = time.monotonic()
+        if now >= self._slow_until:
+            _log.warning(
+                "an append to %s took %.2f s: the data folder %s counts as slow for %g s",
+                log.directory.name,
+                took,
+                self.data_dir,
+                DISK_SLOW_HOLD_S,
+            )
+        self._slow_until = now + DISK_SLOW_HOLD_S
 
     def is_offline(self) -> bool:
         """Is the data folder offline (``offline_problem`` set, by any thread)?"""

@@ -337,7 +337,9 @@ class NodeSnapshot:
     log_dir_offline: bool = False
     """This node's data folder is offline (a write there failed)."""
     raft_journal_failed: bool = False
-    raft_journal_slow: bool = False
+    disk_slow: bool = False
+    """A write to the data folder (a partition log's or the metadata journal's) was slow
+    lately."""
     log_dir_offline_brokers: int = 0
     """Brokers whose data folder is offline, as the active controller sees them."""
 
@@ -417,6 +419,13 @@ def state_families(snapshot: NodeSnapshot) -> list[Metric]:
             int(snapshot.log_dir_offline),
         ),
         _gauge(
+            "headwater_disk_slow",
+            "1 while a write to this node's data folder (a partition log's append, a "
+            "metadata journal write) took longer than half the Raft election timeout in the "
+            "last 30 s, 0 otherwise.",
+            int(snapshot.disk_slow),
+        ),
+        _gauge(
             "headwater_log_dir_offline_brokers",
             "Brokers whose data folder is offline, as the active controller sees them (0 on "
             "every other node).",
@@ -447,12 +456,6 @@ def state_families(snapshot: NodeSnapshot) -> list[Metric]:
                 "1 while this voter's metadata journal cannot be written (it neither votes nor "
                 "stands for election until it can), 0 otherwise.",
                 int(snapshot.raft_journal_failed),
-            ),
-            _gauge(
-                "headwater_raft_journal_slow",
-                "1 while a metadata journal write of this voter was slow lately (it does not "
-                "stand for election first, and hands leadership over), 0 otherwise.",
-                int(snapshot.raft_journal_slow),
             ),
         ]
     per_partition = {

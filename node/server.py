@@ -239,6 +239,7 @@ class Node:
                 on_applied=lambda image, _refusal: self.state.publish(image),
                 secret=self.secret,
                 bind_address=config.raft_listen,
+                disk_slow=self.logs.disk_slow,
                 timings=QuorumTimings(
                     election_min_s=election_s,
                     election_max_s=election_s * 3,
@@ -578,7 +579,9 @@ class Node:
             uncleanable_partitions=self.logs.uncleanable_partitions() if self.logs else 0,
             log_dir_offline=bool(self.logs and self.logs.offline_problem),
             raft_journal_failed=bool(quorum and quorum.journal_problem),
-            raft_journal_slow=bool(quorum and quorum.journal_slow),
+            disk_slow=bool(
+                (quorum and quorum.journal_slow) or (self.logs and self.logs.disk_slow())
+            ),
             log_dir_offline_brokers=sum(1 for b in image.brokers.values() if b.log_dir_problem)
             if active
             else 0,

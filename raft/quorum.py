@@ -137,7 +137,8 @@ class QuorumStatus:
     """Why this voter's journal cannot be written ("" when it can): it neither votes nor
     stands for election meanwhile."""
     journal_slow: bool = False
-    """A journal write was slow lately: this voter does not stand for election first."""
+    """A journal write, or another write to the node's data folder, was slow lately: this
+    voter does not stand for election first, and hands the controller role over."""
 
 
 class _MetadataLog(SyncObjConsumer):  # type: ignore[misc]
@@ -295,8 +296,12 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
         conf: SyncObjConf,
         consumers: Sequence[Any] = (),
         timings: QuorumTimings = QuorumTimings(),
+        disk_slow: Callable[[], bool] = lambda: False,
     ) -> None:
+        """``disk_slow``: are this node's other writes to the same disk slow (its
+        partition logs')? Counted as the journal's own slowness."""
         self._timings = timings
+        self._disk_slow = disk_slow
         self._journal: MetadataJournal | None = None
         self._leader_contact_s = float("-inf")
         self._pre_vote_round = 0
@@ -355,12 +360,13 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
         if journal is None or self._SyncObj__selfNode is None:
             return
         now = time.monotonic()
+        slow = journal.slow or self._disk_slow()
         if self._SyncObj__raftState == _RAFT_STATE.LEADER:
             if journal.failure:
                 _log.warning("this voter steps down: its metadata journal cannot be written")
                 self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
                 self._SyncObj__raftLeader = None
-            elif journal.slow and now >= self._transfer_after_s:
+            elif slow and now >= self._transfer_after_s:
                 self._transfer_after_s = now + self._timings.election_max_s
                 self.transferLeadership()  # denied, harmlessly, when no follower caught up
             return
@@ -372,7 +378,7 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
         self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
         if not may_stand(
             journal_failed=bool(journal.failure),
-            journal_slow=journal.slow,
+            journal_slow=slow,
             since_leader_s=now - self._leader_contact_s,
             slow_candidacy_delay_s=SLOW_CANDIDACY_ELECTIONS * self._timings.election_max_s,
         ):
@@ -587,9 +593,11 @@ class MetadataQuorum:
         secret: str = "",
         timings: QuorumTimings = QuorumTimings(),
         bind_address: str = "",
+        disk_slow: Callable[[], bool] = lambda: False,
     ) -> None:
         """``bind_address`` is what the Raft port binds (default: ``self_address``, the
-        address the other voters dial)."""
+        address the other voters dial); ``disk_slow``: are the node's other writes to
+        its data folder slow (see ``RaftFollowerGuard``)?"""
         data_dir.mkdir(parents=True, exist_ok=True)
         _check_journal(data_dir, alone=not partner_addresses)
         bound_raft_reads()
@@ -619,7 +627,12 @@ class MetadataQuorum:
             bindRetryTime=0.25,
         )
         self._sync = RaftFollowerGuard(
-            self_address, partner_addresses, conf, consumers=[self._log], timings=timings
+            self_address,
+            partner_addresses,
+            conf,
+            consumers=[self._log],
+            timings=timings,
+            disk_slow=disk_slow,
         )
         self._closed = threading.Event()
         try:
@@ -646,7 +659,7 @@ class MetadataQuorum:
             is_leader=bool(self._sync._isLeader()),
             leader_address="" if leader is None else str(leader.address),
             journal_problem=journal.failure,
-            journal_slow=journal.slow,
+            journal_slow=journal.slow or self._sync._disk_slow(),
         )
 
     def propose(

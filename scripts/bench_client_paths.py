@@ -1,6 +1,8 @@
-"""The Python client's paths in one run (issue 18), optionally against another checkout.
+"""The Python client's paths in one run, optionally against another checkout's client or
+node.
 
-Usage: python scripts/bench_client_paths.py [--rounds N] [--baseline DIR] [--json FILE]
+Usage: python scripts/bench_client_paths.py [--rounds N] [--baseline DIR]
+       [--compare client|node] [--json FILE]
 
 Each round starts a fresh node of this checkout (``headwater serve`` on a free loopback
 port, data in a temporary folder) and runs, one client process at a time:
@@ -8,14 +10,17 @@ port, data in a temporary folder) and runs, one client process at a time:
 - ``bench produce --mode record`` (per-record ``send``, acks=1),
 - ``bench produce --mode batch`` (``send_batch``, acks=1), which also fills the topic the
   two reads below read back,
+- ``bench produce --mode batch --acks all`` (``send_batch``, acks=all),
 - ``bench consume --mode record`` (``for record in poll()``, touching each value),
 - ``bench consume`` (the columnar view: ``result.batches``),
 - ``bench e2e --rate 10000`` (produce-to-consume latency at 10,000 records/s).
 
 With ``--baseline DIR`` (another checkout with its own ``.venv``, ``make .venv/.installed``
 there), each round runs the same commands with that checkout's client against the same
-node, the order of the two alternating between rounds, and the table shows each round's
-ratio and their median. It prints a Markdown table with the machine and the date.
+node (``--compare client``, the default), or with this checkout's client against a node
+of that checkout and one of this (``--compare node``: each side its own fresh node, one
+at a time), the order of the two alternating between rounds, and the table shows each
+round's ratio and their median. It prints a Markdown table with the machine and the date.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ HERE = Path(__file__).resolve().parent.parent
 PATHS: tuple[tuple[str, str, bool], ...] = (
     ("per-record send, records/s", "records_per_s", True),
     ("send_batch, records/s", "records_per_s", True),
+    ("send_batch acks=all, records/s", "records_per_s", True),
     ("iterating records, records/s", "records_per_s", True),
     ("columnar, records/s", "records_per_s", True),
     ("e2e at 10k/s, p50 ms", "latency_ms_p50", False),
@@ -70,6 +76,10 @@ def one_client(checkout: Path, address: str, tag: str, counts: dict[str, int]) -
         checkout, address, "produce", "--acks", "1",
         "--records", str(counts["batch"]), "--topic", f"batch-{tag}",
     )  # fmt: skip
+    batch_all = run_bench(
+        checkout, address, "produce", "--acks", "all",
+        "--records", str(counts["batch"]), "--topic", f"batch-all-{tag}",
+    )  # fmt: skip
     iterated = run_bench(
         checkout, address, "consume", "--mode", "record",
         "--records", str(counts["batch"]), "--topic", f"batch-{tag}",
@@ -81,14 +91,56 @@ def one_client(checkout: Path, address: str, tag: str, counts: dict[str, int]) -
         checkout, address, "e2e", "--rate", "10000",
         "--records", str(counts["e2e"]), "--topic", f"e2e-{tag}",
     )  # fmt: skip
-    runs = (record, batch, iterated, columnar, e2e, e2e)
+    runs = (record, batch, batch_all, iterated, columnar, e2e, e2e)
     return [float(run[field]) for run, (_row, field, _higher) in zip(runs, PATHS, strict=True)]
+
+
+class CheckoutNode(LocalNode):
+    """A node run by ``checkout``'s own venv and sources."""
+
+    def __init__(self, checkout: Path, data_dir: Path) -> None:
+        super().__init__(data_dir)
+        self.checkout = checkout
+
+    def command(self) -> list[str]:
+        return [str(self.checkout / ".venv" / "bin" / "python"), *super().command()[1:]]
+
+
+def measure(
+    trees: dict[str, Path], compare: str, round_: int, counts: dict[str, int]
+) -> dict[str, list[float]]:
+    """One round: every side's figures (see the module doc for the two ways)."""
+    order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
+    out: dict[str, list[float]] = {}
+    shared: LocalNode | None = None
+    root = Path(tempfile.mkdtemp(prefix="hwpaths-"))
+    try:
+        if compare == "client":
+            shared = LocalNode(root / "data")
+            start_node(shared)
+        for name in order:
+            node = shared or CheckoutNode(trees[name], root / f"data-{name}")
+            if shared is None:
+                start_node(node)
+            try:
+                client = trees[name] if compare == "client" else trees["new"]
+                out[name] = one_client(client, node.address, f"{name}-{round_}", counts)
+            finally:
+                if shared is None:
+                    node.stop()
+            print(f"round {round_ + 1} {name}: {out[name]}", file=sys.stderr)
+    finally:
+        if shared is not None:
+            shared.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline", type=Path, help="another checkout, with its .venv")
+    parser.add_argument("--compare", choices=("client", "node"), default="client")
     parser.add_argument("--record-records", type=int, default=1_500_000)
     parser.add_argument("--batch-records", type=int, default=3_000_000)
     parser.add_argument("--e2e-records", type=int, default=30_000)
@@ -102,20 +154,12 @@ def main() -> None:
     trees = {"new": HERE} | ({"baseline": options.baseline.resolve()} if options.baseline else {})
     figures: dict[str, list[list[float]]] = {name: [] for name in trees}
     for round_ in range(options.rounds):
-        root = Path(tempfile.mkdtemp(prefix="hwpaths-"))
-        node = LocalNode(root / "data")
-        start_node(node)
-        try:
-            order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
-            for name in order:
-                figures[name].append(
-                    one_client(trees[name], node.address, f"{name}-{round_}", counts)
-                )
-                print(f"round {round_ + 1} {name}: {figures[name][-1]}", file=sys.stderr)
-        finally:
-            node.stop()
-            shutil.rmtree(root, ignore_errors=True)
-    print(f"{datetime.date.today()}, {machine()}; {options.rounds} rounds, {counts}\n")
+        for name, values in measure(trees, options.compare, round_, counts).items():
+            figures[name].append(values)
+    print(
+        f"{datetime.date.today()}, {machine()}; {options.rounds} rounds, {counts}, "
+        f"compare {options.compare}\n"
+    )
     header = "| path | new |" + (" baseline | new / baseline (median) |" if len(trees) > 1 else "")
     print(header)
     print("|---|---|" + ("---|---|" if len(trees) > 1 else ""))

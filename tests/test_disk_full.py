@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from headwater.client import Admin, Consumer, Producer
 from headwater.errors import HeadwaterError
 from tests.disk_faults import fill, small_filesystem
 from tests.local_cluster import LocalCluster
-from tests.node_process import NodeProcess, wait_until
+from tests.node_process import NodeProcess, run_cli, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -49,9 +50,17 @@ def send_batch(producer: Producer, topic: str, n: int) -> bool:
     return True
 
 
-def read_batches(bootstrap: str, topic: str) -> collections.Counter[str]:
-    """How many records of each batch (by its number) the topic holds."""
-    seen: collections.Counter[str] = collections.Counter()
+class Stored(collections.Counter[str]):
+    """How many records of each batch (by its number) a topic holds, and where the
+    first record of each copy is (partition, offset)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.where: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
+
+
+def read_batches(bootstrap: str, topic: str) -> Stored:
+    seen = Stored()
     with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign(topic)
         idle = 0
@@ -59,16 +68,21 @@ def read_batches(bootstrap: str, topic: str) -> collections.Counter[str]:
             records = consumer.poll(timeout_ms=1000)
             idle = idle + 1 if not records else 0
             for record in records:
-                seen[bytes(record.value).split(b"-")[0].decode()] += 1
+                batch, _, index = bytes(record.value).partition(b"-")
+                seen[batch.decode()] += 1
+                if index.startswith(b"0."):
+                    seen.where[batch.decode()].append((record.partition, record.offset))
     return seen
 
 
-def check_read_back(seen: collections.Counter[str], acknowledged: list[int]) -> None:
+def check_read_back(seen: Stored, acknowledged: list[int]) -> None:
     lost = [n for n in acknowledged if seen[f"v{n}"] == 0]
-    twice = [batch for batch, count in seen.items() if count > RECORDS_PER_BATCH]
+    twice = [
+        (batch, seen.where[batch]) for batch, count in seen.items() if count > RECORDS_PER_BATCH
+    ]
     torn = [batch for batch, count in seen.items() if count % RECORDS_PER_BATCH]
     assert not lost, f"{len(lost)} acknowledged batches lost: {lost[:10]}"
-    assert not twice, f"batches stored twice: {twice[:10]}"
+    assert not twice, f"batches stored twice (partition, offset): {twice[:10]}"
     assert not torn, f"batches stored in part: {torn[:10]}"
 
 
@@ -120,7 +134,15 @@ def test_a_full_disk_loses_nothing_and_the_node_comes_back_by_itself(
         assert all(send_batch(producer, "d", n) for n in after)
         acknowledged += after
     check_read_back(read_batches(node.address, "d"), acknowledged)
-    node.stop()
+    # Full again, then a clean shutdown on the full disk: every log closed, exit 0.
+    fill(fs / "ballast")
+    with Producer(node.address, acks="all", linger_ms=0, delivery_timeout_ms=4000) as producer:
+        for n in range(6000, 6100):
+            if not send_batch(producer, "d", n):
+                break
+            acknowledged.append(n)
+    assert node.stop() == 0
+    (fs / "ballast").unlink()
     node.start()
     check_read_back(read_batches(node.address, "d"), acknowledged)
     assert "set aside" not in node.log()
@@ -154,7 +176,8 @@ def run_three_node_scenario(cluster: LocalCluster, fs3: Path) -> None:
     acknowledged: list[int] = []
     with Producer(bootstrap, acks="all", linger_ms=0, delivery_timeout_ms=10_000) as producer:
         acknowledged += [n for n in range(100) if send_batch(producer, "r", n)]
-        healthy = rate(producer, acknowledged, 100, 3.0)
+        # Each phase numbers its batches from its own range: a phase sends ~1,000.
+        healthy = rate(producer, acknowledged, 100_000, 3.0)
         fill(fs3 / "ballast")
         began = time.monotonic()
 
@@ -165,7 +188,7 @@ def run_three_node_scenario(cluster: LocalCluster, fs3: Path) -> None:
                 p.leader != 3 and 3 not in p.isr for p in parts
             )
 
-        n = 1000
+        n = 200_000
         while not moved():
             assert time.monotonic() - began < DEADLINE_S, "leadership never left node 3"
             if send_batch(producer, "r", n):
@@ -174,8 +197,12 @@ def run_three_node_scenario(cluster: LocalCluster, fs3: Path) -> None:
         moved_s = time.monotonic() - began
         session_s = 6.0  # broker_session_timeout_ms's default, with room for a loaded machine
         assert moved_s < session_s + 3, f"leadership moved after {moved_s:.1f} s"
-        after = rate(producer, acknowledged, 10_000, 3.0)
+        after = rate(producer, acknowledged, 300_000, 3.0)
         assert after >= 0.8 * healthy, f"{after:.0f} batches/s against {healthy:.0f} healthy"
+        status = run_cli("cluster", "status", "--json", "--bootstrap", bootstrap)
+        brokers = {b["id"]: b for b in json.loads(status.stdout)["brokers"]}
+        assert brokers[3]["state"] == "log_dir_offline"
+        assert "No space left on device" in brokers[3]["log_dir_problem"]
         with Admin(bootstrap) as admin:
             admin.create_topic("placed", partitions=4, replication_factor=2)
         placed = cluster.partitions(cluster.nodes[1], "placed")
@@ -188,7 +215,7 @@ def run_three_node_scenario(cluster: LocalCluster, fs3: Path) -> None:
             "node 3 back in every ISR",
         )
         assert cluster.broker_states(cluster.nodes[1])[3] == "running"
-        after = list(range(20_000, 20_010))
+        after = list(range(400_000, 400_010))
         assert all(send_batch(producer, "r", m) for m in after)
         acknowledged += after
     assert led_by_3 is not None
