@@ -277,6 +277,10 @@ class FaultInjector:
             else:
                 gap_began = None
             time.sleep(0.2)
+        self.recorder.note(
+            f"{wall_clock()} cycle {cycle.number}: nodes {healthy} went at most "
+            f"{longest:.1f} s without an active controller"
+        )
         if longest > NO_CONTROLLER_S_MAX:
             alarm = (
                 f"cycle {cycle.number} ({cycle.fault}, node {faulty}): nodes {healthy} had no "
