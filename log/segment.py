@@ -40,8 +40,6 @@ Thread-safety: none of its own; every use holds the owning FileLog's lock
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
 import threading
@@ -51,6 +49,7 @@ from typing import Final
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
+from headwater.log import preallocation
 from headwater.log.index import IndexCorruptError, SegmentIndex, parse_index_files
 from headwater.log.sealed_files import SEALED_FILES
 
@@ -62,23 +61,7 @@ INDEX_PENDING_BYTES_MAX: Final = 4096
 """Index entries buffered in memory before they are written (512 offset entries)."""
 RESERVE_BYTES_MIN: Final = 1 << 20
 RESERVE_BYTES_MAX: Final = 64 << 20
-FALLOC_FL_KEEP_SIZE: Final = 0x01
 
-
-def _load_fallocate() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        function = ctypes.CDLL(name, use_errno=True).fallocate
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
-    function.restype = ctypes.c_int
-    return function
-
-
-_fallocate = _load_fallocate()
 
 _log = logging.getLogger(__name__)
 
@@ -485,11 +468,12 @@ class Segment:
         A reservation that fails takes nothing: what a failing fallocate allocated before
         it stopped (ext4 keeps it) is given back at once."""
         needed = self.size + incoming_bytes
-        if needed <= self._reserved or _fallocate is None:
+        if needed <= self._reserved or not preallocation.AVAILABLE:
             return
         chunk = min(max(self.size, RESERVE_BYTES_MIN), RESERVE_BYTES_MAX)
         target = needed + chunk
-        if _fallocate(self.fd, FALLOC_FL_KEEP_SIZE, self._reserved, target - self._reserved) == 0:
+        grow = target - self._reserved
+        if preallocation.fallocate(self.fd, preallocation.KEEP_SIZE, self._reserved, grow) == 0:
             self._reserved = target
             return
         with contextlib.suppress(OSError):  # the append's own write reports a failure

@@ -45,8 +45,6 @@ thread shares ``_meta_lock`` with meta writes, and touches nothing else.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -61,6 +59,8 @@ from typing import Any, Final
 import pysyncobj.pickle as pysyncobj_pickle
 from pysyncobj.journal import Journal
 from pysyncobj.version import VERSION as PYSYNCOBJ_FILE_VERSION
+
+from headwater.log import preallocation
 
 _log = logging.getLogger(__name__)
 
@@ -80,22 +80,6 @@ COMMIT_INDEX_WRITE_S: Final = 1.0
 
 Entry = tuple[bytes, int, int]
 """(command, index, term), as pysyncobj's journal holds them."""
-
-
-def _load_fallocate() -> Any:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        function = ctypes.CDLL(name, use_errno=True).fallocate
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
-    function.restype = ctypes.c_int
-    return function
-
-
-_fallocate = _load_fallocate()
 
 
 def header(end_offset: int) -> bytes:
@@ -233,18 +217,16 @@ class MetadataJournal(Journal):  # type: ignore[misc]
             raise OSError(errno.EFBIG, f"the journal would pass {JOURNAL_BYTES_MAX} bytes")
         target = min(needed_end + RESERVE_BYTES, JOURNAL_BYTES_MAX)
         assert self._fd is not None
-        if _fallocate is not None:
-            with self._timed():
-                result = _fallocate(self._fd, 0, self._reserved, target - self._reserved)
-            if result == 0:
-                self._reserved = target
-                return
-            code = ctypes.get_errno()
-            if code not in (errno.EOPNOTSUPP, errno.ENOSYS):
-                # Give back what a failing fallocate kept (ext4), then report it.
-                with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, self._reserved)
-                raise OSError(code, os.strerror(code))
+        with self._timed():
+            code = preallocation.fallocate(self._fd, 0, self._reserved, target - self._reserved)
+        if code == 0:
+            self._reserved = target
+            return
+        if code not in (errno.EOPNOTSUPP, errno.ENOSYS):
+            # Give back what a failing fallocate kept (ext4), then report it.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._reserved)
+            raise OSError(code, os.strerror(code))
         self._reserved = needed_end  # no fallocate here: the writes allocate
 
     # ------------------------------------------------------------------ pysyncobj's Journal
@@ -363,8 +345,7 @@ class MetadataJournal(Journal):  # type: ignore[misc]
             fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 with self._timed():
-                    if _fallocate is not None:
-                        _fallocate(fd, 0, 0, len(data) + RESERVE_BYTES)
+                    preallocation.fallocate(fd, 0, 0, len(data) + RESERVE_BYTES)
                     view = memoryview(data)
                     offset = 0
                     while offset < len(view):

@@ -86,6 +86,21 @@ def check_read_back(seen: Stored, acknowledged: list[int]) -> None:
     assert not torn, f"batches stored in part: {torn[:10]}"
 
 
+@contextlib.contextmanager
+def cluster_with_node3_on(tmp_path: Path, size_bytes: int) -> Iterator[tuple[LocalCluster, Path]]:
+    """A started 3-node cluster whose node 3 keeps its data on a tmpfs of ``size_bytes``
+    (yielded with the cluster); the caller closes the cluster."""
+    with small_filesystem(tmp_path / "fs3", size_bytes) as fs3:
+
+        def layout(root: Path, node_id: int) -> tuple[Path, Path]:
+            data = fs3 / "data" if node_id == 3 else root / f"n{node_id}" / "data"
+            return data, root / f"n{node_id}.log"
+
+        cluster = LocalCluster(tmp_path, 3, env=NODE_ENV, layout=layout)
+        cluster.start()
+        yield cluster, fs3
+
+
 @pytest.fixture
 def full_disk_node(tmp_path: Path) -> Iterator[tuple[NodeProcess, Path]]:
     with small_filesystem(tmp_path / "fs", 48 << 20) as fs:
@@ -152,14 +167,7 @@ def test_one_full_disk_of_three_moves_leadership_and_writes_go_on(tmp_path: Path
     """Node 3's folder fills: its leaderships move to in-sync replicas within the session
     timeout, it leaves the ISRs and takes no new replica, the producer's keyless records
     go on at the healthy rate; freed, node 3 catches up and rejoins the ISRs."""
-    with small_filesystem(tmp_path / "fs3", 40 << 20) as fs3:
-
-        def layout(root: Path, node_id: int) -> tuple[Path, Path]:
-            data = fs3 / "data" if node_id == 3 else root / f"n{node_id}" / "data"
-            return data, root / f"n{node_id}.log"
-
-        cluster = LocalCluster(tmp_path, 3, env=NODE_ENV, layout=layout)
-        cluster.start()
+    with cluster_with_node3_on(tmp_path, 40 << 20) as (cluster, fs3):
         try:
             run_three_node_scenario(cluster, fs3)
         finally:
@@ -240,14 +248,7 @@ def test_a_full_metadata_disk_takes_a_voter_out_of_elections_not_down(tmp_path: 
     no SIGBUS; once its journal cannot be written it leaves the controller role (if it
     had it) and votes no more, while the two others go on; freed, its journal is written
     whole again and its image catches up."""
-    with small_filesystem(tmp_path / "fs3", 24 << 20) as fs3:
-
-        def layout(root: Path, node_id: int) -> tuple[Path, Path]:
-            data = fs3 / "data" if node_id == 3 else root / f"n{node_id}" / "data"
-            return data, root / f"n{node_id}.log"
-
-        cluster = LocalCluster(tmp_path, 3, env=NODE_ENV, layout=layout)
-        cluster.start()
+    with cluster_with_node3_on(tmp_path, 24 << 20) as (cluster, fs3):
         try:
             cluster.wait_controller()
             fill(fs3 / "ballast")
