@@ -271,27 +271,18 @@ def test_a_full_metadata_disk_takes_a_voter_out_of_elections_not_down(tmp_path: 
             wait_until(
                 lambda: "is writable again" in node3.log(), DEADLINE_S, "node 3's journal back"
             )
-            wait_until(
-                lambda: (
-                    cluster.metadata(node3).metadata_offset
-                    >= cluster.metadata(cluster.nodes[1]).metadata_offset
-                ),
-                DEADLINE_S,
-                "node 3's image to catch up",
-            )
+
+            def caught_up() -> bool:
+                mine = cluster.metadata(node3).metadata_offset
+                return bool(mine >= cluster.metadata(cluster.nodes[1]).metadata_offset)
+
+            wait_until(caught_up, DEADLINE_S, "node 3's image to catch up")
             assert "after" in {t.name for t in cluster.metadata(node3).topics}
             assert "Traceback" not in node3.log()
             # Its journal, written whole again, replays cleanly after a SIGKILL.
             node3.kill()
             node3.start()
-            wait_until(
-                lambda: (
-                    cluster.metadata(node3).metadata_offset
-                    >= cluster.metadata(cluster.nodes[1]).metadata_offset
-                ),
-                DEADLINE_S,
-                "node 3's image after its restart",
-            )
+            wait_until(caught_up, DEADLINE_S, "node 3's image after its restart")
             assert "is damaged" not in node3.log()
         finally:
             cluster.close()
