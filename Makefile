@@ -65,11 +65,13 @@ chaos: $(STAMP)
 chaos-short: $(STAMP)
 	$(BIN)/python -m headwater.chaos --cycles 16 --time-limit 180 $(CHAOS_ARGS)
 
-# The batch decoder's mutation fuzzer (tests/fuzz_batch.py) for a long run; the tests run
-# a fixed 30,000 cases. FUZZ_ARGS adds options, e.g. FUZZ_ARGS="--seed 42".
+# The batch decoder's mutation fuzzer (tests/fuzz_batch.py) and the client services' sweep
+# and request fuzzer against a node (tests/rpc_sweep.py) for a long run; the tests run a
+# fixed 30,000 and 1,000 cases. FUZZ_ARGS adds options to both, e.g. FUZZ_ARGS="--seed 42".
 FUZZ_ARGS ?=
 fuzz: $(STAMP)
 	$(BIN)/python -m tests.fuzz_batch --cases 1000000 $(FUZZ_ARGS)
+	$(BIN)/python -m tests.rpc_sweep --cases 100000 $(FUZZ_ARGS)
 
 # The simulated cluster (tests/sim_cluster.py: brokers, controller and client in one
 # process on a virtual clock, seeded faults) for a long search; the tests run 8 seeds of

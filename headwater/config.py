@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import math
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from headwater.addresses import DEFAULT_LISTEN, parse_address
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.errors import ErrorCode, HeadwaterError, shown
 from headwater.log.api import FlushPolicy, LogConfig
 from headwater.log.batch import HEADER_BYTES, MESSAGE_BYTES_DEFAULT
 
@@ -82,13 +83,17 @@ class Setting:
             high_f = self.high if self.high is not None else math.inf
             if number is None or not low_f <= number <= high_f:
                 raise _invalid(
-                    f"{self.name} from {source} is {raw!r}; valid: a number in [{low_f}, {high_f}]"
+                    f"{self.name} from {source} is {shown(str(raw))}; valid: a number in "
+                    f"[{low_f}, {high_f}]"
                 )
             return number
         if isinstance(self.default, int):
             value = _parse_int(raw)
             if value is None:
-                raise _invalid(f"{self.name} from {source} must be an integer, got {raw!r}")
+                raise _invalid(
+                    f"{self.name} from {source} must be an integer (ASCII digits, an optional "
+                    f"leading '-'), got {shown(str(raw))}"
+                )
             if self.minus_one_disables and value == -1:
                 return value
             low = self.low if self.low is not None else -INT64_MAX
@@ -106,36 +111,35 @@ class Setting:
             parse_address(text, f"{self.name} from {source}")
         if self.choices and text not in self.choices:
             raise _invalid(
-                f"{self.name} from {source} is {text!r}; valid: {', '.join(self.choices)}"
+                f"{self.name} from {source} is {shown(text)}; valid: {', '.join(self.choices)}"
             )
         return text
 
 
+_INTEGER: Final = re.compile(r"-?[0-9]{1,19}")
+_NUMBER: Final = re.compile(r"-?[0-9]{1,19}(\.[0-9]{1,19})?([eE][-+]?[0-9]{1,3})?")
+
+
 def _parse_int(raw: object) -> int | None:
+    """An int, or text of ASCII digits with an optional leading minus (nothing else: no
+    sign '+', no spaces, no '_', no other script's digits, as Kafka reads them)."""
     if isinstance(raw, bool):
         return None
     if isinstance(raw, int):
         return raw
-    if isinstance(raw, str):
-        try:
-            return int(raw.strip().replace("_", ""))
-        except ValueError:
-            return None
+    if isinstance(raw, str) and _INTEGER.fullmatch(raw):
+        return int(raw)
     return None
 
 
 def _parse_float(raw: object) -> float | None:
+    """A finite float, or text of one in ASCII (digits, an optional minus, fraction and
+    exponent; no spaces, no '+' in front, no 'nan' or 'inf')."""
     if isinstance(raw, bool):
         return None
-    if isinstance(raw, int | float):
-        number = float(raw)
-    elif isinstance(raw, str):
-        try:
-            number = float(raw.strip())
-        except ValueError:
-            return None
-    else:
+    if not isinstance(raw, int | float) and not (isinstance(raw, str) and _NUMBER.fullmatch(raw)):
         return None
+    number = float(raw)
     return number if math.isfinite(number) else None
 
 
@@ -996,13 +1000,19 @@ LEGACY_NAMES: Final = {"raft_secret": "cluster_secret"}
 """Older names still read (file key or HEADWATER_ variable) when the new one is absent."""
 
 
+def canonical_topic_configs(configs: Mapping[str, str], defaults: NodeConfig) -> dict[str, str]:
+    """The overrides ``configs``, checked (``parse_topic_configs``) and written as the
+    node writes them ("1000", never "01000"): what a topic's metadata stores."""
+    values = parse_topic_configs(configs, defaults)
+    return {name: values[name] for name in configs}
+
+
 def parse_topic_configs(configs: Mapping[str, str], defaults: NodeConfig) -> dict[str, str]:
     """Validate per-topic overrides; return every topic setting's effective value as text."""
     unknown = sorted(set(configs) - set(TOPIC_SETTINGS))
     if unknown:
-        raise _invalid(
-            f"unknown topic config {', '.join(unknown)}; valid: {', '.join(TOPIC_SETTINGS)}"
-        )
+        named = ", ".join(shown(name) for name in unknown[:10])
+        raise _invalid(f"unknown topic config {named}; valid: {', '.join(TOPIC_SETTINGS)}")
     values = defaults.topic_defaults()
     for name, raw in configs.items():
         values[name] = str(SETTINGS_BY_NAME[name].parse(raw, "topic config"))

@@ -14,6 +14,10 @@ This module is pure: no I/O.
 from __future__ import annotations
 
 import enum
+from typing import Final
+
+SHOWN_INPUT_CHARS_MAX: Final = 256
+"""An error quotes at most this much of one piece of client input (``shown``)."""
 
 
 class ErrorCode(enum.IntEnum):
@@ -202,6 +206,15 @@ assert set(GRPC_STATUS_OF) == set(ErrorCode) - {ErrorCode.NONE}
 
 ERROR_DOMAIN = "headwater.v1"
 """The ``google.rpc.ErrorInfo.domain`` of every Headwater error detail."""
+
+
+def shown(value: str) -> str:
+    """``value`` quoted for an error message, cut to SHOWN_INPUT_CHARS_MAX characters with
+    the full length named: errors never echo a client's input whole (an 8 KB name would
+    overflow a gRPC status's metadata and hide the error behind RESOURCE_EXHAUSTED)."""
+    if len(value) <= SHOWN_INPUT_CHARS_MAX:
+        return repr(value)
+    return f"{value[:SHOWN_INPUT_CHARS_MAX]!r}... ({len(value)} characters)"
 
 
 class HeadwaterError(Exception):

@@ -34,6 +34,20 @@ ABORTED_WITH: Final[ContextVar[ErrorCode | None]] = ContextVar(
 the server's metrics interceptor reads it to label the error)."""
 
 
+STATUS_MESSAGE_BYTES_MAX: Final = 1024
+"""The longest status message sent (UTF-8 bytes): with its copy in the details trailer,
+percent- and base64-encoded, it stays far below gRPC's 16 KiB metadata limit."""
+
+
+def bounded_message(message: str) -> str:
+    """``message`` cut to STATUS_MESSAGE_BYTES_MAX bytes of UTF-8 (at a character
+    boundary), "..." marking the cut."""
+    data = message.encode()
+    if len(data) <= STATUS_MESSAGE_BYTES_MAX:
+        return message
+    return data[: STATUS_MESSAGE_BYTES_MAX - 3].decode(errors="ignore") + "..."
+
+
 def to_status(error: HeadwaterError) -> grpc.Status:
     info = error_details_pb2.ErrorInfo(
         reason=error.code.name,
@@ -43,7 +57,7 @@ def to_status(error: HeadwaterError) -> grpc.Status:
     detail = any_pb2.Any()
     detail.Pack(info)
     status = status_pb2.Status(
-        code=int(GRPC_STATUS_OF[error.code]), message=str(error), details=[detail]
+        code=int(GRPC_STATUS_OF[error.code]), message=bounded_message(str(error)), details=[detail]
     )
     return rpc_status.to_status(status)
 

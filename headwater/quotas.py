@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -87,6 +87,26 @@ def check_quota(key: str, value: float | None) -> None:
             f"{key} {value}: a rate above 0 and at most {RATE_MAX:g}; to stop a principal "
             "altogether, use a deny ACL"
         )
+
+
+QuotaChange = tuple[str, str, str, float | None]
+"""(entity type, entity name, key, rate or None to remove)."""
+
+
+def check_quota_changes(changes: Sequence[QuotaChange]) -> None:
+    """INVALID_REQUEST unless every change is valid (``check_entity``, ``check_quota``)
+    and no entity's key is changed twice in one request (which change would win is not
+    the client's to guess)."""
+    seen: set[tuple[str, str, str]] = set()
+    for entity_type, name, key, value in changes:
+        check_entity(entity_type, name)
+        check_quota(key, value)
+        if (entity_type, name, key) in seen:
+            raise _invalid(
+                f"quota {key} of {entity_type} {name[:80]!r} is changed twice in one request; "
+                "change each entity's key once"
+            )
+        seen.add((entity_type, name, key))
 
 
 def quota_for(

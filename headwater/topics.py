@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.errors import ErrorCode, HeadwaterError, shown
 
 TOPIC_NAME_LENGTH_MAX: Final = 249
 _LEGAL_NAME: Final = re.compile(r"[a-zA-Z0-9._-]+")
@@ -31,19 +31,20 @@ def check_topic_name(name: str, allow_internal: bool = False) -> None:
         )
     if name in (".", ".."):
         raise HeadwaterError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name {name!r} is not allowed"
+            ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name {shown(name)} is not allowed"
         )
     if not _LEGAL_NAME.fullmatch(name):
         bad = sorted({c for c in name if not _LEGAL_NAME.fullmatch(c)})
         raise HeadwaterError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"topic name {name!r} has illegal character(s) {''.join(bad)!r}; "
+            f"topic name {shown(name)} has illegal character(s) {shown(''.join(bad))}; "
             "allowed: letters, digits, '.', '_' and '-'",
         )
     if name.startswith(INTERNAL_PREFIX) and not allow_internal:
         raise HeadwaterError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"topic name {name!r} starts with {INTERNAL_PREFIX!r}, reserved for internal topics",
+            f"topic name {shown(name)} starts with {INTERNAL_PREFIX!r}, reserved for internal "
+            "topics",
         )
 
 
@@ -64,9 +65,12 @@ def check_partition(topic: str, partition: int, partitions: int) -> None:
     if not 0 <= partition < partitions:
         raise HeadwaterError(
             ErrorCode.PARTITION_OUT_OF_RANGE,
-            f"topic {topic!r} has no partition {partition}; valid partitions are [0, {partitions})",
+            f"topic {shown(topic)} has no partition {partition}; valid partitions are "
+            f"[0, {partitions})",
         )
 
 
 def unknown_topic(name: str) -> HeadwaterError:
-    return HeadwaterError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    return HeadwaterError(
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {shown(name)} does not exist"
+    )

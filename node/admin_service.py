@@ -38,6 +38,7 @@ from headwater.log.file_log import FileLog
 from headwater.node.authorizer import Authorizer
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import ControllerDriver, not_controller
+from headwater.node.limits import check_count, distinct_names, yield_every
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.metadata_answers import partition_fields
 from headwater.node.partition import Partition
@@ -50,6 +51,7 @@ from headwater.node.peers import (
     peer_error,
 )
 from headwater.node.service import rpc_handler
+from headwater.quotas import check_quota_changes
 from headwater.raft import decisions
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.v1 import headwater_pb2 as pb
@@ -111,7 +113,9 @@ class AdminService(pb_grpc.AdminServicer):
     async def _wait_for_brokers(self, wanted: list[decisions.NewTopic]) -> None:
         """A cluster that is starting has fewer live brokers than it will have in a moment:
         wait up to one broker session for enough of them to place the replicas asked for
-        (the decision then reports any that are still missing)."""
+        (the decision then reports any that are still missing). No wait when more are
+        asked for than the cluster has brokers (registered, or voters that will register):
+        waiting cannot help, and the refusal comes at once."""
         needed = max(
             (
                 t.replication_factor
@@ -121,6 +125,10 @@ class AdminService(pb_grpc.AdminServicer):
             ),
             default=1,
         )
+        image = self.state.image
+        voters = len(self.config.quorum_voters) if self.config.is_broker else 0
+        if needed > max(len(image.brokers), voters):
+            return
         await self.state.wait_until(
             lambda image: len(image.live_broker_ids()) >= needed,
             self.config.broker_session_timeout_ms / 1000,
@@ -138,7 +146,9 @@ class AdminService(pb_grpc.AdminServicer):
     async def CreateTopics(
         self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreateTopicsResponse:
-        """Needs ``create`` on the cluster, or on each topic named."""
+        """Needs ``create`` on the cluster, or on each topic named. At most
+        ``topics_max`` topics."""
+        check_count(len(request.topics), self.config.topics_max, "topics", "topics_max")
         if not self.auth.allows(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
             for t in request.topics:
                 self.auth.require(Operation.CREATE, ResourceType.TOPIC, t.name)
@@ -177,6 +187,7 @@ class AdminService(pb_grpc.AdminServicer):
         self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteTopicsResponse:
         names = list(request.names)
+        check_count(len(names), self.config.topics_max, "topic names", "topics_max")
         for name in names:
             self.auth.require(Operation.DELETE, ResourceType.TOPIC, name)
         before = {n: t.topic_id for n, t in self.state.image.topics.items() if n in names}
@@ -187,8 +198,14 @@ class AdminService(pb_grpc.AdminServicer):
             lambda controller, image, epoch: decisions.delete_topics(image, epoch, names),
         )
         if isinstance(answer, pb.DeleteTopicsResponse):
+            # Wait for the deletions the controller made, not for refused ones to vanish.
+            deleted = {
+                before[r.name]
+                for r in answer.results
+                if r.error_code == pb.NONE and r.name in before
+            }
             await self.state.wait_until(
-                lambda image: not set(before.values()) & set(image.topic_names), METADATA_WAIT_S
+                lambda image: not deleted & set(image.topic_names), METADATA_WAIT_S
             )
             return answer
         return pb.DeleteTopicsResponse(results=[_result(o, with_id=False) for o in answer])
@@ -258,12 +275,16 @@ class AdminService(pb_grpc.AdminServicer):
         self, request: pb.DescribeTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeTopicsResponse:
         image = self.state.image
-        for name in request.names:
+        asked = distinct_names(request.names, self.config.topics_max, "topic names", "topics_max")
+        for name in asked:
             self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, name)
-        names = list(request.names) or self.auth.visible(ResourceType.TOPIC, sorted(image.topics))
+        names = asked or self.auth.visible(ResourceType.TOPIC, sorted(image.topics))
         topics = [image.topic_named(name) for name in names]
         local_only = is_local_only(context)
-        described = [self._describe_local(topic, any_replica=local_only) for topic in topics]
+        described = [
+            self._describe_local(topic, any_replica=local_only)
+            async for topic in yield_every(topics)
+        ]
         if not local_only:
             await self._fill_from_replicas(image, topics, described)
         return pb.DescribeTopicsResponse(topics=described)
@@ -538,6 +559,7 @@ class AdminService(pb_grpc.AdminServicer):
             (e.entity_type, e.entity_name, e.key, None if e.remove else e.value)
             for e in request.entries
         ]
+        check_quota_changes(changes)  # refused here, at once, before any forwarding
         await self._decide(
             context,
             "AlterQuotas",

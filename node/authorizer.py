@@ -35,6 +35,7 @@ or not the resource exists. Denials are logged at most ``AUDIT_LINES_PER_S`` a s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import hashlib
@@ -375,6 +376,15 @@ class Authenticate(HooksInterceptor):
         return _after(delay, token)
 
     def ended(self, token: contextvars.Token[Caller | None], _error: Any, _context: Any) -> None:
+        reset_caller(token)
+
+
+def reset_caller(token: contextvars.Token[Caller | None]) -> None:
+    """Undo a call's ``CALLER.set``. A stream the client cancelled is closed by the event
+    loop's async-generator finalizer, in a task and context of its own: ``reset`` raises
+    ValueError there (the token belongs to the call's context). That context ended with
+    the call's task, so there is nothing left to restore."""
+    with contextlib.suppress(ValueError):
         CALLER.reset(token)
 
 
@@ -392,7 +402,7 @@ class TrustMembers(HooksInterceptor):
         return CALLER.set(TRUSTED_MEMBER)
 
     def ended(self, token: contextvars.Token[Caller | None], _error: Any, _context: Any) -> None:
-        CALLER.reset(token)
+        reset_caller(token)
 
 
 _DENIED_CODE: Final = {

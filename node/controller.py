@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Protocol, TypeVar
 
-from headwater.config import NodeConfig, parse_topic_configs
+from headwater.config import NodeConfig, canonical_topic_configs
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.cluster_state import ClusterState
 from headwater.node.groups.records import OFFSETS_TOPIC
@@ -120,8 +120,8 @@ class ControllerDriver:
         self._loop_alive_ms = monotonic_ms()
         self._stall_ms = controller_staleness_ms_max(config)
 
-    def _check_topic_configs(self, configs: Mapping[str, str]) -> None:
-        parse_topic_configs(configs, self.config)
+    def _check_topic_configs(self, configs: Mapping[str, str]) -> Mapping[str, str]:
+        return canonical_topic_configs(configs, self.config)
 
     # ------------------------------------------------------------------ role
 
@@ -260,8 +260,13 @@ class ControllerDriver:
                 raise not_controller(self.state.image)
             image = self.state.image
             # is_active() holds, so the image's controller epoch is the current Raft term
-            # (a re-election may have raised it since this node's last tick).
-            result = decide(image, image.controller_epoch)
+            # (a re-election may have raised it since this node's last tick). Decided in a
+            # worker thread: a decision is a pure function of the (immutable) image, and a
+            # large one (10,000 topics to create or check) must not hold the event loop
+            # that answers the brokers' heartbeats.
+            result = await asyncio.to_thread(decide, image, image.controller_epoch)
+            if not self.is_active():  # the role moved while it decided
+                raise not_controller(self.state.image)
             if not result.records:
                 return result.response, image.offset
             offset = await self._propose(result.records)

@@ -44,6 +44,7 @@ from headwater.node.peers import Peers
 from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.replica_manager import ReplicaManager
 from headwater.node.replica_service import ReplicaService
+from headwater.node.request_decoding import DecodeRequests, quiet_client_gone
 from headwater.node.service import BrokerService
 from headwater.node.throttling import Quotas
 from headwater.node.tls_setup import load_node_tls
@@ -110,6 +111,7 @@ class Node:
         config = self.config
         loop = asyncio.get_running_loop()
         self.state = ClusterState(loop)
+        quiet_client_gone()
         self.logs = LogManager(config)
         self.logs.on_log_dir_change = lambda: _call_soon(loop, self._on_log_dir_change)
         try:
@@ -124,16 +126,18 @@ class Node:
             quotas = self.quotas
             self.server = self._build_server(
                 interceptors=[
+                    DecodeRequests(),
                     Authenticate(
                         config,
                         lambda: self.state.image,
                         lambda caller: quotas.delay_s(REQUEST_RATE, 1.0, caller),
-                    )
+                    ),
                 ]
             )
             self.internal_server = self._build_server(
                 interceptors=[
                     RequireClusterSecret(self.secret.encode()),
+                    DecodeRequests(),
                     ForwardedCallLimit(config.concurrent_calls_max // 2),
                     TrustMembers(),
                 ]

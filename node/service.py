@@ -39,7 +39,7 @@ from headwater.log import batch as batch_format
 from headwater.node.authorizer import Authorizer
 from headwater.node.cluster_state import ClusterState
 from headwater.node.forwarding import Forwarder
-from headwater.node.limits import LongCallSlots, StreamBudget
+from headwater.node.limits import LongCallSlots, StreamBudget, distinct_names, yield_every
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.metadata_answers import MetadataAnswers
 from headwater.node.metrics import NodeMetrics
@@ -91,6 +91,9 @@ def _invalid(message: str, code: ErrorCode = ErrorCode.INVALID_REQUEST) -> Headw
 
 
 PRODUCER_ID_WAIT_S: Final = 1.0
+FETCH_STREAM_IDLE_WAIT_S: Final = 0.5
+"""After an empty answer, a FetchStream waits this long for records before the next one
+(whatever its max_wait_ms): an idle stream answers at most twice a second."""
 
 
 class BrokerService(pb_grpc.BrokerServicer):
@@ -559,8 +562,15 @@ class BrokerService(pb_grpc.BrokerServicer):
                 yield response
             return
         offset = request.offset
+        idle = False
         while True:
+            if idle:
+                # Nothing came last time: wait for records at least FETCH_STREAM_IDLE_WAIT_S
+                # (a stream with max_wait_ms 0 at the log's end answered 11,000 empty
+                # responses a second); records that arrive end the wait at once.
+                await local.wait_for_data(offset, FETCH_STREAM_IDLE_WAIT_S)
             response = await self._fetch(local, request, offset)
+            idle = response.next_offset == offset and not response.records
             offset = response.next_offset
             yield response
 
@@ -668,19 +678,22 @@ class BrokerService(pb_grpc.BrokerServicer):
     # ------------------------------------------------------------------ Metadata
 
     @rpc_handler
-    def Metadata(
+    async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.MetadataResponse:
         """Topics asked by name need ``describe`` on each; without names, the answer
-        holds the topics the caller may describe."""
+        holds the topics the caller may describe. At most ``topics_max`` names; a name
+        asked twice is answered once."""
         image = self.state.image
-        for name in request.topics:
+        asked = distinct_names(request.topics, self.config.topics_max, "topics", "topics_max")
+        for name in asked:
             self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, name)
         if request.include_digest:  # the digest covers every topic, ACL and user
             self.auth.require_cluster(Operation.DESCRIBE)
-        names = list(request.topics) or self.auth.visible(ResourceType.TOPIC, sorted(image.topics))
+        names = asked or self.auth.visible(ResourceType.TOPIC, sorted(image.topics))
         topics = [
-            self.metadata_answers.topic_metadata(image, self._topic(image, name)) for name in names
+            self.metadata_answers.topic_metadata(image, self._topic(image, name))
+            async for name in yield_every(names)
         ]
         return self.metadata_answers.response(image, topics, request.include_digest)
 

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from headwater.acls import ACLS_MAX, Acl, AclFilter, check_acl
 from headwater.credentials import USERS_MAX, ScramCredential, check_user_name
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.quotas import QUOTA_ENTITIES_MAX, check_entity, check_quota
+from headwater.errors import ErrorCode, HeadwaterError, shown
+from headwater.quotas import QUOTA_ENTITIES_MAX, check_entity, check_quota_changes
 from headwater.raft import records as r
 from headwater.raft.image import (
     PRODUCER_ID_MAX,
@@ -58,13 +59,14 @@ class ControllerResult(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class TopicLimits:
-    """Server-side rules for CreateTopics; ``check_configs`` raises INVALID_CONFIG."""
+    """Server-side rules for CreateTopics; ``check_configs`` raises INVALID_CONFIG, and
+    returns the overrides as the topic stores them (canonical text)."""
 
     partitions_max: int
     topics_max: int
     default_partitions: int
     default_replication_factor: int
-    check_configs: Callable[[Mapping[str, str]], None] = field(default=lambda _: None)
+    check_configs: Callable[[Mapping[str, str]], Mapping[str, str]] = field(default=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,14 +284,28 @@ def create_topics(
     rng: random.Random,
     validate_only: bool = False,
 ) -> ControllerResult[list[TopicOutcome]]:
-    """Create each valid topic (a bad one fails alone, with the rule it broke)."""
+    """Create each valid topic (a bad one fails alone, with the rule it broke). A name
+    given more than once is refused each time (INVALID_REQUEST, as Kafka does), and a
+    name that collides with another topic's once '.' and '_' are taken as one (they are
+    the same in metric names) is refused (INVALID_TOPIC_EXCEPTION)."""
     records: list[r.Record] = []
     outcomes: list[TopicOutcome] = []
     taken = set(image.topics)
+    collision_keys = {metric_name(name): name for name in taken}
     hosted = replicas_per_broker(image)
     partitions_created = 0
+    repeated = _repeated(request.name for request in requests)
     for request in requests:
         try:
+            if request.name in repeated:
+                raise _named_twice(request.name)
+            other = collision_keys.get(metric_name(request.name))
+            if other is not None and other != request.name:
+                raise HeadwaterError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    f"topic {shown(request.name)} collides with topic {shown(other)}: with "
+                    "'.' and '_' taken as one (as in metric names) they are the same name",
+                )
             topic_records = _create_topic(image, epoch, request, limits, rng, taken)
             new = [rec.replicas for rec in topic_records if isinstance(rec, r.PartitionCreated)]
             if partitions_created + len(new) > limits.partitions_max:
@@ -304,12 +320,30 @@ def create_topics(
             continue
         partitions_created += len(new)
         taken.add(request.name)
+        collision_keys[metric_name(request.name)] = request.name
         created = topic_records[0]
         assert isinstance(created, r.TopicCreated)
         outcomes.append(TopicOutcome(request.name, None, "" if validate_only else created.topic_id))
         if not validate_only:
             records += topic_records
     return ControllerResult(tuple(records), outcomes)
+
+
+def metric_name(topic: str) -> str:
+    """``topic`` as metric names see it: '.' and '_' are one (Kafka's collision rule)."""
+    return topic.replace(".", "_")
+
+
+def _repeated(names: Iterable[str]) -> set[str]:
+    counts = Counter(names)
+    return {name for name, count in counts.items() if count > 1}
+
+
+def _named_twice(name: str) -> HeadwaterError:
+    return HeadwaterError(
+        ErrorCode.INVALID_REQUEST,
+        f"topic {shown(name)} is named more than once in the request; name each topic once",
+    )
 
 
 def _create_topic(
@@ -339,7 +373,7 @@ def _create_topic(
             f"replication factor is {rf}; valid range is [1, {len(live)}] "
             f"({len(live)} live broker(s))",
         )
-    limits.check_configs(request.configs)
+    configs = limits.check_configs(request.configs)
     if request.name in taken:
         raise HeadwaterError(
             ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {request.name!r} already exists"
@@ -353,7 +387,7 @@ def _create_topic(
     while topic_id in image.topic_names:  # never reuse an id, even of a deleted topic's
         topic_id = uuid.UUID(int=rng.getrandbits(128), version=4).hex
     records: list[r.Record] = [
-        r.TopicCreated(epoch, request.name, topic_id, tuple(sorted(request.configs.items())))
+        r.TopicCreated(epoch, request.name, topic_id, tuple(sorted(configs.items())))
     ]
     assignment = assign_replicas(live, partitions, rf, rng.randrange(len(live)))
     for index, replicas in enumerate(assignment):
@@ -470,16 +504,18 @@ def delete_topics(
 ) -> ControllerResult[list[TopicOutcome]]:
     records: list[r.Record] = []
     outcomes = []
-    deleted: set[str] = set()
+    repeated = _repeated(names)
     for name in names:
+        if name in repeated:
+            outcomes.append(TopicOutcome(name, _named_twice(name)))
+            continue
         topic = image.topics.get(name)
-        if topic is None or name in deleted:
+        if topic is None:
             outcomes.append(TopicOutcome(name, unknown_topic(name)))
             continue
         if name.startswith(INTERNAL_PREFIX):
             outcomes.append(TopicOutcome(name, _internal_refused(name, "deleted")))
             continue
-        deleted.add(name)
         records.append(r.TopicDeleted(epoch, topic.topic_id))
         outcomes.append(TopicOutcome(name, None, topic.topic_id))
     return ControllerResult(tuple(records), outcomes)
@@ -818,11 +854,11 @@ def alter_quotas(
     """Set or remove quotas: each change is (entity type, entity name, key, rate or None
     to remove), checked by ``headwater.quotas``; at most ``QUOTA_ENTITIES_MAX`` entities
     with quotas."""
+    check_quota_changes(changes)
     records = []
     entities = set(image.quotas)
     for entity_type, name, key, value in changes:
         entity = check_entity(entity_type, name)
-        check_quota(key, value)
         if value is not None:
             entities.add(entity)
         records.append(r.QuotaChanged(epoch, entity_type, name, key, value))

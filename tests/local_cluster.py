@@ -3,6 +3,8 @@ headwater.devcluster's LocalCluster with a known secret and metadata helpers."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,3 +73,42 @@ class LocalCluster(devcluster.LocalCluster):
 
     def resume(self, node_id: int) -> None:
         self.nodes[node_id].resume()
+
+
+class ControllerWatch(threading.Thread):
+    """Samples, every 0.1 s, which controller the nodes ``node_ids`` name and which
+    brokers they see fenced; keeps the longest stretch in which they named no controller
+    they agree on (``longest_gap_s``), who they named (``named``: (monotonic time, id or
+    -1)) and every broker seen fenced (``fenced``)."""
+
+    def __init__(self, cluster: LocalCluster, node_ids: tuple[int, ...]) -> None:
+        super().__init__(daemon=True)
+        self.addresses = [cluster.nodes[i].address for i in node_ids]
+        self.stop = threading.Event()
+        self.longest_gap_s = 0.0
+        self.named: list[tuple[float, int]] = []
+        self.fenced: set[int] = set()
+
+    def controller(self) -> int:
+        ids = set()
+        for address in self.addresses:
+            with grpc.insecure_channel(address) as channel:
+                try:
+                    response = pb_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest(), timeout=1)
+                except grpc.RpcError:
+                    return -1
+                ids.add(response.controller_id)
+                self.fenced |= {b.node_id for b in response.brokers if b.state == "fenced"}
+        return ids.pop() if len(ids) == 1 else -1
+
+    def run(self) -> None:
+        gap_began: float | None = None
+        while not self.stop.wait(0.1):
+            now = time.monotonic()
+            found = self.controller()
+            self.named.append((now, found))
+            if found < 0:
+                gap_began = gap_began if gap_began is not None else now
+                self.longest_gap_s = max(self.longest_gap_s, now - gap_began)
+            else:
+                gap_began = None

@@ -263,14 +263,18 @@ def test_placement_uses_only_live_brokers() -> None:
 
 
 def test_create_topics_reports_each_bad_request_alone() -> None:
-    image = cluster(3)
+    image = create(cluster(3), "exists", 1, 1)
     requests = [
         c.NewTopic("ok", 2, 3),
         c.NewTopic("", 1, 1),
         c.NewTopic("rf", 1, 4),
         c.NewTopic("parts", 0, 1),
         c.NewTopic("__internal", 1, 1),
-        c.NewTopic("ok", 1, 1),
+        c.NewTopic("exists", 1, 1),
+        c.NewTopic("twice", 1, 1),
+        c.NewTopic("twice", 1, 1),
+        c.NewTopic("ok.x", 1, 1),
+        c.NewTopic("ok_x", 1, 1),
     ]
     result = c.create_topics(image, EPOCH, requests, LIMITS, random.Random(1))
     codes = [o.error.code if o.error else None for o in result.response]
@@ -281,10 +285,14 @@ def test_create_topics_reports_each_bad_request_alone() -> None:
         ErrorCode.INVALID_PARTITIONS,
         ErrorCode.INVALID_TOPIC_EXCEPTION,
         ErrorCode.TOPIC_ALREADY_EXISTS,
+        ErrorCode.INVALID_REQUEST,  # a name given twice: neither is created (Kafka's rule)
+        ErrorCode.INVALID_REQUEST,
+        None,
+        ErrorCode.INVALID_TOPIC_EXCEPTION,  # collides with ok.x in metric names
     ]
     assert "valid range is [1, 3]" in str(result.response[2].error)
     image = commit(image, result)
-    assert list(image.topics) == ["ok"]
+    assert sorted(image.topics) == ["exists", "ok", "ok.x"]
 
 
 def test_validate_only_writes_nothing() -> None:

@@ -8,19 +8,15 @@ Needs a C compiler (cc) to build the library; skipped otherwise.
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from headwater.chaos.slow_disk import SlowDisk, SlowDiskUnavailableError, build
 from headwater.client import Admin, Producer
-from headwater.v1 import headwater_pb2 as pb
-from headwater.v1 import headwater_pb2_grpc as pb_grpc
-from tests.local_cluster import LocalCluster
+from tests.local_cluster import ControllerWatch, LocalCluster
 from tests.node_process import wait_until
 from tests.test_disk_full import check_read_back, read_batches, send_batch
 
@@ -34,41 +30,6 @@ HANDOVER_S_MAX = 5.0
 here, marks it slow; it hands over at once)."""
 
 
-class ControllerWatch(threading.Thread):
-    """Samples, every 0.1 s, which controller nodes 1 and 2 name; keeps the longest
-    stretch in which they named none they agree on, and who they named."""
-
-    def __init__(self, cluster: LocalCluster) -> None:
-        super().__init__(daemon=True)
-        self.addresses = [cluster.nodes[1].address, cluster.nodes[2].address]
-        self.stop = threading.Event()
-        self.longest_gap_s = 0.0
-        self.named: list[tuple[float, int]] = []
-
-    def controller(self) -> int:
-        ids = set()
-        for address in self.addresses:
-            with grpc.insecure_channel(address) as channel:
-                try:
-                    response = pb_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest(), timeout=1)
-                except grpc.RpcError:
-                    return -1
-                ids.add(response.controller_id)
-        return ids.pop() if len(ids) == 1 else -1
-
-    def run(self) -> None:
-        gap_began: float | None = None
-        while not self.stop.wait(0.1):
-            now = time.monotonic()
-            found = self.controller()
-            self.named.append((now, found))
-            if found < 0:
-                gap_began = gap_began if gap_began is not None else now
-                self.longest_gap_s = max(self.longest_gap_s, now - gap_began)
-            else:
-                gap_began = None
-
-
 def test_a_voter_with_a_slow_disk_never_leaves_the_cluster_without_a_controller(
     tmp_path: Path,
 ) -> None:
@@ -80,7 +41,7 @@ def test_a_voter_with_a_slow_disk_never_leaves_the_cluster_without_a_controller(
     slow = SlowDisk(library, cluster.nodes[3].data_dir, tmp_path / "slow-disk" / "control")
     cluster.nodes[3].env.update(slow.env())
     cluster.start()
-    watch = ControllerWatch(cluster)
+    watch = ControllerWatch(cluster, (1, 2))
     try:
         bootstrap = cluster.bootstrap()
         with Admin(bootstrap) as admin:

@@ -110,8 +110,10 @@ class BrokerServicer:
         """Fetch, repeated by the node: it answers from `offset`, then from each response's
         next_offset, sending every response as soon as new data is committed (a long poll per
         message, without a request per message). max_wait_ms bounds each wait; a response with
-        no records is sent when it ends, as a heartbeat. The stream ends when the client
-        cancels it, or with an error status (e.g. OFFSET_OUT_OF_RANGE after retention).
+        no records is sent when it ends, as a heartbeat, and the node then waits at least
+        500 ms for records before the next (an idle stream answers at most twice a second,
+        whatever its max_wait_ms; records end that wait at once). The stream ends when the
+        client cancels it, or with an error status (e.g. OFFSET_OUT_OF_RANGE after retention).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,122 @@
+"""The worst legal requests against a 3-node cluster: no broker is fenced, the controller
+does not move, a small call's latency stays low, and no node logs an ERROR."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from headwater.client import Admin
+from headwater.v1 import headwater_pb2 as pb
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+from tests.local_cluster import ControllerWatch, LocalCluster
+
+pytestmark = pytest.mark.slow
+
+SMALL_CALL_S_P95 = 0.1
+QUICK_S = 1.0
+
+
+def worst_requests(address: str) -> None:
+    """What a boundary sweep found to stall a node, each three times, sent to one node."""
+    with grpc.insecure_channel(address) as channel:
+        admin, broker = pb_grpc.AdminStub(channel), pb_grpc.BrokerStub(channel)
+        many_names = ["t"] * 100_000
+        calls: list[Any] = [
+            lambda: admin.DescribeTopics(pb.DescribeTopicsRequest(names=many_names), timeout=30),
+            lambda: broker.Metadata(pb.MetadataRequest(topics=many_names), timeout=30),
+            lambda: admin.CreateTopics(
+                pb.CreateTopicsRequest(
+                    topics=[pb.NewTopic(name=f"v{i}") for i in range(100_000)], validate_only=True
+                ),
+                timeout=30,
+            ),
+            # At the limit: 10,000 topics checked by the controller (validate_only).
+            lambda: admin.CreateTopics(
+                pb.CreateTopicsRequest(
+                    topics=[pb.NewTopic(name=f"w{i}") for i in range(10_000)], validate_only=True
+                ),
+                timeout=30,
+            ),
+            lambda: admin.DescribeTopics(
+                pb.DescribeTopicsRequest(names=[f"u{i}" for i in range(10_000)]), timeout=30
+            ),
+        ]
+        for _ in range(3):
+            for call in calls:
+                try:
+                    call()
+                except grpc.RpcError as error:
+                    code = error.code()  # type: ignore[attr-defined]
+                    assert code not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
+
+
+def test_the_worst_requests_neither_fence_a_broker_nor_move_the_controller(
+    tmp_path: Path,
+) -> None:
+    cluster = LocalCluster(tmp_path, 3)
+    cluster.start()
+    try:
+        with Admin(cluster.bootstrap()) as admin:
+            admin.create_topic("t", partitions=3, replication_factor=3)
+        controller = cluster.wait_controller()
+        target = next(i for i in cluster.nodes if i != controller)
+        others = tuple(i for i in cluster.nodes if i != target)
+        watch = ControllerWatch(cluster, others)
+        watch.start()
+        latencies: list[float] = []
+        attack = threading.Thread(
+            target=worst_requests, args=(cluster.nodes[target].address,), daemon=True
+        )
+        with grpc.insecure_channel(cluster.nodes[target].address) as channel:
+            broker = pb_grpc.BrokerStub(channel)
+            attack.start()
+            while attack.is_alive():
+                began = time.monotonic()
+                broker.Metadata(pb.MetadataRequest(topics=["t"]), timeout=10)
+                latencies.append(time.monotonic() - began)
+                time.sleep(0.05)
+            attack.join()
+        watch.stop.set()
+        watch.join()
+        assert not watch.fenced, f"brokers fenced: {watch.fenced}"
+        assert {c for _t, c in watch.named} == {controller}, "the controller moved"
+        latencies.sort()
+        p95 = latencies[int(len(latencies) * 0.95)]
+        assert p95 < SMALL_CALL_S_P95, f"small calls p95 {p95 * 1000:.0f} ms"
+        refusals_answer_at_once(cluster.nodes[target].address)
+        for node in cluster.nodes.values():
+            log = node.log()
+            assert " ERROR " not in log and "Traceback" not in log, log[-3000:]
+    finally:
+        cluster.close()
+
+
+def refusals_answer_at_once(address: str) -> None:
+    """Through a node that is not the controller (forwarded), refusals take no wait."""
+    with grpc.insecure_channel(address) as channel:
+        admin = pb_grpc.AdminStub(channel)
+        began = time.monotonic()
+        deleted = admin.DeleteTopics(
+            pb.DeleteTopicsRequest(names=["__consumer_offsets"]), timeout=10
+        )
+        assert deleted.results[0].error_code in (
+            pb.INVALID_TOPIC_EXCEPTION,
+            pb.UNKNOWN_TOPIC_OR_PARTITION,
+        ), deleted
+        created = admin.CreateTopics(
+            pb.CreateTopicsRequest(topics=[pb.NewTopic(name="rf4", replication_factor=4)]),
+            timeout=10,
+        )
+        assert created.results[0].error_code == pb.INVALID_REPLICATION_FACTOR, created
+        twice = pb.QuotaEntry(entity_type="user", entity_name="u", key="request_rate", value=1)
+        with pytest.raises(grpc.RpcError) as refused:
+            admin.AlterQuotas(pb.AlterQuotasRequest(entries=[twice, twice]), timeout=10)
+        assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+        took = time.monotonic() - began
+        assert took < 3 * QUICK_S, f"three refusals took {took:.1f} s"
