@@ -38,7 +38,7 @@ from headwater.log.file_log import FileLog
 from headwater.node.authorizer import Authorizer
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import ControllerDriver, not_controller
-from headwater.node.limits import check_count, distinct_names, yield_every
+from headwater.node.limits import check_count, distinct, yield_every
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.metadata_answers import partition_fields
 from headwater.node.partition import Partition
@@ -275,7 +275,7 @@ class AdminService(pb_grpc.AdminServicer):
         self, request: pb.DescribeTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeTopicsResponse:
         image = self.state.image
-        asked = distinct_names(request.names, self.config.topics_max, "topic names", "topics_max")
+        asked = distinct(request.names, self.config.topics_max, "topic names", "topics_max")
         for name in asked:
             self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, name)
         names = asked or self.auth.visible(ResourceType.TOPIC, sorted(image.topics))

@@ -16,7 +16,7 @@ inter-broker listener, which has its own call limit. A call forwarded by another
 (the ``headwater-forwarded`` key) counts for this node only: the node it came through
 counted it against its client's connection.
 
-``StreamBudget`` bounds the bytes one ProduceStream holds in progress; ``distinct_names``
+``StreamBudget`` bounds the bytes one ProduceStream holds in progress; ``distinct``
 bounds the names one request may list, and ``yield_every`` lets a long answer give the
 event loop back between pieces (one 100,000-name DescribeTopics held it 6-9 s and got a
 broker fenced).
@@ -27,13 +27,14 @@ Pure bookkeeping, used on the event loop only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final, TypeVar
 
 from headwater.errors import ErrorCode, HeadwaterError
 
 T = TypeVar("T")
+H = TypeVar("H", bound=Hashable)
 LOOP_SLICE_ITEMS: Final = 100
 """Items (topics described, ...) an answer builds before it yields the event loop."""
 
@@ -48,11 +49,11 @@ def check_count(count: int, limit: int, what: str, setting: str) -> None:
         )
 
 
-def distinct_names(names: Sequence[str], limit: int, what: str, setting: str) -> list[str]:
-    """``names`` without repeats, in order (a name asked twice is answered once), after
-    ``check_count``."""
-    check_count(len(names), limit, what, setting)
-    return list(dict.fromkeys(names))
+def distinct(items: Sequence[H], limit: int, what: str, setting: str) -> list[H]:
+    """``items`` without repeats, in order (a name or partition asked twice is answered
+    once), after ``check_count``."""
+    check_count(len(items), limit, what, setting)
+    return list(dict.fromkeys(items))
 
 
 async def yield_every(items: Iterable[T], count: int = LOOP_SLICE_ITEMS) -> AsyncIterator[T]:

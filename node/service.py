@@ -39,7 +39,7 @@ from headwater.log import batch as batch_format
 from headwater.node.authorizer import Authorizer
 from headwater.node.cluster_state import ClusterState
 from headwater.node.forwarding import Forwarder
-from headwater.node.limits import LongCallSlots, StreamBudget, distinct_names, yield_every
+from headwater.node.limits import LongCallSlots, StreamBudget, distinct, yield_every
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.metadata_answers import MetadataAnswers
 from headwater.node.metrics import NodeMetrics
@@ -659,7 +659,9 @@ class BrokerService(pb_grpc.BrokerServicer):
             raise _invalid(
                 f"timestamp_ms is {request.timestamp_ms}; must be >= 0", ErrorCode.INVALID_TIMESTAMP
             )
-        indexes = list(request.partitions) or list(range(len(topic.partitions)))
+        indexes = distinct(  # a partition asked twice is answered once
+            request.partitions, self.config.partitions_max, "partitions", "partitions_max"
+        ) or list(range(len(topic.partitions)))
         found: dict[int, pb.PartitionOffset] = {}
         remote: dict[str, list[int]] = {}
         for index in indexes:
@@ -685,7 +687,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         holds the topics the caller may describe. At most ``topics_max`` names; a name
         asked twice is answered once."""
         image = self.state.image
-        asked = distinct_names(request.topics, self.config.topics_max, "topics", "topics_max")
+        asked = distinct(request.topics, self.config.topics_max, "topics", "topics_max")
         for name in asked:
             self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, name)
         if request.include_digest:  # the digest covers every topic, ACL and user
