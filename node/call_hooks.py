@@ -131,16 +131,15 @@ def method_name(method: str | bytes) -> str:
     return method.decode() if isinstance(method, bytes) else method
 
 
-class HooksInterceptor(_ServerInterceptor):
-    """A server interceptor that is its own ``CallHooks``: subclasses define ``started``
-    and ``ended``, which run around every call of every method ``skip`` does not name."""
+class WrappingInterceptor(_ServerInterceptor):
+    """A server interceptor that gives each method's handler, wrapped once by ``wrap``
+    (``WrappedHandlers``), for every method ``skip`` does not name."""
 
-    def __init__(self) -> None:
-        hooks: Any = self  # a CallHooks once a subclass defines started and ended
-        self._wrapped = WrappedHandlers(lambda _method, handler: around(handler, hooks))
+    def __init__(self, wrap: Callable[[str, Any], grpc.RpcMethodHandler[Any, Any]]) -> None:
+        self._wrapped = WrappedHandlers(wrap)
 
     def skip(self, method: str) -> bool:  # noqa: ARG002 (subclasses look at it)
-        """Should calls of ``method`` run without the hooks?"""
+        """Should calls of ``method`` run unwrapped?"""
         return False
 
     async def intercept_service(
@@ -155,3 +154,12 @@ class HooksInterceptor(_ServerInterceptor):
         if handler is None or self.skip(method):
             return handler  # type: ignore[return-value]  # unknown method: UNIMPLEMENTED
         return self._wrapped.of(method, handler)
+
+
+class HooksInterceptor(WrappingInterceptor):
+    """A server interceptor that is its own ``CallHooks``: subclasses define ``started``
+    and ``ended``, which run around every call of every method ``skip`` does not name."""
+
+    def __init__(self) -> None:
+        hooks: Any = self  # a CallHooks once a subclass defines started and ended
+        super().__init__(lambda _method, handler: around(handler, hooks))

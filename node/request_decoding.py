@@ -26,7 +26,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -34,7 +34,7 @@ import grpc
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import abort, bounded_message
-from headwater.node.call_hooks import WrappedHandlers, _ServerInterceptor, method_name
+from headwater.node.call_hooks import WrappingInterceptor
 
 WARNING_INTERVAL_S: Final = 10.0
 _log = logging.getLogger(__name__)
@@ -122,24 +122,12 @@ def quiet_client_gone() -> None:
         logger.addFilter(ClientGoneFilter())
 
 
-class DecodeRequests(_ServerInterceptor):
+class DecodeRequests(WrappingInterceptor):
     """See the module docstring."""
 
     def __init__(self) -> None:
         self.warnings = _Warnings()
-        self._wrapped = WrappedHandlers(self._wrap)
-
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler: grpc.RpcMethodHandler[Any, Any] | None = await continuation(handler_call_details)
-        if handler is None:
-            return handler  # type: ignore[return-value]  # unknown method: UNIMPLEMENTED
-        return self._wrapped.of(method_name(handler_call_details.method), handler)
+        super().__init__(self._wrap)
 
     def _refusal(self, method: str, context: Any, request: Undecodable) -> HeadwaterError:
         self.warnings.refused(method, context, request.problem)

@@ -880,7 +880,9 @@ class ListOffsetsRequest(_message.Message):
     """For OFFSET_SPEC_TIMESTAMP: milliseconds since the Unix epoch, >= 0."""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """Partitions to look up; empty means all of the topic's partitions."""
+        """Partitions to look up; empty means all of the topic's partitions. At most
+        partitions_max (10,000); a partition listed twice is answered once.
+        """
 
     def __init__(
         self,
@@ -962,7 +964,9 @@ class MetadataRequest(_message.Message):
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Topics to describe; empty means all."""
+        """Topics to describe; empty means all. At most topics_max (10,000); a name asked twice
+        is answered once.
+        """
 
     def __init__(
         self,
@@ -2322,7 +2326,12 @@ class CreateTopicsRequest(_message.Message):
     validate_only: _builtins.bool
     """Check everything, create nothing."""
     @_builtins.property
-    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___NewTopic]: ...
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___NewTopic]:
+        """At most topics_max (10,000). A name given twice is refused (INVALID_REQUEST) for both
+        entries; a name equal to another topic's once '.' and '_' are taken as one (as in
+        metric names) is refused (INVALID_TOPIC_EXCEPTION).
+        """
+
     def __init__(
         self,
         *,
@@ -2399,7 +2408,9 @@ class DeleteTopicsRequest(_message.Message):
 
     NAMES_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """At most topics_max (10,000); a name given twice is refused (INVALID_REQUEST) for both."""
+
     def __init__(
         self,
         *,
@@ -2510,7 +2521,9 @@ class DescribeTopicsRequest(_message.Message):
     NAMES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Topic names; empty means all."""
+        """Topic names; empty means all. At most topics_max (10,000); a name asked twice is
+        answered once.
+        """
 
     def __init__(
         self,
