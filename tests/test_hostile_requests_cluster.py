@@ -120,3 +120,12 @@ def refusals_answer_at_once(address: str) -> None:
         assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
         took = time.monotonic() - began
         assert took < 3 * QUICK_S, f"three refusals took {took:.1f} s"
+        # An error the controller gives, echoing a long input, reaches the client typed
+        # through the forwarding node (it overflowed gRPC's metadata limit on the hop).
+        with pytest.raises(grpc.RpcError) as echoed:
+            admin.CreatePartitions(
+                pb.CreatePartitionsRequest(topic="y" * 9000, partitions=2), timeout=10
+            )
+        assert echoed.value.code() is grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
+        details = echoed.value.details()  # type: ignore[attr-defined]
+        assert details.startswith("UNKNOWN_TOPIC_OR_PARTITION: "), details
