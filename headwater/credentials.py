@@ -27,7 +27,6 @@ iterations, and an ``authorization`` value of at most ``AUTHORIZATION_CHARS_MAX`
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import os
@@ -153,8 +152,10 @@ def parse_authorization(value: str) -> tuple[str, str]:
             "the authorization metadata must be 'Basic <base64(user:password)>'"
         )
     try:
+        # Non-ASCII text raises ValueError, bad base64 binascii.Error and a decoded value
+        # that is not UTF-8 UnicodeDecodeError: all three are ValueErrors.
         text = base64.b64decode(encoded.strip(), validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:
         raise authentication_failed(
             "the authorization metadata is not base64 of UTF-8 'user:password'"
         ) from None

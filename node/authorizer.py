@@ -10,10 +10,14 @@ kept in the ``CALLER`` context variable for the call's task:
    exists. On a plaintext listener credentials are refused unless
    ``credentials_over_plaintext`` is ``allow``. A password once verified is remembered
    (keyed by a SHA-256 of it, never the password) until the user's credential changes,
-   so PBKDF2 runs once per user and password, not per call. A check runs in a worker
-   thread, ``CHECKS_AT_ONCE`` at most, an unknown user's as long as a wrong password's;
-   failures are limited per host and per node (``_PasswordChecks``), so guessing
-   cannot take the event loop or tell which users exist;
+   so PBKDF2 runs once per user and password, not per call. Checks run in threads of
+   their own, bounded per host and per node, fair between hosts, each as costly as the
+   most costly user's, a failure answered late (``headwater.node.password_checks``): so
+   guessing can take neither the event loop nor replication's threads, lock no one out,
+   and not tell which users exist. The caller keeps the credential it was checked
+   against: once the user's credential changes or the user is deleted, the caller's
+   next authorization (each message of a stream) is refused with
+   SASL_AUTHENTICATION_FAILED, which ends its open streams;
 2. otherwise a call over mutual TLS is the principal its certificate names by
    ``tls_principal_mapping``;
 3. otherwise it is ``User:ANONYMOUS``.
@@ -37,13 +41,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import functools
-import hashlib
 import inspect
-import ipaddress
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -51,30 +54,17 @@ from headwater.acls import CLUSTER_RESOURCE, AclIndex, Operation, ResourceType, 
 from headwater.config import NodeConfig
 from headwater.credentials import (
     AUTHORIZATION_KEY,
-    ITERATIONS_DEFAULT,
-    KEY_BYTES,
-    SALT_BYTES_MIN,
     ScramCredential,
     authentication_failed,
-    credential_from_salted,
     parse_authorization,
-    verify_password,
 )
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.call_hooks import HooksInterceptor, service_and_method
+from headwater.node.password_checks import PasswordChecks
 from headwater.raft.image import MetadataImage
 
 _log = logging.getLogger(__name__)
 ANONYMOUS: Final = "User:ANONYMOUS"
-FAILURES_PER_S_MAX: Final = 20
-"""Failed password checks a second from one host; more are refused without checking."""
-FAILURES_PER_S_NODE_MAX: Final = 100
-"""Failed password checks a second on the node, from all hosts together."""
-CHECKS_AT_ONCE: Final = 2
-"""Password checks (PBKDF2, in worker threads) running at once on a node."""
-FAILURE_HOSTS_MAX: Final = 4096
-VERIFIED_MAX: Final = 4096
-"""Verified (user, password digest) pairs remembered; the memory is cleared when full."""
 AUDIT_LINES_PER_S: Final = 5
 CLIENT_ID_KEY: Final = "client-id"
 CLIENT_ID_CHARS_MAX: Final = 255
@@ -90,6 +80,8 @@ class Caller:
     """A node of the cluster on the inter-broker listener: every call is allowed."""
     client_id: str = ""
     """The ``client-id`` call metadata (quotas by client id); '' when not sent."""
+    credential: ScramCredential | None = None
+    """The credential a user's password was checked against (None: no password)."""
 
 
 TRUSTED_MEMBER: Final = Caller("User:headwater-node", "", trusted=True)
@@ -143,25 +135,6 @@ def certificate_principal(auth_context: dict[str, list[bytes]], mapping: str) ->
     return "User:" + values[0].decode(errors="replace")
 
 
-def _host_key(host: str) -> str:
-    """Whom failed logins are counted against: the IPv4 address, or the /64 of an IPv6
-    one (one machine holds a whole /64)."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    if address.version == 6:
-        return str(ipaddress.ip_network(f"{address}/64", strict=False))
-    return str(address)
-
-
-_UNKNOWN_USER: Final = credential_from_salted(
-    bytes(KEY_BYTES), bytes(SALT_BYTES_MIN), ITERATIONS_DEFAULT
-)
-"""Checked against when the user does not exist, so that an unknown user takes as long
-to refuse as a wrong password."""
-
-
 @dataclass(frozen=True, slots=True)
 class _Login:
     """A call whose password must be checked (PBKDF2) before it has a caller."""
@@ -169,82 +142,6 @@ class _Login:
     caller: Caller
     user: str
     password: str
-
-
-class _PasswordChecks:
-    """Verified passwords by user (as SHA-256 digests), the checks running now, and
-    failures by host and in all.
-
-    A check runs PBKDF2 in a worker thread, at most ``CHECKS_AT_ONCE`` at a time (more
-    are refused at once with THROTTLING_QUOTA_EXCEEDED, retriable), so that guessing
-    cannot take the event loop. Failures are limited to ``FAILURES_PER_S_MAX`` a second
-    per host (an IPv6 /64) and ``FAILURES_PER_S_NODE_MAX`` a second in all."""
-
-    def __init__(self) -> None:
-        self.verified: dict[tuple[str, bytes], ScramCredential] = {}
-        self.failures: dict[str, tuple[int, int]] = {}  # host key -> (second, count)
-        self.node_failures = (0, 0)  # (second, count)
-        self.running = 0
-
-    @staticmethod
-    def _key(user: str, password: str) -> tuple[str, bytes]:
-        return user, hashlib.sha256(password.encode(errors="surrogatepass")).digest()
-
-    def known(self, users: Mapping[str, ScramCredential], user: str, password: str) -> bool:
-        """Was this password verified for the user's current credential?"""
-        credential = users.get(user)
-        return credential is not None and self.verified.get(self._key(user, password)) is credential
-
-    def _admit(self, host: str) -> None:
-        second = int(time.monotonic())
-        start, count = self.failures.get(_host_key(host), (second, 0))
-        node_start, node_count = self.node_failures
-        if (start == second and count >= FAILURES_PER_S_MAX) or (
-            node_start == second and node_count >= FAILURES_PER_S_NODE_MAX
-        ):
-            raise authentication_failed(
-                f"too many failed logins this second (at most {FAILURES_PER_S_MAX} a second "
-                f"from one host, {FAILURES_PER_S_NODE_MAX} in all); try again in a second"
-            )
-        if self.running >= CHECKS_AT_ONCE:
-            raise HeadwaterError(
-                ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-                f"this node is checking {self.running} passwords, the most it checks at once; "
-                "retry",
-            )
-
-    def _failed(self, host: str) -> None:
-        second = int(time.monotonic())
-        key = _host_key(host)
-        start, count = self.failures.get(key, (second, 0))
-        if len(self.failures) >= FAILURE_HOSTS_MAX:
-            self.failures = {k: v for k, v in self.failures.items() if v[0] == second}
-        self.failures[key] = (second, count + 1) if start == second else (second, 1)
-        node_start, node_count = self.node_failures
-        self.node_failures = (second, node_count + 1 if node_start == second else 1)
-
-    async def check(
-        self, users: Mapping[str, ScramCredential], user: str, password: str, host: str
-    ) -> None:
-        """Return when ``password`` is ``user``'s; SASL_AUTHENTICATION_FAILED otherwise."""
-        self._admit(host)
-        credential = users.get(user)
-        self.running += 1
-        try:
-            matches = await asyncio.to_thread(
-                verify_password, credential or _UNKNOWN_USER, password
-            )
-        finally:
-            self.running -= 1
-        if credential is not None and matches:
-            if len(self.verified) >= VERIFIED_MAX:
-                self.verified.clear()
-            self.verified[self._key(user, password)] = credential
-            return
-        self._failed(host)
-        raise authentication_failed(
-            f"authentication failed for user {user[:128]!r}: unknown user or wrong password"
-        )
 
 
 SEEN_CONNECTIONS_MAX: Final = 100_000
@@ -296,9 +193,11 @@ class Authenticate(HooksInterceptor):
         config: NodeConfig,
         image: Callable[[], MetadataImage],
         request_delay_s: Callable[[Caller], float] | None = None,
+        on_failed_login: Callable[[], None] | None = None,
     ) -> None:
         """``request_delay_s``: the seconds to hold a caller's call back for its request
-        quota (``headwater.node.throttling``); None: no request quotas."""
+        quota (``headwater.node.throttling``); None: no request quotas.
+        ``on_failed_login``: called for each refused password (a metric)."""
         super().__init__()
         self.image = image
         self.request_delay_s = request_delay_s
@@ -306,7 +205,7 @@ class Authenticate(HooksInterceptor):
         self.plaintext_credentials = config.credentials_over_plaintext == "allow"
         self.mapping = config.tls_principal_mapping
         self.client_certificates = config.tls_client_auth == "required"
-        self.passwords = _PasswordChecks()
+        self.passwords = PasswordChecks(on_failed_login)
         self.connections = (
             ConnectionRate(config.connection_rate_per_host_max)
             if config.connection_rate_per_host_max
@@ -342,8 +241,9 @@ class Authenticate(HooksInterceptor):
                 )
             user, password = parse_authorization(value)
             caller = Caller(f"User:{user}", host, client_id=client_id)
-            if self.passwords.known(self.image().users, user, password):
-                return caller
+            credential = self.passwords.known(self.image().users, user, password)
+            if credential is not None:
+                return dataclasses.replace(caller, credential=credential)
             return _Login(caller, user, password)
         if self.client_certificates:
             principal = certificate_principal(context.auth_context(), self.mapping)
@@ -360,10 +260,10 @@ class Authenticate(HooksInterceptor):
         return self._begin(found)
 
     async def _log_in(self, login: _Login) -> contextvars.Token[Caller | None]:
-        await self.passwords.check(
+        credential = await self.passwords.check(
             self.image().users, login.user, login.password, login.caller.host
         )
-        begun = self._begin(login.caller)
+        begun = self._begin(dataclasses.replace(login.caller, credential=credential))
         return await begun if inspect.isawaitable(begun) else begun
 
     def _begin(
@@ -440,13 +340,24 @@ class Authorizer:
 
     def allows(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         """May the current caller perform ``operation`` on the resource? (No audit: for
-        filtering lists, where what is left out is not a refusal.)"""
+        filtering lists, where what is left out is not a refusal.) SASL_AUTHENTICATION_FAILED
+        when the caller's credential is no longer the user's (see the module docstring)."""
+        caller = current_caller()
+        if caller.credential is not None:
+            self._check_credential(caller)
         if not self.enabled:
             return True
-        caller = current_caller()
         if caller.trusted or caller.principal in self.super_users:
             return True
         return self.index().allows(caller.principal, caller.host, operation, resource_type, name)
+
+    def _check_credential(self, caller: Caller) -> None:
+        user = caller.principal.removeprefix("User:")
+        if self.image().users.get(user) is not caller.credential:
+            raise authentication_failed(
+                f"the credential of user {user[:128]!r} was changed or deleted after this call "
+                "logged in: log in again"
+            )
 
     def require(self, operation: Operation, resource_type: ResourceType, name: str) -> None:
         """Raise the resource type's AUTHORIZATION_FAILED unless the current caller may

@@ -9,9 +9,10 @@ Every call a node makes there carries the metadata key ``headwater-cluster-auth`
 
 and the listener refuses (UNAUTHENTICATED) a call whose token is missing, malformed,
 more than ``TOKEN_SKEW_MS`` from its own clock, or not signed with the cluster secret
-for that method. The secret itself never travels. The token proves membership, not
-confidentiality: a listener on the path could replay a token for the same method
-within the skew window; mutual TLS (once it exists) closes that.
+for that method, and logs the refusal with the caller's address (one WARNING per
+``REFUSAL_LOG_INTERVAL_S``, counting the rest). The secret itself never travels. The
+token proves membership, not confidentiality: a listener on the path could replay a
+token for the same method within the skew window; mutual TLS closes that.
 
 ``token`` and ``verify`` are pure; the interceptors apply them to gRPC calls.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -28,12 +30,16 @@ import grpc
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import to_status
+from headwater.log_limits import LogEvery
 from headwater.node.call_hooks import WrappedHandlers, around, service_and_method
 
 AUTH_KEY: Final = "headwater-cluster-auth"
 TOKEN_SKEW_MS: Final = 5 * 60 * 1000
 _VERSION: Final = "v1"
 _TOKEN_BYTES_MAX: Final = 200
+REFUSAL_LOG_INTERVAL_S: Final = 10.0
+"""At most one WARNING per interval names a refused caller (with a count of the rest)."""
+_log = logging.getLogger(__name__)
 
 # grpc's interceptor classes are generic in its type stubs only.
 if TYPE_CHECKING:
@@ -93,12 +99,17 @@ def _method_name(method: str | bytes) -> str:
 
 
 def _refusal(
-    handler: grpc.RpcMethodHandler[Any, Any], message: str, status: grpc.Status | None = None
+    handler: grpc.RpcMethodHandler[Any, Any],
+    message: str,
+    status: grpc.Status | None = None,
+    log: LogEvery | None = None,
 ) -> grpc.RpcMethodHandler[Any, Any]:
     """A handler of the same kind as ``handler`` that refuses with ``status``, by default
-    UNAUTHENTICATED with ``message``."""
+    UNAUTHENTICATED with ``message``; ``log`` (rate-limited) names the peer and why."""
 
     async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if log is not None:
+            log.log("refused an inter-broker call from %s: %s", context.peer(), message[:300])
         if status is None:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
         else:
@@ -125,6 +136,7 @@ class RequireClusterSecret(_ServerInterceptor):
     def __init__(self, secret: bytes, now_ms: Callable[[], int] = _now_ms) -> None:
         self.secret = secret
         self.now_ms = now_ms
+        self.refusals = LogEvery(_log, REFUSAL_LOG_INTERVAL_S)
 
     async def intercept_service(
         self,
@@ -155,7 +167,7 @@ class RequireClusterSecret(_ServerInterceptor):
             )
         if problem is None:
             return handler
-        return _refusal(handler, problem)
+        return _refusal(handler, problem, log=self.refusals)
 
 
 FORWARDED_SERVICES: Final = ("headwater.v1.Broker", "headwater.v1.Admin", "headwater.v1.Groups")

@@ -141,6 +141,12 @@ class NodeMetrics:
             ["operation", "resource_type"],
             registry=registry,
         )
+        self.failed_logins = Counter(
+            "headwater_failed_logins",
+            "Passwords refused on the client listener: unknown user or wrong password (the "
+            "node's log names the host and user, rate-limited).",
+            registry=registry,
+        )
         self.rpc_duration = Histogram(
             "headwater_rpc_duration_seconds",
             "Time from receiving a unary call to its answer.",

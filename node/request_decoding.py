@@ -12,11 +12,13 @@ INVALID_REQUEST naming the message type and the parse error. For client streams 
 message is checked as the servicer takes it. One WARNING line per
 ``WARNING_INTERVAL_S`` says how many were refused and the last one's method and peer.
 
-grpc.aio logs "ExecuteBatchError raised in core by servicer method" with a traceback at
-ERROR when it cannot send an answer because the client is gone (its deadline passed, it
-closed the connection): nothing the node did wrong, and any client can cause it.
-``quiet_client_gone`` turns those records into one WARNING per ``WARNING_INTERVAL_S``,
-without the traceback.
+grpc's own log has two more ERROR records with a traceback that any client can cause
+and that say nothing about the node: "ExecuteBatchError raised in core by servicer
+method" when an answer cannot be sent because the client is gone (its deadline passed,
+it closed the connection), and "Invalid encoding on b'...'" when a call's metadata value
+is not UTF-8 (logged twice per call, quoting the value: an ``authorization`` header's
+bytes would land in the log). ``quiet_grpc_log`` turns each kind into one WARNING per
+``WARNING_INTERVAL_S`` that counts the rest, without the traceback or the value.
 
 Runs on the node's event loop; the warning's counters are that loop's.
 """
@@ -85,41 +87,63 @@ class _Warnings:
 
 GRPC_LOGGER: Final = "grpc._cython.cygrpc"
 CLIENT_GONE_PREFIX: Final = "ExecuteBatchError raised in core by servicer method"
+INVALID_ENCODING_PREFIX: Final = "Invalid encoding on"
 
 
-class ClientGoneFilter(logging.Filter):
-    """See the module docstring (a filter on grpc's logger; it keeps one record per
-    interval, rewritten, and drops the rest)."""
+class _Quieted:
+    """One kind of grpc record: its replacement text, and when the next may pass."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, prefix: str, rewrite: Callable[[str], str]) -> None:
+        self.prefix = prefix
+        self.rewrite = rewrite
         self.next_at = 0.0
         self.left_out = 0
 
+
+class GrpcLogFilter(logging.Filter):
+    """See the module docstring (a filter on grpc's logger: of each kind it keeps one
+    record per interval, rewritten as a WARNING, and drops the rest)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kinds = (
+            _Quieted(
+                CLIENT_GONE_PREFIX,
+                lambda message: (
+                    "a client went away before its answer to "
+                    f"{message[len(CLIENT_GONE_PREFIX) :].strip()[:200]} was sent"
+                ),
+            ),
+            _Quieted(
+                INVALID_ENCODING_PREFIX,
+                lambda _message: "refused a call whose metadata value is not UTF-8",
+            ),
+        )
+
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if not message.startswith(CLIENT_GONE_PREFIX):
+        kind = next((k for k in self.kinds if message.startswith(k.prefix)), None)
+        if kind is None:
             return True
         now = time.monotonic()
-        if now < self.next_at:
-            self.left_out += 1
+        if now < kind.next_at:
+            kind.left_out += 1
             return False
-        self.next_at = now + WARNING_INTERVAL_S
-        more = f" (and {self.left_out} more since the last warning)" if self.left_out else ""
-        self.left_out = 0
-        method = message[len(CLIENT_GONE_PREFIX) :].strip()
-        record.msg = "a client went away before its answer to %s was sent%s"
-        record.args = (method, more)
+        kind.next_at = now + WARNING_INTERVAL_S
+        more = f" (and {kind.left_out} more since the last warning)" if kind.left_out else ""
+        kind.left_out = 0
+        record.msg = "%s%s"
+        record.args = (kind.rewrite(message), more)
         record.levelno, record.levelname = logging.WARNING, "WARNING"
         record.exc_info = record.exc_text = None
         return True
 
 
-def quiet_client_gone() -> None:
-    """Install ``ClientGoneFilter`` on grpc's logger (once)."""
+def quiet_grpc_log() -> None:
+    """Install ``GrpcLogFilter`` on grpc's logger (once)."""
     logger = logging.getLogger(GRPC_LOGGER)
-    if not any(isinstance(f, ClientGoneFilter) for f in logger.filters):
-        logger.addFilter(ClientGoneFilter())
+    if not any(isinstance(f, GrpcLogFilter) for f in logger.filters):
+        logger.addFilter(GrpcLogFilter())
 
 
 class DecodeRequests(WrappingInterceptor):

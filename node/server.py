@@ -44,7 +44,7 @@ from headwater.node.peers import Peers
 from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.replica_manager import ReplicaManager
 from headwater.node.replica_service import ReplicaService
-from headwater.node.request_decoding import DecodeRequests, quiet_client_gone
+from headwater.node.request_decoding import DecodeRequests, quiet_grpc_log
 from headwater.node.service import BrokerService
 from headwater.node.throttling import Quotas
 from headwater.node.tls_setup import load_node_tls
@@ -111,7 +111,7 @@ class Node:
         config = self.config
         loop = asyncio.get_running_loop()
         self.state = ClusterState(loop)
-        quiet_client_gone()
+        quiet_grpc_log()
         self.logs = LogManager(config)
         self.logs.on_log_dir_change = lambda: _call_soon(loop, self._on_log_dir_change)
         try:
@@ -131,6 +131,7 @@ class Node:
                         config,
                         lambda: self.state.image,
                         lambda caller: quotas.delay_s(REQUEST_RATE, 1.0, caller),
+                        None if self.metrics is None else self.metrics.failed_logins.inc,
                     ),
                 ]
             )

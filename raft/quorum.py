@@ -11,9 +11,11 @@ encrypted and authenticated with ``secret`` (Fernet, a key derived from the secr
 node always has one, see ``cluster_secret``): a message is authenticated before it is
 unpickled. A message announces its length first, and pysyncobj would buffer whatever
 length a peer announces before it can authenticate anything (a 2^31-1 prefix and junk
-stalled metadata for 32 s): ``bound_raft_reads`` drops a connection that announces more
-than ``RAFT_MESSAGE_BYTES_MAX``, and stops reading from one while a whole message of
-that size waits to be parsed, so a peer costs at most about that much memory.
+stalled metadata for 32 s; 16 MB of junk moved the controller): ``bound_raft_reads``
+reads at most ``RAFT_FIRST_MESSAGE_BYTES_MAX`` from a connection until one of its
+messages has been authenticated and at most ``RAFT_MESSAGE_BYTES_MAX`` after, drops a
+connection that announces more, and stops reading from one while a whole message waits
+to be parsed: a stranger costs a voter a few hundred KiB and no time of note.
 
 Durability of metadata, exactly (pysyncobj 0.3.17):
 - Every entry is appended to the journal file (``data_dir/raft/journal``, memory-mapped)
@@ -60,6 +62,7 @@ from pysyncobj import (
 )
 from pysyncobj.tcp_connection import TcpConnection
 
+from headwater.log_limits import LogEvery
 from headwater.raft.elections import LogPosition, grant_pre_vote, has_majority, may_stand
 from headwater.raft.follower_append import AppendAction, plan_append
 from headwater.raft.image import ApplyResult, MetadataImage, apply
@@ -183,37 +186,83 @@ class _MetadataLog(SyncObjConsumer):  # type: ignore[misc]
 
 
 RAFT_MESSAGE_BYTES_MAX: Final = 64 << 20
-"""Longest Raft message a voter accepts (a metadata batch or a snapshot part is far
-smaller: a topic of 10,000 partitions is about 2 MB of records)."""
+"""Longest Raft message a voter accepts from a peer that has proved the secret (a
+metadata batch or a snapshot part is far smaller: a topic of 10,000 partitions is about
+2 MB of records)."""
+RAFT_FIRST_MESSAGE_BYTES_MAX: Final = 256 << 10
+"""Longest message a voter reads from a connection before one of its messages has been
+authenticated (the first messages of pysyncobj's handshake are tens of bytes)."""
 _LENGTH_PREFIX: Final = struct.Struct("i")  # pysyncobj's: native int32
+DROPPED_LOG_INTERVAL_S: Final = 10.0
+_dropped = LogEvery(_log, DROPPED_LOG_INTERVAL_S)
 
 
-def bound_raft_reads(limit: int = RAFT_MESSAGE_BYTES_MAX) -> None:
-    """Install the read bound on pysyncobj's TcpConnection (idempotent): a connection whose
-    next message announces a length outside [0, limit] is dropped before it is buffered,
-    and no more is read from a connection while ``limit`` + 4 bytes wait to be parsed."""
-    original = TcpConnection.__dict__.get("_headwater_unbounded_read")
-    if original is None:
-        original = TcpConnection._TcpConnection__processRead
+def bound_raft_reads(
+    limit: int = RAFT_MESSAGE_BYTES_MAX, first_limit: int = RAFT_FIRST_MESSAGE_BYTES_MAX
+) -> None:
+    """Install the read bounds on pysyncobj's TcpConnection (idempotent).
+
+    A connection is *authenticated* once one of its messages has decrypted (Fernet: the
+    secret's HMAC checked before anything is unpickled); until then its bound is
+    ``first_limit``, after that ``limit``. A connection whose next message announces a
+    length outside [0, bound] is dropped before it is buffered (one WARNING per
+    ``DROPPED_LOG_INTERVAL_S`` names the peer), and no more is read from a connection
+    while bound + 4 bytes wait to be parsed. So a stranger costs a voter at most
+    ``first_limit`` bytes of buffer per connection and a few reads of the Raft thread,
+    never a long read loop (the buffer is grown by copying, quadratic in its size)."""
+    original_read = TcpConnection.__dict__.get("_headwater_unbounded_read")
+    if original_read is None:
+        original_read = TcpConnection._TcpConnection__processRead
+        original_parse = TcpConnection._TcpConnection__processParseMessage
+        original_connect = TcpConnection.connect
+    else:
+        original_parse = TcpConnection._headwater_unbounded_parse
+        original_connect = TcpConnection._headwater_unbounded_connect
 
     def bounded_read(self: Any) -> bool:
         buffered = self._TcpConnection__readBuffer
         if len(buffered) >= _LENGTH_PREFIX.size:
+            bound = limit if getattr(self, "_headwater_authenticated", False) else first_limit
             (length,) = _LENGTH_PREFIX.unpack_from(buffered)
-            if not 0 <= length <= limit:
-                _log.warning(
-                    "dropped a Raft connection that announced a %d-byte message (limit %d)",
+            if not 0 <= length <= bound:
+                _dropped.log(
+                    "dropped a Raft connection from %s that announced a %d-byte message "
+                    "(limit %d%s)",
+                    _peer_of(self),
                     length,
-                    limit,
+                    bound,
+                    "" if bound == limit else " before the peer has proved the cluster secret",
                 )
                 self.disconnect()
                 return False
-            if len(buffered) >= _LENGTH_PREFIX.size + limit:
+            if len(buffered) >= _LENGTH_PREFIX.size + bound:
                 return False  # parse what is here first; the poller calls again
-        return bool(original(self))
+        return bool(original_read(self))
 
-    TcpConnection._headwater_unbounded_read = original
+    def parse_and_note(self: Any) -> Any:
+        message = original_parse(self)
+        if message is not None:
+            self._headwater_authenticated = True
+        return message
+
+    def connect(self: Any, host: str, port: int) -> Any:
+        self._headwater_authenticated = False
+        return original_connect(self, host, port)
+
+    TcpConnection._headwater_unbounded_read = original_read
+    TcpConnection._headwater_unbounded_parse = original_parse
+    TcpConnection._headwater_unbounded_connect = original_connect
     TcpConnection._TcpConnection__processRead = bounded_read
+    TcpConnection._TcpConnection__processParseMessage = parse_and_note
+    TcpConnection.connect = connect
+
+
+def _peer_of(connection: Any) -> str:
+    try:
+        host, port = connection._TcpConnection__socket.getpeername()[:2]
+    except (AttributeError, OSError, ValueError, TypeError):
+        return "an unknown peer"
+    return f"{host}:{port}"
 
 
 PYSYNCOBJ_VERSION: Final = "0.3.17"

@@ -18,7 +18,11 @@ import grpc
 import pytest
 
 from headwater.client import Admin, Producer
-from headwater.node.request_decoding import CLIENT_GONE_PREFIX, ClientGoneFilter
+from headwater.node.request_decoding import (
+    CLIENT_GONE_PREFIX,
+    INVALID_ENCODING_PREFIX,
+    GrpcLogFilter,
+)
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess
@@ -265,9 +269,9 @@ def test_request_lists_are_bounded_and_names_answered_once(
 # ------------------------------------------------------------------ grpc's own log lines
 
 
-def test_a_client_gone_before_its_answer_is_one_warning_without_a_traceback() -> None:
+def test_grpc_records_any_client_can_cause_are_one_warning_each_without_a_traceback() -> None:
     logger = logging.getLogger("test-client-gone")
-    gone = ClientGoneFilter()
+    gone = GrpcLogFilter()
     kept: list[logging.LogRecord] = []
 
     class Keep(logging.Handler):
@@ -283,12 +287,18 @@ def test_a_client_gone_before_its_answer_is_one_warning_without_a_traceback() ->
                 raise RuntimeError("execute_batch failed")
             except RuntimeError:
                 logger.exception("%s [/headwater.v1.Broker/Fetch]", CLIENT_GONE_PREFIX)
+        for _ in range(4):
+            try:
+                b"Basic \xff".decode()
+            except UnicodeDecodeError:
+                logger.exception("%s %r", INVALID_ENCODING_PREFIX, b"Basic \xff")
         logger.error("Unexpected [ValueError] raised by servicer method [/x/Y]")
     finally:
         logger.removeFilter(gone)
-    assert [r.levelname for r in kept] == ["WARNING", "ERROR"]
-    assert kept[0].exc_info is None
+    assert [r.levelname for r in kept] == ["WARNING", "WARNING", "ERROR"]
+    assert kept[0].exc_info is None and kept[1].exc_info is None
     assert kept[0].getMessage().startswith("a client went away before its answer to")
+    assert kept[1].getMessage() == "refused a call whose metadata value is not UTF-8"
 
 
 def test_small_calls_stay_fast_while_a_large_answer_is_built(

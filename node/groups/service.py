@@ -395,7 +395,19 @@ class GroupsService(pb_grpc.GroupsServicer):
     async def DescribeGroup(
         self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeGroupResponse:
+        """Needs ``describe`` on the group; of the topics the answer names (committed
+        offsets, members' subscriptions, assignments and targets) it keeps those the
+        caller may describe, as OffsetFetch does (a pattern subscription is kept: it
+        names no topic)."""
         self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, request.group_id)
+        answer = await self._describe_group(request, context)
+        if self.auth.enabled:
+            _hide_topics(answer, set(self.auth.visible(ResourceType.TOPIC, _topics_of(answer))))
+        return answer
+
+    async def _describe_group(
+        self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeGroupResponse:
         route = await self._route(request.group_id, context)
         if isinstance(route, str):
             return await self._forward(route, "DescribeGroup", request)  # type: ignore[no-any-return]
@@ -475,3 +487,32 @@ class GroupsService(pb_grpc.GroupsServicer):
                     )
                 )
         return listings
+
+
+def _topics_of(answer: pb.DescribeGroupResponse) -> set[str]:
+    """Every topic a group description names."""
+    topics = {o.topic for o in answer.offsets}
+    for member in answer.members:
+        topics.update(member.subscribed_topics)
+        for assignment in (member.assigned, member.revoking, member.target):
+            topics.update(t.topic for t in assignment)
+    return topics
+
+
+def _hide_topics(answer: pb.DescribeGroupResponse, visible: set[str]) -> None:
+    """Drop from ``answer`` (in place) every mention of a topic not in ``visible``."""
+
+    def keep(items: Any) -> None:
+        kept = [item for item in items if item.topic in visible]
+        if len(kept) != len(items):
+            del items[:]
+            items.extend(kept)
+
+    keep(answer.offsets)
+    for member in answer.members:
+        subscribed = [t for t in member.subscribed_topics if t in visible]
+        if len(subscribed) != len(member.subscribed_topics):
+            del member.subscribed_topics[:]
+            member.subscribed_topics.extend(subscribed)
+        for assignment in (member.assigned, member.revoking, member.target):
+            keep(assignment)

@@ -1,0 +1,397 @@
+"""Attacks on logins, the authorization metadata, group descriptions, open streams and the
+Raft port; each asserts what the attacker gets and that the node stays responsive.
+
+The password-check tests drive ``PasswordChecks`` with real PBKDF2 in its own threads on
+an event loop; the rest run against a real node process (users over plaintext on
+loopback, the ACL authorizer, ``User:admin`` a super user).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import h2.config
+import h2.connection
+import h2.events
+import pytest
+
+from headwater.acls import parse_acl
+from headwater.client import Admin, ClientSecurity, Producer, TopicPartition
+from headwater.credentials import credential_from_salted, new_salted_password
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.grpc_errors import from_rpc_error
+from headwater.node import password_checks
+from headwater.node.password_checks import PasswordChecks
+from headwater.tls import open_channel
+from headwater.v1 import headwater_pb2 as pb
+from headwater.v1 import headwater_pb2_grpc as pb_grpc
+from tests.node_process import NodeProcess, wait_until
+
+DEADLINE_S = 30.0
+SLOW_ITERATIONS = 65_536
+
+
+def _credential(password: str, iterations: int) -> object:
+    salt, salted = new_salted_password(password, iterations)
+    return credential_from_salted(salted, salt, iterations)
+
+
+USERS = {
+    "slow": _credential("right", SLOW_ITERATIONS),
+    "quick": _credential("right", 4096),
+}
+
+
+def _code(error: BaseException) -> ErrorCode:
+    assert isinstance(error, HeadwaterError), repr(error)
+    return error.code
+
+
+# ------------------------------------------------------------------ password checks
+
+
+def test_cancelled_checks_hold_their_place_until_the_hash_ends_and_count_as_failures() -> None:
+    async def scenario() -> None:
+        checks = PasswordChecks()
+        calls = [
+            asyncio.ensure_future(checks.check(USERS, "slow", f"guess{i}", "10.0.0.1"))
+            for i in range(password_checks.PENDING_PER_HOST_MAX)
+        ]
+        await asyncio.sleep(0.005)
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
+        # The two started hashes still run and still hold the host's places.
+        assert checks.running == password_checks.CHECKS_AT_ONCE
+        assert checks.held_total == password_checks.CHECKS_AT_ONCE
+        while checks.running:
+            await asyncio.sleep(0.005)
+        assert checks.failed == password_checks.CHECKS_AT_ONCE
+        assert checks.held_total == 0 and not checks.waiting
+
+    asyncio.run(scenario())
+
+
+def test_a_host_holds_at_most_its_share_of_checks() -> None:
+    async def scenario() -> None:
+        checks = PasswordChecks()
+        flood = [
+            asyncio.ensure_future(checks.check(USERS, "slow", f"guess{i}", "10.0.0.1"))
+            for i in range(password_checks.PENDING_PER_HOST_MAX)
+        ]
+        await asyncio.sleep(0)
+        with pytest.raises(HeadwaterError) as refused:
+            await checks.check(USERS, "slow", "one-more", "10.0.0.1")
+        assert refused.value.code is ErrorCode.THROTTLING_QUOTA_EXCEEDED
+        assert refused.value.retriable
+        # The addresses of one IPv6 /64 are one host.
+        flood += [
+            asyncio.ensure_future(checks.check(USERS, "slow", "g", f"2001:db8::{i + 1}"))
+            for i in range(password_checks.PENDING_PER_HOST_MAX)
+        ]
+        await asyncio.sleep(0)
+        with pytest.raises(HeadwaterError) as refused:
+            await checks.check(USERS, "slow", "one-more", "2001:db8::ffff")
+        assert refused.value.code is ErrorCode.THROTTLING_QUOTA_EXCEEDED
+        results = await asyncio.gather(*flood, return_exceptions=True)
+        assert {_code(r) for r in results} == {ErrorCode.SASL_AUTHENTICATION_FAILED}
+
+    asyncio.run(scenario())
+
+
+def test_another_hosts_first_login_is_next_in_line_during_a_flood() -> None:
+    """A host keeps its queue full of wrong passwords; a login from another host waits at
+    most for the hashes running when it arrives and one more of the flood's, not for the
+    flood's whole queue."""
+
+    async def scenario() -> None:
+        checks = PasswordChecks()
+        stop = asyncio.Event()
+
+        async def flood(n: int) -> None:
+            while not stop.is_set():
+                try:
+                    await checks.check(USERS, "slow", f"guess{n}", "10.0.0.1")
+                except HeadwaterError:
+                    await asyncio.sleep(0)
+
+        flooders = [asyncio.ensure_future(flood(n)) for n in range(16)]
+        await asyncio.sleep(0.5)
+        one_hash = await _hash_seconds(SLOW_ITERATIONS)
+        began = time.monotonic()
+        credential = await checks.check(USERS, "quick", "right", "10.0.0.2")
+        took = time.monotonic() - began
+        stop.set()
+        await asyncio.gather(*flooders, return_exceptions=True)
+        assert credential is USERS["quick"]
+        # Queued behind the whole flood it would wait 8 hashes / 2 threads = 4 hashes.
+        assert took < 3 * one_hash + 0.2, f"{took:.3f} s against {one_hash:.3f} s a hash"
+
+    asyncio.run(scenario())
+
+
+async def _hash_seconds(iterations: int) -> float:
+    began = time.monotonic()
+    await asyncio.to_thread(password_checks.hash_matches, USERS["quick"], "x", iterations)
+    return time.monotonic() - began
+
+
+def test_password_checks_leave_the_default_executor_free() -> None:
+    """Follower appends and fsyncs run in the loop's default executor: a flood of checks
+    must not delay them."""
+
+    async def scenario() -> None:
+        checks = PasswordChecks()
+        flood = [
+            asyncio.ensure_future(checks.check(USERS, "slow", f"g{i}", f"10.0.1.{i}"))
+            for i in range(64)
+        ]
+        await asyncio.sleep(0.05)
+        waits = []
+        for _ in range(20):
+            began = time.monotonic()
+            await asyncio.to_thread(lambda: None)
+            waits.append(time.monotonic() - began)
+        for call in flood:
+            call.cancel()
+        await asyncio.gather(*flood, return_exceptions=True)
+        assert sorted(waits)[len(waits) // 2] < 0.02, waits
+
+    asyncio.run(scenario())
+
+
+def test_an_unknown_user_costs_what_the_most_costly_user_costs() -> None:
+    async def timed(user: str) -> float:
+        checks = PasswordChecks()
+        best = float("inf")
+        for _ in range(3):
+            began = time.monotonic()
+            with pytest.raises(HeadwaterError):
+                await checks.check(USERS, user, "wrong", "10.0.0.1")
+            best = min(best, time.monotonic() - began)
+        return best
+
+    async def scenario() -> tuple[float, float, float]:
+        return await timed("slow"), await timed("quick"), await timed("nobody")
+
+    slow, quick, unknown = asyncio.run(scenario())
+    assert 0.7 < unknown / slow < 1.4, (slow, quick, unknown)
+    assert 0.7 < quick / slow < 1.4, (slow, quick, unknown)
+
+
+def test_a_failed_login_is_answered_late_and_logged_with_the_host(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> float:
+        checks = PasswordChecks()
+        began = time.monotonic()
+        with pytest.raises(HeadwaterError) as refused:
+            await checks.check(USERS, "quick", "wrong", "10.9.8.7")
+        assert refused.value.code is ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert "nobody" not in str(refused.value)
+        return time.monotonic() - began
+
+    with caplog.at_level(logging.WARNING, logger=password_checks.__name__):
+        took = asyncio.run(scenario())
+    assert took >= password_checks.FAILED_LOGIN_DELAY_S
+    assert "refused a login from 10.9.8.7 for user 'quick'" in caplog.text
+
+
+# ------------------------------------------------------------------ a real node
+
+ADMIN = ClientSecurity("SASL_PLAINTEXT", username="admin", password="admin-secret")
+ALICE = ClientSecurity("SASL_PLAINTEXT", username="alice", password="alice-secret")
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    """Users, topics, ACLs and offsets are set while ``authorizer`` is ``none`` (the first
+    super user needs an identity before any ACL exists); then the node restarts with
+    ``authorizer = "acl"``."""
+    node = NodeProcess(
+        tmp_path_factory.mktemp("attacks") / "data",
+        env={"HEADWATER_CREDENTIALS_OVER_PLAINTEXT": "allow"},
+    )
+    node.start()
+    try:
+        with Admin(node.address) as admin:
+            for user in ("admin", "alice"):
+                admin.upsert_user(user, f"{user}-secret")
+            for topic in ("seen", "hidden"):
+                admin.create_topic(topic, 1)
+            admin.create_acls(
+                [
+                    parse_acl("group", "g", "User:alice", "describe"),
+                    parse_acl("topic", "seen", "User:alice", "describe"),
+                    parse_acl("topic", "seen", "User:alice", "read"),
+                ]
+            )
+            admin.alter_group_offsets(
+                "g", {TopicPartition("seen", 0): 1, TopicPartition("hidden", 0): 2}
+            )
+        node.stop()
+        node.env.update({"HEADWATER_AUTHORIZER": "acl", "HEADWATER_SUPER_USERS": "User:admin"})
+        node.start()
+        yield node
+    finally:
+        node.kill()
+
+
+def raw_call(address: str, path: str, headers: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+    """One gRPC call over a bare HTTP/2 connection with any header bytes (grpc's own
+    clients refuse to send what an attacker would); its response headers and trailers."""
+    host, port = address.rsplit(":", 1)
+    config = h2.config.H2Configuration(
+        client_side=True,
+        header_encoding=None,
+        validate_outbound_headers=False,
+        normalize_outbound_headers=False,
+    )
+    connection = h2.connection.H2Connection(config)
+    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
+        connection.initiate_connection()
+        stream = connection.get_next_available_stream_id()
+        connection.send_headers(
+            stream,
+            [
+                (b":method", b"POST"),
+                (b":scheme", b"http"),
+                (b":path", path.encode()),
+                (b":authority", address.encode()),
+                (b"content-type", b"application/grpc"),
+                (b"te", b"trailers"),
+                *headers,
+            ],
+        )
+        connection.send_data(stream, b"\x00\x00\x00\x00\x00", end_stream=True)  # empty message
+        sock.sendall(connection.data_to_send())
+        answer: dict[bytes, bytes] = {}
+        ended = False
+        while not ended:
+            data = sock.recv(65536)
+            assert data, "the node closed the connection without an answer"
+            for event in connection.receive_data(data):
+                if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                    answer.update(dict(event.headers))
+                ended = ended or isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset))
+            sock.sendall(connection.data_to_send())
+    return answer
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"Basic \xc3\xa9", b"Basic \xff\xfe", "Basic " + "é" * 3000],
+    ids=["non-ascii", "not-utf8", "long-non-ascii"],
+)
+def test_an_authorization_value_that_is_not_base64_ascii_is_refused_quietly(
+    node: NodeProcess, value: bytes | str
+) -> None:
+    raw = value if isinstance(value, bytes) else value.encode()
+    before = len(node.log())
+    for _ in range(20):
+        answer = raw_call(node.address, "/headwater.v1.Admin/ListTopics", [(b"authorization", raw)])
+        assert answer.get(b"grpc-status") == b"16", answer  # UNAUTHENTICATED
+        assert b"SASL_AUTHENTICATION_FAILED" in answer.get(b"grpc-message", b""), answer
+    written = node.log()[before:]
+    assert "Traceback" not in written and " ERROR " not in written, written[:2000]
+    assert len(written) < 1000, written
+    with Admin(node.address, security=ADMIN) as admin:
+        assert "seen" in [t.name for t in admin.list_topics()]
+
+
+def test_describe_group_hides_the_topics_the_caller_may_not_describe(node: NodeProcess) -> None:
+    with Admin(node.address, security=ALICE) as alice:
+        described = alice.describe_group("g")
+        assert {o.topic for o in described.offsets} == {"seen"}
+        assert {tp.topic for tp in alice.group_offsets("g")} == {"seen"}
+    with Admin(node.address, security=ADMIN) as admin:
+        assert {o.topic for o in admin.describe_group("g").offsets} == {"seen", "hidden"}
+
+
+def test_changing_a_password_ends_the_users_open_streams(node: NodeProcess) -> None:
+    with Admin(node.address, security=ADMIN) as admin:
+        admin.upsert_user("carol", "carol-secret")
+        admin.create_acls([parse_acl("topic", "seen", "User:carol", "read")])
+    carol = ClientSecurity("SASL_PLAINTEXT", username="carol", password="carol-secret")
+    channel = open_channel(node.address, None, [], carol.call_metadata())
+    ended: list[BaseException] = []
+    answers: list[pb.FetchResponse] = []
+
+    def read() -> None:
+        stream = pb_grpc.BrokerStub(channel).FetchStream(
+            pb.FetchRequest(topic="seen", partition=0, offset=0, max_wait_ms=200),
+            timeout=DEADLINE_S,
+        )
+        try:
+            answers.extend(stream)
+        except grpc.RpcError as error:
+            ended.append(error)
+
+    reader = threading.Thread(target=read, daemon=True)
+    try:
+        reader.start()
+        wait_until(lambda: len(answers) >= 1, DEADLINE_S, "the stream's first answer")
+        with Admin(node.address, security=ADMIN) as admin:
+            admin.upsert_user("carol", "a-new-secret")
+        with Producer(node.address, security=ADMIN) as producer:
+            producer.send("seen", b"after the change", partition=0).result(timeout=DEADLINE_S)
+        reader.join(DEADLINE_S)
+        assert not reader.is_alive(), "the stream went on after the password changed"
+        [error] = ended
+        refusal = from_rpc_error(error, node.address)
+        assert refusal.code is ErrorCode.SASL_AUTHENTICATION_FAILED, refusal
+        assert all(not a.records for a in answers), "a record was sent after the change"
+    finally:
+        channel.close()
+
+
+def test_a_wrong_password_is_logged_with_the_callers_host(node: NodeProcess) -> None:
+    mallory = ClientSecurity("SASL_PLAINTEXT", username="alice", password="guess")
+    with Admin(node.address, security=mallory) as admin, pytest.raises(HeadwaterError) as refused:
+        admin.list_topics()
+    assert refused.value.code is ErrorCode.SASL_AUTHENTICATION_FAILED
+    wait_until(
+        lambda: "refused a login from 127.0.0.1 for user 'alice'" in node.log(),
+        DEADLINE_S,
+        "the refused login in the node's log",
+    )
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_64_mib_to_the_raft_port_costs_a_stranger_nothing(node: NodeProcess) -> None:
+    """A stranger announces a 60 MiB message and sends 64 MiB of junk: the node drops
+    the connection after a bounded read and spends under 50 ms of CPU on it."""
+    host, port = node.raft_address.rsplit(":", 1)
+    assert node.process is not None
+    before = _cpu_seconds(node.process.pid)
+    sent = 0
+    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        try:
+            sock.sendall(struct.pack("i", 60 << 20))
+            chunk = b"Z" * 65536
+            for _ in range(1024):
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except OSError:
+            pass  # the node closed the connection: what it should do
+    cost = _cpu_seconds(node.process.pid) - before
+    assert cost < 0.05, f"{cost:.3f} s of CPU for {sent} bytes"
+    assert "dropped a Raft connection from 127.0.0.1" in node.log()
+    with Admin(node.address, security=ADMIN) as admin:
+        began = time.monotonic()
+        admin.list_topics()
+        assert time.monotonic() - began < 1.0
