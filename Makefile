@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PROTO_DIR := proto/headwater/v1
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow lint proto bench typecheck-tree clean demo chaos chaos-short fuzz sim up down images test-deploy
+.PHONY: run test test-slow test-security lint proto bench typecheck-tree clean demo chaos chaos-short fuzz sim up down images test-deploy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,15 @@ test: $(STAMP) lint
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -m slow $(PYTEST_ARGS)
+
+# The security suite on its own (CI runs it within `make test` and `make test-slow`):
+# attacks on logins, the Raft and inter-broker ports, ACLs on every RPC and through
+# forwarding, streams after revocation, each with the node's responsiveness measured.
+SECURITY_TESTS := tests/test_security_attacks.py tests/test_security_cluster.py \
+	tests/test_hardening.py tests/test_authorization.py tests/test_acls.py \
+	tests/test_hostile_requests.py tests/test_tls.py tests/test_quotas.py
+test-security: $(STAMP)
+	$(BIN)/pytest $(SECURITY_TESTS) $(PYTEST_ARGS)
 
 # mypy resolves headwater.* through a tree of links that mirrors the package-dir
 # mapping in pyproject.toml (the runtime uses setuptools' editable finder instead).

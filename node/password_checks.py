@@ -4,9 +4,10 @@ fair between hosts, equal for every user, and off the threads replication uses.
 A login (a call presenting a user and password that this node has not verified yet)
 runs PBKDF2-HMAC-SHA256, tens of milliseconds of CPU, in a worker thread. The rules:
 
-- **Own threads.** Checks run in this module's pool of ``CHECKS_AT_ONCE`` threads, never
-  in the event loop's default executor, where follower appends and fsyncs run: a login
-  flood cannot slow replication or acks=all writes.
+- **Own threads, low priority.** Checks run in this module's pool of ``CHECKS_AT_ONCE``
+  threads (half the cores), never in the event loop's default executor, where follower
+  appends and fsyncs run, and at nice ``HASHING_NICENESS``: a login flood cannot take
+  the threads or the cores replication and acks=all writes need.
 - **Held until the hash ends.** A check holds its place from the call until its hash
   has finished, even when the call is cancelled or its deadline passes; a check the
   caller gave up on before it started is withdrawn (it cost nothing). A finished check
@@ -37,10 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import hashlib
 import ipaddress
 import logging
+import os
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -60,8 +64,11 @@ from headwater.log_limits import LogEvery
 
 _log = logging.getLogger(__name__)
 
-CHECKS_AT_ONCE: Final = 2
-"""Password checks hashing at once on a node (the pool's threads)."""
+CHECKS_AT_ONCE: Final = max(1, (os.cpu_count() or 2) // 2)
+"""Password checks hashing at once on a node (the pool's threads): half the cores."""
+HASHING_NICENESS: Final = 19
+"""The pool's threads run at this nice value (Linux: per thread), so that where the
+cores are all busy, replication, appends and answers get them first."""
 PENDING_PER_HOST_MAX: Final = 8
 """Checks one host may hold at once, waiting or hashing."""
 PENDING_MAX: Final = 256
@@ -89,6 +96,13 @@ def host_key(host: str) -> str:
     if address.version == 6:
         return str(ipaddress.ip_network(f"{address}/64", strict=False))
     return str(address)
+
+
+def _lower_priority() -> None:
+    """Run the calling thread at ``HASHING_NICENESS`` (where the system allows it)."""
+    # Not Linux, or not allowed: the thread keeps the process's priority.
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HASHING_NICENESS)
 
 
 def hash_matches(credential: ScramCredential, password: str, cost: int) -> bool:
@@ -227,7 +241,9 @@ class PasswordChecks:
             self.running += 1
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(
-                    self.checks_at_once, thread_name_prefix="headwater-password-check"
+                    self.checks_at_once,
+                    thread_name_prefix="headwater-password-check",
+                    initializer=_lower_priority,
                 )
             hashing = asyncio.get_running_loop().run_in_executor(
                 self._pool,

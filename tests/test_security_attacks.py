@@ -19,9 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import h2.config
-import h2.connection
-import h2.events
 import pytest
 
 from headwater.acls import parse_acl
@@ -35,6 +32,7 @@ from headwater.tls import open_channel
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess, wait_until
+from tests.raw_h2 import raw_call
 
 DEADLINE_S = 30.0
 SLOW_ITERATIONS = 65_536
@@ -244,47 +242,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         yield node
     finally:
         node.kill()
-
-
-def raw_call(address: str, path: str, headers: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
-    """One gRPC call over a bare HTTP/2 connection with any header bytes (grpc's own
-    clients refuse to send what an attacker would); its response headers and trailers."""
-    host, port = address.rsplit(":", 1)
-    config = h2.config.H2Configuration(
-        client_side=True,
-        header_encoding=None,
-        validate_outbound_headers=False,
-        normalize_outbound_headers=False,
-    )
-    connection = h2.connection.H2Connection(config)
-    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
-        connection.initiate_connection()
-        stream = connection.get_next_available_stream_id()
-        connection.send_headers(
-            stream,
-            [
-                (b":method", b"POST"),
-                (b":scheme", b"http"),
-                (b":path", path.encode()),
-                (b":authority", address.encode()),
-                (b"content-type", b"application/grpc"),
-                (b"te", b"trailers"),
-                *headers,
-            ],
-        )
-        connection.send_data(stream, b"\x00\x00\x00\x00\x00", end_stream=True)  # empty message
-        sock.sendall(connection.data_to_send())
-        answer: dict[bytes, bytes] = {}
-        ended = False
-        while not ended:
-            data = sock.recv(65536)
-            assert data, "the node closed the connection without an answer"
-            for event in connection.receive_data(data):
-                if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
-                    answer.update(dict(event.headers))
-                ended = ended or isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset))
-            sock.sendall(connection.data_to_send())
-    return answer
 
 
 @pytest.mark.parametrize(

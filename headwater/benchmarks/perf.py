@@ -178,6 +178,7 @@ def with_produce_options(function: Any) -> Any:
         "metrics": "headwater.benchmarks.metrics_cost:bench_metrics",
         "tls": "headwater.benchmarks.tls_cost:bench_tls",
         "acls": "headwater.benchmarks.acl_cost:bench_acls",
+        "login-flood": "headwater.benchmarks.login_flood:bench_login_flood",
         "spark": "headwater.benchmarks.spark:bench_spark",
     },
 )
