@@ -82,6 +82,7 @@ from headwater.client.producer import (
     producer_settings,
 )
 from headwater.client.retry import ANSWER_GRACE_S
+from headwater.client.sessions import AioSession, aio_session_interceptors
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import Compression, HeaderPairs, encode_batch
@@ -127,12 +128,20 @@ class _Router:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
+            session = (
+                AioSession(self.security.username, self.security.password, address)
+                if self.security.uses_sessions
+                else None
+            )
             channel = open_aio_channel(
                 address,
                 self._credentials,
                 self._options,
+                aio_session_interceptors(session) if session is not None else None,
                 call_metadata=self.security.call_metadata(),
             )
+            if session is not None:
+                session.channel = channel
             self._channels[address] = channel
         return channel
 

@@ -20,6 +20,7 @@ from typing import Final, Generic, TypeVar
 import grpc
 
 from headwater.addresses import DEFAULT_LISTEN, parse_address
+from headwater.client.sessions import with_session
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.tls import SOCKET_CLOSED_HINT, ClientSecurity, open_channel
@@ -154,6 +155,10 @@ class Cluster:
                 channel = open_channel(
                     address, self._credentials, self._options, self.security.call_metadata()
                 )
+                if self.security.uses_sessions:
+                    channel = with_session(
+                        channel, address, self.security.username, self.security.password
+                    )
                 self._channels[address] = channel
             return channel
 

@@ -15,6 +15,7 @@ config file is TOML with these keys only::
     username = "alice"                 # credentials (headwater users add)
     password = "..."                   # keep the file private (chmod 600)
     client_id = "billing-etl"          # quotas by client id apply to it
+    sasl_mechanism = "SCRAM-SHA-256"   # or PLAIN: the password with every call
 
 The settings are layered whole, as ``ClientSecurity.with_overrides`` does: the file's,
 then the environment's over them, then the flags' over both. A TLS file given in a
@@ -41,6 +42,7 @@ from headwater.tls import (
     KEY_FILE_ENV,
     PASSWORD_ENV,
     PROTOCOL_ENV,
+    SASL_MECHANISM_ENV,
     SERVER_NAME_ENV,
     USERNAME_ENV,
     ClientSecurity,
@@ -59,6 +61,7 @@ ENV_OF_KEY: Final = {
     "username": USERNAME_ENV,
     "password": PASSWORD_ENV,
     "client_id": CLIENT_ID_ENV,
+    "sasl_mechanism": SASL_MECHANISM_ENV,
 }
 
 
@@ -71,6 +74,7 @@ FIELD_OF_KEY: Final = {
     "username": "username",
     "password": "password",
     "client_id": "client_id",
+    "sasl_mechanism": "sasl_mechanism",
 }
 """The config keys of the TLS settings, and the ``ClientSecurity`` field of each."""
 SECURITY_KEYS: Final = tuple(FIELD_OF_KEY)

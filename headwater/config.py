@@ -399,8 +399,29 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "refuse",
         "refuse: a call that carries credentials (authorization metadata) on a plaintext "
         "client listener is refused, since the password would cross the network in the "
-        "clear; allow: accept them (for a listener only local processes reach).",
+        "clear; allow: accept them (for a listener only local processes reach). Applies to "
+        "SCRAM logins and session tokens too: a token on a plaintext network can be "
+        "replayed.",
         choices=("refuse", "allow"),
+    ),
+    Setting(
+        "sasl_enabled_mechanisms",
+        "SCRAM-SHA-256,PLAIN",
+        "How users may log in on the client listener. SCRAM-SHA-256: a SCRAM exchange "
+        "(Sasl.Authenticate) yields a session token; the password never travels (the "
+        "project's clients use it). PLAIN: the password with every call (authorization: "
+        "Basic, for gRPC clients without SCRAM); leave it out to refuse that.",
+        choices=("SCRAM-SHA-256,PLAIN", "SCRAM-SHA-256", "PLAIN"),
+    ),
+    Setting(
+        "sasl_session_lifetime_ms",
+        900_000,
+        "How long a session token from a SCRAM login is good for; clients log in again "
+        "before it ends. A call begun with a token goes on after it expires, until its "
+        "user's credential changes or an ACL it needs is removed.",
+        unit="ms",
+        low=1000,
+        high=86_400_000,
     ),
     Setting(
         "raft_election_timeout_ms",
@@ -785,6 +806,8 @@ class NodeConfig:
     super_users: str = ""
     connection_rate_per_host_max: int = 0
     credentials_over_plaintext: str = "refuse"
+    sasl_enabled_mechanisms: str = "SCRAM-SHA-256,PLAIN"
+    sasl_session_lifetime_ms: int = 900_000
     raft_election_timeout_ms: int = 300
     replica_lag_ms_max: int = 10_000
     replica_fetch_wait_ms_max: int = 500

@@ -107,6 +107,8 @@ CLIENT_ACTION: Final[dict[ErrorCode, str]] = {
     ErrorCode.PARTITION_OUT_OF_RANGE: "the partition number is not in [0, partitions) of the "
     "topic (the message names the range): send to a partition the topic has. After "
     "CreatePartitions, refresh metadata once before giving up",
+    ErrorCode.SASL_SESSION_EXPIRED: "log in again (Sasl.Authenticate) and retry; the "
+    "project's clients do it by themselves",
 }
 assert set(CLIENT_ACTION) == set(ErrorCode) - {ErrorCode.NONE}
 

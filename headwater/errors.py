@@ -84,6 +84,7 @@ class ErrorCode(enum.IntEnum):
     TLS_HANDSHAKE_FAILED = 1002  # client-side only: never sent by a node
     FETCH_RESPONSE_TOO_LARGE = 1003
     PARTITION_OUT_OF_RANGE = 1004
+    SASL_SESSION_EXPIRED = 1005
 
 
 # Retriable: the same request may succeed later without change (Kafka's RetriableException).
@@ -109,6 +110,7 @@ _RETRIABLE: frozenset[ErrorCode] = frozenset(
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
         ErrorCode.NOT_COORDINATOR,
+        ErrorCode.SASL_SESSION_EXPIRED,
     }
 )
 
@@ -201,6 +203,7 @@ GRPC_STATUS_OF: dict[ErrorCode, GrpcCode] = {
     ErrorCode.TLS_HANDSHAKE_FAILED: GrpcCode.UNAVAILABLE,
     ErrorCode.FETCH_RESPONSE_TOO_LARGE: GrpcCode.FAILED_PRECONDITION,
     ErrorCode.PARTITION_OUT_OF_RANGE: GrpcCode.INVALID_ARGUMENT,
+    ErrorCode.SASL_SESSION_EXPIRED: GrpcCode.UNAUTHENTICATED,
 }
 assert set(GRPC_STATUS_OF) == set(ErrorCode) - {ErrorCode.NONE}
 

@@ -14,18 +14,22 @@ the health probe) and every node calling another node builds its channels from o
   listeners that require mutual TLS; both or neither.
 - ``server_name``: the name the nodes' certificates are checked against instead of the
   host dialled (for certificates that name a host other than the address used).
-- ``username``/``password``: credentials sent with every call (``headwater.credentials``:
-  the ``authorization`` metadata), for a user made with ``headwater users add``; over
-  TLS, since the password travels with each call.
+- ``username``/``password``: a user made with ``headwater users add``. How they are
+  presented is ``sasl_mechanism``: ``SCRAM-SHA-256`` (the default) logs in on each node
+  with a SCRAM exchange and presents the session token it yields (the password never
+  travels; ``headwater.client.sessions``); ``PLAIN`` sends them with every call
+  (``headwater.credentials``: ``authorization: Basic``). Either way over TLS, since a
+  password or a token on the network can be replayed.
 - ``client_id``: a name sent with every call (the ``client-id`` metadata), which quotas
   by client id apply to (``headwater.quotas``).
 
 Unset fields come from the environment, ``HEADWATER_SECURITY_PROTOCOL``,
 ``HEADWATER_TLS_CA_FILE``, ``HEADWATER_TLS_CERT_FILE``, ``HEADWATER_TLS_KEY_FILE``,
 ``HEADWATER_TLS_SERVER_NAME``, ``HEADWATER_USERNAME``, ``HEADWATER_PASSWORD``,
-``HEADWATER_CLIENT_ID`` (``ClientSecurity.from_env``); any TLS file set there
-implies ``tls``. A node reads its own ``tls_*`` settings under the same variable names,
-so a client run inside a node's container (the health probe) speaks as the node does.
+``HEADWATER_SASL_MECHANISM``, ``HEADWATER_CLIENT_ID`` (``ClientSecurity.from_env``); any
+TLS file set there implies ``tls``. A node reads its own ``tls_*`` settings under the
+same variable names, so a client run inside a node's container (the health probe) speaks
+as the node does.
 
 ``handshake_failure`` turns the transport's description of a failed TLS handshake into a
 sentence that says what to fix.
@@ -54,6 +58,10 @@ USERNAME_ENV: Final = "HEADWATER_USERNAME"
 CLIENT_ID_ENV: Final = "HEADWATER_CLIENT_ID"
 CLIENT_ID_CHARS_MAX: Final = 255
 PASSWORD_ENV: Final = "HEADWATER_PASSWORD"  # noqa: S105 (the variable's name)
+SASL_MECHANISM_ENV: Final = "HEADWATER_SASL_MECHANISM"
+SCRAM_SHA_256: Final = "SCRAM-SHA-256"
+PLAIN: Final = "PLAIN"
+SASL_MECHANISMS: Final = (SCRAM_SHA_256, PLAIN)
 
 PLAINTEXT: Final = "plaintext"
 SASL_PLAINTEXT: Final = "sasl_plaintext"
@@ -117,8 +125,17 @@ class ClientSecurity:
     username: str = ""
     password: str = field(default="", repr=False)
     client_id: str = ""
+    sasl_mechanism: str = ""
+    """SCRAM-SHA-256 or PLAIN; empty: SCRAM-SHA-256."""
 
     def __post_init__(self) -> None:
+        mechanism = self.sasl_mechanism.upper() or SCRAM_SHA_256
+        if mechanism not in SASL_MECHANISMS:
+            raise _invalid(
+                f"sasl mechanism {self.sasl_mechanism[:40]!r}: valid are "
+                f"{', '.join(SASL_MECHANISMS)} ({SASL_MECHANISM_ENV})"
+            )
+        object.__setattr__(self, "sasl_mechanism", mechanism)
         if needs_credentials(self.protocol) and not self.username:
             raise _invalid(
                 f"security protocol {self.protocol} needs credentials: set a username and "
@@ -182,6 +199,7 @@ class ClientSecurity:
             username=env.get(USERNAME_ENV, ""),
             password=env.get(PASSWORD_ENV, ""),
             client_id=env.get(CLIENT_ID_ENV, ""),
+            sasl_mechanism=env.get(SASL_MECHANISM_ENV, ""),
         )
 
     @classmethod
@@ -211,11 +229,18 @@ class ClientSecurity:
         key = read_pem(self.key_file, "tls_key_file") if self.key_file else None
         return grpc.ssl_channel_credentials(root, key, chain)
 
+    @property
+    def uses_sessions(self) -> bool:
+        """Do calls present a session token from a SCRAM login (rather than nothing, or
+        the password with every call)?"""
+        return bool(self.username) and self.sasl_mechanism == SCRAM_SHA_256
+
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
-        """Metadata every call carries: the credentials when a username is set, and the
-        client id when one is."""
+        """Fixed metadata every call carries: the credentials when a username is set and
+        the mechanism is PLAIN, and the client id when one is. (A SCRAM session's token
+        is added per call by ``headwater.client.sessions``.)"""
         metadata: list[tuple[str, str]] = []
-        if self.username:
+        if self.username and self.sasl_mechanism == PLAIN:
             metadata.append((AUTHORIZATION_KEY, authorization_value(self.username, self.password)))
         if self.client_id:
             metadata.append(("client-id", self.client_id))

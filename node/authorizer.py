@@ -4,8 +4,12 @@
 the caller of every call, before its handler runs, as a ``Caller`` (principal and host)
 kept in the ``CALLER`` context variable for the call's task:
 
-1. a call with ``authorization`` metadata (``headwater.credentials``) is the user it
-   names, if the password matches the user's stored SCRAM keys; otherwise it is refused
+1. a call with ``authorization: Bearer <token>`` is the user of the session the token
+   names (``headwater.node.sessions``, made by a SCRAM login on this node,
+   ``headwater.node.sasl_service``); an unknown, expired or outdated token is refused with
+   SASL_SESSION_EXPIRED (retriable: log in again). A call with ``authorization: Basic``
+   (``headwater.credentials``; only where ``sasl_enabled_mechanisms`` has PLAIN) is the
+   user it names, if the password matches the user's stored SCRAM keys; otherwise it is refused
    with SASL_AUTHENTICATION_FAILED (UNAUTHENTICATED), which does not say whether the user
    exists. On a plaintext listener credentials are refused unless
    ``credentials_over_plaintext`` is ``allow``. A password once verified is remembered
@@ -61,6 +65,7 @@ from headwater.credentials import (
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.call_hooks import HooksInterceptor, service_and_method
 from headwater.node.password_checks import PasswordChecks
+from headwater.node.sessions import Sessions
 from headwater.raft.image import MetadataImage
 
 _log = logging.getLogger(__name__)
@@ -68,8 +73,12 @@ ANONYMOUS: Final = "User:ANONYMOUS"
 AUDIT_LINES_PER_S: Final = 5
 CLIENT_ID_KEY: Final = "client-id"
 CLIENT_ID_CHARS_MAX: Final = 255
-UNAUTHENTICATED_SERVICES: Final = frozenset({"grpc.health.v1.Health"})
-"""Services that need no identity: health checks carry no credentials."""
+UNAUTHENTICATED_SERVICES: Final = frozenset({"grpc.health.v1.Health", "headwater.v1.Sasl"})
+"""Services that need no identity: health checks carry no credentials, and logging in is
+how a caller gets one."""
+BEARER: Final = "bearer"
+BASIC: Final = "basic"
+PLAIN: Final = "PLAIN"
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +215,8 @@ class Authenticate(HooksInterceptor):
         self.mapping = config.tls_principal_mapping
         self.client_certificates = config.tls_client_auth == "required"
         self.passwords = PasswordChecks(on_failed_login)
+        self.sessions = Sessions()
+        self.plain_enabled = PLAIN in config.sasl_enabled_mechanisms.split(",")
         self.connections = (
             ConnectionRate(config.connection_rate_per_host_max)
             if config.connection_rate_per_host_max
@@ -239,6 +250,16 @@ class Authenticate(HooksInterceptor):
                     "network in the clear): connect with TLS, or set "
                     "credentials_over_plaintext = allow on the node"
                 )
+            scheme, _, token = value.partition(" ")
+            if scheme.lower() == BEARER:
+                return self._session_caller(token.strip(), host, client_id)
+            if not self.plain_enabled and scheme.lower() == BASIC:
+                raise authentication_failed(
+                    "a password with every call (authorization: Basic) is not enabled on "
+                    "this node (sasl_enabled_mechanisms): log in with SCRAM-SHA-256 "
+                    "(Sasl.Authenticate) and present the session token as "
+                    "'authorization: Bearer <token>'"
+                )
             user, password = parse_authorization(value)
             caller = Caller(f"User:{user}", host, client_id=client_id)
             credential = self.passwords.known(self.image().users, user, password)
@@ -250,6 +271,18 @@ class Authenticate(HooksInterceptor):
             if principal is not None:
                 return Caller(principal, host, client_id=client_id)
         return Caller(ANONYMOUS, host, client_id=client_id)
+
+    def _session_caller(self, token: str, host: str, client_id: str) -> Caller:
+        session = self.sessions.find(token, self.image().users)
+        if session is None:
+            raise HeadwaterError(
+                ErrorCode.SASL_SESSION_EXPIRED,
+                "this node holds no session for the token (it expired, its user's "
+                "credential changed, or the node restarted): log in again",
+            )
+        return Caller(
+            f"User:{session.user}", host, client_id=client_id, credential=session.credential
+        )
 
     def started(
         self, context: Any

@@ -264,7 +264,7 @@ class PasswordChecks:
             and hashing.result()
         )
         if not matches:
-            self._failed(check)
+            self.refused(check.host, check.user)
         if not check.answer.done():
             check.answer.set_result(matches)
         self._start_next()
@@ -285,19 +285,22 @@ class PasswordChecks:
             del self.held[check.key]
         self.held_total -= 1
 
-    def _failed(self, check: _Check) -> None:
+    def refused(self, host: str, user: str) -> None:
+        """Count and log a refused login (a wrong password here, or a wrong SCRAM proof
+        in ``headwater.node.sasl_service``)."""
         self.failed += 1
         if self.on_failed is not None:
             self.on_failed()
         if len(self.failures_by_host) >= FAILURE_HOSTS_MAX:
             self.failures_by_host.clear()
-        count = self.failures_by_host.get(check.key, 0) + 1
-        self.failures_by_host[check.key] = count
+        key = host_key(host)
+        count = self.failures_by_host.get(key, 0) + 1
+        self.failures_by_host[key] = count
         self._refusals.log(
             "refused a login from %s for user %r: unknown user or wrong password "
             "(%d failed logins from that host)",
-            check.host,
-            check.user[:128],
+            host,
+            user[:128],
             count,
         )
 

@@ -45,6 +45,7 @@ from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.replica_manager import ReplicaManager
 from headwater.node.replica_service import ReplicaService
 from headwater.node.request_decoding import DecodeRequests, quiet_grpc_log
+from headwater.node.sasl_service import SaslService
 from headwater.node.service import BrokerService
 from headwater.node.throttling import Quotas
 from headwater.node.tls_setup import load_node_tls
@@ -124,17 +125,13 @@ class Node:
             )
             self.quotas = Quotas(lambda: self.state.image)
             quotas = self.quotas
-            self.server = self._build_server(
-                interceptors=[
-                    DecodeRequests(),
-                    Authenticate(
-                        config,
-                        lambda: self.state.image,
-                        lambda caller: quotas.delay_s(REQUEST_RATE, 1.0, caller),
-                        None if self.metrics is None else self.metrics.failed_logins.inc,
-                    ),
-                ]
+            self.authenticate = Authenticate(
+                config,
+                lambda: self.state.image,
+                lambda caller: quotas.delay_s(REQUEST_RATE, 1.0, caller),
+                None if self.metrics is None else self.metrics.failed_logins.inc,
             )
+            self.server = self._build_server(interceptors=[DecodeRequests(), self.authenticate])
             self.internal_server = self._build_server(
                 interceptors=[
                     RequireClusterSecret(self.secret.encode()),
@@ -323,6 +320,16 @@ class Node:
             self.controller,
             self.may_lead,
             authorizer=authorizer,
+        )
+        pb_grpc.add_SaslServicer_to_server(
+            SaslService(
+                config,
+                lambda: self.state.image,
+                self.authenticate.sessions,
+                self.authenticate.passwords,
+                self.secret.encode(),
+            ),
+            server,
         )
         for listener in (server, self.internal_server):
             pb_grpc.add_BrokerServicer_to_server(broker, listener)

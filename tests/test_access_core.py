@@ -225,9 +225,15 @@ def test_client_security_takes_credentials_from_the_environment_and_layers() -> 
         "secret",
     )
     assert "secret" not in repr(security)
-    ((key, value),) = security.call_metadata()
+    # SCRAM-SHA-256 by default: no fixed credentials, a session token per channel.
+    assert security.uses_sessions and security.call_metadata() == ()
+    plain = ClientSecurity.from_env({**env, "HEADWATER_SASL_MECHANISM": "plain"})
+    assert not plain.uses_sessions
+    ((key, value),) = plain.call_metadata()
     assert key == "authorization" and parse_authorization(value) == ("alice", "secret")
     assert ClientSecurity().call_metadata() == ()
+    with pytest.raises(HeadwaterError, match="SCRAM-SHA-256, PLAIN"):
+        ClientSecurity.from_env({**env, "HEADWATER_SASL_MECHANISM": "GSSAPI"})
     with pytest.raises(HeadwaterError, match="in the clear"):
         ClientSecurity.from_env({"HEADWATER_USERNAME": "alice", "HEADWATER_PASSWORD": "x"})
     # A file's username under the environment's TLS: checked once, on the last layer.

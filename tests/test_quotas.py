@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from headwater.client import Admin, ClientSecurity
+from headwater.client.sessions import with_session
 from headwater.log import batch as batch_format
 from headwater.tls import open_channel
 from headwater.v1 import headwater_pb2 as pb
@@ -48,8 +49,7 @@ def _produce_for(
 ) -> None:
     """ProduceStream batches as fast as answers come back; count the bytes answered
     within ``seconds`` and the longest throttle_time_ms."""
-    security = ClientSecurity("SASL_PLAINTEXT", username=user, password=password)
-    channel = open_channel(address, None, [], security.call_metadata())
+    channel = with_session(open_channel(address, None, []), address, user, password)
     batch = batch_format.encode_batch([RECORD] * RECORDS_PER_BATCH)
     stop = threading.Event()
 

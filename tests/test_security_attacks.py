@@ -23,6 +23,7 @@ import pytest
 
 from headwater.acls import parse_acl
 from headwater.client import Admin, ClientSecurity, Producer, TopicPartition
+from headwater.client.sessions import with_session
 from headwater.credentials import credential_from_salted, new_salted_password
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
@@ -276,18 +277,25 @@ def test_describe_group_hides_the_topics_the_caller_may_not_describe(node: NodeP
         assert {o.topic for o in admin.describe_group("g").offsets} == {"seen", "hidden"}
 
 
-def test_changing_a_password_ends_the_users_open_streams(node: NodeProcess) -> None:
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
+def test_changing_a_password_ends_the_users_open_streams(node: NodeProcess, mechanism: str) -> None:
+    user = topic = f"carol-{mechanism.lower()}"
     with Admin(node.address, security=ADMIN) as admin:
-        admin.upsert_user("carol", "carol-secret")
-        admin.create_acls([parse_acl("topic", "seen", "User:carol", "read")])
-    carol = ClientSecurity("SASL_PLAINTEXT", username="carol", password="carol-secret")
+        admin.upsert_user(user, "carol-secret")
+        admin.create_topic(topic, 1)
+        admin.create_acls([parse_acl("topic", topic, f"User:{user}", "read")])
+    carol = ClientSecurity(
+        "SASL_PLAINTEXT", username=user, password="carol-secret", sasl_mechanism=mechanism
+    )
     channel = open_channel(node.address, None, [], carol.call_metadata())
+    if carol.uses_sessions:
+        channel = with_session(channel, node.address, user, "carol-secret")
     ended: list[BaseException] = []
     answers: list[pb.FetchResponse] = []
 
     def read() -> None:
         stream = pb_grpc.BrokerStub(channel).FetchStream(
-            pb.FetchRequest(topic="seen", partition=0, offset=0, max_wait_ms=200),
+            pb.FetchRequest(topic=topic, partition=0, offset=0, max_wait_ms=200),
             timeout=DEADLINE_S,
         )
         try:
@@ -300,9 +308,9 @@ def test_changing_a_password_ends_the_users_open_streams(node: NodeProcess) -> N
         reader.start()
         wait_until(lambda: len(answers) >= 1, DEADLINE_S, "the stream's first answer")
         with Admin(node.address, security=ADMIN) as admin:
-            admin.upsert_user("carol", "a-new-secret")
+            admin.upsert_user(user, "a-new-secret")
         with Producer(node.address, security=ADMIN) as producer:
-            producer.send("seen", b"after the change", partition=0).result(timeout=DEADLINE_S)
+            producer.send(topic, b"after the change", partition=0).result(timeout=DEADLINE_S)
         reader.join(DEADLINE_S)
         assert not reader.is_alive(), "the stream went on after the password changed"
         [error] = ended

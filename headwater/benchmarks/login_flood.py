@@ -199,9 +199,6 @@ def start_flood(
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        # The attacker is another host: on one machine its own work must not take the
-        # cores the nodes need, so it gets what they leave.
-        preexec_fn=lambda: os.nice(19),
     )
     assert flood.stdout is not None
     if flood.stdout.readline().strip() != "flooding":
@@ -323,6 +320,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--give-up-ms", type=float, default=10.0)
     args = parser.parse_args()
+    # The attacker is another host: on one machine its own work must not take the cores
+    # the nodes need, so it gets what they leave.
+    os.nice(19)
     floods = [
         GiveUpFlood(
             args.address,

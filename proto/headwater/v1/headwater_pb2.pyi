@@ -182,6 +182,12 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     the range). Not retriable: retrying the same number fails the same way (after
     CreatePartitions, refresh metadata once). gRPC status INVALID_ARGUMENT.
     """
+    SASL_SESSION_EXPIRED: _ErrorCode.ValueType  # 1005
+    """The call presented a session token (authorization: Bearer) this node does not hold:
+    it expired, its user's credential changed, or the node restarted (sessions live in
+    a node's memory). Retriable after logging in again with Sasl.Authenticate, which the
+    project's clients do by themselves. gRPC status UNAUTHENTICATED.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Operating errors with stable numbers (Apache Kafka's where Kafka has the same error)."""
@@ -320,6 +326,12 @@ PARTITION_OUT_OF_RANGE: ErrorCode.ValueType  # 1004
 the range). Not retriable: retrying the same number fails the same way (after
 CreatePartitions, refresh metadata once). gRPC status INVALID_ARGUMENT.
 """
+SASL_SESSION_EXPIRED: ErrorCode.ValueType  # 1005
+"""The call presented a session token (authorization: Bearer) this node does not hold:
+it expired, its user's credential changed, or the node restarted (sessions live in
+a node's memory). Retriable after logging in again with Sasl.Authenticate, which the
+project's clients do by themselves. gRPC status UNAUTHENTICATED.
+"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 class _Acks:
@@ -437,6 +449,64 @@ RECORD_FORMAT_BATCHES for small records (BENCHMARKS.md). For trying things out a
 for low rates; a client that reads much decodes batches itself.
 """
 Global___RecordFormat: _TypeAlias = RecordFormat  # noqa: Y015
+
+@_typing.final
+class SaslAuthenticateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    EXCHANGE_ID_FIELD_NUMBER: _builtins.int
+    mechanism: _builtins.str
+    """The first call's: "SCRAM-SHA-256"."""
+    message: _builtins.str
+    """client-first, then client-final (at most 1,024 characters)."""
+    exchange_id: _builtins.str
+    """Empty on the first call; the first answer's on the second."""
+    def __init__(
+        self,
+        *,
+        mechanism: _builtins.str = ...,
+        message: _builtins.str = ...,
+        exchange_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exchange_id", b"exchange_id", "mechanism", b"mechanism", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SaslAuthenticateRequest: _TypeAlias = SaslAuthenticateRequest  # noqa: Y015
+
+@_typing.final
+class SaslAuthenticateResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    EXCHANGE_ID_FIELD_NUMBER: _builtins.int
+    SESSION_TOKEN_FIELD_NUMBER: _builtins.int
+    SESSION_LIFETIME_MS_FIELD_NUMBER: _builtins.int
+    message: _builtins.str
+    """server-first, then server-final (the client checks its signature)."""
+    exchange_id: _builtins.str
+    session_token: _builtins.str
+    """On the second answer: what to present as "authorization: Bearer <token>"."""
+    session_lifetime_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        message: _builtins.str = ...,
+        exchange_id: _builtins.str = ...,
+        session_token: _builtins.str = ...,
+        session_lifetime_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exchange_id", b"exchange_id", "message", b"message", "session_lifetime_ms", b"session_lifetime_ms", "session_token", b"session_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SaslAuthenticateResponse: _TypeAlias = SaslAuthenticateResponse  # noqa: Y015
 
 @_typing.final
 class InitProducerIdRequest(_message.Message):

@@ -25,6 +25,126 @@ if _version_not_supported:
     )
 
 
+class SaslStub:
+    """--------------------------------------------------------------------------- Sasl
+
+    Logging in without sending the password: a SCRAM-SHA-256 exchange (RFC 5802, RFC
+    7677) in two calls, which yields a session token that later calls on the same node
+    present as the metadata "authorization: Bearer <token>". Needs no credentials itself.
+
+    1. {mechanism: "SCRAM-SHA-256", message: client-first}
+    -> {exchange_id, message: server-first}
+    2. {exchange_id, message: client-final}
+    -> {message: server-final, session_token, session_lifetime_ms}
+
+    An exchange must be finished within 30 s, on the node and from the host that began
+    it. A wrong proof or unknown user is SASL_AUTHENTICATION_FAILED, answered after a
+    delay; a host holds at most 8 unfinished exchanges. A session is good on the node
+    that made it for session_lifetime_ms (node setting sasl_session_lifetime_ms); log in
+    again before it ends (a call begun with it goes on after). docs/security.md.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Authenticate = channel.unary_unary(
+                '/headwater.v1.Sasl/Authenticate',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.SaslAuthenticateRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.SaslAuthenticateResponse.FromString,
+                _registered_method=True)
+
+
+class SaslServicer:
+    """--------------------------------------------------------------------------- Sasl
+
+    Logging in without sending the password: a SCRAM-SHA-256 exchange (RFC 5802, RFC
+    7677) in two calls, which yields a session token that later calls on the same node
+    present as the metadata "authorization: Bearer <token>". Needs no credentials itself.
+
+    1. {mechanism: "SCRAM-SHA-256", message: client-first}
+    -> {exchange_id, message: server-first}
+    2. {exchange_id, message: client-final}
+    -> {message: server-final, session_token, session_lifetime_ms}
+
+    An exchange must be finished within 30 s, on the node and from the host that began
+    it. A wrong proof or unknown user is SASL_AUTHENTICATION_FAILED, answered after a
+    delay; a host holds at most 8 unfinished exchanges. A session is good on the node
+    that made it for session_lifetime_ms (node setting sasl_session_lifetime_ms); log in
+    again before it ends (a call begun with it goes on after). docs/security.md.
+    """
+
+    def Authenticate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_SaslServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Authenticate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Authenticate,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.SaslAuthenticateRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.SaslAuthenticateResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'headwater.v1.Sasl', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('headwater.v1.Sasl', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Sasl:
+    """--------------------------------------------------------------------------- Sasl
+
+    Logging in without sending the password: a SCRAM-SHA-256 exchange (RFC 5802, RFC
+    7677) in two calls, which yields a session token that later calls on the same node
+    present as the metadata "authorization: Bearer <token>". Needs no credentials itself.
+
+    1. {mechanism: "SCRAM-SHA-256", message: client-first}
+    -> {exchange_id, message: server-first}
+    2. {exchange_id, message: client-final}
+    -> {message: server-final, session_token, session_lifetime_ms}
+
+    An exchange must be finished within 30 s, on the node and from the host that began
+    it. A wrong proof or unknown user is SASL_AUTHENTICATION_FAILED, answered after a
+    delay; a host holds at most 8 unfinished exchanges. A session is good on the node
+    that made it for session_lifetime_ms (node setting sasl_session_lifetime_ms); log in
+    again before it ends (a call begun with it goes on after). docs/security.md.
+    """
+
+    @staticmethod
+    def Authenticate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Sasl/Authenticate',
+            headwater_dot_v1_dot_headwater__pb2.SaslAuthenticateRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.SaslAuthenticateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class BrokerStub:
     """--------------------------------------------------------------------------- Broker
 

@@ -49,6 +49,82 @@ class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ig
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
+class SaslStub:
+    """--------------------------------------------------------------------------- Sasl
+
+    Logging in without sending the password: a SCRAM-SHA-256 exchange (RFC 5802, RFC
+    7677) in two calls, which yields a session token that later calls on the same node
+    present as the metadata "authorization: Bearer <token>". Needs no credentials itself.
+
+      1. {mechanism: "SCRAM-SHA-256", message: client-first}
+           -> {exchange_id, message: server-first}
+      2. {exchange_id, message: client-final}
+           -> {message: server-final, session_token, session_lifetime_ms}
+
+    An exchange must be finished within 30 s, on the node and from the host that began
+    it. A wrong proof or unknown user is SASL_AUTHENTICATION_FAILED, answered after a
+    delay; a host holds at most 8 unfinished exchanges. A session is good on the node
+    that made it for session_lifetime_ms (node setting sasl_session_lifetime_ms); log in
+    again before it ends (a call begun with it goes on after). docs/security.md.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> SaslAsyncStub: ...
+    Authenticate: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.SaslAuthenticateRequest, _headwater_pb2.SaslAuthenticateResponse]
+
+@_typing.type_check_only
+class SaslAsyncStub(SaslStub):
+    """--------------------------------------------------------------------------- Sasl
+
+    Logging in without sending the password: a SCRAM-SHA-256 exchange (RFC 5802, RFC
+    7677) in two calls, which yields a session token that later calls on the same node
+    present as the metadata "authorization: Bearer <token>". Needs no credentials itself.
+
+      1. {mechanism: "SCRAM-SHA-256", message: client-first}
+           -> {exchange_id, message: server-first}
+      2. {exchange_id, message: client-final}
+           -> {message: server-final, session_token, session_lifetime_ms}
+
+    An exchange must be finished within 30 s, on the node and from the host that began
+    it. A wrong proof or unknown user is SASL_AUTHENTICATION_FAILED, answered after a
+    delay; a host holds at most 8 unfinished exchanges. A session is good on the node
+    that made it for session_lifetime_ms (node setting sasl_session_lifetime_ms); log in
+    again before it ends (a call begun with it goes on after). docs/security.md.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Authenticate: _aio.UnaryUnaryMultiCallable[_headwater_pb2.SaslAuthenticateRequest, _headwater_pb2.SaslAuthenticateResponse]  # type: ignore[assignment]
+
+class SaslServicer(metaclass=_abc_1.ABCMeta):
+    """--------------------------------------------------------------------------- Sasl
+
+    Logging in without sending the password: a SCRAM-SHA-256 exchange (RFC 5802, RFC
+    7677) in two calls, which yields a session token that later calls on the same node
+    present as the metadata "authorization: Bearer <token>". Needs no credentials itself.
+
+      1. {mechanism: "SCRAM-SHA-256", message: client-first}
+           -> {exchange_id, message: server-first}
+      2. {exchange_id, message: client-final}
+           -> {message: server-final, session_token, session_lifetime_ms}
+
+    An exchange must be finished within 30 s, on the node and from the host that began
+    it. A wrong proof or unknown user is SASL_AUTHENTICATION_FAILED, answered after a
+    delay; a host holds at most 8 unfinished exchanges. A session is good on the node
+    that made it for session_lifetime_ms (node setting sasl_session_lifetime_ms); log in
+    again before it ends (a call begun with it goes on after). docs/security.md.
+    """
+
+    @_abc_1.abstractmethod
+    def Authenticate(
+        self,
+        request: _headwater_pb2.SaslAuthenticateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.SaslAuthenticateResponse, _abc.Awaitable[_headwater_pb2.SaslAuthenticateResponse]]: ...
+
+def add_SaslServicer_to_server(servicer: SaslServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
 class BrokerStub:
     """--------------------------------------------------------------------------- Broker"""
 
