@@ -35,6 +35,7 @@ test-slow: $(STAMP)
 # attacks on logins, the Raft and inter-broker ports, ACLs on every RPC and through
 # forwarding, streams after revocation, each with the node's responsiveness measured.
 SECURITY_TESTS := tests/test_security_attacks.py tests/test_security_cluster.py \
+	tests/test_sasl_sessions.py tests/test_scram.py \
 	tests/test_hardening.py tests/test_authorization.py tests/test_acls.py \
 	tests/test_hostile_requests.py tests/test_tls.py tests/test_quotas.py
 test-security: $(STAMP)

@@ -242,6 +242,8 @@ class AioSession:
         self._token: _Token | None = None
         self._lock: asyncio.Lock | None = None
         self.logins = 0
+        self.checks: set[asyncio.Future[None]] = set()
+        """The checks of ended calls still running (kept so they are not collected)."""
 
     async def authorization(self) -> str:
         token = self._token
@@ -312,18 +314,25 @@ class _AioSessionBase:
         )
 
     def _watch(self, call: Any, value: str | None) -> Any:
+        """``call``, whose end is checked: a refused token is forgotten (grpc.aio gives a
+        call's status only to a coroutine, so the check is a task of its own)."""
         if value is not None:
 
-            def check(done: Any) -> None:
-                try:
-                    refused = done.code() == grpc.StatusCode.UNAUTHENTICATED
-                except Exception:  # a cancelled call has no code to read
-                    refused = False
-                if refused:
-                    self.session.forget(value)
+            def ended(done: Any) -> None:
+                check = asyncio.ensure_future(self._check(done, value))
+                self.session.checks.add(check)
+                check.add_done_callback(self.session.checks.discard)
 
-            call.add_done_callback(check)
+            call.add_done_callback(ended)
         return call
+
+    async def _check(self, call: Any, value: str) -> None:
+        try:
+            refused = await call.code() == grpc.StatusCode.UNAUTHENTICATED
+        except Exception:  # a cancelled call has no status to read
+            return
+        if refused:
+            self.session.forget(value)
 
 
 class _AioSessionUnary(_AioSessionBase, _AioUnaryUnary):

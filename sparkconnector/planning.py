@@ -174,7 +174,10 @@ SECURITY_ROWS: Final[tuple[OptionRow, ...]] = (
         'password="...";` (or `PlainLoginModule`)',
     ),
     OptionRow(
-        "kafka.sasl.mechanism", DIFFERS, "`SCRAM-SHA-256` or `PLAIN`, both a user's password"
+        "kafka.sasl.mechanism",
+        DIFFERS,
+        "`SCRAM-SHA-256` (default: a login per node, the password never travels) or `PLAIN` "
+        "(the password with every call)",
     ),
     OptionRow("headwater.username", OWN, "a user's name (with `headwater.password`)"),
     OptionRow("headwater.password", OWN, "the user's password"),
@@ -483,7 +486,7 @@ def security_options(
     if mechanism is not None and mechanism.strip().upper() not in SASL_MECHANISMS:
         raise OptionError(
             f"kafka.sasl.mechanism is {mechanism!r}; valid: {', '.join(SASL_MECHANISMS)} "
-            "(a Headwater user's password, checked against its SCRAM-SHA-256 credential)"
+            "(a Headwater user's password: a SCRAM login, or sent with every call)"
         )
     for password in ("kafka.ssl.key.password", "kafka.ssl.keystore.password"):
         if _get(options, password):
@@ -493,6 +496,8 @@ def security_options(
             )
     base = environment if environment is not None else ClientSecurity()
     chosen: dict[str, str] = {}
+    if mechanism is not None:
+        chosen["sasl_mechanism"] = mechanism.strip().upper()
     jaas = _get(options, "kafka.sasl.jaas.config")
     if jaas is not None:
         chosen.update(jaas_credentials(jaas))

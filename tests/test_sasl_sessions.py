@@ -21,6 +21,7 @@ import pytest
 
 from headwater import scram
 from headwater.client import Admin, ClientSecurity, Consumer, Producer
+from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.client.sessions import ScramLogin, Session, SessionInterceptor
 from headwater.config import NodeConfig
 from headwater.credentials import credential_from_salted, new_salted_password
@@ -318,3 +319,26 @@ def test_a_client_logs_in_again_after_the_node_restarts(tmp_path: Any) -> None:
             assert values == [b"before", b"after"]
     finally:
         node.kill()
+
+
+def test_the_asyncio_clients_log_in_and_renew_too(scram_only: NodeProcess) -> None:
+    async def scenario() -> list[bytes]:
+        async with AsyncProducer(scram_only.address, acks="all", security=ALICE) as producer:
+            first = await (await producer.send("aio", b"first", partition=0))
+            ended = time.monotonic() + 4.0  # past a 3 s session
+            while time.monotonic() < ended:
+                await asyncio.sleep(0.5)
+                await (await producer.send("aio", b"again", partition=0))
+        async with AsyncConsumer(scram_only.address, security=ALICE) as consumer:
+            await consumer.assign_at("aio", pb.OFFSET_SPEC_EARLIEST)
+            values: list[bytes] = []
+            while len(values) < 2:
+                result = await consumer.poll(timeout_ms=10_000)
+                assert result.batches, "nothing arrived within 10 s"
+                values += [bytes(r.value) for r in result]
+        assert first.offset == 0
+        return values
+
+    with Admin(scram_only.address, security=ALICE) as admin:
+        admin.create_topic("aio", 1)
+    assert asyncio.run(scenario())[0] == b"first"

@@ -121,9 +121,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     SASL_AUTHENTICATION_FAILED: _ErrorCode.ValueType  # 58
-    """The credentials in the call's `authorization` metadata are wrong: an unknown user or
-    a wrong password (the two are not told apart), or a malformed value (gRPC status
-    UNAUTHENTICATED).
+    """The credentials in the call's `authorization` metadata, or a SCRAM login's proof, are
+    wrong: an unknown user or a wrong password (the two are not told apart), a malformed
+    value, a mechanism the node does not enable, or a credential changed while a call it
+    opened was running (gRPC status UNAUTHENTICATED).
     """
     UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
     """Idempotent produce: the partition does not know the batch's producer id and the batch
@@ -265,9 +266,10 @@ has seen for its producer id (a newer instance fenced it). Nothing was appended.
 """
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 SASL_AUTHENTICATION_FAILED: ErrorCode.ValueType  # 58
-"""The credentials in the call's `authorization` metadata are wrong: an unknown user or
-a wrong password (the two are not told apart), or a malformed value (gRPC status
-UNAUTHENTICATED).
+"""The credentials in the call's `authorization` metadata, or a SCRAM login's proof, are
+wrong: an unknown user or a wrong password (the two are not told apart), a malformed
+value, a mechanism the node does not enable, or a credential changed while a call it
+opened was running (gRPC status UNAUTHENTICATED).
 """
 UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
 """Idempotent produce: the partition does not know the batch's producer id and the batch
