@@ -5,7 +5,8 @@ mechanism carries, on every call, ``authorization: Bearer <token>``, the token o
 session the channel got from that node's ``Sasl.Authenticate`` (``headwater.scram``:
 the password never travels; the node proves it holds the user's keys). The session is
 made at the channel's first call, made again once ``RENEW_AT`` of its lifetime has
-passed (a failed renewal keeps the old token while it lasts), and forgotten when the
+passed (after a failed renewal the old token is kept while it lasts, and the next
+attempt waits ``RENEW_RETRY_S``), and forgotten when the
 node refuses it (UNAUTHENTICATED: expired, the node restarted, the password changed),
 so the next call logs in again. A unary call refused with SASL_SESSION_EXPIRED is made
 once more at once with a new session; a stream that is refused fails with it
@@ -36,6 +37,8 @@ from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 RENEW_AT: Final = 0.75
+RENEW_RETRY_S: Final = 5.0
+"""After a failed renewal, the old token is used this long before the next attempt."""
 LOGIN_TIMEOUT_S: Final = 15.0
 SALTED_CACHED_MAX: Final = 64
 SASL_METHOD_PREFIX: Final = "/headwater.v1.Sasl/"
@@ -117,7 +120,8 @@ class Session:
                 self._token = self._log_in(stub, target)
             except Exception:
                 if token is not None and self.clock() < token.ends_at:
-                    return token.value  # renew later; this one still holds
+                    token.renew_at = self.clock() + RENEW_RETRY_S  # this one still holds
+                    return token.value
                 raise
             return self._token.value
 
@@ -162,7 +166,10 @@ def _status_code(call: Any) -> grpc.StatusCode | None:
 
 
 def _session_expired(call: Any) -> bool:
-    """Did a finished threaded call fail with SASL_SESSION_EXPIRED?"""
+    """Did a finished threaded call fail with SASL_SESSION_EXPIRED? (A call still running,
+    a ``future()``'s, is not waited for.)"""
+    if not isinstance(call, grpc.Future) or not call.done():
+        return False
     try:
         failure = call.exception() if isinstance(call, grpc.Future) else None
     except Exception:  # cancelled
@@ -259,6 +266,7 @@ class AioSession:
                 self._token = await self._log_in()
             except Exception:
                 if token is not None and self.clock() < token.ends_at:
+                    token.renew_at = self.clock() + RENEW_RETRY_S
                     return token.value
                 raise
             return self._token.value

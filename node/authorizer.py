@@ -386,7 +386,8 @@ class Authorizer:
 
     def _check_credential(self, caller: Caller) -> None:
         user = caller.principal.removeprefix("User:")
-        if self.image().users.get(user) is not caller.credential:
+        # By value: a snapshot restored on a follower makes new objects of the same keys.
+        if self.image().users.get(user) != caller.credential:
             raise authentication_failed(
                 f"the credential of user {user[:128]!r} was changed or deleted after this call "
                 "logged in: log in again"

@@ -16,7 +16,10 @@ runs PBKDF2-HMAC-SHA256, tens of milliseconds of CPU, in a worker thread. The ru
   or an IPv6 /64), taken round-robin, so a host flooding the node waits behind its own
   checks while another host's login is next in line. A host holds at most
   ``PENDING_PER_HOST_MAX`` checks (waiting or running) and the node ``PENDING_MAX``; one
-  more is refused at once with THROTTLING_QUOTA_EXCEEDED (retriable) without hashing.
+  more is refused at once with THROTTLING_QUOTA_EXCEEDED (retriable) without hashing,
+  except that a host holding fewer than the fullest host takes the place of that host's
+  newest waiting check (whose caller gets THROTTLING_QUOTA_EXCEEDED): many hosts
+  flooding together cannot keep another host out.
 - **Slowed, not locked out.** A failed login is answered ``FAILED_LOGIN_DELAY_S`` after
   its check ends (Kafka's ``connection.failed.authentication.delay.ms``), without
   holding a thread: there is no failure cap that would refuse the right password.
@@ -25,7 +28,8 @@ runs PBKDF2-HMAC-SHA256, tens of milliseconds of CPU, in a worker thread. The ru
   and a user with fewer iterations is padded with more PBKDF2 rounds, so the time to
   refuse tells neither whether a user exists nor its iteration count.
 - **Seen.** Each failure is counted (``failed``, ``on_failed``) and logged with the
-  host and user, one line per ``LOG_INTERVAL_S`` at most with the count left out.
+  host and user, one line per host per ``LOG_INTERVAL_S`` at most with the count left
+  out.
 
 A verified (user, password) is remembered as a SHA-256 digest of the password, never
 the password, until the user's credential changes, so PBKDF2 runs once per user and
@@ -79,6 +83,9 @@ VERIFIED_MAX: Final = 4096
 FAILURE_HOSTS_MAX: Final = 4096
 """Hosts whose failure counts are kept for the log; the counts are cleared when full."""
 LOG_INTERVAL_S: Final = 10.0
+REFUSAL_LOG_HOSTS_MAX: Final = 256
+"""Hosts whose refusals are rate-limited each on their own (so a loud host does not hide a
+quiet one); the table is cleared when full."""
 
 _STAND_IN: Final = credential_from_salted(
     bytes(KEY_BYTES), bytes(SALT_BYTES_MIN), ITERATIONS_DEFAULT
@@ -122,7 +129,8 @@ class _Check:
     credential: ScramCredential | None
     password: str
     cost: int
-    answer: asyncio.Future[bool]
+    answer: asyncio.Future[bool | None]
+    """True or False once hashed; None when its place was given to another host."""
     started: bool = False
 
 
@@ -149,7 +157,7 @@ class PasswordChecks:
     failures_by_host: dict[str, int] = field(default_factory=dict)
     _pool: ThreadPoolExecutor | None = None
     _cost: _Cost = field(default_factory=_Cost)
-    _refusals: LogEvery = field(default_factory=lambda: LogEvery(_log, LOG_INTERVAL_S))
+    _refusals_by_host: dict[str, LogEvery] = field(default_factory=dict)
     _busy: LogEvery = field(default_factory=lambda: LogEvery(_log, LOG_INTERVAL_S))
 
     @staticmethod
@@ -161,7 +169,7 @@ class PasswordChecks:
     ) -> ScramCredential | None:
         """The user's current credential if this password was verified for it."""
         credential = users.get(user)
-        if credential is None or self.verified.get(self._verified_key(user, password)) is not (
+        if credential is None or self.verified.get(self._verified_key(user, password)) != (
             credential
         ):
             return None
@@ -183,7 +191,9 @@ class PasswordChecks:
         host or the node holds as many checks as it may."""
         key = host_key(host)
         held = self.held.get(key, 0)
-        if held >= PENDING_PER_HOST_MAX or self.held_total >= PENDING_MAX:
+        if held >= PENDING_PER_HOST_MAX or (
+            self.held_total >= PENDING_MAX and not self._make_room_for(key)
+        ):
             self._busy.log(
                 "refused a login from %s for user %r without checking it: the host holds %d "
                 "password checks (at most %d), the node %d (at most %d)",
@@ -220,6 +230,12 @@ class PasswordChecks:
             if not check.started:
                 self._withdraw(check)
             raise
+        if matches is None:
+            raise HeadwaterError(
+                ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                f"this node holds {PENDING_MAX} password checks and gave this one's place to "
+                "a host holding fewer; retry",
+            )
         if matches and credential is not None:
             if len(self.verified) >= VERIFIED_MAX:
                 self.verified.clear()
@@ -229,6 +245,20 @@ class PasswordChecks:
         raise authentication_failed(
             f"authentication failed for user {user[:128]!r}: unknown user or wrong password"
         )
+
+    def _make_room_for(self, key: str) -> bool:
+        """The node holds ``PENDING_MAX`` checks: withdraw the newest waiting check of the
+        host that holds the most, if that is more than host ``key`` holds (its caller is
+        answered THROTTLING_QUOTA_EXCEEDED). So hosts flooding the node cannot keep
+        another host's login out: True when room was made."""
+        newcomer = self.held.get(key, 0)
+        fullest = max(self.waiting, key=lambda k: self.held[k], default=None)
+        if fullest is None or self.held[fullest] <= newcomer:
+            return False
+        evicted = self.waiting[fullest][-1]
+        self._withdraw(evicted)
+        evicted.answer.set_result(None)
+        return True
 
     def _start_next(self) -> None:
         while self.running < self.checks_at_once and self.waiting:
@@ -296,7 +326,12 @@ class PasswordChecks:
         key = host_key(host)
         count = self.failures_by_host.get(key, 0) + 1
         self.failures_by_host[key] = count
-        self._refusals.log(
+        lines = self._refusals_by_host.get(key)
+        if lines is None:
+            if len(self._refusals_by_host) >= REFUSAL_LOG_HOSTS_MAX:
+                self._refusals_by_host.clear()
+            lines = self._refusals_by_host[key] = LogEvery(_log, LOG_INTERVAL_S)
+        lines.log(
             "refused a login from %s for user %r: unknown user or wrong password "
             "(%d failed logins from that host)",
             host,

@@ -8,8 +8,10 @@ proof is checked with two HMACs and a hash.
 Limits and rules:
 - an unfinished exchange lives ``EXCHANGE_TTL_S`` on this node and may be finished only
   from the host that began it; a host (an IPv4 address or IPv6 /64) holds at most
-  ``EXCHANGES_PER_HOST_MAX``, the node ``EXCHANGES_MAX`` (more: THROTTLING_QUOTA_EXCEEDED,
-  retriable);
+  ``EXCHANGES_PER_HOST_MAX`` (more: THROTTLING_QUOTA_EXCEEDED, retriable), the node
+  ``EXCHANGES_MAX``: when it is full, a host holding fewer than the fullest host takes
+  the place of that host's oldest exchange, so hosts that flood the node together
+  cannot keep another host from logging in;
 - an unknown user gets a server-first message like a real one: a salt derived from the
   cluster secret and the name (the same every time) and the default iteration count,
   and is refused at the proof like a wrong password, so the exchange does not tell who
@@ -121,7 +123,9 @@ class SaslService(pb_grpc.SaslServicer):
         self._forget_expired()
         key = host_key(host)
         held = self._per_host.get(key, 0)
-        if held >= EXCHANGES_PER_HOST_MAX or len(self._exchanges) >= EXCHANGES_MAX:
+        if held >= EXCHANGES_PER_HOST_MAX or (
+            len(self._exchanges) >= EXCHANGES_MAX and not self._make_room_for(key)
+        ):
             raise HeadwaterError(
                 ErrorCode.THROTTLING_QUOTA_EXCEEDED,
                 f"host {host} holds {held} unfinished logins (at most {EXCHANGES_PER_HOST_MAX}), "
@@ -165,7 +169,7 @@ class SaslService(pb_grpc.SaslServicer):
         credential = exchange.credential
         current = self.image().users.get(exchange.client.user)
         try:
-            proved = current if credential is not None and current is credential else None
+            proved = current if credential is not None and current == credential else None
             server_final = scram.verify_client_final(
                 proved or self._stand_in(exchange.client.user),
                 exchange.client,
@@ -211,6 +215,19 @@ class SaslService(pb_grpc.SaslServicer):
             self._per_host[exchange.key] = left
         else:
             self._per_host.pop(exchange.key, None)
+
+    def _make_room_for(self, key: str) -> bool:
+        """The node holds ``EXCHANGES_MAX`` exchanges: drop the oldest of the host that
+        holds the most, if that is more than host ``key`` holds; True when room was
+        made."""
+        fullest = max(self._per_host, key=self._per_host.__getitem__, default=None)
+        if fullest is None or self._per_host[fullest] <= self._per_host.get(key, 0):
+            return False
+        for exchange_id, exchange in self._exchanges.items():
+            if exchange.key == fullest:
+                self._drop(exchange_id, exchange)
+                return True
+        return False
 
     def _forget_expired(self) -> None:
         now = self.clock()

@@ -6,8 +6,9 @@ good on this node for ``sasl_session_lifetime_ms``. The node keeps a SHA-256 of 
 token, never the token, with the user and the credential the login proved.
 
 Invariants:
-- a token names a session only while it is unexpired and its user's credential is the
-  one it was made with: ``find`` gives None otherwise (and forgets it), so a deleted
+- a token names a session only while it is unexpired and its user's credential equals
+  the one it was made with (by value: a snapshot restored on a follower rebuilds every
+  credential as a new object): ``find`` gives None otherwise (and forgets it), so a deleted
   user or a changed password ends every session made before;
 - at most ``SESSIONS_MAX`` sessions are held; when full, expired ones are forgotten and,
   if none has expired, the new login is refused (THROTTLING_QUOTA_EXCEEDED, retriable);
@@ -87,9 +88,7 @@ class Sessions:
         session = self._by_digest.get(digest)
         if session is None:
             return None
-        if session.expires_at <= self.clock() or users.get(session.user) is not (
-            session.credential
-        ):
+        if session.expires_at <= self.clock() or users.get(session.user) != session.credential:
             self._forget(digest, session.user)
             return None
         return session

@@ -202,9 +202,11 @@ def bound_raft_reads(
 ) -> None:
     """Install the read bounds on pysyncobj's TcpConnection (idempotent).
 
-    A connection is *authenticated* once one of its messages has decrypted (Fernet: the
-    secret's HMAC checked before anything is unpickled); until then its bound is
-    ``first_limit``, after that ``limit``. A connection whose next message announces a
+    A connection is *authenticated* once a message has decrypted (Fernet: the secret's
+    HMAC checked before anything is unpickled) that carries the random key this side
+    sent on that connection (pysyncobj checks it), so a message captured from another
+    connection and replayed does not count; until then its bound is ``first_limit``,
+    after that ``limit``. A connection whose next message announces a
     length outside [0, bound] is dropped before it is buffered (one WARNING per
     ``DROPPED_LOG_INTERVAL_S`` names the peer), and no more is read from a connection
     while bound + 4 bytes wait to be parsed. So a stranger costs a voter at most
@@ -240,8 +242,11 @@ def bound_raft_reads(
         return bool(original_read(self))
 
     def parse_and_note(self: Any) -> Any:
+        # Fresh only once this side's random key was sent: a message replayed from another
+        # connection decrypts, but fails pysyncobj's key check and drops the connection.
+        fresh = bool(getattr(self, "recvRandKey", None)) or not self.encryptor
         message = original_parse(self)
-        if message is not None:
+        if message is not None and fresh:
             self._headwater_authenticated = True
         return message
 
@@ -255,6 +260,43 @@ def bound_raft_reads(
     TcpConnection._TcpConnection__processRead = bounded_read
     TcpConnection._TcpConnection__processParseMessage = parse_and_note
     TcpConnection.connect = connect
+
+
+STRANGER_CONNECTION_S: Final = 5.0
+"""How long a connection may stay unauthenticated and unassociated with a voter."""
+STRANGER_CONNECTIONS_MAX: Final = 64
+"""Connections a voter keeps open that have not yet said which voter they are."""
+
+
+def drop_strangers(unknown_connections: Any, now: float) -> int:
+    """Disconnect the connections of ``unknown_connections`` (pysyncobj's set of incoming
+    connections that have not named their voter) that have been open unauthenticated for
+    ``STRANGER_CONNECTION_S``, and the oldest beyond ``STRANGER_CONNECTIONS_MAX``: a
+    stranger can hold neither buffers nor file descriptors for long. The number dropped."""
+    ages = []
+    for connection in list(unknown_connections):
+        seen = getattr(connection, "_headwater_seen", None)
+        if seen is None:
+            connection._headwater_seen = seen = now
+        ages.append((seen, id(connection), connection))
+    ages.sort()
+    excess = len(ages) - STRANGER_CONNECTIONS_MAX
+    dropped = 0
+    for n, (seen, _, connection) in enumerate(ages):
+        stale = now - seen > STRANGER_CONNECTION_S and not getattr(
+            connection, "_headwater_authenticated", False
+        )
+        if n < excess or stale:
+            _dropped.log(
+                "dropped a Raft connection from %s that did not prove the cluster secret "
+                "within %.0f s (or one of more than %d such)",
+                _peer_of(connection),
+                STRANGER_CONNECTION_S,
+                STRANGER_CONNECTIONS_MAX,
+            )
+            connection.disconnect()
+            dropped += 1
+    return dropped
 
 
 def _peer_of(connection: Any) -> str:
@@ -357,6 +399,7 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
         self._pre_vote_grants: set[str] = set()
         self._pre_vote_won = False
         self._transfer_after_s = 0.0
+        self._strangers_checked_s = 0.0
         slow_hold_s = max(SLOW_HOLD_S_MIN, 10 * timings.election_max_s)
         journal_file = str(conf.journalFile)
         _journal_factories[journal_file] = lambda: MetadataJournal(
@@ -405,10 +448,15 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
         passed: a leader with a failed journal steps down, one with a slow journal hands
         leadership over; a follower whose deadline passed asks for pre-votes first (the
         deadline moves on meanwhile), and lets the election start only with a majority."""
+        now = time.monotonic()
+        if now >= self._strangers_checked_s + 1.0:
+            self._strangers_checked_s = now
+            unknown = getattr(self._SyncObj__transport, "_unknownConnections", None)
+            if unknown:
+                drop_strangers(unknown, now)
         journal = self._journal
         if journal is None or self._SyncObj__selfNode is None:
             return
-        now = time.monotonic()
         slow = journal.slow or self._disk_slow()
         if self._SyncObj__raftState == _RAFT_STATE.LEADER:
             if journal.failure:

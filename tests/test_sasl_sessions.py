@@ -27,7 +27,12 @@ from headwater.config import NodeConfig
 from headwater.credentials import credential_from_salted, new_salted_password
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.password_checks import FAILED_LOGIN_DELAY_S, PasswordChecks
-from headwater.node.sasl_service import EXCHANGE_TTL_S, EXCHANGES_PER_HOST_MAX, SaslService
+from headwater.node.sasl_service import (
+    EXCHANGE_TTL_S,
+    EXCHANGES_MAX,
+    EXCHANGES_PER_HOST_MAX,
+    SaslService,
+)
 from headwater.node.sessions import Sessions
 from headwater.tls import open_channel
 from headwater.v1 import headwater_pb2 as pb
@@ -342,3 +347,20 @@ def test_the_asyncio_clients_log_in_and_renew_too(scram_only: NodeProcess) -> No
     with Admin(scram_only.address, security=ALICE) as admin:
         admin.create_topic("aio", 1)
     assert asyncio.run(scenario())[0] == b"first"
+
+
+def test_many_hosts_holding_every_exchange_cannot_keep_another_host_out() -> None:
+    service, _, _ = _service({"alice": _credential("right")}, Clock())
+    hosts = EXCHANGES_MAX // EXCHANGES_PER_HOST_MAX
+
+    async def scenario() -> None:
+        for h in range(hosts):
+            for _ in range(EXCHANGES_PER_HOST_MAX):
+                await service.Authenticate(
+                    ScramLogin("alice", "x").first_request,
+                    FakeContext(f"ipv4:10.{h // 256}.{h % 256}.1:1"),
+                )
+        final = await _log_in(service, "alice", "right", "ipv4:10.200.0.1:1")
+        assert final.session_token
+
+    asyncio.run(scenario())
