@@ -25,7 +25,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import grpc
 
@@ -33,6 +33,12 @@ from headwater import scram
 from headwater.credentials import AUTHORIZATION_KEY, salted_password
 from headwater.errors import ErrorCode
 from headwater.grpc_errors import from_rpc_error
+from headwater.tls import (
+    AioStreamStreamInterceptor,
+    AioUnaryStreamInterceptor,
+    AioUnaryUnaryInterceptor,
+    CallDetails,
+)
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
@@ -93,48 +99,36 @@ class _Token:
         self.ends_at = now + lifetime_s
 
 
-class Session:
-    """A threaded channel's session (see the module docstring)."""
+class _Tokens:
+    """What both kinds of session share: the current token and the choices around it
+    (not thread-safe by itself: the callers hold their lock while logging in)."""
 
-    def __init__(
-        self, user: str, password: str, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, user: str, password: str, clock: Callable[[], float]) -> None:
         self.user = user
         self.password = password
         self.clock = clock
         self._token: _Token | None = None
-        self._lock = threading.Lock()
         self.logins = 0
 
-    def authorization(self, stub: pb_grpc.SaslStub, target: str) -> str:
-        """The ``authorization`` value for a call, logging in first when needed."""
+    def usable(self) -> str | None:
+        """The current token's value while it needs no renewal."""
+        token = self._token
+        return token.value if token is not None and self.clock() < token.renew_at else None
+
+    def logged_in(self, login: ScramLogin, final: pb.SaslAuthenticateResponse, began: float) -> str:
+        self._token = _Token(*login.session(final), began)
+        self.logins += 1
+        return self._token.value
+
+    def after_failure(self) -> str | None:
+        """A login failed: the old token's value while it lasts (tried again after
+        ``RENEW_RETRY_S``), else None."""
         token = self._token
         now = self.clock()
-        if token is not None and now < token.renew_at:
-            return token.value
-        with self._lock:
-            token = self._token
-            if token is not None and self.clock() < token.renew_at:
-                return token.value
-            try:
-                self._token = self._log_in(stub, target)
-            except Exception:
-                if token is not None and self.clock() < token.ends_at:
-                    token.renew_at = self.clock() + RENEW_RETRY_S  # this one still holds
-                    return token.value
-                raise
-            return self._token.value
-
-    def _log_in(self, stub: pb_grpc.SaslStub, target: str) -> _Token:
-        login = ScramLogin(self.user, self.password)
-        began = self.clock()
-        try:
-            first = stub.Authenticate(login.first_request, timeout=LOGIN_TIMEOUT_S)
-            final = stub.Authenticate(login.final_request(first), timeout=LOGIN_TIMEOUT_S)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, target) from None
-        self.logins += 1
-        return _Token(*login.session(final), began)
+        if token is None or now >= token.ends_at:
+            return None
+        token.renew_at = now + RENEW_RETRY_S
+        return token.value
 
     def forget(self, value: str) -> None:
         """The node refused ``value``: the next call logs in again."""
@@ -143,14 +137,36 @@ class Session:
             self._token = None
 
 
-class _CallDetails:
-    def __init__(self, details: Any, metadata: list[tuple[str, str]]) -> None:
-        self.method = details.method
-        self.timeout = details.timeout
-        self.metadata = [*(details.metadata or ()), *metadata]
-        self.credentials = details.credentials
-        self.wait_for_ready = details.wait_for_ready
-        self.compression = getattr(details, "compression", None)
+class Session(_Tokens):
+    """A threaded channel's session (see the module docstring)."""
+
+    def __init__(
+        self, user: str, password: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__(user, password, clock)
+        self._lock = threading.Lock()
+
+    def authorization(self, stub: pb_grpc.SaslStub, target: str) -> str:
+        """The ``authorization`` value for a call, logging in first when needed."""
+        value = self.usable()
+        if value is not None:
+            return value
+        with self._lock:
+            value = self.usable()
+            if value is not None:
+                return value
+            login, began = ScramLogin(self.user, self.password), self.clock()
+            try:
+                first = stub.Authenticate(login.first_request, timeout=LOGIN_TIMEOUT_S)
+                final = stub.Authenticate(login.final_request(first), timeout=LOGIN_TIMEOUT_S)
+                return self.logged_in(login, final, began)
+            except Exception as exc:
+                value = self.after_failure()
+                if value is not None:
+                    return value
+                if isinstance(exc, grpc.RpcError):
+                    raise from_rpc_error(exc, target) from None
+                raise
 
 
 def _status_code(call: Any) -> grpc.StatusCode | None:
@@ -197,7 +213,7 @@ class SessionInterceptor(
         if str(details.method).startswith(SASL_METHOD_PREFIX):
             return continuation(details, request)
         value = self.session.authorization(self.login_stub, self.target)
-        call = continuation(_CallDetails(details, [(AUTHORIZATION_KEY, value)]), request)
+        call = continuation(CallDetails(details, [(AUTHORIZATION_KEY, value)]), request)
         add_done_callback = getattr(call, "add_done_callback", None)
         if add_done_callback is not None:
             add_done_callback(lambda done: self._check(done, value))
@@ -234,70 +250,46 @@ def with_session(channel: grpc.Channel, target: str, user: str, password: str) -
 # ---------------------------------------------------------------------------- asyncio
 
 
-class AioSession:
+class AioSession(_Tokens):
     """An asyncio channel's session: the same as ``Session``, logging in on the channel
     itself (the interceptors let the login's calls through)."""
 
     def __init__(
         self, user: str, password: str, target: str, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.user = user
-        self.password = password
+        super().__init__(user, password, clock)
         self.target = target
-        self.clock = clock
         self.channel: grpc.aio.Channel | None = None
-        self._token: _Token | None = None
         self._lock: asyncio.Lock | None = None
-        self.logins = 0
         self.checks: set[asyncio.Future[None]] = set()
         """The checks of ended calls still running (kept so they are not collected)."""
 
     async def authorization(self) -> str:
-        token = self._token
-        if token is not None and self.clock() < token.renew_at:
-            return token.value
+        value = self.usable()
+        if value is not None:
+            return value
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
-            token = self._token
-            if token is not None and self.clock() < token.renew_at:
-                return token.value
+            value = self.usable()
+            if value is not None:
+                return value
+            assert self.channel is not None, "the session's channel is set when it is made"
+            stub = pb_grpc.SaslStub(self.channel)
+            login, began = ScramLogin(self.user, self.password), self.clock()
             try:
-                self._token = await self._log_in()
-            except Exception:
-                if token is not None and self.clock() < token.ends_at:
-                    token.renew_at = self.clock() + RENEW_RETRY_S
-                    return token.value
+                first = await stub.Authenticate(login.first_request, timeout=LOGIN_TIMEOUT_S)
+                final = await stub.Authenticate(
+                    login.final_request(first), timeout=LOGIN_TIMEOUT_S
+                )
+                return self.logged_in(login, final, began)
+            except Exception as exc:
+                value = self.after_failure()
+                if value is not None:
+                    return value
+                if isinstance(exc, grpc.RpcError):
+                    raise from_rpc_error(exc, self.target) from None
                 raise
-            return self._token.value
-
-    async def _log_in(self) -> _Token:
-        assert self.channel is not None, "the session's channel is set when it is made"
-        stub = pb_grpc.SaslStub(self.channel)
-        login = ScramLogin(self.user, self.password)
-        began = self.clock()
-        try:
-            first = await stub.Authenticate(login.first_request, timeout=LOGIN_TIMEOUT_S)
-            final = await stub.Authenticate(login.final_request(first), timeout=LOGIN_TIMEOUT_S)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.target) from None
-        self.logins += 1
-        return _Token(*login.session(final), began)
-
-    def forget(self, value: str) -> None:
-        token = self._token
-        if token is not None and token.value == value:
-            self._token = None
-
-
-if TYPE_CHECKING:
-    _AioUnaryUnary = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
-    _AioUnaryStream = grpc.aio.UnaryStreamClientInterceptor[Any, Any]
-    _AioStreamStream = grpc.aio.StreamStreamClientInterceptor[Any, Any]
-else:
-    _AioUnaryUnary = grpc.aio.UnaryUnaryClientInterceptor
-    _AioUnaryStream = grpc.aio.UnaryStreamClientInterceptor
-    _AioStreamStream = grpc.aio.StreamStreamClientInterceptor
 
 
 class _AioSessionBase:
@@ -343,7 +335,7 @@ class _AioSessionBase:
             self.session.forget(value)
 
 
-class _AioSessionUnary(_AioSessionBase, _AioUnaryUnary):
+class _AioSessionUnary(_AioSessionBase, AioUnaryUnaryInterceptor):
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         given = details
         details, value = await self._details(given)
@@ -361,13 +353,13 @@ class _AioSessionUnary(_AioSessionBase, _AioUnaryUnary):
         return call
 
 
-class _AioSessionUnaryStream(_AioSessionBase, _AioUnaryStream):
+class _AioSessionUnaryStream(_AioSessionBase, AioUnaryStreamInterceptor):
     async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         details, value = await self._details(details)
         return self._watch(await continuation(details, request), value)
 
 
-class _AioSessionStream(_AioSessionBase, _AioStreamStream):
+class _AioSessionStream(_AioSessionBase, AioStreamStreamInterceptor):
     async def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
         details, value = await self._details(details)
         return self._watch(await continuation(details, requests), value)

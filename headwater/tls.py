@@ -314,7 +314,7 @@ def open_aio_channel(
     return grpc.aio.secure_channel(address, credentials, options, interceptors=interceptors)
 
 
-class _CallDetails:
+class CallDetails:
     """grpc.ClientCallDetails with other metadata (grpc's class is abstract)."""
 
     def __init__(self, details: Any, metadata: Sequence[tuple[str, str]]) -> None:
@@ -338,16 +338,16 @@ class _AddMetadata(
         self.metadata = metadata
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        return continuation(_CallDetails(details, self.metadata), request)
+        return continuation(CallDetails(details, self.metadata), request)
 
     def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
-        return continuation(_CallDetails(details, self.metadata), request)
+        return continuation(CallDetails(details, self.metadata), request)
 
     def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
-        return continuation(_CallDetails(details, self.metadata), requests)
+        return continuation(CallDetails(details, self.metadata), requests)
 
     def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
-        return continuation(_CallDetails(details, self.metadata), requests)
+        return continuation(CallDetails(details, self.metadata), requests)
 
 
 def _aio_details(details: Any, metadata: tuple[tuple[str, str], ...]) -> Any:
@@ -359,16 +359,16 @@ def _aio_details(details: Any, metadata: tuple[tuple[str, str], ...]) -> Any:
 
 # grpc's aio interceptor classes are generic in its type stubs only.
 if TYPE_CHECKING:
-    _AioUnaryUnary = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
-    _AioUnaryStream = grpc.aio.UnaryStreamClientInterceptor[Any, Any]
-    _AioStreamStream = grpc.aio.StreamStreamClientInterceptor[Any, Any]
+    AioUnaryUnaryInterceptor = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
+    AioUnaryStreamInterceptor = grpc.aio.UnaryStreamClientInterceptor[Any, Any]
+    AioStreamStreamInterceptor = grpc.aio.StreamStreamClientInterceptor[Any, Any]
 else:
-    _AioUnaryUnary = grpc.aio.UnaryUnaryClientInterceptor
-    _AioUnaryStream = grpc.aio.UnaryStreamClientInterceptor
-    _AioStreamStream = grpc.aio.StreamStreamClientInterceptor
+    AioUnaryUnaryInterceptor = grpc.aio.UnaryUnaryClientInterceptor
+    AioUnaryStreamInterceptor = grpc.aio.UnaryStreamClientInterceptor
+    AioStreamStreamInterceptor = grpc.aio.StreamStreamClientInterceptor
 
 
-class _AioAddMetadataUnary(_AioUnaryUnary):
+class _AioAddMetadataUnary(AioUnaryUnaryInterceptor):
     def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
         self.metadata = metadata
 
@@ -376,7 +376,7 @@ class _AioAddMetadataUnary(_AioUnaryUnary):
         return await continuation(_aio_details(details, self.metadata), request)
 
 
-class _AioAddMetadataUnaryStream(_AioUnaryStream):
+class _AioAddMetadataUnaryStream(AioUnaryStreamInterceptor):
     def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
         self.metadata = metadata
 
@@ -384,7 +384,7 @@ class _AioAddMetadataUnaryStream(_AioUnaryStream):
         return await continuation(_aio_details(details, self.metadata), request)
 
 
-class _AioAddMetadataStream(_AioStreamStream):
+class _AioAddMetadataStream(AioStreamStreamInterceptor):
     def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
         self.metadata = metadata
 
