@@ -279,9 +279,7 @@ class AioSession(_Tokens):
             login, began = ScramLogin(self.user, self.password), self.clock()
             try:
                 first = await stub.Authenticate(login.first_request, timeout=LOGIN_TIMEOUT_S)
-                final = await stub.Authenticate(
-                    login.final_request(first), timeout=LOGIN_TIMEOUT_S
-                )
+                final = await stub.Authenticate(login.final_request(first), timeout=LOGIN_TIMEOUT_S)
                 return self.logged_in(login, final, began)
             except Exception as exc:
                 value = self.after_failure()
