@@ -60,7 +60,10 @@ def test_a_login_flood_on_a_follower_locks_no_one_out_and_leaves_replication_alo
     follower = cluster.nodes[next(r for r in partition.replicas if r != partition.leader)]
     leader = cluster.nodes[partition.leader]
     rounds = []
-    for _ in range(2):  # a second round only when the first is over the bound
+    # A round's ratio moves by +-40% on a loaded 2-core machine (BENCHMARKS.md): another
+    # round only when one is over the bound; the hashing in the default executor this
+    # guards against gave 5x.
+    for _ in range(3):
         rounds.append(
             login_flood.flood_round(
                 leader.address, follower.address, "r", sends=300, connections=4, give_up_ms=10
