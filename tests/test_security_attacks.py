@@ -179,7 +179,7 @@ def test_an_unknown_user_costs_what_the_most_costly_user_costs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every check runs the PBKDF2 iterations of the most costly user (65,536 here),
-    counted at hashlib's door, and takes as long."""
+    counted at hashlib's door."""
     iterations: list[int] = []
     pbkdf2 = hashlib.pbkdf2_hmac
 
@@ -190,24 +190,19 @@ def test_an_unknown_user_costs_what_the_most_costly_user_costs(
     monkeypatch.setattr(hashlib, "pbkdf2_hmac", counting)
     monkeypatch.setattr(password_checks, "FAILED_LOGIN_DELAY_S", 0.0)
 
-    async def timed(user: str) -> tuple[int, float]:
-        checks = PasswordChecks()
-        best = float("inf")
-        for _ in range(3):
-            iterations.clear()
-            began = time.monotonic()
-            with pytest.raises(HeadwaterError):
-                await checks.check(USERS, user, "wrong", "10.0.0.1")
-            best = min(best, time.monotonic() - began)
-        return sum(iterations), best
+    async def counted(user: str) -> int:
+        iterations.clear()
+        with pytest.raises(HeadwaterError):
+            await PasswordChecks().check(USERS, user, "wrong", "10.0.0.1")
+        return sum(iterations)
 
-    async def scenario() -> dict[str, tuple[int, float]]:
-        return {user: await timed(user) for user in ("slow", "quick", "nobody")}
+    async def scenario() -> dict[str, int]:
+        return {user: await counted(user) for user in ("slow", "quick", "nobody")}
 
     costs = asyncio.run(scenario())
-    assert {cost for cost, _ in costs.values()} == {SLOW_ITERATIONS}, costs
-    slow = costs["slow"][1]
-    assert all(0.6 < took / slow < 1.6 for _, took in costs.values()), costs
+    # The count, not the clock, decides: the hashing threads run at nice 19, where a
+    # loaded machine's timings say little.
+    assert set(costs.values()) == {SLOW_ITERATIONS}, costs
 
 
 def test_a_failed_login_is_answered_late_and_logged_with_the_host(
