@@ -11,11 +11,9 @@ encrypted and authenticated with ``secret`` (Fernet, a key derived from the secr
 node always has one, see ``cluster_secret``): a message is authenticated before it is
 unpickled. A message announces its length first, and pysyncobj would buffer whatever
 length a peer announces before it can authenticate anything (a 2^31-1 prefix and junk
-stalled metadata for 32 s; 16 MB of junk moved the controller): ``bound_raft_reads``
-reads at most ``RAFT_FIRST_MESSAGE_BYTES_MAX`` from a connection until one of its
-messages has been authenticated and at most ``RAFT_MESSAGE_BYTES_MAX`` after, drops a
-connection that announces more, and stops reading from one while a whole message waits
-to be parsed: a stranger costs a voter a few hundred KiB and no time of note.
+stalled metadata for 32 s): ``bound_raft_reads`` drops a connection that announces more
+than ``RAFT_MESSAGE_BYTES_MAX``, and stops reading from one while a whole message of
+that size waits to be parsed, so a peer costs at most about that much memory.
 
 Durability of metadata, exactly (pysyncobj 0.3.17):
 - Every entry is appended to the journal file (``data_dir/raft/journal``, memory-mapped)
@@ -62,7 +60,6 @@ from pysyncobj import (
 )
 from pysyncobj.tcp_connection import TcpConnection
 
-from headwater.log_limits import LogEvery
 from headwater.raft.elections import LogPosition, grant_pre_vote, has_majority, may_stand
 from headwater.raft.follower_append import AppendAction, plan_append
 from headwater.raft.image import ApplyResult, MetadataImage, apply
@@ -186,125 +183,37 @@ class _MetadataLog(SyncObjConsumer):  # type: ignore[misc]
 
 
 RAFT_MESSAGE_BYTES_MAX: Final = 64 << 20
-"""Longest Raft message a voter accepts from a peer that has proved the secret (a
-metadata batch or a snapshot part is far smaller: a topic of 10,000 partitions is about
-2 MB of records)."""
-RAFT_FIRST_MESSAGE_BYTES_MAX: Final = 256 << 10
-"""Longest message a voter reads from a connection before one of its messages has been
-authenticated (the first messages of pysyncobj's handshake are tens of bytes)."""
+"""Longest Raft message a voter accepts (a metadata batch or a snapshot part is far
+smaller: a topic of 10,000 partitions is about 2 MB of records)."""
 _LENGTH_PREFIX: Final = struct.Struct("i")  # pysyncobj's: native int32
-DROPPED_LOG_INTERVAL_S: Final = 10.0
-_dropped = LogEvery(_log, DROPPED_LOG_INTERVAL_S)
 
 
-def bound_raft_reads(
-    limit: int = RAFT_MESSAGE_BYTES_MAX, first_limit: int = RAFT_FIRST_MESSAGE_BYTES_MAX
-) -> None:
-    """Install the read bounds on pysyncobj's TcpConnection (idempotent).
-
-    A connection is *authenticated* once a message has decrypted (Fernet: the secret's
-    HMAC checked before anything is unpickled) that carries the random key this side
-    sent on that connection (pysyncobj checks it), so a message captured from another
-    connection and replayed does not count; until then its bound is ``first_limit``,
-    after that ``limit``. A connection whose next message announces a
-    length outside [0, bound] is dropped before it is buffered (one WARNING per
-    ``DROPPED_LOG_INTERVAL_S`` names the peer), and no more is read from a connection
-    while bound + 4 bytes wait to be parsed. So a stranger costs a voter at most
-    ``first_limit`` bytes of buffer per connection and a few reads of the Raft thread,
-    never a long read loop (the buffer is grown by copying, quadratic in its size)."""
-    original_read = TcpConnection.__dict__.get("_headwater_unbounded_read")
-    if original_read is None:
-        original_read = TcpConnection._TcpConnection__processRead
-        original_parse = TcpConnection._TcpConnection__processParseMessage
-        original_connect = TcpConnection.connect
-    else:
-        original_parse = TcpConnection._headwater_unbounded_parse
-        original_connect = TcpConnection._headwater_unbounded_connect
+def bound_raft_reads(limit: int = RAFT_MESSAGE_BYTES_MAX) -> None:
+    """Install the read bound on pysyncobj's TcpConnection (idempotent): a connection whose
+    next message announces a length outside [0, limit] is dropped before it is buffered,
+    and no more is read from a connection while ``limit`` + 4 bytes wait to be parsed."""
+    original = TcpConnection.__dict__.get("_headwater_unbounded_read")
+    if original is None:
+        original = TcpConnection._TcpConnection__processRead
 
     def bounded_read(self: Any) -> bool:
         buffered = self._TcpConnection__readBuffer
         if len(buffered) >= _LENGTH_PREFIX.size:
-            bound = limit if getattr(self, "_headwater_authenticated", False) else first_limit
             (length,) = _LENGTH_PREFIX.unpack_from(buffered)
-            if not 0 <= length <= bound:
-                _dropped.log(
-                    "dropped a Raft connection from %s that announced a %d-byte message "
-                    "(limit %d%s)",
-                    _peer_of(self),
+            if not 0 <= length <= limit:
+                _log.warning(
+                    "dropped a Raft connection that announced a %d-byte message (limit %d)",
                     length,
-                    bound,
-                    "" if bound == limit else " before the peer has proved the cluster secret",
+                    limit,
                 )
                 self.disconnect()
                 return False
-            if len(buffered) >= _LENGTH_PREFIX.size + bound:
+            if len(buffered) >= _LENGTH_PREFIX.size + limit:
                 return False  # parse what is here first; the poller calls again
-        return bool(original_read(self))
+        return bool(original(self))
 
-    def parse_and_note(self: Any) -> Any:
-        # Fresh only once this side's random key was sent: a message replayed from another
-        # connection decrypts, but fails pysyncobj's key check and drops the connection.
-        fresh = bool(getattr(self, "recvRandKey", None)) or not self.encryptor
-        message = original_parse(self)
-        if message is not None and fresh:
-            self._headwater_authenticated = True
-        return message
-
-    def connect(self: Any, host: str, port: int) -> Any:
-        self._headwater_authenticated = False
-        return original_connect(self, host, port)
-
-    TcpConnection._headwater_unbounded_read = original_read
-    TcpConnection._headwater_unbounded_parse = original_parse
-    TcpConnection._headwater_unbounded_connect = original_connect
+    TcpConnection._headwater_unbounded_read = original
     TcpConnection._TcpConnection__processRead = bounded_read
-    TcpConnection._TcpConnection__processParseMessage = parse_and_note
-    TcpConnection.connect = connect
-
-
-STRANGER_CONNECTION_S: Final = 5.0
-"""How long a connection may stay unauthenticated and unassociated with a voter."""
-STRANGER_CONNECTIONS_MAX: Final = 64
-"""Connections a voter keeps open that have not yet said which voter they are."""
-
-
-def drop_strangers(unknown_connections: Any, now: float) -> int:
-    """Disconnect the connections of ``unknown_connections`` (pysyncobj's set of incoming
-    connections that have not named their voter) that have been open unauthenticated for
-    ``STRANGER_CONNECTION_S``, and the oldest beyond ``STRANGER_CONNECTIONS_MAX``: a
-    stranger can hold neither buffers nor file descriptors for long. The number dropped."""
-    ages = []
-    for connection in list(unknown_connections):
-        seen = getattr(connection, "_headwater_seen", None)
-        if seen is None:
-            connection._headwater_seen = seen = now
-        ages.append((seen, id(connection), connection))
-    ages.sort()
-    excess = len(ages) - STRANGER_CONNECTIONS_MAX
-    dropped = 0
-    for n, (seen, _, connection) in enumerate(ages):
-        stale = now - seen > STRANGER_CONNECTION_S and not getattr(
-            connection, "_headwater_authenticated", False
-        )
-        if n < excess or stale:
-            _dropped.log(
-                "dropped a Raft connection from %s that did not prove the cluster secret "
-                "within %.0f s (or one of more than %d such)",
-                _peer_of(connection),
-                STRANGER_CONNECTION_S,
-                STRANGER_CONNECTIONS_MAX,
-            )
-            connection.disconnect()
-            dropped += 1
-    return dropped
-
-
-def _peer_of(connection: Any) -> str:
-    try:
-        host, port = connection._TcpConnection__socket.getpeername()[:2]
-    except (AttributeError, OSError, ValueError, TypeError):
-        return "an unknown peer"
-    return f"{host}:{port}"
 
 
 PYSYNCOBJ_VERSION: Final = "0.3.17"
@@ -399,7 +308,6 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
         self._pre_vote_grants: set[str] = set()
         self._pre_vote_won = False
         self._transfer_after_s = 0.0
-        self._strangers_checked_s = 0.0
         slow_hold_s = max(SLOW_HOLD_S_MIN, 10 * timings.election_max_s)
         journal_file = str(conf.journalFile)
         _journal_factories[journal_file] = lambda: MetadataJournal(
@@ -448,15 +356,10 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
         passed: a leader with a failed journal steps down, one with a slow journal hands
         leadership over; a follower whose deadline passed asks for pre-votes first (the
         deadline moves on meanwhile), and lets the election start only with a majority."""
-        now = time.monotonic()
-        if now >= self._strangers_checked_s + 1.0:
-            self._strangers_checked_s = now
-            unknown = getattr(self._SyncObj__transport, "_unknownConnections", None)
-            if unknown:
-                drop_strangers(unknown, now)
         journal = self._journal
         if journal is None or self._SyncObj__selfNode is None:
             return
+        now = time.monotonic()
         slow = journal.slow or self._disk_slow()
         if self._SyncObj__raftState == _RAFT_STATE.LEADER:
             if journal.failure:
