@@ -52,7 +52,6 @@ from headwater.client.accumulator import (
 from headwater.client.aio_groups import AsyncGroupCalls, HeartbeatTask
 from headwater.client.connection import (
     MESSAGE_BYTES_MAX,
-    RECONNECT_OPTIONS,
     RETRY_BACKOFF_MAX_S,
     RETRY_BACKOFF_MIN_S,
     LayoutCache,
@@ -86,7 +85,7 @@ from headwater.client.sessions import AioSession, aio_session_interceptors
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import Compression, HeaderPairs, encode_batch
-from headwater.tls import ClientSecurity, open_aio_channel
+from headwater.tls import RECONNECT_OPTIONS, ClientSecurity, open_aio_channel
 from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc

@@ -23,21 +23,13 @@ from headwater.addresses import DEFAULT_LISTEN, parse_address
 from headwater.client.sessions import with_session
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
-from headwater.tls import SOCKET_CLOSED_HINT, ClientSecurity, open_channel
+from headwater.tls import RECONNECT_OPTIONS, SOCKET_CLOSED_HINT, ClientSecurity, open_channel
 from headwater.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 BOOTSTRAP_ENV: Final = "HEADWATER_BOOTSTRAP"
 MESSAGE_BYTES_MAX: Final = 256 << 20
-# gRPC's default reconnect backoff grows to 120 s: a node that restarts would stay
-# unreachable for minutes. Retry a lost connection within a second instead (Kafka's
-# reconnect.backoff.max.ms is 1 s too).
-RECONNECT_OPTIONS: Final = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
 TRANSPORT_ERRORS: Final = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
 RETRY_BACKOFF_MIN_S: Final = 0.05
 RETRY_BACKOFF_MAX_S: Final = 1.0

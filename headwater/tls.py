@@ -63,6 +63,15 @@ SCRAM_SHA_256: Final = "SCRAM-SHA-256"
 PLAIN: Final = "PLAIN"
 SASL_MECHANISMS: Final = (SCRAM_SHA_256, PLAIN)
 
+# gRPC's default reconnect backoff grows to 120 s: a node that restarts would stay
+# unreachable for minutes. Retry a lost connection within a second instead (Kafka's
+# reconnect.backoff.max.ms is 1 s too).
+RECONNECT_OPTIONS: Final = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
 PLAINTEXT: Final = "plaintext"
 SASL_PLAINTEXT: Final = "sasl_plaintext"
 TLS: Final = "tls"

@@ -12,7 +12,8 @@ Folders map to packages (``pyproject.toml``): ``client/`` is ``headwater.client`
 - the Spark connector imports no server code and no protobuf: it speaks the client API;
 - the benchmarks (``headwater/benchmarks/``, ``scripts/bench_all.py``) and the local-cluster
   harness (``headwater/devcluster.py``) import no server code and no protobuf either;
-- the node imports no Spark connector and no command-line module.
+- the node imports no client, no Spark connector and no command-line module (what both
+  need, the key partitioner and the reconnect options, is in the shared package).
 
 ``violations`` reads imports with ``ast`` (``if TYPE_CHECKING:`` blocks included: an
 annotation import still ties the layers), so a new import that breaks a rule fails here.
@@ -40,7 +41,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "raft": ("headwater.node", "headwater.client", "headwater.sparkconnector", *COMMANDS),
     "log": ("headwater.node", "headwater.raft", "headwater.client", *COMMANDS),
     "sparkconnector": ("headwater.node", "headwater.raft", "pysyncobj", *PROTOBUF),
-    "node": ("headwater.sparkconnector", *COMMANDS, "pyspark"),
+    "node": ("headwater.client", "headwater.sparkconnector", *COMMANDS, "pyspark"),
     "headwater/benchmarks": ("headwater.node", "headwater.raft", *PROTOBUF),
     "headwater/devcluster.py": (*SERVER, "headwater.sparkconnector", *COMMANDS, *PROTOBUF),
     "scripts/bench_all.py": ("headwater.node", "headwater.raft", *PROTOBUF),

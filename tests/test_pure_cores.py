@@ -26,6 +26,7 @@ PURE_MODULES = [
     "log/compaction.py",
     "log/api.py",
     "client/partitioner.py",
+    "headwater/partitioning.py",
     "client/retry.py",
     "client/accumulator.py",
     "client/positions.py",
