@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PROTO_DIR := proto/headwater/v1
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow test-security lint proto bench typecheck-tree clean demo chaos chaos-short fuzz sim up down images test-deploy
+.PHONY: run test test-slow test-demo test-security lint proto bench typecheck-tree clean demo chaos chaos-short fuzz sim up down images test-deploy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'headwater-spark-discovery.pth').write_text(str(pathlib.Path('sparkconnector/discovery').resolve()) + '\n')"
 	touch $(STAMP)
 
+# A single node on its defaults: gRPC on 127.0.0.1:7700, Kafka's protocol on KAFKA_LISTEN.
+KAFKA_LISTEN ?= 127.0.0.1:9092
 run: $(STAMP)
-	$(BIN)/headwater serve
+	$(BIN)/headwater serve --kafka-listen $(KAFKA_LISTEN)
 
 # `make test`: lint and every test but those marked slow (the real-process fault scenarios
 # the simulated cluster also runs, Spark, the short chaos run), in about 5 minutes.
@@ -29,7 +31,12 @@ test: $(STAMP) lint
 	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
-	$(BIN)/pytest -m slow $(PYTEST_ARGS)
+	$(BIN)/pytest -m "slow and not demo" $(PYTEST_ARGS)
+
+# `make demo` end to end (3 nodes, the order generator, the Spark job, Ctrl-C): about two
+# minutes, so CI leaves it out; the Spark connector's own tests run in test-slow.
+test-demo: $(STAMP)
+	$(BIN)/pytest -m demo $(PYTEST_ARGS)
 
 # The security suite on its own (CI runs it within `make test` and `make test-slow`):
 # attacks on logins, the Raft and inter-broker ports, ACLs on every RPC and through
@@ -37,7 +44,8 @@ test-slow: $(STAMP)
 SECURITY_TESTS := tests/test_security_attacks.py tests/test_security_cluster.py \
 	tests/test_sasl_sessions.py tests/test_scram.py \
 	tests/test_hardening.py tests/test_authorization.py tests/test_acls.py \
-	tests/test_hostile_requests.py tests/test_tls.py tests/test_quotas.py
+	tests/test_hostile_requests.py tests/test_tls.py tests/test_quotas.py \
+	tests/test_kafka_security.py
 test-security: $(STAMP)
 	$(BIN)/pytest $(SECURITY_TESTS) $(PYTEST_ARGS)
 
@@ -75,13 +83,26 @@ chaos: $(STAMP)
 chaos-short: $(STAMP)
 	$(BIN)/python -m headwater.chaos --cycles 16 --time-limit 180 $(CHAOS_ARGS)
 
-# The batch decoder's mutation fuzzer (tests/fuzz_batch.py) and the client services' sweep
-# and request fuzzer against a node (tests/rpc_sweep.py) for a long run; the tests run a
-# fixed 30,000 and 1,000 cases. FUZZ_ARGS adds options to both, e.g. FUZZ_ARGS="--seed 42".
+# The same faults with Kafka clients: librdkafka idempotent producers and a consumer group
+# through the nodes' Kafka listeners (docs/chaos.md, "Kafka clients").
+.PHONY: chaos-kafka
+chaos-kafka: $(STAMP)
+	$(BIN)/python -m headwater.chaos --client kafka --cycles 50 $(CHAOS_ARGS)
+
+# CPU per record of storing a Kafka batch transcoded or as it comes (BENCHMARKS.md).
+.PHONY: bench-kafka-storage
+bench-kafka-storage: $(STAMP)
+	$(BIN)/python -m tests.bench_kafka_storage $(BENCH_ARGS)
+
+# The batch decoder's mutation fuzzer (tests/fuzz_batch.py), the client services' sweep
+# and request fuzzer against a node (tests/rpc_sweep.py) and the Kafka front's request and
+# batch fuzzer (tests/fuzz_kafka.py) for a long run; the tests run a fixed 30,000, 1,000
+# and 4,500 cases. FUZZ_ARGS adds options to each, e.g. FUZZ_ARGS="--seed 42".
 FUZZ_ARGS ?=
 fuzz: $(STAMP)
 	$(BIN)/python -m tests.fuzz_batch --cases 1000000 $(FUZZ_ARGS)
 	$(BIN)/python -m tests.rpc_sweep --cases 100000 $(FUZZ_ARGS)
+	$(BIN)/python -m tests.fuzz_kafka --cases 500000 $(FUZZ_ARGS)
 
 # The simulated cluster (tests/sim_cluster.py: brokers, controller and client in one
 # process on a virtual clock, seeded faults) for a long search; the tests run 8 seeds of

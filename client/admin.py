@@ -140,6 +140,34 @@ class Admin:
         )
         self.cluster.invalidate(name)
 
+    def alter_topic_configs(
+        self,
+        name: str,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Sequence[str] = (),
+        *,
+        replace: bool = False,
+        validate_only: bool = False,
+    ) -> dict[str, str]:
+        """Change topic ``name``'s config overrides: set ``set_configs``, remove
+        ``delete_configs`` (the node's default applies again); with ``replace`` every
+        other override is removed too. Names are the node's (``retention_ms``) or Kafka's
+        (``retention.ms``). Returns the topic's overrides after the change."""
+        changes = [pb.TopicConfigChange(name=k, value=v) for k, v in (set_configs or {}).items()]
+        changes += [pb.TopicConfigChange(name=k) for k in delete_configs]
+        response = self.cluster.call_any(
+            lambda a: self.cluster.admin(a).AlterTopicConfigs(
+                pb.AlterTopicConfigsRequest(
+                    topic=name, changes=changes, replace=replace, validate_only=validate_only
+                ),
+                timeout=self._timeout,
+            ),
+            retry_s=self._timeout,
+            final=CONTROLLER_ANSWERS,
+        )
+        self.cluster.invalidate(name)
+        return dict(response.configs)
+
     def reassign_partition(self, name: str, partition: int, replicas: Sequence[int]) -> None:
         """Start moving a partition to ``replicas`` (see the Admin.ReassignPartition RPC)."""
         self.cluster.call_any(

@@ -205,6 +205,17 @@ def main(
     "cluster secret (default: the --listen host, a port the system picks).",
 )
 @click.option(
+    "--kafka-listen",
+    metavar="HOST:PORT",
+    help="Serve the Kafka wire protocol there, for Kafka clients (default: off).",
+)
+@click.option(
+    "--kafka-advertised-address",
+    metavar="HOST:PORT",
+    help="Address Kafka clients are told to use (default: --kafka-listen, a wildcard host "
+    "replaced by the --advertised-address host); needs a --kafka-listen with a fixed port.",
+)
+@click.option(
     "--quorum",
     metavar="ID@HOST:PORT,...",
     help="Raft addresses of the controller voters by node id (default: this node alone, "
@@ -234,6 +245,8 @@ def serve(
     listen: str | None,
     advertised_address: str | None,
     internal_listen: str | None,
+    kafka_listen: str | None,
+    kafka_advertised_address: str | None,
     quorum: str | None,
     roles: str | None,
     controller_addresses: str | None,
@@ -252,6 +265,8 @@ def serve(
         "listen": listen,
         "advertised_address": advertised_address,
         "internal_listen": internal_listen,
+        "kafka_listen": kafka_listen,
+        "kafka_advertised_address": kafka_advertised_address,
         "quorum": quorum,
         "roles": roles,
         "controller_addresses": controller_addresses,
@@ -503,17 +518,45 @@ def topics_delete(name: str, bootstrap: str | None) -> None:
 @click.option(
     "--partitions",
     type=click.IntRange(min=1),
-    required=True,
+    default=None,
     help="New partition count (more than now; partitions never shrink).",
 )
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set a config override, by the node's name or Kafka's: retention_ms=3600000 or "
+    "retention.ms=3600000 (repeatable).",
+)
+@click.option(
+    "--delete-config",
+    "deleted",
+    multiple=True,
+    metavar="KEY",
+    help="Remove a config override: the node's default applies again (repeatable).",
+)
 @bootstrap_option
-def topics_alter(name: str, partitions: int, bootstrap: str | None) -> None:
-    """Add partitions to topic NAME."""
+def topics_alter(
+    name: str,
+    partitions: int | None,
+    configs: tuple[str, ...],
+    deleted: tuple[str, ...],
+    bootstrap: str | None,
+) -> None:
+    """Add partitions to topic NAME or change its configs."""
     from headwater.client import Admin
 
+    if partitions is None and not configs and not deleted:
+        raise click.UsageError("give --partitions, --config or --delete-config")
     with Admin(bootstrap) as admin:
-        admin.create_partitions(name, partitions)
-    _out.print(f"topic {name} now has {partitions} partitions", markup=False)
+        if configs or deleted:
+            overrides = admin.alter_topic_configs(name, _parse_configs(configs), deleted)
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "none"
+            _out.print(f"topic {name} config overrides: {shown}", markup=False)
+        if partitions is not None:
+            admin.create_partitions(name, partitions)
+            _out.print(f"topic {name} now has {partitions} partitions", markup=False)
 
 
 def _parse_ids(text: str) -> list[int]:
@@ -664,6 +707,14 @@ def tls_init(
     help="Node i serves Prometheus metrics on 127.0.0.1:(BASE + i); 0 turns metrics off.",
 )
 @click.option(
+    "--kafka-base-port",
+    type=click.IntRange(0, 65000),
+    default=9092,
+    show_default=True,
+    help="Node i serves Kafka's wire protocol on 127.0.0.1:(BASE + i - 1), with --tls over "
+    "mutual TLS (security.protocol=SSL); 0 turns it off.",
+)
+@click.option(
     "--tls",
     is_flag=True,
     help="Mutual TLS on every listener, with a throwaway CA and certificates for the nodes "
@@ -675,14 +726,20 @@ def tls_init(
     help="Start a node that exits again after 1 s (unless it exited 5 times within 60 s).",
 )
 def dev_cluster(
-    nodes: int, base_port: int, data_dir: Path, metrics_base_port: int, tls: bool, restart: bool
+    nodes: int,
+    base_port: int,
+    data_dir: Path,
+    metrics_base_port: int,
+    kafka_base_port: int,
+    tls: bool,
+    restart: bool,
 ) -> None:
     """Run NODES combined nodes on loopback until Ctrl-C. The Raft secret is
     HEADWATER_CLUSTER_SECRET, else kept in DATA_DIR/cluster-secret; a command to restart
     each node by hand is printed."""
     from headwater.cli_cluster import run_dev_cluster
 
-    run_dev_cluster(nodes, base_port, data_dir, metrics_base_port, tls, restart)
+    run_dev_cluster(nodes, base_port, data_dir, metrics_base_port, tls, restart, kafka_base_port)
 
 
 # ---------------------------------------------------------------------- produce / consume
@@ -836,13 +893,28 @@ def groups_describe(group: str, as_json: bool, bootstrap: str | None) -> None:
     if as_json:
         print(json.dumps(described))
         return
+    epoch = "generation" if described["protocol"] == "classic" else "epoch"
     _out.print(
-        f"group {described['group_id']}: {described['state']}, epoch "
-        f"{described['group_epoch']}, {len(described['members'])} member(s), assignor "
-        f"{described['assignor']}, coordinator node {described['coordinator_id']}, total lag "
-        f"{described['total_lag']}",
+        f"group {described['group_id']} ({described['protocol']} protocol): "
+        f"{described['state']}, {epoch} {described['group_epoch']}, "
+        f"{len(described['members'])} member(s), assignor {described['assignor']}, "
+        f"coordinator node {described['coordinator_id']}, total lag {described['total_lag']}",
         markup=False,
     )
+    if described["members"]:
+        members = Table("member", "client id", "host", "assigned")
+        for member in described["members"]:
+            assigned = ", ".join(
+                f"{item['topic']}-{','.join(map(str, item['partitions']))}"
+                for item in member["assigned"]
+            )
+            members.add_row(
+                member["member_id"],
+                member["client_id"] or "-",
+                member["host"] or "-",
+                assigned or "-",
+            )
+        _out.print(members)
     table = Table("topic", "partition", "committed", "log end", "lag", "member")
     for row in described["partitions"]:
         table.add_row(

@@ -197,16 +197,19 @@ def start_dev_cluster(
     metrics_base_port: int = 0,
     tls: bool = False,
     secret: str | None = None,
+    kafka_base_port: int = 0,
 ) -> LocalCluster:
     """Start ``nodes`` nodes on the fixed port plan and wait until each serves (or
     ``stopping()``); on failure every node is killed and HeadwaterError names the cause.
     ``tls``: mutual TLS with the PKI under ``data_dir/tls`` (``dev_pki``); ``secret``:
-    the Raft secret (random by default)."""
+    the Raft secret (random by default); ``kafka_base_port``: node i serves Kafka's
+    protocol on that port + i - 1 (0: no Kafka listener)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     pki = dev_pki(data_dir / "tls", nodes) if tls else None
     cluster = LocalCluster(
         data_dir,
         nodes,
+        env={"HEADWATER_KAFKA_SECURITY_PROTOCOL": "SSL"} if tls and kafka_base_port else None,
         secret=secret,
         ports=PortPlan(base_port),
         internal_listener=False,
@@ -214,6 +217,9 @@ def start_dev_cluster(
         metrics_base_port=metrics_base_port or None,
         tls=pki,
         tls_client_auth=tls,
+        kafka_ports={i: kafka_base_port + i - 1 for i in range(1, nodes + 1)}
+        if kafka_base_port
+        else None,
     )
     try:
         cluster.start(wait=False, own_session=True)  # Ctrl-C reaches this process only
@@ -245,6 +251,7 @@ def run_dev_cluster(
     metrics_base_port: int,
     tls: bool = False,
     restart: bool = False,
+    kafka_base_port: int = 0,
 ) -> None:
     stopping = False
 
@@ -258,14 +265,22 @@ def run_dev_cluster(
     data_dir.mkdir(parents=True, exist_ok=True)
     secret, secret_file = dev_secret(data_dir)
     cluster = start_dev_cluster(
-        nodes, base_port, data_dir, lambda: stopping, metrics_base_port, tls, secret
+        nodes,
+        base_port,
+        data_dir,
+        lambda: stopping,
+        metrics_base_port,
+        tls,
+        secret,
+        kafka_base_port,
     )
     try:
         for node in cluster.nodes.values():
             assert node.process is not None
             click.echo(
                 f"node {node.node_id}: {node.address} (pid {node.process.pid}, raft "
-                f"{node.raft_address}, metrics {node.metrics_address or 'off'}, data "
+                f"{node.raft_address}, kafka {node.kafka_address or 'off'}, metrics "
+                f"{node.metrics_address or 'off'}, data "
                 f"{node.data_dir}, log {node.log_path})"
             )
         if secret_file is not None:
@@ -282,6 +297,9 @@ def run_dev_cluster(
             click.echo(f"cluster secret: {SECRET_ENV} (from the environment)")
         click.echo(f"bootstrap: {cluster.bootstrap(list(cluster.nodes.values()))}")
         click.echo(f"export HEADWATER_BOOTSTRAP={cluster.bootstrap(list(cluster.nodes.values()))}")
+        kafka = [n.kafka_address for n in cluster.nodes.values() if n.kafka_address]
+        if kafka:
+            click.echo(f"Kafka clients: bootstrap.servers={','.join(kafka)}")
         security = cluster.client_security
         if security.tls:
             click.echo("mutual TLS: clients present a certificate signed by the cluster's CA")
@@ -289,6 +307,13 @@ def run_dev_cluster(
             click.echo(f"export HEADWATER_TLS_CA_FILE={Path(security.ca_file).resolve()}")
             click.echo(f"export HEADWATER_TLS_CERT_FILE={Path(security.cert_file).resolve()}")
             click.echo(f"export HEADWATER_TLS_KEY_FILE={Path(security.key_file).resolve()}")
+            if kafka:
+                click.echo(
+                    "Kafka clients: security.protocol=SSL, ssl.ca.location="
+                    f"{Path(security.ca_file).resolve()}, ssl.certificate.location="
+                    f"{Path(security.cert_file).resolve()}, ssl.key.location="
+                    f"{Path(security.key_file).resolve()}"
+                )
         click.echo(
             "Ctrl-C stops the cluster."
             + (" Nodes that exit are restarted (--restart)." if restart else "")

@@ -30,6 +30,7 @@ def describe_json(admin: Admin, group_id: str) -> dict[str, Any]:
     lags = admin.group_lag(description)
     return {
         "group_id": description.group_id,
+        "protocol": description.protocol,
         "state": description.state,
         "group_epoch": description.group_epoch,
         "target_epoch": description.target_epoch,
@@ -40,6 +41,7 @@ def describe_json(admin: Admin, group_id: str) -> dict[str, Any]:
                 "member_id": m.member_id,
                 "instance_id": m.instance_id,
                 "client_id": m.client_id,
+                "host": m.host,
                 "member_epoch": m.member_epoch,
                 "subscribed_topics": list(m.subscribed_topics),
                 "subscribed_pattern": m.subscribed_pattern,

@@ -178,6 +178,46 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         address=True,
     ),
     Setting(
+        "kafka_listen",
+        "",
+        "HOST:PORT of the Kafka wire-protocol listener, for Kafka clients (producers, "
+        "consumers, admin tools). Empty: no Kafka listener.",
+        address=True,
+    ),
+    Setting(
+        "kafka_advertised_address",
+        "",
+        "HOST:PORT Kafka clients are told to connect to for this node (in Kafka Metadata "
+        "answers); every broker registers it with the controller. Empty: kafka_listen, with "
+        "a wildcard host (0.0.0.0, ::) replaced by the advertised_address host. Set it where "
+        "clients reach the node by a name (kafka_listen 0.0.0.0:9092, this node1:9092); it "
+        "needs a kafka_listen with a fixed port.",
+        address=True,
+    ),
+    Setting(
+        "kafka_auto_create_topics",
+        "false",
+        "Whether a Kafka client's Metadata request for a topic that does not exist creates "
+        "it (with num_partitions and default_replication_factor), when the request allows "
+        "that (allow_auto_topic_creation: librdkafka's allow.auto.create.topics, true for "
+        "producers) and the caller may create topics. Kafka's auto.create.topics.enable; "
+        "off here, as in Redpanda, so that a mistyped name is an error, not a topic.",
+        choices=("false", "true"),
+    ),
+    Setting(
+        "kafka_security_protocol",
+        "PLAINTEXT",
+        "What the Kafka listener speaks and asks of clients (Kafka's names). PLAINTEXT: "
+        "nothing, callers are User:ANONYMOUS; SASL_PLAINTEXT: a SASL login first (the "
+        "mechanisms of sasl_enabled_mechanisms, PLAIN and SCRAM-SHA-256, against the node's "
+        "users), which needs credentials_over_plaintext = allow since passwords and proofs "
+        "cross the network in the clear; SSL: TLS with the node's certificate and "
+        "tls_client_auth (a client certificate names the caller, tls_principal_mapping); "
+        "SASL_SSL: TLS, then a SASL login. A node with TLS takes SSL or SASL_SSL only, one "
+        "without TLS PLAINTEXT or SASL_PLAINTEXT only.",
+        choices=("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"),
+    ),
+    Setting(
         "raft_listen",
         "",
         "HOST:PORT the Raft port binds. Empty: this node's own address in quorum. Set it "
@@ -591,9 +631,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "log_dir_free_bytes_min",
         16 * MiB,
         "Free space the data folder must have before the node brings it back online after "
-        "a write there failed (a full disk): it then writes and fsyncs a test file of up to "
-        "1 MiB, and opens its logs again only if that works. Room for the replicas it hosts "
-        "to catch up keeps the folder from filling again at once.",
+        "a write there failed (a full disk), besides the blocks its logs had reserved and "
+        "gave back when they closed: it then writes and fsyncs a test file of up to 1 MiB, "
+        "and opens its logs again only if that works. Room for the replicas it hosts to "
+        "catch up keeps the folder from filling again at once.",
         unit="bytes",
         low=0,
         high=INT64_MAX,
@@ -763,6 +804,43 @@ SETTINGS: Final[tuple[Setting, ...]] = (
 
 SETTINGS_BY_NAME: Final = {s.name: s for s in SETTINGS}
 TOPIC_SETTINGS: Final = tuple(s.name for s in SETTINGS if s.topic)
+KAFKA_TOPIC_CONFIG_NAMES: Final = {
+    name: "unclean.leader.election.enable"
+    if name == "unclean_leader_election"
+    else name.replace("_", ".")
+    for name in TOPIC_SETTINGS
+}
+"""Each topic setting's name in Kafka's spelling (``retention_ms``: ``retention.ms``), as
+the Kafka listener shows it and as every front accepts it."""
+_TOPIC_SETTING_OF_NAME: Final = {
+    **{kafka: name for name, kafka in KAFKA_TOPIC_CONFIG_NAMES.items()},
+    **{name.replace("_", "."): name for name in TOPIC_SETTINGS},
+    **{name: name for name in TOPIC_SETTINGS},
+}
+
+
+def topic_setting_name(name: str) -> str:
+    """The topic setting ``name`` stands for: its own name (``retention_ms``) or its Kafka
+    name (``retention.ms``). INVALID_CONFIG for anything else, naming the valid ones."""
+    setting = _TOPIC_SETTING_OF_NAME.get(name)
+    if setting is None:
+        raise _invalid(
+            f"unknown topic config {shown(name)}; valid: {', '.join(TOPIC_SETTINGS)} "
+            "(or Kafka's names: retention.ms, cleanup.policy, ...)"
+        )
+    return setting
+
+
+def topic_setting_names(configs: Mapping[str, str]) -> dict[str, str]:
+    """``configs`` keyed by the settings their names stand for (``topic_setting_name``);
+    INVALID_CONFIG when two names stand for the same setting."""
+    named: dict[str, str] = {}
+    for name, value in configs.items():
+        setting = topic_setting_name(name)
+        if setting in named:
+            raise _invalid(f"topic config {setting} is given twice (as {shown(name)} too)")
+        named[setting] = value
+    return named
 
 
 @dataclass(frozen=True, slots=True)
@@ -774,6 +852,10 @@ class NodeConfig:
     advertised_address: str = ""
     internal_listen: str = ""
     internal_advertised_address: str = ""
+    kafka_listen: str = ""
+    kafka_advertised_address: str = ""
+    kafka_auto_create_topics: str = "false"
+    kafka_security_protocol: str = "PLAINTEXT"
     raft_listen: str = ""
     metrics_listen: str = ""
     data_dir: str = "./data"
@@ -873,6 +955,35 @@ class NodeConfig:
                 "internal_advertised_address needs internal_listen with a fixed port (the "
                 "port other nodes are told must be the one bound), e.g. internal_listen "
                 "0.0.0.0:7701 with internal_advertised_address node1:7701"
+            )
+        if self.kafka_advertised_address and (
+            not self.kafka_listen or parse_address(self.kafka_listen, "kafka_listen")[1] == 0
+        ):
+            raise _invalid(
+                "kafka_advertised_address needs kafka_listen with a fixed port (the port Kafka "
+                "clients are told must be the one bound), e.g. kafka_listen 0.0.0.0:9092 with "
+                "kafka_advertised_address node1:9092"
+            )
+        if self.kafka_security_protocol == "SASL_PLAINTEXT" and (
+            self.credentials_over_plaintext != "allow"
+        ):
+            raise _invalid(
+                "kafka_security_protocol SASL_PLAINTEXT sends passwords (PLAIN) and SCRAM "
+                "proofs in the clear: set credentials_over_plaintext = allow to accept that "
+                "(for a network only trusted hosts reach)"
+            )
+        kafka_tls = self.kafka_security_protocol in ("SSL", "SASL_SSL")
+        if self.kafka_listen and self.tls_cert_file and not kafka_tls:
+            raise _invalid(
+                f"kafka_security_protocol {self.kafka_security_protocol} on a node with TLS "
+                "(tls_cert_file) would let Kafka clients past the TLS the other listeners "
+                "require: set kafka_security_protocol to SSL or SASL_SSL"
+            )
+        if self.kafka_listen and kafka_tls and not self.tls_cert_file:
+            raise _invalid(
+                f"kafka_security_protocol {self.kafka_security_protocol} needs the node's TLS "
+                "certificate (tls_cert_file, tls_key_file): set them, or use PLAINTEXT or "
+                "SASL_PLAINTEXT"
             )
         for principal in self.super_user_set:
             kind, _, name = principal.partition(":")
@@ -980,6 +1091,22 @@ class NodeConfig:
     def client_address(self) -> str:
         return self.advertised_address or self.listen
 
+    def kafka_address(self, kafka_port: int) -> str:
+        """The HOST:PORT Kafka clients are told for this node once the Kafka listener is
+        bound on ``kafka_port`` (the port the system picked when kafka_listen's is 0):
+        ``kafka_advertised_address``, or else the kafka_listen host with ``kafka_port``, a
+        wildcard host (0.0.0.0, ::) replaced by the ``client_address`` host, as for the
+        inter-broker listener. "" when there is no Kafka listener (``kafka_listen`` empty)."""
+        if not self.kafka_listen:
+            return ""
+        if self.kafka_advertised_address:
+            return self.kafka_advertised_address
+        host = self.kafka_listen.strip().rpartition(":")[0]
+        if host in ("0.0.0.0", "[::]", "::"):
+            # A wildcard is not an address clients can dial: they get the client host.
+            host = self.client_address.rpartition(":")[0]
+        return f"{host}:{kafka_port}"
+
     def topic_defaults(self) -> dict[str, str]:
         return {name: str(getattr(self, name)) for name in TOPIC_SETTINGS}
 
@@ -1024,20 +1151,19 @@ LEGACY_NAMES: Final = {"raft_secret": "cluster_secret"}
 
 
 def canonical_topic_configs(configs: Mapping[str, str], defaults: NodeConfig) -> dict[str, str]:
-    """The overrides ``configs``, checked (``parse_topic_configs``) and written as the
-    node writes them ("1000", never "01000"): what a topic's metadata stores."""
-    values = parse_topic_configs(configs, defaults)
-    return {name: values[name] for name in configs}
+    """The overrides ``configs``, checked (``parse_topic_configs``), keyed by the node's
+    setting names and written as the node writes them ("1000", never "01000"): what a
+    topic's metadata stores."""
+    named = topic_setting_names(configs)
+    values = parse_topic_configs(named, defaults)
+    return {name: values[name] for name in named}
 
 
 def parse_topic_configs(configs: Mapping[str, str], defaults: NodeConfig) -> dict[str, str]:
-    """Validate per-topic overrides; return every topic setting's effective value as text."""
-    unknown = sorted(set(configs) - set(TOPIC_SETTINGS))
-    if unknown:
-        named = ", ".join(shown(name) for name in unknown[:10])
-        raise _invalid(f"unknown topic config {named}; valid: {', '.join(TOPIC_SETTINGS)}")
+    """Validate per-topic overrides (by the node's names or Kafka's); return every topic
+    setting's effective value as text, by the node's names."""
     values = defaults.topic_defaults()
-    for name, raw in configs.items():
+    for name, raw in topic_setting_names(configs).items():
         values[name] = str(SETTINGS_BY_NAME[name].parse(raw, "topic config"))
     if int(values["max_message_bytes"]) + MiB > defaults.request_bytes_max:
         raise _invalid(

@@ -146,8 +146,10 @@ class LocalNode:
         metrics_port: int | None = None,
         tls: TlsFiles | None = None,
         tls_client_auth: bool = False,
+        kafka_port: int | None = None,
     ) -> None:
-        """``quorum`` defaults to this node alone on a free Raft port; ``env`` is added to
+        """``kafka_port``: serve Kafka's protocol there (``--kafka-listen``; None: off).
+        ``quorum`` defaults to this node alone on a free Raft port; ``env`` is added to
         this process's environment (less any client TLS settings in it: HEADWATER_TLS_*
         and HEADWATER_SECURITY_PROTOCOL are the node's own settings too); the log defaults
         to ``node-PORT.log`` beside ``data_dir``. ``tls``: both listeners speak TLS with
@@ -162,6 +164,8 @@ class LocalNode:
         self.internal_address = f"{host}:{free_port()}" if internal_listener else None
         """The inter-broker listener (Controller and Replica services); None: on the
         client listener, as a single node without ``--internal-listen`` has it."""
+        self.kafka_address = f"{host}:{kafka_port}" if kafka_port else None
+        """Where the node serves Kafka's wire protocol (``--kafka-listen``); None: off."""
         self.metrics_address = f"{host}:{metrics_port}" if metrics_port else None
         """Where the node serves Prometheus metrics (``--metrics-listen``); None: off."""
         self.extra_args = tuple(extra_args)
@@ -211,6 +215,8 @@ class LocalNode:
             command += ["--internal-listen", self.internal_address]
         if self.metrics_address is not None:
             command += ["--metrics-listen", self.metrics_address]
+        if self.kafka_address is not None:
+            command += ["--kafka-listen", self.kafka_address]
         return [*command, *self.extra_args]
 
     def start(self, wait: bool = True, own_session: bool = False) -> None:
@@ -310,8 +316,10 @@ class LocalCluster:
         metrics_base_port: int | None = None,
         tls: DevPki | None = None,
         tls_client_auth: bool = False,
+        kafka_ports: Mapping[int, int] | None = None,
     ) -> None:
-        """``layout(root, i)`` gives node i's data folder and log file, by default
+        """``kafka_ports``: node id -> the port it serves Kafka's protocol on (others:
+        none). ``layout(root, i)`` gives node i's data folder and log file, by default
         ``root/n<i>/data`` and ``root/n<i>.log``; ``secret`` defaults to a random one
         (``env`` may set HEADWATER_CLUSTER_SECRET instead); with ``metrics_base_port``
         node i serves metrics on 127.0.0.1:(metrics_base_port + i). ``tls``: every node
@@ -339,6 +347,7 @@ class LocalCluster:
                 metrics_port=metrics_base_port + i if metrics_base_port else None,
                 tls=tls.nodes[i] if tls is not None else None,
                 tls_client_auth=tls_client_auth,
+                kafka_port=(kafka_ports or {}).get(i),
             )
             for i, (client, _) in planned.items()
         }

@@ -89,6 +89,9 @@ CLIENT_ACTION: Final[dict[ErrorCode, str]] = {
     "records need keys): fix the records",
     ErrorCode.GROUP_MAX_SIZE_REACHED: "the group has group_max_size members: use another "
     "group, or raise the setting",
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: "the group has members of the other group protocol "
+    "(Kafka's classic JoinGroup, or ConsumerGroupHeartbeat): use another group id, or let "
+    "those members leave first",
     ErrorCode.THROTTLING_QUOTA_EXCEEDED: "a limit on open streams, long polls or "
     "concurrent work was reached: back off, then retry",
     ErrorCode.FENCED_MEMBER_EPOCH: "give up every partition (on_lost), join again with "

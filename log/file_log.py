@@ -649,6 +649,13 @@ class FileLog:
             return sum(s.disk_bytes for s in self._segments)
 
     @property
+    def reserve_bytes(self) -> int:
+        """Bytes of disk blocks reserved past the active segment's end, which closing the
+        log gives back (0 once closed)."""
+        with self._lock:
+            return 0 if self._closed else sum(s.reserve_bytes for s in self._segments)
+
+    @property
     def segment_count(self) -> int:
         return len(self._segments)
 

@@ -480,6 +480,11 @@ class Segment:
             os.ftruncate(self.fd, self.size)
         self._reserved = self.size  # no reserve (unsupported, or the disk is full)
 
+    @property
+    def reserve_bytes(self) -> int:
+        """Bytes of blocks reserved past the end (0 unless the segment is active)."""
+        return self._reserved - self.size if self._fd is not None else 0
+
     def release_reserve(self) -> None:
         """Give reserved blocks past the end back to the file system."""
         if self._fd is None:

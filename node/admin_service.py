@@ -29,7 +29,7 @@ import grpc
 
 from headwater.acl_messages import acl_binding, acl_of, filter_of
 from headwater.acls import CLUSTER_RESOURCE, Operation, ResourceType
-from headwater.config import NodeConfig
+from headwater.config import TOPIC_SETTINGS, NodeConfig, topic_setting_name
 from headwater.credentials import MECHANISM, credential_from_salted
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
@@ -89,7 +89,7 @@ class AdminService(pb_grpc.AdminServicer):
 
     async def _decide(
         self,
-        context: grpc.aio.ServicerContext[Any, Any],
+        context: grpc.aio.ServicerContext[Any, Any] | None,
         method: str,
         request: Any,
         decide: Callable[[ControllerDriver, MetadataImage, int], decisions.ControllerResult[T]],
@@ -100,7 +100,8 @@ class AdminService(pb_grpc.AdminServicer):
             response, _ = await self.controller.run(functools.partial(decide, self.controller))
             return response
         image = self.state.image
-        if is_forwarded(context) or not image.controller_internal_address:
+        forwarded = context is not None and is_forwarded(context)
+        if forwarded or not image.controller_internal_address:
             raise not_controller(image)
         address = image.controller_internal_address
         try:
@@ -146,7 +147,15 @@ class AdminService(pb_grpc.AdminServicer):
     async def CreateTopics(
         self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreateTopicsResponse:
-        """Needs ``create`` on the cluster, or on each topic named. At most
+        return await self.create_topics(request, context)
+
+    async def create_topics(
+        self,
+        request: pb.CreateTopicsRequest,
+        context: grpc.aio.ServicerContext[Any, Any] | None = None,
+    ) -> pb.CreateTopicsResponse:
+        """CreateTopics for every front (``context`` None: not a forwarded gRPC call).
+        Needs ``create`` on the cluster, or on each topic named. At most
         ``topics_max`` topics."""
         check_count(len(request.topics), self.config.topics_max, "topics", "topics_max")
         if not self.auth.allows(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
@@ -186,6 +195,14 @@ class AdminService(pb_grpc.AdminServicer):
     async def DeleteTopics(
         self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteTopicsResponse:
+        return await self.delete_topics(request, context)
+
+    async def delete_topics(
+        self,
+        request: pb.DeleteTopicsRequest,
+        context: grpc.aio.ServicerContext[Any, Any] | None = None,
+    ) -> pb.DeleteTopicsResponse:
+        """DeleteTopics for every front (``context`` None: not a forwarded gRPC call)."""
         names = list(request.names)
         check_count(len(names), self.config.topics_max, "topic names", "topics_max")
         for name in names:
@@ -214,6 +231,14 @@ class AdminService(pb_grpc.AdminServicer):
     async def CreatePartitions(
         self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreatePartitionsResponse:
+        return await self.create_partitions(request, context)
+
+    async def create_partitions(
+        self,
+        request: pb.CreatePartitionsRequest,
+        context: grpc.aio.ServicerContext[Any, Any] | None = None,
+    ) -> pb.CreatePartitionsResponse:
+        """CreatePartitions for every front (``context`` None: not a forwarded gRPC call)."""
         self.auth.require(Operation.ALTER, ResourceType.TOPIC, request.topic)
         await self._decide(
             context,
@@ -232,6 +257,60 @@ class AdminService(pb_grpc.AdminServicer):
         )
         await self._wait_for_local_logs()
         return pb.CreatePartitionsResponse()
+
+    @rpc_handler
+    async def AlterTopicConfigs(
+        self, request: pb.AlterTopicConfigsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AlterTopicConfigsResponse:
+        return await self.alter_topic_configs(request, context)
+
+    async def alter_topic_configs(
+        self,
+        request: pb.AlterTopicConfigsRequest,
+        context: grpc.aio.ServicerContext[Any, Any] | None = None,
+    ) -> pb.AlterTopicConfigsResponse:
+        """AlterTopicConfigs for every front (``context`` None: not a forwarded gRPC
+        call). Names are the node's or Kafka's (``topic_setting_name``), each once; the
+        answer comes once this node's image and logs carry the change."""
+        self.auth.require(Operation.ALTER, ResourceType.TOPIC, request.topic)
+        check_count(len(request.changes), len(TOPIC_SETTINGS), "config changes", "topic settings")
+        changes: dict[str, str | None] = {}
+        for change in request.changes:
+            setting = topic_setting_name(change.name)
+            if setting in changes:
+                raise HeadwaterError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"topic config {setting} is changed twice in one request; change it once",
+                )
+            changes[setting] = change.value if change.HasField("value") else None
+        answer = await self._decide(
+            context,
+            "AlterTopicConfigs",
+            request,
+            lambda controller, image, epoch: decisions.alter_topic_configs(
+                image,
+                epoch,
+                request.topic,
+                changes,
+                request.replace,
+                controller.limits,
+                request.validate_only,
+            ),
+        )
+        if isinstance(answer, pb.AlterTopicConfigsResponse):
+            configs = dict(answer.configs)
+        else:
+            configs = answer
+        if not request.validate_only:
+            await self.state.wait_until(
+                lambda image: (
+                    request.topic not in image.topics
+                    or dict(image.topics[request.topic].configs) == configs
+                ),
+                METADATA_WAIT_S,
+            )
+            await self._wait_for_local_logs()
+        return pb.AlterTopicConfigsResponse(configs=configs)
 
     @rpc_handler
     async def ReassignPartition(
@@ -283,7 +362,7 @@ class AdminService(pb_grpc.AdminServicer):
         local_only = is_local_only(context)
         described = [
             self._describe_local(topic, any_replica=local_only)
-            async for topic in yield_every(topics)
+            async for topic in yield_every(topics, weight=lambda t: len(t.partitions))
         ]
         if not local_only:
             await self._fill_from_replicas(image, topics, described)

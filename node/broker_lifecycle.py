@@ -79,6 +79,10 @@ class BrokerLifecycle:
         self.peers = peers
         self.partition_capacity = partition_capacity
         """Most partition replicas this node can host (registered with the controller)."""
+        self.kafka_address = ""
+        """HOST:PORT Kafka clients are told for this node, registered with the controller
+        ("": no Kafka listener). Set before ``start``: it is sent when the broker
+        registers."""
         self.incarnation_id = uuid.uuid4().hex
         self.broker_epoch = -1
         self.fenced = True
@@ -146,6 +150,7 @@ class BrokerLifecycle:
                 internal_address=self.peers.internal_address,
                 partition_capacity=self.partition_capacity,
                 rack=self.config.rack,
+                kafka_address=self.kafka_address,
             ),
             timeout=CALL_TIMEOUT_S,
         )

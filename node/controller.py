@@ -355,6 +355,7 @@ class ControllerDriver:
         rack: str,
         internal_address: str,
         partition_capacity: int = 0,
+        kafka_address: str = "",
     ) -> int:
         self._last_heartbeat_ms[node_id] = monotonic_ms()
         broker_epoch, _ = await self.run(
@@ -367,6 +368,7 @@ class ControllerDriver:
                 rack,
                 internal_address,
                 partition_capacity,
+                kafka_address,
             )
         )
         self._last_heartbeat_ms[node_id] = monotonic_ms()

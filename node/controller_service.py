@@ -53,6 +53,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             request.rack,
             request.internal_address,
             request.partition_capacity,
+            request.kafka_address,
         )
         return pb.RegisterBrokerResponse(broker_epoch=epoch)
 

@@ -36,7 +36,8 @@ from headwater.errors import ErrorCode, HeadwaterError
 T = TypeVar("T")
 H = TypeVar("H", bound=Hashable)
 LOOP_SLICE_ITEMS: Final = 100
-"""Items (topics described, ...) an answer builds before it yields the event loop."""
+"""Items (topics, or partitions described, ...) an answer builds before it yields the
+event loop."""
 
 
 def check_count(count: int, limit: int, what: str, setting: str) -> None:
@@ -56,11 +57,18 @@ def distinct(items: Sequence[H], limit: int, what: str, setting: str) -> list[H]
     return list(dict.fromkeys(items))
 
 
-async def yield_every(items: Iterable[T], count: int = LOOP_SLICE_ITEMS) -> AsyncIterator[T]:
-    """``items``, giving the event loop back after every ``count`` of them."""
-    for i, item in enumerate(items, 1):
+async def yield_every(
+    items: Iterable[T], count: int = LOOP_SLICE_ITEMS, weight: Callable[[T], int] | None = None
+) -> AsyncIterator[T]:
+    """``items``, giving the event loop back after every ``count`` of them, or, with
+    ``weight``, once the items since the last time weigh ``count`` (a topic by its
+    partitions: a few wide topics hold the loop as long as many narrow ones)."""
+    held = 0
+    for item in items:
         yield item
-        if i % count == 0:
+        held += weight(item) if weight is not None else 1
+        if held >= count:
+            held = 0
             await asyncio.sleep(0)
 
 

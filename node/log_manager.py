@@ -19,11 +19,13 @@ one ERROR names the folder and the errno, ``on_log_dir_change`` tells the node (
 reports it to the controller in its heartbeats: its leaderships move to in-sync replicas
 elsewhere, and it is taken out of every ISR), and the next ``reconcile`` closes every
 hosted log and opens none. The maintenance thread then checks the folder every
-``LOG_DIR_PROBE_S``: once it has ``log_dir_free_bytes_min`` free and a test file can be
-written and fsynced there, the folder is back online, and the next ``reconcile`` opens
-the logs again through recovery; the replicas are followers and rejoin the ISRs once
-they have caught up. Nothing acknowledged is lost on the way: every failed write was
-rolled back before it was answered.
+``LOG_DIR_PROBE_S``: once it has ``log_dir_free_bytes_min`` free beyond the blocks its own
+logs gave back when they closed (their segments' reserves, which the reopened logs take
+again: counting them as room would bring a full folder back only to fill it at once), and
+a test file can be written and fsynced there, the folder is back online, and the next
+``reconcile`` opens the logs again through recovery; the replicas are followers and
+rejoin the ISRs once they have caught up. Nothing acknowledged is lost on the way: every
+failed write was rolled back before it was answered.
 
 The node hosts exactly the partitions whose replicas include it in the metadata image.
 ``reconcile(image)`` opens the logs of newly assigned partitions and sets each one's role
@@ -221,6 +223,9 @@ class LogManager:
         """Called (from any thread) when the folder goes offline or comes back."""
         self._slow_until = 0.0  # monotonic; see disk_slow
         self._offline_lock = threading.Lock()
+        self._reserves_given_back = 0
+        """Bytes the logs closed since the folder went offline gave back (see the module
+        doc): the folder needs that much free besides ``log_dir_free_bytes_min``."""
         self._stop = threading.Event()
         self._maintenance = threading.Thread(
             target=self._maintain, name="log-maintenance", daemon=True
@@ -402,6 +407,10 @@ class LogManager:
                     hosted.log_config = log_config
                     hosted.max_message_bytes = log_config.max_message_bytes
                     hosted.log.config = log_config
+                    hosted.fsync_on_append = log_config.flush_policy is FlushPolicy.ACK
+                hosted.min_insync_replicas = int(
+                    topic.configs.get("min_insync_replicas", self.config.min_insync_replicas)
+                )
                 if (
                     may_lead
                     and state.leader == node_id
@@ -631,7 +640,7 @@ class LogManager:
         and fsynced there (checked, not assumed); True when it did."""
         needed = self.config.log_dir_free_bytes_min
         try:
-            if shutil.disk_usage(self.data_dir).free < needed:
+            if shutil.disk_usage(self.data_dir).free < needed + self._reserves_given_back:
                 return False
             probe = self.data_dir / PROBE_FILE
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -649,6 +658,7 @@ class LogManager:
             return False
         with self._offline_lock:
             problem, self.offline_problem = self.offline_problem, ""
+            self._reserves_given_back = 0
         _log.warning(
             "the data folder %s is online again (it was offline: %s; free now: %s): its "
             "logs are opened again and their replicas catch up as followers",
@@ -669,6 +679,8 @@ class LogManager:
         only in memory where its files cannot be written; no folder is deleted."""
         closing, self._partitions = self._partitions, {}
         for partition in closing.values():
+            if isinstance(partition.log, FileLog):
+                self._reserves_given_back += partition.log.reserve_bytes
             partition.close()
             try:
                 partition.log.close()

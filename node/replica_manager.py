@@ -89,19 +89,33 @@ class ReplicaManager:
         self._followed: dict[Key, int] = {}  # partition -> leader id
         self.proposals = IsrProposals(config.node_id, config.replica_lag_ms_max)
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._tick_forever())
 
     async def stop(self) -> None:
+        """End the ISR checks and every fetcher. Once called, ``reconcile`` starts
+        nothing: a metadata change that arrives while the fetchers are being stopped
+        cannot leave one running (or change the set being stopped)."""
+        self._stopped = True
         await cancel_and_wait(self._task)
-        for fetcher in self._fetchers.values():
+        while self._fetchers:
+            _leader, fetcher = self._fetchers.popitem()
             await fetcher.stop()
+        self._followed.clear()
+
+    def stopping(self) -> bool:
+        """Has ``stop`` been called?"""
+        return self._stopped
 
     async def reconcile(
         self, image: MetadataImage, roles: list[tuple[Partition, PartitionState]]
     ) -> None:
-        """Follow the leader of every hosted partition this node does not lead."""
+        """Follow the leader of every hosted partition this node does not lead (nothing
+        once ``stop`` has been called)."""
+        if self._stopped:
+            return
         me = self.config.node_id
         wanted: dict[Key, tuple[Partition, PartitionState]] = {
             (p.topic, p.index): (p, s) for p, s in roles if s.leader not in (me, -1)
@@ -115,10 +129,12 @@ class ReplicaManager:
             fetcher = self._fetchers.get(state.leader)
             address = image.broker_internal_address(state.leader)
             if fetcher is not None and fetcher.address != address:
-                await fetcher.stop()
+                del self._fetchers[state.leader]
                 for followed in list(fetcher.following):
                     self._followed.pop(followed, None)
-                del self._fetchers[state.leader]
+                await fetcher.stop()
+                if self.stopping():
+                    return  # stopped while this fetcher was being stopped
                 fetcher = None
             if fetcher is None:
                 if not address:

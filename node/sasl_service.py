@@ -78,22 +78,14 @@ class SaslService(pb_grpc.SaslServicer):
     def __init__(
         self,
         config: NodeConfig,
-        image: Callable[[], MetadataImage],
         sessions: Sessions,
-        passwords: PasswordChecks,
-        secret: bytes,
-        clock: Callable[[], float] = time.monotonic,
+        logins: ScramLogins,
     ) -> None:
         self.enabled = scram.MECHANISM in config.sasl_enabled_mechanisms.split(",")
         self.plaintext_refused = not config.tls and config.credentials_over_plaintext != "allow"
         self.lifetime_s = config.sasl_session_lifetime_ms / 1000
-        self.image = image
         self.sessions = sessions
-        self.passwords = passwords
-        self.clock = clock
-        self._stand_in_key = hmac.new(secret, b"headwater scram stand-in", hashlib.sha256).digest()
-        self._exchanges: dict[str, _Exchange] = {}
-        self._per_host: dict[str, int] = {}
+        self.logins = logins
 
     @rpc_handler
     async def Authenticate(
@@ -111,15 +103,52 @@ class SaslService(pb_grpc.SaslServicer):
             )
         host = host_of_peer(context.peer())
         if not request.exchange_id:
-            return self._begin(request, host)
-        return await self._finish(request, host)
+            if request.mechanism != scram.MECHANISM:
+                raise authentication_failed(
+                    f"mechanism {request.mechanism[:40]!r} is not supported: use {scram.MECHANISM}"
+                )
+            exchange_id, server_first = self.logins.begin(request.message, host)
+            return pb.SaslAuthenticateResponse(message=server_first, exchange_id=exchange_id)
+        proved = await self.logins.finish(request.exchange_id, request.message, host)
+        token = self.sessions.create(proved.user, proved.credential, self.lifetime_s)
+        return pb.SaslAuthenticateResponse(
+            message=proved.server_final,
+            session_token=token,
+            session_lifetime_ms=int(self.lifetime_s * 1000),
+        )
 
-    def _begin(self, request: pb.SaslAuthenticateRequest, host: str) -> pb.SaslAuthenticateResponse:
-        if request.mechanism != scram.MECHANISM:
-            raise authentication_failed(
-                f"mechanism {request.mechanism[:40]!r} is not supported: use {scram.MECHANISM}"
-            )
-        client = scram.parse_client_first(request.message)
+
+@dataclass(frozen=True, slots=True)
+class Proved:
+    """A finished SCRAM login: the server's last message, the user and the credential
+    its proof matched."""
+
+    server_final: str
+    user: str
+    credential: ScramCredential
+
+
+class ScramLogins:
+    """The server's half of SCRAM-SHA-256 exchanges for every front (the gRPC Sasl
+    service, Kafka's SaslAuthenticate), with the limits of the module docstring."""
+
+    def __init__(
+        self,
+        image: Callable[[], MetadataImage],
+        passwords: PasswordChecks,
+        secret: bytes,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.image = image
+        self.passwords = passwords
+        self.clock = clock
+        self._stand_in_key = hmac.new(secret, b"headwater scram stand-in", hashlib.sha256).digest()
+        self._exchanges: dict[str, _Exchange] = {}
+        self._per_host: dict[str, int] = {}
+
+    def begin(self, client_first: str, host: str) -> tuple[str, str]:
+        """(exchange id, server-first message) for a client-first message from ``host``."""
+        client = scram.parse_client_first(client_first)
         self._forget_expired()
         key = host_key(host)
         held = self._per_host.get(key, 0)
@@ -146,15 +175,13 @@ class SaslService(pb_grpc.SaslServicer):
             host, key, client, credential, server_first, self.clock() + EXCHANGE_TTL_S
         )
         self._per_host[key] = held + 1
-        return pb.SaslAuthenticateResponse(message=server_first, exchange_id=exchange_id)
+        return exchange_id, server_first
 
-    async def _finish(
-        self, request: pb.SaslAuthenticateRequest, host: str
-    ) -> pb.SaslAuthenticateResponse:
+    async def finish(self, exchange_id: str, client_final: str, host: str) -> Proved:
+        """Check the client-final message of exchange ``exchange_id`` from ``host``:
+        the proof's user and credential, or SASL_AUTHENTICATION_FAILED (late)."""
         exchange = (
-            self._exchanges.get(request.exchange_id)
-            if len(request.exchange_id) <= EXCHANGE_ID_CHARS_MAX
-            else None
+            self._exchanges.get(exchange_id) if len(exchange_id) <= EXCHANGE_ID_CHARS_MAX else None
         )
         if (
             exchange is None
@@ -165,7 +192,7 @@ class SaslService(pb_grpc.SaslServicer):
                 "no unfinished login with this exchange_id from this host on this node (it "
                 f"lives {EXCHANGE_TTL_S:.0f} s): start again"
             )
-        self._drop(request.exchange_id, exchange)
+        self._drop(exchange_id, exchange)
         credential = exchange.credential
         current = self.image().users.get(exchange.client.user)
         try:
@@ -174,7 +201,7 @@ class SaslService(pb_grpc.SaslServicer):
                 proved or self._stand_in(exchange.client.user),
                 exchange.client,
                 exchange.server_first,
-                request.message,
+                client_final,
             )
             if proved is None:
                 raise authentication_failed("unknown user or wrong password")
@@ -187,12 +214,7 @@ class SaslService(pb_grpc.SaslServicer):
                     "user or wrong password"
                 ) from None
             raise
-        token = self.sessions.create(exchange.client.user, proved, self.lifetime_s)
-        return pb.SaslAuthenticateResponse(
-            message=server_final,
-            session_token=token,
-            session_lifetime_ms=int(self.lifetime_s * 1000),
-        )
+        return Proved(server_final, exchange.client.user, proved)
 
     def _stand_in_salt(self, user: str) -> bytes:
         return hmac.new(self._stand_in_key, user.encode(), hashlib.sha256).digest()[

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from headwater.addresses import parse_address
 from headwater.config import NodeConfig
 from headwater.node.admin_service import AdminService
 from headwater.node.authorizer import Authenticate, Authorizer, TrustMembers
@@ -30,6 +32,11 @@ from headwater.node.controller import LEADER_FALLBACK_ELECTIONS, ControllerDrive
 from headwater.node.controller_service import ControllerService
 from headwater.node.groups.coordinator import GroupCoordinator
 from headwater.node.groups.service import GroupsService
+from headwater.node.kafka.group_handlers import GroupHandlers
+from headwater.node.kafka.groups import ClassicGroups
+from headwater.node.kafka.handlers import KafkaHandlers
+from headwater.node.kafka.listener import KafkaListener
+from headwater.node.kafka.sasl import KafkaSasl
 from headwater.node.log_manager import DataDirError, LogManager, now_ms
 from headwater.node.metrics import (
     GroupSample,
@@ -45,10 +52,10 @@ from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.replica_manager import ReplicaManager
 from headwater.node.replica_service import ReplicaService
 from headwater.node.request_decoding import DecodeRequests, quiet_grpc_log
-from headwater.node.sasl_service import SaslService
+from headwater.node.sasl_service import SaslService, ScramLogins
 from headwater.node.service import BrokerService
 from headwater.node.throttling import Quotas
-from headwater.node.tls_setup import load_node_tls
+from headwater.node.tls_setup import load_node_tls, principal_of_certificate
 from headwater.quotas import REQUEST_RATE
 from headwater.raft.image import MetadataImage
 from headwater.raft.quorum import (
@@ -100,8 +107,12 @@ class Node:
         self.follower: MetadataFollower | None = None
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinator | None = None
+        self.kafka: KafkaListener | None = None
+        self.classic_groups: ClassicGroups | None = None
+        self.kafka_address = ""
         self._reconciling: asyncio.Task[None] | None = None
         self._reconcile_again = False
+        self._stopping = False  # set once the parts are being stopped: no more reconciles
         self._reconciled_ready = False
         self._roles_allowed = False  # the leadership allowance the roles were set with
         self._serving_watch: asyncio.Task[None] | None = None
@@ -165,6 +176,8 @@ class Node:
         self.state.add_listener(self._on_image)
         await self.server.start()
         await self.internal_server.start()
+        if self.kafka is not None:
+            await self._start_kafka(self.kafka)
         if self.controller is not None:
             self.controller.start()
         if not config.is_controller:
@@ -222,6 +235,28 @@ class Node:
             # A wildcard is not an address peers can dial: they get the client host.
             host = self.config.client_address.rpartition(":")[0]
         self.peers.internal_address = f"{host}:{internal_port}"
+
+    async def _start_kafka(self, kafka: KafkaListener) -> None:
+        """Bind the Kafka listener; its address (``NodeConfig.kafka_address``) goes into
+        the broker's registration, so it is set before the lifecycle starts."""
+        host, port = parse_address(self.config.kafka_listen, "kafka_listen")
+        try:
+            bound = await kafka.start(host.strip("[]"), port)
+        except OSError as exc:
+            raise ListenError(
+                f"cannot bind the Kafka listener {self.config.kafka_listen}: {exc.strerror}; "
+                "check --kafka-listen"
+            ) from exc
+        self.kafka_address = self.config.kafka_address(bound)
+        if self.lifecycle is not None:
+            self.lifecycle.kafka_address = self.kafka_address
+        _log.info("node %d serving Kafka clients on %s", self.config.node_id, self.kafka_address)
+
+    def _kafka_address_of(self, node_id: int) -> str:
+        """The Kafka address broker ``node_id`` registered; this node's own at once."""
+        if node_id == self.config.node_id:
+            return self.kafka_address
+        return self.state.image.broker_kafka_address(node_id)
 
     def _start_quorum(self) -> MetadataQuorum:
         config = self.config
@@ -321,16 +356,55 @@ class Node:
             self.may_lead,
             authorizer=authorizer,
         )
-        pb_grpc.add_SaslServicer_to_server(
-            SaslService(
-                config,
-                lambda: self.state.image,
-                self.authenticate.sessions,
-                self.authenticate.passwords,
-                self.secret.encode(),
-            ),
-            server,
+        scram_logins = ScramLogins(
+            lambda: self.state.image, self.authenticate.passwords, self.secret.encode()
         )
+        pb_grpc.add_SaslServicer_to_server(
+            SaslService(config, self.authenticate.sessions, scram_logins), server
+        )
+        if config.kafka_listen and config.is_broker:
+            assert self.groups is not None  # every broker coordinates groups
+            classic = self.classic_groups = ClassicGroups(config, groups, self.groups)
+            groups.classic = classic
+            kafka_protocol = config.kafka_security_protocol
+            sasl = (
+                KafkaSasl(
+                    tuple(m for m in config.sasl_enabled_mechanisms.split(",") if m),
+                    lambda: self.state.image.users,
+                    self.authenticate.passwords,
+                    scram_logins,
+                )
+                if kafka_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+                else None
+            )
+            kafka_tls = (
+                self.tls.server_context(
+                    config.tls_cert_file, config.tls_key_file, config.tls_ca_file
+                )
+                if self.tls is not None and kafka_protocol in ("SSL", "SASL_SSL")
+                else None
+            )
+            self.kafka = KafkaListener(
+                KafkaHandlers(
+                    broker.core,
+                    kafka_address=self._kafka_address_of,
+                    create_topics=admin.create_topics,
+                    delete_topics=admin.delete_topics,
+                    create_partitions=admin.create_partitions,
+                    alter_topic_configs=admin.alter_topic_configs,
+                    # Kafka clients send topic changes to the "controller": any broker
+                    # takes them here and passes them to the active controller.
+                    controller_id=lambda: config.node_id,
+                    quotas=self.quotas,
+                    groups=GroupHandlers(classic, groups, authorizer, self._kafka_address_of),
+                    sasl=sasl is not None,
+                ),
+                sasl,
+                kafka_tls,
+                functools.partial(principal_of_certificate, mapping=config.tls_principal_mapping)
+                if kafka_tls is not None and config.tls_client_auth == "required"
+                else None,
+            )
         for listener in (server, self.internal_server):
             pb_grpc.add_BrokerServicer_to_server(broker, listener)
             pb_grpc.add_AdminServicer_to_server(admin, listener)
@@ -411,7 +485,7 @@ class Node:
     def _on_image(self, _image: MetadataImage) -> None:
         if not self.state.current and self._image_current():
             self.state.current = True
-        if not self.config.is_broker:
+        if not self.config.is_broker or self._stopping:
             return
         self._reconcile_again = True
         if self._reconciling is None or self._reconciling.done():
@@ -424,7 +498,7 @@ class Node:
         node acts only on the newest metadata. Leadership is taken only where
         ``_leadership_allowed``; ``_watch_roles`` reconciles again when that changes."""
         assert self.logs is not None
-        while self._reconcile_again:
+        while self._reconcile_again and not self._stopping:
             self._reconcile_again = False
             image = self.state.image
             if self._image_current():
@@ -623,17 +697,25 @@ class Node:
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.serving = False
         await self.health.enter_graceful_shutdown()
+        # The hosted logs' roles stop following the image before the parts that act on
+        # them stop: a reconcile running beside them could start a fetcher or a group
+        # load after its part has stopped.
+        self._stopping = True
+        if self._reconciling is not None:
+            await asyncio.gather(self._reconciling, return_exceptions=True)
         for part in (self.groups, self.replicas, self.lifecycle, self.follower, self.controller):
             if part is not None:
                 await part.stop()
         self._ready_watch.cancel()
         if self._serving_watch is not None:
             self._serving_watch.cancel()
+        if self.kafka is not None:
+            await self.kafka.close()
+        if self.classic_groups is not None:
+            self.classic_groups.close()
         await asyncio.gather(
             self.server.stop(SHUTDOWN_GRACE_S), self.internal_server.stop(SHUTDOWN_GRACE_S)
         )
-        if self._reconciling is not None:
-            await asyncio.gather(self._reconciling, return_exceptions=True)
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
         if self.quorum is not None:

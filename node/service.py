@@ -31,12 +31,13 @@ from typing import Any, Final, TypeVar
 
 import grpc
 
-from headwater.acls import CLUSTER_RESOURCE, Operation, ResourceType
+from headwater.acls import Operation, ResourceType
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import abort
 from headwater.log import batch as batch_format
 from headwater.node.authorizer import Authorizer
+from headwater.node.broker_core import Appended, BrokerCore, OffsetSpec
 from headwater.node.cluster_state import ClusterState
 from headwater.node.forwarding import Forwarder
 from headwater.node.limits import LongCallSlots, StreamBudget, distinct, yield_every
@@ -50,7 +51,6 @@ from headwater.node.record_encoding import decoded_records, encode_records
 from headwater.node.throttling import Quotas
 from headwater.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_RATE
 from headwater.raft.image import MetadataImage, TopicImage
-from headwater.raft.records import NO_LEADER
 from headwater.topics import INTERNAL_PREFIX
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -58,7 +58,6 @@ from headwater.v1 import headwater_pb2_grpc as pb_grpc
 _log = logging.getLogger(__name__)
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 PRODUCE_TIMEOUT_MS_MAX: Final = 300_000
-TAKEOVER_WAIT_S: Final = 2.0
 # Requests of one ProduceStream appended and waiting for their acknowledgement at once.
 PRODUCE_PIPELINE_MAX: Final = 32
 ACKS_VALID: Final = (pb.ACKS_UNSPECIFIED, pb.ACKS_NONE, pb.ACKS_LEADER, pb.ACKS_ALL)
@@ -90,7 +89,6 @@ def _invalid(message: str, code: ErrorCode = ErrorCode.INVALID_REQUEST) -> Headw
     return HeadwaterError(code, message)
 
 
-PRODUCER_ID_WAIT_S: Final = 1.0
 FETCH_STREAM_IDLE_WAIT_S: Final = 0.5
 """After an empty answer, a FetchStream waits this long for records before the next one
 (whatever its max_wait_ms): an idle stream answers at most twice a second."""
@@ -123,70 +121,30 @@ class BrokerService(pb_grpc.BrokerServicer):
         self.auth = authorizer
         self.quotas = quotas
         self.metrics = metrics
-        self.producer_ids = producer_ids
-        self.logs = logs
         self.state = state
+        self.core = BrokerCore(
+            config,
+            logs,
+            state,
+            authorizer=authorizer,
+            may_lead=may_lead,
+            producer_ids=producer_ids,
+            metrics=metrics,
+        )
         self.forwarding = Forwarder(config, peers)
         self.long_calls = LongCallSlots(config.streams_per_connection_max, config.streams_max)
         self.metadata_answers = MetadataAnswers(config.node_id, quorum_status, controller_active)
-        self.may_lead = may_lead
         self._round_robin = itertools.count()
 
     # ------------------------------------------------------------------ routing
 
     def _topic(self, image: MetadataImage, name: str) -> TopicImage:
-        """The topic ``name`` of ``image``. A node that has not yet seen a current image
-        (it is starting and replaying or fetching the metadata) answers LEADER_NOT_AVAILABLE
-        (retriable) for a topic it does not know, never "does not exist": the topic may
-        well exist."""
-        if name not in image.topics and not self.state.current:
-            raise HeadwaterError(
-                ErrorCode.LEADER_NOT_AVAILABLE,
-                f"node {self.config.node_id} is starting and has not caught up with the "
-                f"cluster metadata yet, so it cannot tell where topic {name!r} is; retry "
-                "(or ask another node)",
-            )
-        return image.topic_named(name)
+        return self.core.topic(image, name)
 
     async def _leader_replica(
         self, image: MetadataImage, topic: TopicImage, index: int
     ) -> Partition | None:
-        """This node's replica when it leads partition ``index``; None when another node
-        does. Raises LEADER_NOT_AVAILABLE while the partition has no leader. When the
-        metadata has just made this node the leader, waits (up to TAKEOVER_WAIT_S) for the
-        replica to take the role."""
-        state = topic.partitions[index]
-        if state.leader == NO_LEADER:
-            raise HeadwaterError(
-                ErrorCode.LEADER_NOT_AVAILABLE,
-                f"partition {index} of {topic.name!r} has no leader: no in-sync replica "
-                f"is alive (replicas {list(state.replicas)}, ISR {list(state.isr)})",
-            )
-        if state.leader != self.config.node_id:
-            return None
-        if self.logs.offline_problem:
-            raise HeadwaterError(
-                ErrorCode.KAFKA_STORAGE_ERROR,
-                f"node {self.config.node_id} cannot lead {topic.name}-{index}: its data folder "
-                f"is offline ({self.logs.offline_problem}); its leadership is moving to "
-                "another in-sync replica, retry",
-            )
-        if not self.may_lead():
-            raise HeadwaterError(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                f"node {self.config.node_id} is starting or fenced and cannot lead "
-                f"{topic.name}-{index} yet; retry",
-            )
-        local = self.logs.partition(topic.name, index)
-        if local is None or local.leader_epoch < state.leader_epoch:
-            await self.state.wait_reconciled(image.offset, TAKEOVER_WAIT_S)
-            local = self.logs.partition(topic.name, index)
-        if local is None or not local.is_leader or local.leader_epoch != state.leader_epoch:
-            raise HeadwaterError(
-                ErrorCode.LEADER_NOT_AVAILABLE,
-                f"partition {index} of {topic.name!r} is becoming led by this node; retry",
-            )
-        return local
+        return await self.core.leader_replica(image, topic, index)
 
     # ------------------------------------------------------------------ Produce
 
@@ -383,93 +341,24 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def _append(
         self, partition: Partition, batch: bytes, request: pb.ProduceRequest
     ) -> asyncio.Future[pb.PartitionProduceResult]:
-        """Append ``batch``; return its acknowledgement: done at once for acks 0 and 1, a
-        task waiting for the in-sync replicas for acks=all."""
-        max_message_bytes = partition.max_message_bytes
-        if len(batch) > max_message_bytes:
-            raise HeadwaterError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"batch of {len(batch)} bytes exceeds max_message_bytes {max_message_bytes} of "
-                f"topic {partition.topic!r}",
-            )
-        header = batch_format.validate_batch(
+        """Append ``batch``; return its acknowledgement (``BrokerCore.append``)."""
+        acknowledgement = await self.core.append(
+            partition,
             batch,
-            max_uncompressed_bytes=max_message_bytes,
-            timestamp_range=partition.log_config.timestamp_range(now_ms()),
-            require_keys=partition.log_config.compacted,
+            acks_all=request.acks in (pb.ACKS_ALL, pb.ACKS_UNSPECIFIED),
+            timeout_ms=request.timeout_ms,
+            deadline_unix_ms=request.deadline_unix_ms,
         )
-        partition.check_open()
-        acks_all = request.acks in (pb.ACKS_ALL, pb.ACKS_UNSPECIFIED)
-        if header.producer_id >= 0:
-            await self._check_idempotent(header.producer_id, acks_all)
-        if acks_all:
-            partition.check_min_insync()
-        info = await partition.append(batch, now_ms(), request.deadline_unix_ms)
-        if self.metrics is not None and not info.duplicate:
-            self.metrics.count_in(partition.topic, info.record_count, len(batch))
-        result = pb.PartitionProduceResult(
-            partition=partition.index,
-            base_offset=info.base_offset,
-            record_count=info.record_count,
-            log_start_offset=info.log_start_offset,
-        )
-        if not acks_all:
-            return _resolved(result)
-        timeout_s = (request.timeout_ms or self.config.request_timeout_ms) / 1000
-
-        async def replicated() -> pb.PartitionProduceResult:
-            await partition.wait_for_replication(info.last_offset + 1, timeout_s)
-            return result
-
-        return asyncio.get_running_loop().create_task(replicated())
-
-    async def _check_idempotent(self, producer_id: int, acks_all: bool) -> None:
-        """An idempotent batch needs acks=all (a retry deduplicates only what the in-sync
-        replicas hold) and a producer id the cluster allocated, or one from the range
-        writers name themselves (SELF_NAMED_PRODUCER_ID_MIN up)."""
-        if not acks_all:
-            raise _invalid(
-                f"the batch carries producer id {producer_id} (idempotent) and needs acks=all; "
-                "idempotent batches sent with acks 0 or 1 are refused",
-                ErrorCode.INVALID_REQUIRED_ACKS,
-            )
-        if producer_id >= batch_format.SELF_NAMED_PRODUCER_ID_MIN:
-            return  # named by its writer, not allocated (docs/record-batch-format.md)
-        if producer_id >= self.state.image.next_producer_id:
-            # Allocated a moment ago through another node, maybe: this image may lag.
-            await self.state.wait_until(
-                lambda image: image.next_producer_id > producer_id, PRODUCER_ID_WAIT_S
-            )
-        allocated = self.state.image.next_producer_id
-        if producer_id >= allocated:
-            raise HeadwaterError(
-                ErrorCode.UNKNOWN_PRODUCER_ID,
-                f"producer id {producer_id} was never allocated (ids below {allocated} are); "
-                "ask InitProducerId for one; nothing was appended",
-            )
+        if not acknowledgement.done():  # acks=all: waits for the in-sync replicas
+            return asyncio.ensure_future(_produce_result(acknowledgement))
+        return _resolved(_partition_result(acknowledgement.result()))
 
     @rpc_handler
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.InitProducerIdResponse:
-        # Kafka's rule for an idempotent producer: write on the cluster or on any topic.
-        # (A generator: with the authorizer off, no topic is looked at.)
-        image = self.state.image
-        self.auth.require_any(
-            Operation.WRITE,
-            itertools.chain(
-                [(ResourceType.CLUSTER, CLUSTER_RESOURCE)],
-                ((ResourceType.TOPIC, name) for name in image.topics),
-            ),
-        )
-        if self.producer_ids is None:
-            raise HeadwaterError(
-                ErrorCode.BROKER_NOT_AVAILABLE,
-                f"node {self.config.node_id} is not a broker; ask a broker for a producer id",
-            )
-        return pb.InitProducerIdResponse(
-            producer_id=await self.producer_ids.next_id(), producer_epoch=0
-        )
+        producer_id, producer_epoch = await self.core.init_producer_id()
+        return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=producer_epoch)
 
     def _encode_records(
         self, request: pb.ProduceRequest, partitions: int, topic: TopicImage
@@ -602,22 +491,13 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def _fetch(
         self, partition: Partition, request: pb.FetchRequest, offset: int
     ) -> pb.FetchResponse:
-        """One long poll of ``partition`` from ``offset``."""
-        partition.check_open()
-        partition.check_leader()
-        partition.check_fetch_offset(offset)
+        """One long poll of ``partition`` from ``offset`` (``BrokerCore.read``)."""
         response_max = request.max_response_bytes or STOCK_RECEIVE_BYTES
         records_bytes_max = response_max - RESPONSE_FRAMING_BYTES
         max_bytes = min(request.max_bytes or self.config.fetch_bytes_default, records_bytes_max)
-        deadline = time.monotonic() + request.max_wait_ms / 1000
-        result = partition.read(offset, max_bytes)
-        while len(result.data) < max(request.min_bytes, 1) and time.monotonic() < deadline:
-            await partition.wait_for_data(result.next_offset, deadline - time.monotonic())
-            partition.check_open()
-            partition.check_leader()
-            result = partition.read(offset, max_bytes)
-            if len(result.data) and len(result.data) >= request.min_bytes:
-                break
+        result = await self.core.read(
+            partition, offset, max_bytes, request.min_bytes, request.max_wait_ms / 1000
+        )
         if len(result.data) > records_bytes_max:  # one batch alone, more than the client takes
             raise _too_large(offset, len(result.data), response_max)
         response = pb.FetchResponse(
@@ -634,8 +514,8 @@ class BrokerService(pb_grpc.BrokerServicer):
                 response.next_offset = answer.resume_offset
         else:
             response.records = result.data
-        if self.metrics is not None and result.data:  # what the answer holds, when cut
-            self.metrics.count_out(partition.topic, response.next_offset - offset, len(result.data))
+        # What the answer holds, when cut.
+        self.core.count_out(partition, response.next_offset - offset, len(result.data))
         return response
 
     # ------------------------------------------------------------------ ListOffsets
@@ -671,7 +551,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 address = self.forwarding.leader_address(image, topic, index, is_forwarded(context))
                 remote.setdefault(address, []).append(index)
             else:
-                found[index] = _offset_of(local, request)
+                found[index] = _offset_of(self.core, local, request)
         for address, subset in remote.items():
             answer = await self.forwarding.list_offsets(address, request, subset)
             found.update({o.partition: o for o in answer.offsets})
@@ -695,9 +575,14 @@ class BrokerService(pb_grpc.BrokerServicer):
         names = asked or self.auth.visible(ResourceType.TOPIC, sorted(image.topics))
         topics = [
             self.metadata_answers.topic_metadata(image, self._topic(image, name))
-            async for name in yield_every(names)
+            async for name in yield_every(names, weight=lambda n: _partitions_of(image, n))
         ]
         return self.metadata_answers.response(image, topics, request.include_digest)
+
+
+def _partitions_of(image: MetadataImage, name: str) -> int:
+    topic = image.topics.get(name)
+    return len(topic.partitions) if topic is not None else 1
 
 
 STOCK_RECEIVE_BYTES: Final = 4 << 20
@@ -718,33 +603,33 @@ def _too_large(offset: int, size: int, response_max: int, what: str = "batch") -
     )
 
 
-def _offset_of(partition: Partition, request: pb.ListOffsetsRequest) -> pb.PartitionOffset:
-    """Raises OFFSET_NOT_AVAILABLE (retriable) for the latest or a timestamp's offset while
-    a new leader's high watermark is below the offset its leadership began at: it is
-    catching up with its followers, and answering it would send a reader back from
-    offsets it was told were committed (Kafka's KIP-207)."""
-    if (
-        request.spec != pb.OFFSET_SPEC_EARLIEST
-        and partition.high_watermark < partition.epoch_start_offset
-    ):
-        raise HeadwaterError(
-            ErrorCode.OFFSET_NOT_AVAILABLE,
-            f"{partition.topic}-{partition.index}: the new leader's high watermark "
-            f"{partition.high_watermark} has not yet reached the offset its leadership began "
-            f"at ({partition.epoch_start_offset}); retry",
-        )
-    timestamp = -1
-    if request.spec == pb.OFFSET_SPEC_EARLIEST:
-        offset = partition.log.log_start_offset
-    elif request.spec == pb.OFFSET_SPEC_LATEST:
-        offset = partition.high_watermark
-    else:
-        found = partition.log.offset_for_timestamp(request.timestamp_ms)
-        if found and found[0] < partition.high_watermark:
-            offset, timestamp = found
-        else:
-            offset = partition.high_watermark
-    return pb.PartitionOffset(partition=partition.index, offset=offset, timestamp_ms=timestamp)
+_OFFSET_SPECS: Final = {
+    pb.OFFSET_SPEC_EARLIEST: OffsetSpec.EARLIEST,
+    pb.OFFSET_SPEC_LATEST: OffsetSpec.LATEST,
+    pb.OFFSET_SPEC_TIMESTAMP: OffsetSpec.TIMESTAMP,
+}
+
+
+def _offset_of(
+    core: BrokerCore, partition: Partition, request: pb.ListOffsetsRequest
+) -> pb.PartitionOffset:
+    found = core.offset_of(partition, _OFFSET_SPECS[request.spec], request.timestamp_ms)
+    return pb.PartitionOffset(
+        partition=partition.index, offset=found.offset, timestamp_ms=found.timestamp_ms
+    )
+
+
+async def _produce_result(acknowledgement: asyncio.Future[Appended]) -> pb.PartitionProduceResult:
+    return _partition_result(await acknowledgement)
+
+
+def _partition_result(appended: Appended) -> pb.PartitionProduceResult:
+    return pb.PartitionProduceResult(
+        partition=appended.partition,
+        base_offset=appended.base_offset,
+        record_count=appended.record_count,
+        log_start_offset=appended.log_start_offset,
+    )
 
 
 def _resolved(result: pb.PartitionProduceResult) -> asyncio.Future[pb.PartitionProduceResult]:

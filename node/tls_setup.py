@@ -23,11 +23,14 @@ other nodes:
 from __future__ import annotations
 
 import datetime
+import ssl
 from dataclasses import dataclass
+from typing import Final
 
 import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import NameOID
 
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
@@ -63,6 +66,54 @@ class NodeTls:
 
     def peer_credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(self.trusted_cas, self.private_key, self.cert_chain)
+
+    def server_context(self, cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
+        """An ``ssl`` server context with the same certificate and client rule as the
+        gRPC listeners (for the Kafka listener): TLS 1.2 or later; client certificates
+        from the CA required when ``client_auth_required``."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(cert_file, key_file)
+        if self.client_auth_required:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(ca_file)
+        return context
+
+
+_SAN_KINDS: Final[
+    dict[str, type[x509.DNSName] | type[x509.UniformResourceIdentifier] | type[x509.RFC822Name]]
+] = {
+    "san_dns": x509.DNSName,
+    "san_uri": x509.UniformResourceIdentifier,
+    "san_email": x509.RFC822Name,
+}
+
+
+def principal_of_certificate(der: bytes, mapping: str) -> str:
+    """``User:<name>`` of a verified client certificate (DER) by ``tls_principal_mapping``,
+    as the gRPC listener names it; SASL_AUTHENTICATION_FAILED when the certificate lacks
+    the part the mapping names."""
+    certificate = x509.load_der_x509_certificate(der)
+    names: list[str] = []
+    if mapping == "cn":
+        names = [
+            str(a.value) for a in certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        ]
+    elif mapping == "subject":
+        names = [certificate.subject.rfc4514_string()]
+    else:
+        try:
+            extension = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+            names = [str(v) for v in extension.value.get_values_for_type(_SAN_KINDS[mapping])]
+        except x509.ExtensionNotFound:
+            names = []
+    if not names or not names[0]:
+        raise HeadwaterError(
+            ErrorCode.SASL_AUTHENTICATION_FAILED,
+            f"the client certificate has no {mapping} to name its principal "
+            "(tls_principal_mapping)",
+        )
+    return "User:" + names[0]
 
 
 def _certificates(pem: bytes, what: str, path: str) -> list[x509.Certificate]:

@@ -123,6 +123,7 @@ def register_broker(
     rack: str,
     internal_address: str = "",
     partition_capacity: int = 0,
+    kafka_address: str = "",
 ) -> ControllerResult[int]:
     """Register a broker process; the response is its broker epoch.
 
@@ -141,6 +142,7 @@ def register_broker(
         address,
         rack,
         internal_address=internal_address,
+        kafka_address=kafka_address,
         partition_capacity=partition_capacity,
     )
     after = _with_broker(image, registered)
@@ -154,6 +156,7 @@ def register_broker(
             rack,
             internal_address,
             partition_capacity,
+            kafka_address,
         )
     ]
     if existing is not None:
@@ -497,6 +500,39 @@ def create_partitions(
         for i, replicas in enumerate(assignment)
     ]
     return ControllerResult(tuple(records), None)
+
+
+def alter_topic_configs(
+    image: MetadataImage,
+    epoch: int,
+    name: str,
+    changes: Mapping[str, str | None],
+    replace: bool,
+    limits: TopicLimits,
+    validate_only: bool = False,
+) -> ControllerResult[dict[str, str]]:
+    """Change topic ``name``'s overrides: each setting in ``changes`` is set (text) or
+    removed (None); with ``replace`` every override not set by ``changes`` is removed too
+    (Kafka's AlterConfigs). The resulting overrides are checked together
+    (``limits.check_configs``, as at creation) and one ``TopicConfigChanged`` is written
+    per override that differs (none with ``validate_only``). The response is the
+    overrides after the change."""
+    topic = image.topic_named(name)
+    if name.startswith(INTERNAL_PREFIX):
+        raise _internal_refused(name, "given other configs")
+    wanted = {} if replace else dict(topic.configs)
+    for key, value in changes.items():
+        if value is None:
+            wanted.pop(key, None)
+        else:
+            wanted[key] = value
+    after = dict(limits.check_configs(wanted))
+    records = tuple(
+        r.TopicConfigChanged(epoch, topic.topic_id, key, after.get(key))
+        for key in sorted(set(topic.configs) | set(after))
+        if topic.configs.get(key) != after.get(key)
+    )
+    return ControllerResult(() if validate_only else records, after)
 
 
 def delete_topics(

@@ -52,6 +52,16 @@ BROKER_LOG_DIR_OFFLINE: Final = "log_dir_offline"
 
 @dataclass(frozen=True, slots=True)
 class BrokerState:
+    """One registered broker.
+
+    Pickled with the image into the Raft snapshot (``data_dir/raft/snapshot``, and the
+    snapshots a leader sends its followers) as the list of its field values in field
+    order. New fields are therefore added at the end only, with a default: a snapshot
+    written before a field existed holds fewer values and ``__setstate__`` gives the
+    missing ones their defaults; a snapshot with more values than this code knows has the
+    extra ones ignored (as ``dataclasses`` does).
+    """
+
     node_id: int
     incarnation_id: str
     broker_epoch: int
@@ -66,6 +76,22 @@ class BrokerState:
     log_dir_problem: str = ""
     """Why its log directory is offline ("" while it is online): see
     ``records.BrokerLogDirChanged``."""
+    kafka_address: str = ""
+    """HOST:PORT Kafka clients are told for it ("": it serves no Kafka listener)."""
+
+    def __setstate__(self, state: Sequence[object]) -> None:
+        """Unpickle from the field values in order; trailing fields the state lacks take
+        their defaults (see the class doc). Raises ValueError when a field without a
+        default is missing."""
+        fields = dataclasses.fields(self)
+        for index, f in enumerate(fields):
+            if index < len(state):
+                value = state[index]
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            else:
+                raise ValueError(f"BrokerState state of {len(state)} values lacks {f.name!r}")
+            object.__setattr__(self, f.name, value)
 
     @property
     def log_dir_offline(self) -> bool:
@@ -166,6 +192,12 @@ class MetadataImage:
         broker = self.brokers.get(node_id)
         return broker.internal_address if broker else ""
 
+    def broker_kafka_address(self, node_id: int) -> str:
+        """The broker's Kafka listener as clients are told it; "" when the broker is
+        unknown or serves no Kafka listener."""
+        broker = self.brokers.get(node_id)
+        return broker.kafka_address if broker else ""
+
     def partitions(self) -> Iterator[tuple[TopicImage, PartitionState]]:
         for topic in self.topics.values():
             for partition in topic.partitions:
@@ -227,6 +259,7 @@ def snapshot_records(image: MetadataImage) -> list[r.Record]:
                 b.rack,
                 b.internal_address,
                 b.partition_capacity,
+                kafka_address=b.kafka_address,
             )
         )
         if not b.fenced:
@@ -427,6 +460,7 @@ class _Builder:
                     record.address,
                     record.rack,
                     internal_address=record.internal_address,
+                    kafka_address=record.kafka_address,
                     partition_capacity=record.partition_capacity,
                 )
             case r.FenceBroker() | r.UnfenceBroker() | r.BrokerShuttingDown():

@@ -11,9 +11,11 @@ encrypted and authenticated with ``secret`` (Fernet, a key derived from the secr
 node always has one, see ``cluster_secret``): a message is authenticated before it is
 unpickled. A message announces its length first, and pysyncobj would buffer whatever
 length a peer announces before it can authenticate anything (a 2^31-1 prefix and junk
-stalled metadata for 32 s): ``bound_raft_reads`` drops a connection that announces more
-than ``RAFT_MESSAGE_BYTES_MAX``, and stops reading from one while a whole message of
-that size waits to be parsed, so a peer costs at most about that much memory.
+stalled metadata for 32 s; 16 MB of junk moved the controller): ``bound_raft_reads``
+reads at most ``RAFT_FIRST_MESSAGE_BYTES_MAX`` from a connection until one of its
+messages has been authenticated and at most ``RAFT_MESSAGE_BYTES_MAX`` after, drops a
+connection that announces more, and stops reading from one while a whole message waits
+to be parsed: a stranger costs a voter a few hundred KiB and no time of note.
 
 Durability of metadata, exactly (pysyncobj 0.3.17):
 - Every entry is appended to the journal file (``data_dir/raft/journal``, memory-mapped)
@@ -60,6 +62,7 @@ from pysyncobj import (
 )
 from pysyncobj.tcp_connection import TcpConnection
 
+from headwater.log_limits import LogEvery
 from headwater.raft.elections import LogPosition, grant_pre_vote, has_majority, may_stand
 from headwater.raft.follower_append import AppendAction, plan_append
 from headwater.raft.image import ApplyResult, MetadataImage, apply
@@ -183,37 +186,125 @@ class _MetadataLog(SyncObjConsumer):  # type: ignore[misc]
 
 
 RAFT_MESSAGE_BYTES_MAX: Final = 64 << 20
-"""Longest Raft message a voter accepts (a metadata batch or a snapshot part is far
-smaller: a topic of 10,000 partitions is about 2 MB of records)."""
+"""Longest Raft message a voter accepts from a peer that has proved the secret (a
+metadata batch or a snapshot part is far smaller: a topic of 10,000 partitions is about
+2 MB of records)."""
+RAFT_FIRST_MESSAGE_BYTES_MAX: Final = 256 << 10
+"""Longest message a voter reads from a connection before one of its messages has been
+authenticated (the first messages of pysyncobj's handshake are tens of bytes)."""
 _LENGTH_PREFIX: Final = struct.Struct("i")  # pysyncobj's: native int32
+DROPPED_LOG_INTERVAL_S: Final = 10.0
+_dropped = LogEvery(_log, DROPPED_LOG_INTERVAL_S)
 
 
-def bound_raft_reads(limit: int = RAFT_MESSAGE_BYTES_MAX) -> None:
-    """Install the read bound on pysyncobj's TcpConnection (idempotent): a connection whose
-    next message announces a length outside [0, limit] is dropped before it is buffered,
-    and no more is read from a connection while ``limit`` + 4 bytes wait to be parsed."""
-    original = TcpConnection.__dict__.get("_headwater_unbounded_read")
-    if original is None:
-        original = TcpConnection._TcpConnection__processRead
+def bound_raft_reads(
+    limit: int = RAFT_MESSAGE_BYTES_MAX, first_limit: int = RAFT_FIRST_MESSAGE_BYTES_MAX
+) -> None:
+    """Install the read bounds on pysyncobj's TcpConnection (idempotent).
+
+    A connection is *authenticated* once a message has decrypted (Fernet: the secret's
+    HMAC checked before anything is unpickled) that carries the random key this side
+    sent on that connection (pysyncobj checks it), so a message captured from another
+    connection and replayed does not count; until then its bound is ``first_limit``,
+    after that ``limit``. A connection whose next message announces a
+    length outside [0, bound] is dropped before it is buffered (one WARNING per
+    ``DROPPED_LOG_INTERVAL_S`` names the peer), and no more is read from a connection
+    while bound + 4 bytes wait to be parsed. So a stranger costs a voter at most
+    ``first_limit`` bytes of buffer per connection and a few reads of the Raft thread,
+    never a long read loop (the buffer is grown by copying, quadratic in its size)."""
+    original_read = TcpConnection.__dict__.get("_headwater_unbounded_read")
+    if original_read is None:
+        original_read = TcpConnection._TcpConnection__processRead
+        original_parse = TcpConnection._TcpConnection__processParseMessage
+        original_connect = TcpConnection.connect
+    else:
+        original_parse = TcpConnection._headwater_unbounded_parse
+        original_connect = TcpConnection._headwater_unbounded_connect
 
     def bounded_read(self: Any) -> bool:
         buffered = self._TcpConnection__readBuffer
         if len(buffered) >= _LENGTH_PREFIX.size:
+            bound = limit if getattr(self, "_headwater_authenticated", False) else first_limit
             (length,) = _LENGTH_PREFIX.unpack_from(buffered)
-            if not 0 <= length <= limit:
-                _log.warning(
-                    "dropped a Raft connection that announced a %d-byte message (limit %d)",
+            if not 0 <= length <= bound:
+                _dropped.log(
+                    "dropped a Raft connection from %s that announced a %d-byte message "
+                    "(limit %d%s)",
+                    _peer_of(self),
                     length,
-                    limit,
+                    bound,
+                    "" if bound == limit else " before the peer has proved the cluster secret",
                 )
                 self.disconnect()
                 return False
-            if len(buffered) >= _LENGTH_PREFIX.size + limit:
+            if len(buffered) >= _LENGTH_PREFIX.size + bound:
                 return False  # parse what is here first; the poller calls again
-        return bool(original(self))
+        return bool(original_read(self))
 
-    TcpConnection._headwater_unbounded_read = original
+    def parse_and_note(self: Any) -> Any:
+        # Fresh only once this side's random key was sent: a message replayed from another
+        # connection decrypts, but fails pysyncobj's key check and drops the connection.
+        fresh = bool(getattr(self, "recvRandKey", None)) or not self.encryptor
+        message = original_parse(self)
+        if message is not None and fresh:
+            self._headwater_authenticated = True
+        return message
+
+    def connect(self: Any, host: str, port: int) -> Any:
+        self._headwater_authenticated = False
+        return original_connect(self, host, port)
+
+    TcpConnection._headwater_unbounded_read = original_read
+    TcpConnection._headwater_unbounded_parse = original_parse
+    TcpConnection._headwater_unbounded_connect = original_connect
     TcpConnection._TcpConnection__processRead = bounded_read
+    TcpConnection._TcpConnection__processParseMessage = parse_and_note
+    TcpConnection.connect = connect
+
+
+STRANGER_CONNECTION_S: Final = 5.0
+"""How long a connection may stay unauthenticated and unassociated with a voter."""
+STRANGER_CONNECTIONS_MAX: Final = 64
+"""Connections a voter keeps open that have not yet said which voter they are."""
+
+
+def drop_strangers(unknown_connections: Any, now: float) -> int:
+    """Disconnect the connections of ``unknown_connections`` (pysyncobj's set of incoming
+    connections that have not named their voter) that have been open unauthenticated for
+    ``STRANGER_CONNECTION_S``, and the oldest beyond ``STRANGER_CONNECTIONS_MAX``: a
+    stranger can hold neither buffers nor file descriptors for long. The number dropped."""
+    ages = []
+    for connection in list(unknown_connections):
+        seen = getattr(connection, "_headwater_seen", None)
+        if seen is None:
+            connection._headwater_seen = seen = now
+        ages.append((seen, id(connection), connection))
+    ages.sort()
+    excess = len(ages) - STRANGER_CONNECTIONS_MAX
+    dropped = 0
+    for n, (seen, _, connection) in enumerate(ages):
+        stale = now - seen > STRANGER_CONNECTION_S and not getattr(
+            connection, "_headwater_authenticated", False
+        )
+        if n < excess or stale:
+            _dropped.log(
+                "dropped a Raft connection from %s that did not prove the cluster secret "
+                "within %.0f s (or one of more than %d such)",
+                _peer_of(connection),
+                STRANGER_CONNECTION_S,
+                STRANGER_CONNECTIONS_MAX,
+            )
+            connection.disconnect()
+            dropped += 1
+    return dropped
+
+
+def _peer_of(connection: Any) -> str:
+    try:
+        host, port = connection._TcpConnection__socket.getpeername()[:2]
+    except (AttributeError, OSError, ValueError, TypeError):
+        return "an unknown peer"
+    return f"{host}:{port}"
 
 
 PYSYNCOBJ_VERSION: Final = "0.3.17"
@@ -308,6 +399,9 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
         self._pre_vote_grants: set[str] = set()
         self._pre_vote_won = False
         self._transfer_after_s = 0.0
+        self._strangers_checked_s = 0.0
+        self._leader_term = -1
+        conf.onStateChanged = self._state_changed
         slow_hold_s = max(SLOW_HOLD_S_MIN, 10 * timings.election_max_s)
         journal_file = str(conf.journalFile)
         _journal_factories[journal_file] = lambda: MetadataJournal(
@@ -322,6 +416,27 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
         self._journal = journal
         transport = self._SyncObj__transport
         transport.send = self._guarded_send(transport.send)
+
+    def _state_changed(self, _old_state: int, new_state: int) -> None:
+        """pysyncobj's thread, right after its state changed: a leader's term is the one
+        it was elected in (pysyncobj sets a candidate's term before it wins)."""
+        self._leader_term = (
+            int(self._SyncObj__raftCurrentTerm) if new_state == _RAFT_STATE.LEADER else -1
+        )
+
+    def leader_term(self) -> int:
+        """The term this node leads, read so that no other thread can see a leader of a
+        term it did not win; -1 when it does not lead.
+
+        pysyncobj steps down on a message of a higher term by writing the new term (a
+        journal write) and only then its state: in between, its term and its leader
+        state read together name the new term, which another node leads. The term this
+        node was elected in does not change until it steps down, so leading is "state
+        leader and the current term is the elected one"."""
+        elected = self._leader_term
+        if elected < 0 or not self._isLeader():
+            return -1
+        return elected if int(self._getTerm()) == elected else -1
 
     def journal(self) -> MetadataJournal:
         """The voter's journal (a method: pysyncobj reads every property while it starts)."""
@@ -356,10 +471,15 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
         passed: a leader with a failed journal steps down, one with a slow journal hands
         leadership over; a follower whose deadline passed asks for pre-votes first (the
         deadline moves on meanwhile), and lets the election start only with a majority."""
+        now = time.monotonic()
+        if now >= self._strangers_checked_s + 1.0:
+            self._strangers_checked_s = now
+            unknown = getattr(self._SyncObj__transport, "_unknownConnections", None)
+            if unknown:
+                drop_strangers(unknown, now)
         journal = self._journal
         if journal is None or self._SyncObj__selfNode is None:
             return
-        now = time.monotonic()
         slow = journal.slow or self._disk_slow()
         if self._SyncObj__raftState == _RAFT_STATE.LEADER:
             if journal.failure:
@@ -651,12 +771,18 @@ class MetadataQuorum:
         return bool(self._sync.isReady())
 
     def status(self) -> QuorumStatus:
+        """The node's Raft view. ``is_leader`` only with ``term`` the term it was elected
+        in (``RaftFollowerGuard.leader_term``): a leader stepping down for a higher term
+        never reports that term as its own, so a controller activation never claims a
+        term another voter leads."""
         leader = self._sync._getLeader()
         journal = self._sync.journal()
+        term = int(self._sync._getTerm())
+        led = self._sync.leader_term()
         return QuorumStatus(
-            term=int(self._sync._getTerm()),
+            term=led if led >= 0 else term,
             commit_index=int(self._sync.raftCommitIndex),
-            is_leader=bool(self._sync._isLeader()),
+            is_leader=led >= 0,
             leader_address="" if leader is None else str(leader.address),
             journal_problem=journal.failure,
             journal_slow=journal.slow or self._sync._disk_slow(),

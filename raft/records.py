@@ -13,7 +13,9 @@ per record::
 ``type`` names the dataclass below, ``version`` is ``RECORD_VERSION`` (a decoder refuses a
 newer version rather than guess), and the other keys are the dataclass fields (tuples as
 JSON arrays). JSON rather than pickle because the bytes are stored in the Raft journal and
-read back by later versions of the code.
+read back by later versions of the code. A field with a default may be absent, and then
+decodes as its default, so a journal written before a field was added still reads; keys
+the code does not know are ignored.
 
 Every record carries ``controller_epoch``: the Raft term of the controller that wrote it.
 Partition records also carry the leader epoch (bumped on every leader change) and the
@@ -69,6 +71,8 @@ class RegisterBroker:
     """The broker's inter-broker listener (Replica service); ``address`` is for clients."""
     partition_capacity: int = 0
     """Most partition replicas the broker can host (0: not stated, no limit)."""
+    kafka_address: str = ""
+    """HOST:PORT Kafka clients are told for the broker ("": it serves no Kafka listener)."""
 
 
 @dataclass(frozen=True, slots=True)

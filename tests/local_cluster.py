@@ -30,6 +30,7 @@ class LocalCluster(devcluster.LocalCluster):
         extra_args: tuple[str, ...] = (),
         metrics_base_port: int | None = None,
         layout: Callable[[Path, int], tuple[Path, Path]] | None = None,
+        kafka_ports: dict[int, int] | None = None,
     ) -> None:
         super().__init__(
             root,
@@ -39,6 +40,7 @@ class LocalCluster(devcluster.LocalCluster):
             secret=CLUSTER_SECRET,
             metrics_base_port=metrics_base_port,
             layout=layout,
+            kafka_ports=kafka_ports,
         )
 
     def metadata(self, node: NodeProcess, topics: tuple[str, ...] = ()) -> pb.MetadataResponse:

@@ -238,6 +238,16 @@ CASES = (
         T,
     ),
     Case(
+        "Admin/AlterTopicConfigs",
+        (f"topic:{TOPIC}:alter",),
+        lambda s: s.admin.AlterTopicConfigs(
+            pb.AlterTopicConfigsRequest(
+                topic=TOPIC, changes=[pb.TopicConfigChange(name="retention.ms", value="3600000")]
+            )
+        ),
+        T,
+    ),
+    Case(
         "Admin/ReassignPartition",
         (f"{CLUSTER}:alter",),
         lambda s: s.admin.ReassignPartition(

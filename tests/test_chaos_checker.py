@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from headwater.chaos import nemesis
 from headwater.chaos.checker import (
     ANOMALIES,
+    TOLERATED_DEFAULT,
+    UNKNOWN_OFFSET,
     AbortedRead,
     Duplicate,
     FinalReadGap,
@@ -68,6 +70,11 @@ def poll(consumer: str, *records: tuple[int, int, str], time_ms: int = 0) -> Pol
 def final(partition: int, *values: str, start: int = 0) -> FinalRead:
     records = tuple(Record(partition, start + i, v) for i, v in enumerate(values))
     return FinalRead(partition, records, start + len(values))
+
+
+def ok_unplaced(value: str, partition: int, producer: str = "p", index: int = 0) -> Send:
+    """Acknowledged without an offset (librdkafka's implicit ack)."""
+    return Send(producer, index, partition, value, Outcome.OK, None, "implicit ack")
 
 
 def sends(partition: int, *values: str, producer: str = "p") -> list[Send]:
@@ -291,6 +298,15 @@ CASES = [
         {"duplicate-single-send": [Duplicate(0, "a", (0, 1))]},
     ),
     Case(
+        "a value its producer sent again under a new epoch, at two offsets",
+        [
+            Send("p", 0, 0, "a", Outcome.OK, 1, epoch_bumped=True),
+            ok("b", 0, 2, index=1),
+            final(0, "a", "a", "b"),
+        ],
+        {"duplicate-epoch-bump": [Duplicate(0, "a", (0, 1))]},
+    ),
+    Case(
         "a final read that repeats an offset",
         [
             ok("a", 0, 0),
@@ -337,6 +353,112 @@ CASES = [
         {},
     ),
     Case(
+        "a send acknowledged without an offset may be at any offset of its partition",
+        [
+            ok("a", 0, 0),
+            ok_unplaced("b", 0, index=1),
+            ok("c", 0, 2, index=2),
+            final(0, "a", "b", "c"),
+        ],
+        {},
+    ),
+    Case(
+        "a send acknowledged without an offset and missing from the final read is lost",
+        [ok("a", 0, 0), ok_unplaced("b", 0, index=1), final(0, "a")],
+        {
+            "lost-write": [LostWrite(0, "b", UNKNOWN_OFFSET, True, ())],
+            "unseen": [Unseen(0, "b", UNKNOWN_OFFSET)],
+        },
+    ),
+    Case(
+        "a send acknowledged without an offset, polled, then gone from the final read",
+        [ok("a", 0, 0), ok_unplaced("b", 0, index=1), poll("c1", (0, 1, "b")), final(0, "a")],
+        {
+            "lost-write": [
+                LostWrite(0, "b", UNKNOWN_OFFSET, True, (1,)),
+                LostWrite(0, "b", 1, False, (1,)),
+            ]
+        },
+    ),
+    Case(
+        "a send acknowledged without an offset, in another partition only",
+        [ok_unplaced("b", 0), final(0), final(1, "b")],
+        {
+            "lost-write": [LostWrite(0, "b", UNKNOWN_OFFSET, True, ())],
+            "unseen": [Unseen(0, "b", UNKNOWN_OFFSET)],
+            "unexpected-value": [UnexpectedValue(1, 0, "b")],
+        },
+    ),
+    Case(
+        "a send acknowledged without an offset, found twice",
+        [ok_unplaced("b", 0), final(0, "b", "b")],
+        {"duplicate": [Duplicate(0, "b", (0, 1))]},
+    ),
+    # Group consumers (the Kafka-client workload) record a seek at each assignment, to
+    # the committed offset: the rules are the same as for consumers of every partition.
+    Case(
+        "a group member resumes at the committed offset, behind what it read",
+        [
+            *sends(0, "a", "b", "c"),
+            Seek("c1", 0, 0),
+            poll("c1", (0, 0, "a"), (0, 1, "b"), (0, 2, "c")),
+            Note("consumer c1: revoked partitions [0]"),
+            Seek("c1", 0, 1),  # the group committed 1 only: c1 reads b and c again
+            poll("c1", (0, 1, "b"), (0, 2, "c")),
+            final(0, "a", "b", "c"),
+        ],
+        {},
+    ),
+    Case(
+        "a group member takes over a partition mid-log at the committed offset",
+        [
+            *sends(0, "a", "b", "c", "d"),
+            Seek("c1", 0, 0),
+            poll("c1", (0, 0, "a"), (0, 1, "b")),
+            Note("consumer c1: revoked partitions [0]"),
+            Seek("c2", 0, 2),
+            poll("c2", (0, 2, "c"), (0, 3, "d")),
+            final(0, "a", "b", "c", "d"),
+        ],
+        {},
+    ),
+    Case(
+        "a revoked partition is read no more, and later again from a new assignment",
+        [
+            *sends(0, "a", "b", "c", "d"),
+            Seek("c1", 0, 0),
+            poll("c1", (0, 0, "a")),
+            Note("consumer c1: revoked partitions [0]"),
+            Seek("c2", 0, 1),
+            poll("c2", (0, 1, "b"), (0, 2, "c")),
+            Seek("c1", 0, 3),
+            poll("c1", (0, 3, "d")),
+            final(0, "a", "b", "c", "d"),
+        ],
+        {},
+    ),
+    Case(
+        "a group member that starts past its committed offset skips records",
+        [
+            *sends(0, "a", "b", "c"),
+            Seek("c2", 0, 1),
+            poll("c2", (0, 2, "c"), time_ms=4),
+            final(0, "a", "b", "c"),
+        ],
+        {"poll-skip": [PollSkip("c2", 0, 0, 2, (1,), 1, True, 4)]},
+    ),
+    Case(
+        "a group member moving back within one assignment (a reset, no seek)",
+        [
+            *sends(0, "a", "b", "c"),
+            Seek("c1", 0, 1),
+            poll("c1", (0, 1, "b"), (0, 2, "c")),
+            poll("c1", (0, 0, "a"), time_ms=6),
+            final(0, "a", "b", "c"),
+        ],
+        {"non-monotonic-poll": [NonMonotonicPoll("c1", 0, 2, 0, "a", 6)]},
+    ),
+    Case(
         "nemesis and note events are ignored",
         [
             Nemesis(1, "kill-leader", "start", (2,)),
@@ -364,6 +486,26 @@ def test_case_sets_are_named_in_anomalies() -> None:
         assert set(case.expected) <= set(ANOMALIES), case.name
 
 
+def test_duplicates_across_a_producer_epoch_bump_are_reported_but_tolerated() -> None:
+    report = check(
+        [
+            Send("p", 0, 0, "a", Outcome.OK, 1, epoch_bumped=True),
+            final(0, "a", "a"),
+        ]
+    )
+    assert report.counts()["duplicate-epoch-bump"] == 1
+    assert report.counts()["duplicate"] == 0
+    assert "duplicate-epoch-bump" in TOLERATED_DEFAULT
+    assert report.valid()
+    assert not report.valid(tolerated=())
+    assert any(
+        "duplicate-epoch-bump" in line and "(tolerated)" in line for line in summary_lines(report)
+    )
+    # The same value sent within one epoch: the broker wrote a retry twice.
+    strict = check([ok("a", 0, 1), final(0, "a", "a")])
+    assert strict.failures() == {"duplicate": 1}
+
+
 def test_counts_failures_and_tolerated_duplicates() -> None:
     report = check([ok("a", 0, 0), ok("b", 0, 1, index=1), final(0, "a", "b", "a")])
     assert report.counts()["duplicate"] == 1
@@ -388,7 +530,22 @@ def test_send_counts_and_read_counts() -> None:
         ]
     )
     assert (report.sends.ok, report.sends.fail, report.sends.info) == (1, 1, 1)
+    assert report.sends.ok_without_offset == 0
     assert (report.polled_records, report.final_records) == (1, 1)
+
+
+def test_sends_acknowledged_without_an_offset_are_counted_and_take_no_part_in_order() -> None:
+    report = check(
+        [
+            ok("a", 0, 1, index=0),
+            ok_unplaced("b", 0, index=1),  # at offset 0: no non-monotonic send
+            ok("c", 0, 2, index=2),
+            FinalRead(0, (Record(0, 0, "b"), Record(0, 1, "a"), Record(0, 2, "c")), 3),
+        ]
+    )
+    assert report.valid(), report.counts()
+    assert (report.sends.ok, report.sends.ok_without_offset) == (3, 1)
+    assert summary_lines(report)[0].startswith("sends: 3 acknowledged (1 at an unknown offset)")
 
 
 def test_a_value_sent_twice_is_a_programmer_error() -> None:
@@ -425,6 +582,8 @@ def test_case_json_is_plain_data() -> None:
 EVENTS: list[Event] = [
     ok("a", 0, 5, "p1", 3),
     Send("p2", 0, 1, "b", Outcome.INFO, None, "REQUEST_TIMED_OUT: x", 17),
+    Send("p3", 4, 1, "d", Outcome.OK, None, "DUPLICATE_SEQUENCE_NUMBER", 18),
+    Send("p4", 5, 2, "e", Outcome.OK, 3, "", 19, may_resend=True, epoch_bumped=True),
     failed("c", 2),
     poll("c1", (0, 5, "a"), (1, 0, "b"), time_ms=9),
     Seek("c1", 1, 0, 10),
@@ -448,9 +607,11 @@ def test_history_json_lines() -> None:
 
 def test_send_offset_matches_outcome() -> None:
     with pytest.raises(AssertionError):
-        Send("p", 0, 0, "a", Outcome.OK, None)
-    with pytest.raises(AssertionError):
         Send("p", 0, 0, "a", Outcome.INFO, 3)
+    with pytest.raises(AssertionError):
+        Send("p", 0, 0, "a", Outcome.FAIL, 3)
+    # Acknowledged without an offset (librdkafka's implicit ack).
+    assert Send("p", 0, 0, "a", Outcome.OK, None).offset is None
 
 
 # ----------------------------------------------------------------------------- nemesis plan

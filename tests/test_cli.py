@@ -59,6 +59,39 @@ def test_quickstart_round_trip(node: NodeProcess) -> None:
     assert run_cli("topics", "delete", "orders", *b).returncode == 0
 
 
+def test_topic_configs_change_after_creation_by_either_name(node: NodeProcess) -> None:
+    b = ["--bootstrap", node.address]
+    created = run_cli("topics", "create", "tuned", "--config", "retention.ms=60000", *b)
+    assert created.returncode == 0, created.stderr
+
+    def configs() -> dict[str, str]:
+        described = run_cli("topics", "describe", "tuned", "--json", *b)
+        return dict(json.loads(described.stdout)["configs"])
+
+    assert configs()["retention_ms"] == "60000"
+    altered = run_cli(
+        "topics",
+        "alter",
+        "tuned",
+        "--config",
+        "cleanup.policy=compact",
+        "--config",
+        "segment_ms=120000",
+        "--delete-config",
+        "retention.ms",
+        *b,
+    )
+    assert altered.returncode == 0, altered.stderr
+    assert b"cleanup_policy=compact, segment_ms=120000" in altered.stdout
+    now = configs()
+    assert now["cleanup_policy"] == "compact" and now["segment_ms"] == "120000"
+    assert now["retention_ms"] == str(7 * 86400_000)
+    refused = run_cli("topics", "alter", "tuned", "--config", "retention=5", *b)
+    assert refused.returncode == 1 and b"unknown topic config 'retention'" in refused.stderr
+    nothing = run_cli("topics", "alter", "tuned", *b)
+    assert nothing.returncode == 2 and b"--delete-config" in nothing.stderr
+
+
 def test_bootstrap_from_environment_and_partition_offset(node: NodeProcess) -> None:
     env = {"HEADWATER_BOOTSTRAP": node.address}
     assert run_cli("topics", "create", "env-topic", env=env).returncode == 0
@@ -173,7 +206,7 @@ def test_sigterm_stops_cleanly_and_marks_logs_clean(node: NodeProcess) -> None:
     b = ["--bootstrap", node.address]
     run_cli("topics", "create", "clean", *b)
     run_cli("produce", "clean", *b, input_bytes=b"a\n")
-    assert node.stop() == 0
+    assert node.stop() == 0, node.log()[-4000:]
     wait_until((node.data_dir / "clean-0" / "clean-shutdown").exists, 5, "clean-shutdown marker")
     assert (node.data_dir / "raft" / "journal").exists()
 
@@ -245,6 +278,31 @@ def test_the_command_loads_the_benchmarks_and_spark_only_for_bench() -> None:
     assert listed.returncode == 0
     for command in (b"produce", b"consume", b"e2e", b"cluster", b"replication", b"spark"):
         assert b"  " + command + b" " in listed.stdout, command
+
+
+def test_bench_kafka_storage_measures_each_codec() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.bench_kafka_storage",
+            "--records",
+            "200",
+            "--rounds",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(done.stdout)
+    assert [row["codec"] for row in measured["codecs"]] == ["none", "lz4", "zstd"]
+    for row in measured["codecs"]:
+        assert 0 < row["kept_as_is_us_per_record"] < row["transcode_in_us_per_record"]
+        assert row["transcode_out_us_per_record"] > 0
 
 
 def test_consume_waits_out_a_node_that_is_still_starting() -> None:

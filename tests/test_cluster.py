@@ -293,8 +293,9 @@ def test_controlled_shutdown_moves_leadership_before_exit(cluster3: LocalCluster
     leaving = next(i for i in cluster3.nodes if i != controller)
     watcher = cluster3.nodes[controller]
     assert any(p.leader == leaving for p in cluster3.partitions(watcher, "graceful"))
-    assert cluster3.nodes[leaving].stop() == 0
+    stopped = cluster3.nodes[leaving].stop()
     log = cluster3.nodes[leaving].log()
+    assert stopped == 0, log[-4000:]
     assert "controlled shutdown: leadership moved away" in log
     assert log.index("leadership moved away") < log.index(f"node {leaving} stopped")
     # No partition waited for a session timeout: leadership had moved at exit.

@@ -7,14 +7,19 @@ import stat
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from headwater.addresses import DEFAULT_LISTEN
+from headwater.cli import main as cli_main
 from headwater.config import (
+    KAFKA_TOPIC_CONFIG_NAMES,
     SETTINGS,
     NodeConfig,
+    canonical_topic_configs,
     load,
     parse_topic_configs,
     render_markdown,
+    topic_setting_name,
 )
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.log_manager import DataDirError, loopback_secret_path, shared_secret
@@ -83,6 +88,20 @@ def test_topic_configs_fill_in_defaults_and_reject_unknown_keys() -> None:
     assert values["retention_ms"] == "-1" and values["segment_bytes"] == str(1 << 30)
     with pytest.raises(HeadwaterError, match="unknown topic config"):
         parse_topic_configs({"node_id": "3"}, NodeConfig())
+
+
+def test_topic_configs_take_kafka_names_and_store_the_nodes() -> None:
+    stored = canonical_topic_configs(
+        {"retention.ms": "01000", "unclean.leader.election.enable": "true", "segment_ms": "5"},
+        NodeConfig(),
+    )
+    assert stored == {"retention_ms": "1000", "unclean_leader_election": "true", "segment_ms": "5"}
+    assert topic_setting_name("cleanup.policy") == "cleanup_policy"
+    assert KAFKA_TOPIC_CONFIG_NAMES["max_message_bytes"] == "max.message.bytes"
+    with pytest.raises(HeadwaterError, match="given twice"):
+        canonical_topic_configs({"retention.ms": "1", "retention_ms": "2"}, NodeConfig())
+    with pytest.raises(HeadwaterError, match="or Kafka's names"):
+        topic_setting_name("retention")
 
 
 def test_configuration_doc_is_current() -> None:
@@ -161,3 +180,125 @@ def test_an_advertised_inter_broker_address_needs_a_fixed_internal_port(
     assert "fixed port" in info.value.message
     fixed = NodeConfig(internal_advertised_address="node1:7701", internal_listen="0.0.0.0:7701")
     assert fixed.internal_advertised_address == "node1:7701"
+
+
+def test_the_kafka_listener_is_off_by_default_and_read_from_file_env_and_flags(
+    tmp_path: Path,
+) -> None:
+    config = load(None, {}, {})
+    assert (config.kafka_listen, config.kafka_advertised_address) == ("", "")
+    assert config.kafka_address(9092) == ""  # no Kafka listener: nothing to register
+    file = tmp_path / "hw.toml"
+    file.write_text('kafka_listen = "0.0.0.0:9092"\nkafka_advertised_address = "file:9092"\n')
+    env = {
+        "HEADWATER_KAFKA_LISTEN": "0.0.0.0:9093",
+        "HEADWATER_KAFKA_ADVERTISED_ADDRESS": "env:9093",
+    }
+    assert load(file, {}, {}).kafka_address(9092) == "file:9092"
+    from_env = load(file, env, {})
+    assert from_env.kafka_listen == "0.0.0.0:9093"
+    assert from_env.kafka_advertised_address == "env:9093"
+    from_flags = load(file, env, {"kafka_listen": "10.0.0.1:9094"})
+    assert from_flags.kafka_listen == "10.0.0.1:9094"
+    assert from_flags.kafka_address(9094) == "env:9093"
+
+
+@pytest.mark.parametrize(
+    ("kafka_listen", "advertised_address", "kafka_port", "expected"),
+    [
+        ("10.0.0.1:9092", "", 9092, "10.0.0.1:9092"),
+        ("127.0.0.1:0", "", 40123, "127.0.0.1:40123"),  # the port the system picked
+        ("0.0.0.0:9092", "", 9092, "127.0.0.1:9092"),  # the listen host
+        ("0.0.0.0:9092", "broker1.example:7700", 9092, "broker1.example:9092"),
+        ("[::]:9092", "[2001:db8::1]:7700", 9092, "[2001:db8::1]:9092"),
+        ("[::1]:9092", "", 9092, "[::1]:9092"),
+    ],
+)
+def test_the_kafka_address_replaces_a_wildcard_host_with_the_client_host(
+    kafka_listen: str, advertised_address: str, kafka_port: int, expected: str
+) -> None:
+    config = NodeConfig(kafka_listen=kafka_listen, advertised_address=advertised_address)
+    assert config.kafka_address(kafka_port) == expected
+
+
+@pytest.mark.parametrize("kafka_listen", ["", "0.0.0.0:0"])
+def test_an_advertised_kafka_address_needs_a_fixed_kafka_port(kafka_listen: str) -> None:
+    """The port Kafka clients are told must be the one bound: with no kafka_listen, or
+    port 0, the system picks a port the advertised address cannot know."""
+    with pytest.raises(HeadwaterError) as info:
+        load(None, {"HEADWATER_KAFKA_ADVERTISED_ADDRESS": "node1:9092"}, {})
+    assert info.value.code == ErrorCode.INVALID_CONFIG
+    with pytest.raises(HeadwaterError) as info:
+        NodeConfig(kafka_advertised_address="node1:9092", kafka_listen=kafka_listen)
+    assert info.value.code == ErrorCode.INVALID_CONFIG
+    assert "kafka_advertised_address needs kafka_listen with a fixed port" in info.value.message
+    fixed = NodeConfig(kafka_advertised_address="node1:9092", kafka_listen="0.0.0.0:9092")
+    assert fixed.kafka_address(9092) == "node1:9092"
+
+
+def test_kafka_logins_over_plaintext_need_the_operator_to_allow_them() -> None:
+    with pytest.raises(HeadwaterError) as info:
+        NodeConfig(kafka_listen="127.0.0.1:9092", kafka_security_protocol="SASL_PLAINTEXT")
+    assert info.value.code == ErrorCode.INVALID_CONFIG
+    assert "credentials_over_plaintext = allow" in info.value.message
+    allowed = NodeConfig(
+        kafka_listen="127.0.0.1:9092",
+        kafka_security_protocol="SASL_PLAINTEXT",
+        credentials_over_plaintext="allow",
+    )
+    assert allowed.kafka_security_protocol == "SASL_PLAINTEXT"
+
+
+def test_a_node_with_tls_takes_only_tls_on_its_kafka_listener() -> None:
+    """Plaintext Kafka beside TLS listeners would open a way past TLS."""
+    with pytest.raises(HeadwaterError) as info:
+        NodeConfig(
+            kafka_listen="127.0.0.1:9092",
+            tls_cert_file="c.pem",
+            tls_key_file="k.pem",
+            tls_ca_file="ca.pem",
+        )
+    assert info.value.code == ErrorCode.INVALID_CONFIG
+    assert "set kafka_security_protocol to SSL or SASL_SSL" in info.value.message
+    with pytest.raises(HeadwaterError) as info:
+        NodeConfig(kafka_listen="127.0.0.1:9092", kafka_security_protocol="SSL")
+    assert "needs the node's TLS certificate" in info.value.message
+    ssl_node = NodeConfig(
+        kafka_listen="127.0.0.1:9092",
+        kafka_security_protocol="SASL_SSL",
+        tls_cert_file="c.pem",
+        tls_key_file="k.pem",
+        tls_ca_file="ca.pem",
+    )
+    assert ssl_node.kafka_security_protocol == "SASL_SSL"
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ({"HEADWATER_KAFKA_LISTEN": "nowhere"}, "HEADWATER_KAFKA_LISTEN must be HOST:PORT"),
+        (
+            {"HEADWATER_KAFKA_LISTEN": "0.0.0.0:9092", "HEADWATER_KAFKA_ADVERTISED_ADDRESS": "x"},
+            "HEADWATER_KAFKA_ADVERTISED_ADDRESS must be HOST:PORT",
+        ),
+        ({"HEADWATER_KAFKA_LISTEN": "0.0.0.0:65536"}, "a port in [0, 65535]"),
+    ],
+)
+def test_invalid_kafka_addresses_name_the_key_and_source(
+    source: dict[str, str], fragment: str
+) -> None:
+    with pytest.raises(HeadwaterError) as info:
+        load(None, source, {})
+    assert info.value.code == ErrorCode.INVALID_CONFIG
+    assert fragment in info.value.message
+
+
+def test_serve_takes_the_kafka_listener_flags() -> None:
+    """Refused before the node starts: the flags reach the same validation."""
+    runner = CliRunner()
+    result = runner.invoke(cli_main, ["serve", "--kafka-advertised-address", "node1:9092"], env={})
+    assert result.exit_code == 1
+    assert "kafka_advertised_address needs kafka_listen with a fixed port" in result.stderr
+    result = runner.invoke(cli_main, ["serve", "--kafka-listen", "nowhere"], env={})
+    assert result.exit_code == 1
+    assert "--kafka-listen must be HOST:PORT" in result.stderr

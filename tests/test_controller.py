@@ -7,8 +7,10 @@ Seeded and deterministic: every decision takes the image, the epoch and a seeded
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import random
 from collections import Counter
+from collections.abc import Mapping
 
 import pytest
 from hypothesis import given, settings
@@ -18,6 +20,7 @@ from headwater.errors import ErrorCode, HeadwaterError
 from headwater.raft import decisions as c
 from headwater.raft import records as r
 from headwater.raft.image import (
+    BrokerState,
     MetadataImage,
     PartitionState,
     apply,
@@ -148,6 +151,89 @@ def test_the_image_digest_is_the_same_on_a_rebuilt_image_and_changes_with_anythi
     assert image_digest(reordered) == image_digest(image)
     assert image_digest(dataclasses.replace(image, offset=image.offset + 1)) != image_digest(image)
     assert image_digest(fence(image, 2)) != image_digest(image)
+
+
+def registered_with_addresses() -> MetadataImage:
+    """``cluster(2)`` with broker 2 registered again with its inter-broker listener and
+    its Kafka listener."""
+    image = cluster(2)
+    result = c.register_broker(
+        image, EPOCH, 2, "inc-2-kafka", "n2:1", "", "n2:2", 0, kafka_address="n2:9092"
+    )
+    image = commit(image, result)
+    return commit(image, c.heartbeat(image, EPOCH, 2, result.response))
+
+
+def test_a_brokers_listener_addresses_reach_the_record_the_image_and_the_snapshot() -> None:
+    image = registered_with_addresses()
+    result = c.register_broker(cluster(1), EPOCH, 2, "i", "n2:1", "", "n2:2", 0, "n2:9092")
+    (record,) = result.records
+    assert isinstance(record, r.RegisterBroker)
+    assert (record.internal_address, record.kafka_address) == ("n2:2", "n2:9092")
+    assert r.decode_batch(r.encode_batch([record])) == (record,)
+    snapshot = [rec for rec in snapshot_records(image) if isinstance(rec, r.RegisterBroker)]
+    assert [(rec.node_id, rec.kafka_address) for rec in snapshot] == [(1, ""), (2, "n2:9092")]
+    assert image.broker_internal_address(2) == "n2:2"
+    assert image.broker_kafka_address(2) == "n2:9092"
+    assert image.broker_kafka_address(1) == image.broker_kafka_address(9) == ""
+    rebuilt = apply(MetadataImage(), snapshot_records(image)).image
+    assert rebuilt.brokers == image.brokers
+    assert image_digest(dataclasses.replace(rebuilt, offset=image.offset)) == image_digest(image)
+    moved = dataclasses.replace(
+        image,
+        brokers={**image.brokers, 2: dataclasses.replace(image.brokers[2], kafka_address="x:1")},
+    )
+    assert image_digest(moved) != image_digest(image)
+
+
+def test_a_register_broker_record_without_its_defaulted_fields_decodes() -> None:
+    """A journal's RegisterBroker without internal_address, partition_capacity and
+    kafka_address decodes with their defaults; a field of the wrong type is refused."""
+    old = (
+        b'[{"type": "RegisterBroker", "version": 1, "controller_epoch": 1, "node_id": 2, '
+        b'"incarnation_id": "inc-2", "broker_epoch": 1, "address": "n2:1", "rack": "a"}]'
+    )
+    (record,) = r.decode_batch(old)
+    assert record == r.RegisterBroker(1, 2, "inc-2", 1, "n2:1", "a")
+    assert isinstance(record, r.RegisterBroker)
+    assert (record.internal_address, record.partition_capacity, record.kafka_address) == ("", 0, "")
+    with pytest.raises(r.RecordFormatError, match="kafka_address"):
+        r.decode_batch(old.replace(b'"rack": "a"', b'"rack": "a", "kafka_address": 9092'))
+
+
+class _BrokerStateWithoutKafkaAddress:
+    """Pickles as a ``BrokerState`` state of its first 10 field values, in order: what a
+    snapshot holds when its ``BrokerState`` has no ``kafka_address``."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        state = [2, "inc-2", 4, "n2:1", "a", False, False, "n2:2", 10, "disk full"]
+        return (object.__new__, (BrokerState,), state)
+
+
+def test_a_snapshot_without_kafka_address_loads() -> None:
+    """The Raft snapshot pickles the image; the fields a broker's state lacks take their
+    defaults, and a newer state's extra values are ignored."""
+    loaded = pickle.loads(pickle.dumps({"brokers": _BrokerStateWithoutKafkaAddress()}, 2))
+    broker = loaded["brokers"]
+    assert broker == BrokerState(
+        2,
+        "inc-2",
+        4,
+        "n2:1",
+        "a",
+        fenced=False,
+        internal_address="n2:2",
+        partition_capacity=10,
+        log_dir_problem="disk full",
+    )
+    assert broker.kafka_address == ""
+    image = registered_with_addresses()
+    assert pickle.loads(pickle.dumps(image, 2)) == image
+    newer = BrokerState.__new__(BrokerState)
+    newer.__setstate__([*dataclasses.astuple(image.brokers[2]), "a field added later"])
+    assert newer == image.brokers[2]
+    with pytest.raises(ValueError, match="lacks 'rack'"):
+        BrokerState.__new__(BrokerState).__setstate__([2, "inc-2", 4, "n2:1"])
 
 
 # --------------------------------------------------------------------------- apply refuses stale records
@@ -311,6 +397,56 @@ def test_add_partitions_keeps_the_replication_factor() -> None:
     with pytest.raises(HeadwaterError) as info:
         c.create_partitions(image, EPOCH, "t", 5, LIMITS, random.Random(3))
     assert info.value.code is ErrorCode.INVALID_PARTITIONS and "[6, 10000]" in info.value.message
+
+
+def _checked(configs: Mapping[str, str]) -> Mapping[str, str]:
+    """A stand-in for the node's config check: numbers only, written canonically."""
+    for key, value in configs.items():
+        if not value.isdigit():
+            raise HeadwaterError(ErrorCode.INVALID_CONFIG, f"{key}={value!r} is not a number")
+    return {key: str(int(value)) for key, value in configs.items()}
+
+
+CHECKED = dataclasses.replace(LIMITS, check_configs=_checked)
+
+
+def test_altering_topic_configs_sets_removes_and_replaces_overrides() -> None:
+    image = create(cluster(1), "t", 1, 1, retention_ms="1000", segment_bytes="4096")
+    changed = c.alter_topic_configs(
+        image, EPOCH, "t", {"retention_ms": "02000", "segment_bytes": None}, False, CHECKED
+    )
+    assert changed.response == {"retention_ms": "2000"}
+    assert [(x.key, x.value) for x in changed.records] == [
+        ("retention_ms", "2000"),
+        ("segment_bytes", None),
+    ]
+    image = commit(image, changed)
+    assert dict(image.topics["t"].configs) == {"retention_ms": "2000"}
+    # Nothing differs: no record.
+    same = c.alter_topic_configs(image, EPOCH, "t", {"retention_ms": "2000"}, False, CHECKED)
+    assert same.records == ()
+    # Replace: the given overrides are the whole set.
+    replaced = c.alter_topic_configs(image, EPOCH, "t", {"segment_bytes": "8"}, True, CHECKED)
+    image = commit(image, replaced)
+    assert dict(image.topics["t"].configs) == {"segment_bytes": "8"}
+    # Validate only: the answer, no record.
+    checked = c.alter_topic_configs(image, EPOCH, "t", {"segment_bytes": "9"}, False, CHECKED, True)
+    assert checked.records == () and checked.response == {"segment_bytes": "9"}
+
+
+def test_altering_topic_configs_refuses_bad_values_internal_and_unknown_topics() -> None:
+    image = create(cluster(1), "t", 1, 1)
+    internal = c.NewTopic("__consumer_offsets", 1, 1, internal=True)
+    image = commit(image, c.create_topics(image, EPOCH, [internal], LIMITS, random.Random(1)))
+    with pytest.raises(HeadwaterError) as bad:
+        c.alter_topic_configs(image, EPOCH, "t", {"retention_ms": "soon"}, False, CHECKED)
+    assert bad.value.code is ErrorCode.INVALID_CONFIG
+    with pytest.raises(HeadwaterError) as internal:
+        c.alter_topic_configs(image, EPOCH, "__consumer_offsets", {}, False, CHECKED)
+    assert internal.value.code is ErrorCode.INVALID_TOPIC_EXCEPTION
+    with pytest.raises(HeadwaterError) as missing:
+        c.alter_topic_configs(image, EPOCH, "nope", {}, False, CHECKED)
+    assert missing.value.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def test_delete_topics() -> None:

@@ -156,11 +156,45 @@ def test_a_full_disk_loses_nothing_and_the_node_comes_back_by_itself(
             if not send_batch(producer, "d", n):
                 break
             acknowledged.append(n)
-    assert node.stop() == 0
+    assert node.stop() == 0, node.log()[-4000:]
     (fs / "ballast").unlink()
     node.start()
     check_read_back(read_batches(node.address, "d"), acknowledged)
     assert "set aside" not in node.log()
+
+
+def test_blocks_the_logs_gave_back_do_not_bring_a_full_folder_back(
+    full_disk_node: tuple[NodeProcess, Path],
+) -> None:
+    """Each active segment holds blocks reserved past its end, given back when its log
+    closes: a folder that went offline must not count them as room (coming back on them
+    would fill the disk again at once, so the folder would flap)."""
+    node, fs = full_disk_node
+    with Admin(node.address) as admin:
+        admin.create_topic("d", partitions=4)
+    with Producer(node.address, acks="all", linger_ms=0, delivery_timeout_ms=4000) as producer:
+        for partition in range(4):  # each partition's segment takes its reserve
+            producer.send("d", value=b"v" * 100, partition=partition).result(10)
+        fill(fs / "ballast")
+        failures = 0
+        for n in range(5000):
+            futures = [producer.send("d", value=v, partition=0) for v in batch_values(n)]
+            with contextlib.suppress(HeadwaterError):
+                producer.flush(timeout_s=10)
+            if not all(f.done() and f.exception(0) is None for f in futures):
+                failures += 1
+                if failures >= 3:
+                    break
+    assert failures >= 3, "the disk never filled"
+    wait_until(lambda: not node.serving(), DEADLINE_S, "health NOT_SERVING")
+    # Several probes of the offline folder go by: it stays offline.
+    quiet_until = time.monotonic() + 5.0
+    while time.monotonic() < quiet_until:
+        assert not node.serving(), node.log()[-3000:]
+        time.sleep(0.25)
+    assert "online again" not in node.log()
+    (fs / "ballast").unlink()
+    wait_until(node.serving, DEADLINE_S, "the node to come back online by itself")
 
 
 def test_one_full_disk_of_three_moves_leadership_and_writes_go_on(tmp_path: Path) -> None:

@@ -68,6 +68,11 @@ class _ReplicaStub:
         self.service = service
         self.gate: asyncio.Event | None = None
         self.calls = 0
+        self.fetches: list[_HeldCall] = []
+
+    def Fetch(self) -> _HeldCall:
+        self.fetches.append(_HeldCall())
+        return self.fetches[-1]
 
     async def OffsetForLeaderEpoch(
         self, request: pb.OffsetForLeaderEpochRequest, timeout: float
@@ -79,6 +84,19 @@ class _ReplicaStub:
             return await self.service.OffsetForLeaderEpoch(request, _Context())  # type: ignore[arg-type]
         except _Aborted as aborted:
             raise HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, aborted.details) from None
+
+
+class _HeldCall:
+    """A Fetch stream to a leader that never answers (it is paused)."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    async def write(self, _request: Any) -> None:
+        await asyncio.Event().wait()
+
+    def cancel(self) -> None:
+        self.cancelled = True
 
 
 class _Peers:
@@ -396,3 +414,49 @@ def test_a_joining_follower_holds_the_high_watermark_until_a_newer_state_is_take
     assert leader.maximal_isr == (1, 3, 2)
     assert leader.take_committed_state(_state((1, 3), 8))  # left out, at a new epoch
     assert leader.maximal_isr == (1, 3) and leader.isr == (1, 3)
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+def test_a_metadata_change_while_the_replica_manager_stops_starts_no_fetcher() -> None:
+    """A node stopping under a leadership change: the replica manager is stopping its
+    fetchers (each stop waits for a task to end) when a new image makes a third node a
+    leader. The reconcile starts nothing and every fetcher has ended when the stop
+    returns (a stop that walked the fetchers while the reconcile added one failed with
+    "dictionary changed size during iteration", and the node exited 1 on SIGTERM)."""
+
+    def leader_image(*leaders: int) -> MetadataImage:
+        return MetadataImage(
+            brokers={
+                n: BrokerState(n, "i", 1, f"node{n}", "", fenced=False, internal_address=f"node{n}")
+                for n in leaders
+            }
+        )
+
+    def hosted(index: int) -> Partition:
+        partition = Partition(TOPIC, index, MemoryLog(), LogConfig(max_message_bytes=1 << 20))
+        partition.node_id = 2
+        return partition
+
+    async def scenario() -> None:
+        leaders = {n: replica(n, []) for n in (1, 3, 4)}
+        harness = Harness(hosted(0), leaders)
+        manager = harness.manager
+        partitions = [hosted(0), hosted(1)]
+        await manager.reconcile(
+            leader_image(1, 3), [(partitions[0], state(1, 1)), (partitions[1], state(3, 1))]
+        )
+        started = list(manager._fetchers.values())
+        assert len(started) == 2
+        stopping = asyncio.ensure_future(manager.stop())
+        await asyncio.sleep(0)  # the stop is waiting for the first fetcher to end
+        assert not stopping.done()
+        await manager.reconcile(leader_image(1, 3, 4), [(partitions[1], state(4, 2))])
+        await asyncio.wait_for(stopping, 5)
+        assert manager._fetchers == {}
+        assert all(f.task is not None and f.task.done() for f in started)
+        assert harness.stubs["node4"].fetches == []
+        assert all(call.cancelled for n in (1, 3) for call in harness.stubs[f"node{n}"].fetches)
+
+    run(scenario())

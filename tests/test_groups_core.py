@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.errors import HeadwaterError
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.groups import decisions
 from headwater.node.groups import records as r
 from headwater.node.groups.assignors import range_assignor, reconcile, uniform
 from headwater.node.groups.image import GroupsImage, GroupState, apply, replay
@@ -35,6 +36,9 @@ SAMPLES: list[r.GroupRecord] = [
     r.OffsetCommitted(G, "a", 0, 42, "meta", 1_700_000_000_000),
     r.OffsetDeleted(G, "a", 0),
     r.GroupDeleted(G),
+    r.ClassicGeneration(
+        G, 4, "consumer", "range", "m1", (("m1", "c", "h", 6000, 9000, "AAE=", ""),)
+    ),
 ]
 
 
@@ -417,8 +421,25 @@ def test_tombstone_keys_name_their_removal_and_nothing_else() -> None:
     ((offset_key, none3),) = r.log_entries(r.OffsetDeleted(G, "a", 3))
     assert none3 is None and r.removal_of(offset_key) == r.OffsetDeleted(G, "a", 3)
     deleted = r.log_entries(r.GroupDeleted(G))
-    assert [value for _, value in deleted] == [None, None, None]
+    # Its group, epoch, target and classic-generation keys.
+    assert [value for _, value in deleted] == [None, None, None, None]
     assert {r.removal_of(key) for key, _ in deleted} == {r.GroupDeleted(G)}
     for bad in (b"\xff", b"[]", b'["member","g"]', b'["offset","g","a",-1]', b'["target","g","x"]'):
         with pytest.raises(r.GroupRecordError):
             r.removal_of(bad)
+
+
+def test_a_classic_generation_is_kept_by_compaction_and_ends_with_its_group() -> None:
+    saved = r.ClassicGeneration(
+        G, 2, "consumer", "range", "m1", (("m1", "c", "h", 6000, 9000, "", ""),)
+    )
+    image = apply(GroupsImage(), saved)
+    group = image.group(G)
+    assert group is not None and group.has_classic_members and group.classic == saved
+    with pytest.raises(HeadwaterError) as refused:
+        decisions.delete_group(image, G)
+    assert refused.value.code is ErrorCode.NON_EMPTY_GROUP
+    emptied = apply(image, r.ClassicGeneration(G, 3, "consumer", "", "", ()))
+    assert decisions.delete_group(emptied, G).image.group(G) is None
+    ((key, value),) = r.log_entries(saved)
+    assert key == b'["classic","g"]' and value is not None

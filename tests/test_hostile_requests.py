@@ -304,8 +304,9 @@ def test_grpc_records_any_client_can_cause_are_one_warning_each_without_a_traceb
 def test_small_calls_stay_fast_while_a_large_answer_is_built(
     shared_node: NodeProcess, stubs: tuple[Any, Any, grpc.Channel]
 ) -> None:
-    """A DescribeTopics of every topic of a node with thousands of partitions gives the
-    event loop back every 100 topics: a Metadata call answers meanwhile."""
+    """A DescribeTopics of every topic of a node with thousands of partitions (in a few
+    wide topics) gives the event loop back every 100 partitions: a Metadata call answers
+    meanwhile."""
     admin, broker, _channel = stubs
     with Admin(shared_node.address) as client:
         for i in range(30):

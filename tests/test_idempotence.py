@@ -677,8 +677,8 @@ def test_a_new_leader_does_not_answer_latest_offsets_below_its_epoch_start() -> 
     (1045, all committed); ListOffsets answered 994, and the reader stopped there, as if
     51 acknowledged records were lost. The new leader now answers OFFSET_NOT_AVAILABLE
     (retriable; Kafka's KIP-207) until its high watermark reaches its epoch's start."""
+    from headwater.node.broker_core import BrokerCore, OffsetSpec
     from headwater.node.partition import Partition
-    from headwater.node.service import _offset_of
     from headwater.raft.image import PartitionState
 
     log = MemoryLog()
@@ -693,12 +693,10 @@ def test_a_new_leader_does_not_answer_latest_offsets_below_its_epoch_start() -> 
         6,
         10,
     )
-    latest = pb.ListOffsetsRequest(topic="t", spec=pb.OFFSET_SPEC_LATEST)
     with pytest.raises(HeadwaterError) as catching_up:
-        _offset_of(partition, latest)
+        BrokerCore.offset_of(partition, OffsetSpec.LATEST)
     assert catching_up.value.code is ErrorCode.OFFSET_NOT_AVAILABLE
     assert catching_up.value.retriable
-    earliest = pb.ListOffsetsRequest(topic="t", spec=pb.OFFSET_SPEC_EARLIEST)
-    assert _offset_of(partition, earliest).offset == 0
+    assert BrokerCore.offset_of(partition, OffsetSpec.EARLIEST).offset == 0
     partition.on_follower_fetch(2, 10, NOW_MS)  # the follower has everything
-    assert _offset_of(partition, latest).offset == 10
+    assert BrokerCore.offset_of(partition, OffsetSpec.LATEST).offset == 10

@@ -1,4 +1,4 @@
-"""The layer contract: which top-level folders may import which (issue 12).
+"""The layer contract: which top-level folders may import which.
 
 Folders map to packages (``pyproject.toml``): ``client/`` is ``headwater.client``,
 ``node/`` is ``headwater.node``, and so on. The rules:
@@ -26,7 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ("headwater.node", "headwater.raft", "headwater.config")
-COMMANDS = ("headwater.cli", "headwater.benchmarks", "headwater.chaos")
+COMMANDS = ("headwater.cli", "headwater.cli_*", "headwater.benchmarks", "headwater.chaos")
+"""Entries match a module and its submodules; one ending in ``*`` matches every module
+whose name starts with what comes before it (``headwater.cli_*``: each command module)."""
 SHARED_CORE = (
     "headwater/errors.py",
     "headwater/topics.py",
@@ -72,7 +74,10 @@ def imported_modules(source: str) -> set[str]:
 
 
 def _forbidden(module: str, prefixes: tuple[str, ...]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
+    return any(
+        module.startswith(p[:-1]) if p.endswith("*") else module == p or module.startswith(p + ".")
+        for p in prefixes
+    )
 
 
 def violations(root: Path) -> list[str]:
@@ -107,9 +112,11 @@ def test_a_deliberate_violation_is_caught(tmp_path: Path) -> None:
     (tmp_path / "client" / "bad.py").write_text(
         "from typing import TYPE_CHECKING\n"
         "from headwater.topics import check_partition\n"
+        "from headwater.client_tools import fine\n"
         "if TYPE_CHECKING:\n"
         "    from headwater.node.partition import Partition\n"
     )
+    (tmp_path / "client" / "commands.py").write_text("import headwater.cli_cluster\n")
     (tmp_path / "raft").mkdir()
     (tmp_path / "raft" / "worse.py").write_text("import headwater.node.topics\n")
     (tmp_path / "headwater").mkdir()
@@ -120,6 +127,7 @@ def test_a_deliberate_violation_is_caught(tmp_path: Path) -> None:
     assert violations(tmp_path) == [
         "client/bad.py imports headwater.node.partition",
         "client/bad.py imports headwater.node.partition.Partition",
+        "client/commands.py imports headwater.cli_cluster",
         "raft/worse.py imports headwater.node.topics",
         "sparkconnector/raw.py imports headwater.v1",
         "sparkconnector/raw.py imports headwater.v1.headwater_pb2",

@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
-from pysyncobj.syncobj import _COMMAND_TYPE, _bchr
+from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, _bchr
 
 from headwater.ports import free_port_block
 from headwater.raft.follower_append import AppendAction, Entry, plan_append
-from headwater.raft.quorum import PYSYNCOBJ_VERSION, RaftFollowerGuard
+from headwater.raft.quorum import PYSYNCOBJ_VERSION, MetadataQuorum, RaftFollowerGuard
 
 NOOP = _bchr(_COMMAND_TYPE.NO_OP)
 
@@ -328,3 +328,30 @@ def test_a_snapshot_message_commits_no_tail_of_another_term(
     receive(leader, snapshot)
     assert sync.raftCommitIndex == commit_after
     assert sync._getLeader() == leader
+
+
+def test_a_leader_stepping_down_never_claims_the_new_term(follower_of: Any) -> None:
+    """pysyncobj steps down on a higher term by writing the term (a journal write) and
+    then its state. A controller that read "leader" and the new term in between
+    activated itself for a term another voter led; that voter's own activation was then
+    refused for good and the cluster had no controller. The guard reports leadership
+    only for the term the node was elected in."""
+    sync, _leader = follower_of(RaftFollowerGuard)
+    self_id = sync._SyncObj__selfNode.id
+    sync._SyncObj__setCurrentTerm(3, self_id)
+    sync._SyncObj__setState(_RAFT_STATE.LEADER)
+    assert sync.leader_term() == 3
+    # A message of term 4 arrives: the term is written first, the state after.
+    sync._SyncObj__setCurrentTerm(4, None)
+    assert sync._isLeader() and sync._getTerm() == 4  # what a plain read sees
+    assert sync.leader_term() == -1
+    quorum = object.__new__(MetadataQuorum)
+    quorum._sync = sync
+    status = quorum.status()
+    assert (status.is_leader, status.term) == (False, 4)
+    sync._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+    assert sync.leader_term() == -1
+    # Elected again, in term 5.
+    sync._SyncObj__setCurrentTerm(5, self_id)
+    sync._SyncObj__setState(_RAFT_STATE.LEADER)
+    assert sync.leader_term() == 5

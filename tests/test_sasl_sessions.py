@@ -32,6 +32,7 @@ from headwater.node.sasl_service import (
     EXCHANGES_MAX,
     EXCHANGES_PER_HOST_MAX,
     SaslService,
+    ScramLogins,
 )
 from headwater.node.sessions import Sessions
 from headwater.tls import open_channel
@@ -85,7 +86,8 @@ def _service(users: dict[str, Any], clock: Clock) -> tuple[SaslService, Sessions
     sessions, passwords = Sessions(clock), PasswordChecks()
     config = NodeConfig(credentials_over_plaintext="allow")
     image = Image(users)
-    service = SaslService(config, lambda: image, sessions, passwords, b"secret", clock)  # type: ignore[arg-type,return-value]
+    logins = ScramLogins(lambda: image, passwords, b"secret", clock)  # type: ignore[arg-type,return-value]
+    service = SaslService(config, sessions, logins)
     return service, sessions, passwords
 
 

@@ -1,5 +1,5 @@
-"""Attacks on logins, the authorization metadata, group descriptions and open streams;
-each asserts what the attacker gets and that the node stays responsive.
+"""Attacks on logins, the authorization metadata, group descriptions, open streams and the
+Raft port; each asserts what the attacker gets and that the node stays responsive.
 
 The password-check tests drive ``PasswordChecks`` with real PBKDF2 in its own threads on
 an event loop; the rest run against a real node process (users over plaintext on
@@ -11,9 +11,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -26,6 +30,7 @@ from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.node import password_checks
 from headwater.node.password_checks import PasswordChecks
+from headwater.raft import quorum
 from headwater.tls import open_channel
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -344,6 +349,48 @@ def test_a_wrong_password_is_logged_with_the_callers_host(node: NodeProcess) -> 
     )
 
 
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _quiet_cpu_seconds(pid: int, seconds: float) -> float:
+    """The CPU time a process spends in ``seconds`` left alone."""
+    before = _cpu_seconds(pid)
+    time.sleep(seconds)  # the measured window itself, not a wait for a condition
+    return _cpu_seconds(pid) - before
+
+
+def test_64_mib_to_the_raft_port_costs_a_stranger_nothing(node: NodeProcess) -> None:
+    """A stranger announces a 60 MiB message and sends 64 MiB of junk: the node drops
+    the connection after a bounded read and spends under 50 ms of CPU on it."""
+    host, port = node.raft_address.rsplit(":", 1)
+    assert node.process is not None
+    quiet = _quiet_cpu_seconds(node.process.pid, 0.5)
+    before = _cpu_seconds(node.process.pid)
+    began = time.monotonic()
+    sent = 0
+    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        try:
+            sock.sendall(struct.pack("i", 60 << 20))
+            chunk = b"Z" * 65536
+            for _ in range(1024):
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except OSError:
+            pass  # the node closed the connection: what it should do
+    window = time.monotonic() - began
+    # Less what the node spends in as long without the junk (heartbeats, its timers).
+    cost = _cpu_seconds(node.process.pid) - before - quiet * window / 0.5
+    assert cost < 0.05, f"{cost:.3f} s of CPU for {sent} bytes"
+    assert "dropped a Raft connection from 127.0.0.1" in node.log()
+    with Admin(node.address, security=ADMIN) as admin:
+        began = time.monotonic()
+        admin.list_topics()
+        assert time.monotonic() - began < 1.0
+
+
 def test_many_hosts_flooding_together_cannot_keep_another_host_out() -> None:
     """Hosts that together hold the node's every place: a new host's login takes the
     place of a waiting check of the fullest host, whose caller is told to retry."""
@@ -367,3 +414,29 @@ def test_many_hosts_flooding_together_cannot_keep_another_host_out() -> None:
         assert checks.held_total == 0 and not checks.waiting
 
     asyncio.run(scenario())
+
+
+def test_raft_strangers_are_dropped_when_silent_or_too_many() -> None:
+    class Connection:
+        def __init__(self) -> None:
+            self.dropped = False
+
+        def disconnect(self) -> None:
+            self.dropped = True
+
+    connections = {Connection() for _ in range(quorum.STRANGER_CONNECTIONS_MAX + 6)}
+    assert quorum.drop_strangers(connections, 100.0) == 6
+    left = {c for c in connections if not c.dropped}
+    voter = next(iter(left))
+    voter._headwater_authenticated = True  # type: ignore[attr-defined]
+    later = 100.0 + quorum.STRANGER_CONNECTION_S + 1
+    assert quorum.drop_strangers(left, later) == len(left) - 1
+    assert not voter.dropped
+
+
+def test_a_silent_connection_to_the_raft_port_is_closed(node: NodeProcess) -> None:
+    host, port = node.raft_address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
+        began = time.monotonic()
+        assert sock.recv(1) == b"", "the node sent something to a stranger"
+        assert time.monotonic() - began < quorum.STRANGER_CONNECTION_S + 5

@@ -566,3 +566,37 @@ def test_the_timestamp_window_is_a_topic_setting(shared_node: NodeProcess) -> No
     with pytest.raises(grpc.RpcError) as info:
         stub.Produce(pb.ProduceRequest(topic=strict, partition=0, batch=old))
     assert "INVALID_TIMESTAMP" in info.value.details()
+
+
+def test_altered_topic_configs_take_effect_on_the_log(shared_node: NodeProcess) -> None:
+    """A topic's overrides change after creation, by the node's names or Kafka's: a
+    smaller max.message.bytes refuses a batch the default took, min.insync.replicas 2
+    refuses acks=all on one node, and removing the overrides restores both."""
+    stub = broker(shared_node)
+    big = batch_format.encode_batch([b"x" * 20_000])
+    with Admin(shared_node.address) as admin:
+        name = new_topic(admin)
+        assert stub.Produce(pb.ProduceRequest(topic=name, partition=0, batch=big, acks=pb.ACKS_ALL))
+        overrides = admin.alter_topic_configs(
+            name, {"max.message.bytes": "10000", "min_insync_replicas": "2"}
+        )
+        assert overrides == {"max_message_bytes": "10000", "min_insync_replicas": "2"}
+        assert admin.describe_topics([name])[0].configs["max_message_bytes"] == "10000"
+        with pytest.raises(grpc.RpcError) as too_big:
+            stub.Produce(pb.ProduceRequest(topic=name, partition=0, batch=big, acks=pb.ACKS_LEADER))
+        assert "MESSAGE_TOO_LARGE" in too_big.value.details()
+        small = batch_format.encode_batch([b"x"])
+        with pytest.raises(grpc.RpcError) as too_few:
+            stub.Produce(pb.ProduceRequest(topic=name, partition=0, batch=small, acks=pb.ACKS_ALL))
+        assert "NOT_ENOUGH_REPLICAS" in too_few.value.details()
+        bad = error_of(lambda: admin.alter_topic_configs(name, {"retention.ms": "soon"}))
+        assert bad.code is ErrorCode.INVALID_CONFIG and "retention_ms" in bad.message
+        unknown = error_of(lambda: admin.alter_topic_configs(name, {"retention": "1"}))
+        assert unknown.code is ErrorCode.INVALID_CONFIG and "retention.ms" in unknown.message
+        checked = admin.alter_topic_configs(name, {"segment.ms": "60000"}, validate_only=True)
+        assert checked["segment_ms"] == "60000"
+        assert admin.describe_topics([name])[0].configs["segment_ms"] != "60000"
+        assert (
+            admin.alter_topic_configs(name, {}, ["max_message_bytes", "min.insync.replicas"]) == {}
+        )
+        assert stub.Produce(pb.ProduceRequest(topic=name, partition=0, batch=big, acks=pb.ACKS_ALL))

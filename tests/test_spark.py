@@ -772,6 +772,7 @@ def test_empty_topic_reads_nothing(spark: SparkSession, node: NodeProcess) -> No
 # --------------------------------------------------------------------------- demo
 
 
+@pytest.mark.demo
 def test_demo_pipeline_runs_and_stops_cleanly(tmp_path: Path) -> None:
     """``make demo`` in short: 3 nodes, the generator and the Spark job run until closed
     windows reach the output topic; then Ctrl-C (SIGINT) stops everything cleanly."""

@@ -180,6 +180,7 @@ def with_produce_options(function: Any) -> Any:
         "acls": "headwater.benchmarks.acl_cost:bench_acls",
         "login-flood": "headwater.benchmarks.login_flood:bench_login_flood",
         "spark": "headwater.benchmarks.spark:bench_spark",
+        "kafka": "headwater.benchmarks.kafka:bench_kafka",
     },
 )
 def bench() -> None:

@@ -16,19 +16,33 @@ Anomalies (names as in Jepsen's ``jepsen.tests.kafka``, where it has them):
   acks=all (at the acknowledged offset), or returned by any poll (at each offset it was
   read at: consumers read only below the high watermark). A value found at another
   offset only, or an offset at or past the final high watermark, is lost all the same.
-  Jepsen infers loss from later reads; here the final read after healing is the
-  authority.
+  A value acknowledged ``ok`` without an offset (librdkafka's implicit ack after a later
+  batch's success, or its success for a retry the broker answered
+  DUPLICATE_SEQUENCE_NUMBER: appended, where not said) is lost when the final read of its
+  partition does not hold it at any offset; its case has ``offset`` -1. Jepsen infers
+  loss from later reads; here the final read after healing is the authority.
 - ``unseen``: acknowledged ``ok`` but returned by no poll and not in the final read
-  (Jepsen's final ``unseen`` set). With a complete final read every unseen value is also
-  a lost write; it is reported too because it says the value was never visible at all.
+  (Jepsen's final ``unseen`` set; ``offset`` -1 for one acknowledged without an offset).
+  With a complete final read every unseen value is also a lost write; it is reported too
+  because it says the value was never visible at all.
 - ``inconsistent-offsets``: two or more values at one (partition, offset) in the version
   order.
 - ``duplicate``: one value, from a producer that retries, at two or more offsets of a
   partition (the producers are idempotent: a retry is appended once).
 - ``duplicate-single-send``: the same, for a value its producer sent in one attempt
   (``may_resend`` False): a node appended one request twice.
+- ``duplicate-epoch-bump``: the same, for a value whose send was unanswered when its
+  producer bumped its producer epoch (``epoch_bumped``; librdkafka's idempotent producer
+  does so producer-wide, e.g. after OUT_OF_ORDER_SEQUENCE_NUMBER on a pipelined request
+  behind one that failed). librdkafka then sends such a value again under the new epoch
+  with a new sequence, even when an attempt under the old epoch may have been appended
+  (a connection to a leader that died); idempotence holds per producer epoch, so no
+  broker can tell that send from a new record (confluentinc/librdkafka#4953). Reported,
+  not a failure by default (``TOLERATED_DEFAULT``): the broker kept its promise; a
+  duplicate of a value sent within one epoch is a ``duplicate``.
 - ``non-monotonic-send``: one producer's acknowledged sends to a partition, taken in send
-  order, where a later send was acknowledged at an offset not above the earlier one's.
+  order, where a later send was acknowledged at an offset not above the earlier one's
+  (sends acknowledged without an offset take no part).
 - ``non-monotonic-poll``: a consumer read, on one partition, an offset not above the one
   it read before there, without a seek in between (within one poll or across polls).
 - ``poll-skip``: between two consecutive reads of one partition by one consumer (or
@@ -40,6 +54,21 @@ Anomalies (names as in Jepsen's ``jepsen.tests.kafka``, where it has them):
   none of them can be checked.
 - ``final-read-gap``: a final read whose offsets are not each offset from its first to
   its high watermark exactly once (Headwater's offsets are contiguous).
+
+Consumers in a group (the Kafka-client workload, ``headwater.chaos.kafka_workload``)
+read only the partitions the group assigns them, from the group's committed offset, and
+lose partitions in rebalances. No rule changes for them, because of what they record: a
+``Seek`` per partition at each assignment, to the offset the client was told to start
+from (the committed offset, or the log start), before any record of that assignment.
+So a move back to a committed offset after a rebalance is a seek, not a
+``non-monotonic-poll``, and the first read after it must be at the committed offset (a
+``poll-skip`` otherwise: the group's committed offset must not pass records the group
+never read). A revoked partition is simply read no more (``poll-skip`` compares a
+consumer's consecutive reads of a partition, never a read with the log's end), and a
+group consumer need not read every partition: ``unseen`` asks for any poll or the final
+read. What stays checked, per consumer and partition, is that within one assignment it
+reads on from its seek without gaps or repeats, and that everything any member read is in
+the final read where it was read.
 
 The checker does no I/O and reads no clock; the same history gives the same report.
 """
@@ -71,6 +100,7 @@ ANOMALIES: Final = (
     "inconsistent-offsets",
     "duplicate",
     "duplicate-single-send",
+    "duplicate-epoch-bump",
     "non-monotonic-send",
     "non-monotonic-poll",
     "poll-skip",
@@ -79,9 +109,15 @@ ANOMALIES: Final = (
     "missing-final-read",
     "final-read-gap",
 )
-TOLERATED_DEFAULT: Final[frozenset[str]] = frozenset()
-"""Anomalies that do not fail a run by default: none (the producers are idempotent, so
-a retried batch is never written twice)."""
+TOLERATED_DEFAULT: Final[frozenset[str]] = frozenset({"duplicate-epoch-bump"})
+"""Anomalies that do not fail a run by default: only a duplicate that the client made by
+sending a value again under a new producer epoch (the producers are idempotent, so a
+retried batch is never written twice within one epoch)."""
+
+
+UNKNOWN_OFFSET: Final = -1
+"""The ``offset`` of a lost-write or unseen case whose send was acknowledged without an
+offset."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +125,8 @@ class LostWrite:
     partition: int
     value: str
     offset: int
-    """Where it was committed: the acknowledged offset, or an offset a poll read it at."""
+    """Where it was committed: the acknowledged offset, or an offset a poll read it at;
+    UNKNOWN_OFFSET for a send acknowledged without one."""
     acknowledged: bool
     polled_at: tuple[int, ...]
     """Offsets at which polls returned the value (empty if none did)."""
@@ -190,6 +227,8 @@ class SendCounts:
     ok: int = 0
     fail: int = 0
     info: int = 0
+    ok_without_offset: int = 0
+    """Of ``ok``: acknowledged without an offset."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +243,7 @@ class Report:
     inconsistent_offsets: tuple[InconsistentOffset, ...] = ()
     duplicates: tuple[Duplicate, ...] = ()
     single_send_duplicates: tuple[Duplicate, ...] = ()
+    epoch_bump_duplicates: tuple[Duplicate, ...] = ()
     non_monotonic_sends: tuple[NonMonotonicSend, ...] = ()
     non_monotonic_polls: tuple[NonMonotonicPoll, ...] = ()
     poll_skips: tuple[PollSkip, ...] = ()
@@ -220,6 +260,7 @@ class Report:
             "inconsistent-offsets": self.inconsistent_offsets,
             "duplicate": self.duplicates,
             "duplicate-single-send": self.single_send_duplicates,
+            "duplicate-epoch-bump": self.epoch_bump_duplicates,
             "non-monotonic-send": self.non_monotonic_sends,
             "non-monotonic-poll": self.non_monotonic_polls,
             "poll-skip": self.poll_skips,
@@ -319,19 +360,24 @@ def _lost_and_unseen(
 
     acknowledged = sorted(
         (s for s in index.sends.values() if s.outcome is Outcome.OK),
-        key=lambda s: (s.partition, s.offset, s.value),
+        key=lambda s: (
+            s.partition,
+            UNKNOWN_OFFSET if s.offset is None else s.offset,
+            s.value,
+        ),
     )
     for send in acknowledged:
-        assert send.offset is not None
+        offset = UNKNOWN_OFFSET if send.offset is None else send.offset
         polled_at = tuple(index.polled[send.partition].get(send.value, ()))
         finals = final_at.get(send.partition)
         held = where_final(send.partition, send.value)
         if finals is None:
             missing.add(send.partition)
-        elif finals.get(send.offset) != send.value:
-            lost.append(LostWrite(send.partition, send.value, send.offset, True, polled_at, held))
+        elif (not held) if send.offset is None else finals.get(send.offset) != send.value:
+            # acknowledged without an offset: lost only if nowhere in the partition
+            lost.append(LostWrite(send.partition, send.value, offset, True, polled_at, held))
         if not polled_at and not held:
-            unseen.append(Unseen(send.partition, send.value, send.offset))
+            unseen.append(Unseen(send.partition, send.value, offset))
     for partition, values in sorted(index.polled.items()):
         finals = final_at.get(partition)
         for value, offsets in sorted(values.items(), key=lambda kv: (min(kv[1]), kv[0])):
@@ -363,12 +409,14 @@ def _lost_and_unseen(
 
 def _inconsistent_and_duplicates(
     versions: VersionOrder, sends: dict[str, Send]
-) -> tuple[list[InconsistentOffset], list[Duplicate], list[Duplicate]]:
-    """Inconsistent offsets, duplicates of values that may have been sent again, and
-    duplicates of values sent once."""
+) -> tuple[list[InconsistentOffset], list[Duplicate], list[Duplicate], list[Duplicate]]:
+    """Inconsistent offsets, duplicates of values that may have been sent again within
+    one producer epoch, duplicates of values sent once, and duplicates of values sent
+    again under a new producer epoch."""
     inconsistent: list[InconsistentOffset] = []
     duplicates: list[Duplicate] = []
     single: list[Duplicate] = []
+    bumped: list[Duplicate] = []
     for partition, offsets in sorted(versions.items()):
         where: dict[str, list[int]] = defaultdict(list)
         for offset, values in sorted(offsets.items()):
@@ -379,9 +427,14 @@ def _inconsistent_and_duplicates(
         for value, at in sorted(where.items(), key=lambda kv: (kv[1][0], kv[0])):
             if len(at) > 1:
                 send = sends.get(value)
-                once = send is not None and not send.may_resend
-                (single if once else duplicates).append(Duplicate(partition, value, tuple(at)))
-    return inconsistent, duplicates, single
+                case = Duplicate(partition, value, tuple(at))
+                if send is not None and not send.may_resend:
+                    single.append(case)
+                elif send is not None and send.epoch_bumped:
+                    bumped.append(case)
+                else:
+                    duplicates.append(case)
+    return inconsistent, duplicates, single, bumped
 
 
 def _final_read_gaps(finals: dict[int, FinalRead]) -> list[FinalReadGap]:
@@ -411,7 +464,7 @@ def _final_read_gaps(finals: dict[int, FinalRead]) -> list[FinalReadGap]:
 def _non_monotonic_sends(sends: Iterable[Send]) -> list[NonMonotonicSend]:
     by_stream: dict[tuple[str, int], list[Send]] = defaultdict(list)
     for send in sends:
-        if send.outcome is Outcome.OK:
+        if send.outcome is Outcome.OK and send.offset is not None:
             by_stream[send.producer, send.partition].append(send)
     cases = []
     for (producer, partition), stream in sorted(by_stream.items()):
@@ -509,7 +562,9 @@ def check(history: Iterable[Event]) -> Report:
     """Find every anomaly of the module docstring in ``history``."""
     index = _index(history)
     lost, unseen, missing = _lost_and_unseen(index)
-    inconsistent, duplicates, single = _inconsistent_and_duplicates(index.versions, index.sends)
+    inconsistent, duplicates, single, bumped = _inconsistent_and_duplicates(
+        index.versions, index.sends
+    )
     non_monotonic_polls, skips = _poll_order(index.consumer_events, index.versions)
     aborted, unexpected = _aborted_and_unexpected(index)
     outcomes = [s.outcome for s in index.sends.values()]
@@ -518,6 +573,9 @@ def check(history: Iterable[Event]) -> Report:
             ok=outcomes.count(Outcome.OK),
             fail=outcomes.count(Outcome.FAIL),
             info=outcomes.count(Outcome.INFO),
+            ok_without_offset=sum(
+                1 for s in index.sends.values() if s.outcome is Outcome.OK and s.offset is None
+            ),
         ),
         polled_records=index.polled_records,
         final_records=sum(len(f.records) for f in index.finals.values()),
@@ -526,6 +584,7 @@ def check(history: Iterable[Event]) -> Report:
         inconsistent_offsets=tuple(inconsistent),
         duplicates=tuple(duplicates),
         single_send_duplicates=tuple(single),
+        epoch_bump_duplicates=tuple(bumped),
         non_monotonic_sends=tuple(_non_monotonic_sends(index.sends.values())),
         non_monotonic_polls=tuple(non_monotonic_polls),
         poll_skips=tuple(skips),
@@ -540,8 +599,9 @@ def summary_lines(report: Report, tolerated: Iterable[str] = TOLERATED_DEFAULT) 
     """Human-readable lines: send outcomes, reads, and each anomaly's count."""
     allowed = frozenset(tolerated)
     s = report.sends
+    unplaced = f" ({s.ok_without_offset} at an unknown offset)" if s.ok_without_offset else ""
     lines = [
-        f"sends: {s.ok} acknowledged, {s.fail} failed, {s.info} unknown; "
+        f"sends: {s.ok} acknowledged{unplaced}, {s.fail} failed, {s.info} unknown; "
         f"{report.polled_records} records polled, {report.final_records} in the final read",
     ]
     for name, count in report.counts().items():

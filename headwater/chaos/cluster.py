@@ -3,8 +3,13 @@ restarts by their own process ids.
 
 On loopback, node i listens on 127.0.0.1 with ports from ``headwater.ports``; in network
 namespaces (``headwater.chaos.netns``), node i runs inside ``<prefix>-n<i>`` and listens on
-its namespace's address: gRPC for clients on 7700, Raft on 7701 and the inter-broker
-listener on 7702. Each node keeps its data in
+its namespace's address: gRPC for clients on 7700, Raft on 7701, the inter-broker
+listener on 7702 and, when the cluster serves Kafka's protocol (``kafka=True``, for the
+Kafka-client workload), the Kafka listener on 7703. The Kafka listener's advertised
+address (``--kafka-advertised-address``, what Metadata answers tell Kafka clients) is
+the address it listens on: 127.0.0.1 on loopback, the node's namespace address
+otherwise, which the clients reach from the hub namespace as they reach the gRPC
+listener. Each node keeps its data in
 ``ROOT/n<i>/data`` (on its own file system, ``ROOT/n<i>/disk/data``, when the run has
 disk faults: ``headwater.chaos.disks``) and appends its output to ``ROOT/n<i>.log`` (kept
 across restarts).
@@ -41,6 +46,7 @@ from headwater.v1 import headwater_pb2 as pb
 NETNS_CLIENT_PORT: Final = 7700
 NETNS_RAFT_PORT: Final = 7701
 NETNS_INTERNAL_PORT: Final = 7702
+NETNS_KAFKA_PORT: Final = 7703
 STOP_TIMEOUT_S: Final = 20.0
 METADATA_TIMEOUT_S: Final = 2.0
 HEALTH_TIMEOUT_S: Final = 1.0
@@ -75,6 +81,8 @@ class Node:
     log_path: Path
     namespace: str | None
     internal_port: int = 0
+    kafka_port: int | None = None
+    """The Kafka listener's port (None: the node serves no Kafka protocol)."""
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
     starts: int = 0
@@ -82,6 +90,10 @@ class Node:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def kafka_address(self) -> str | None:
+        return None if self.kafka_port is None else f"{self.host}:{self.kafka_port}"
 
     @property
     def running(self) -> bool:
@@ -94,18 +106,28 @@ class Node:
 
 class ChaosCluster:
     def __init__(
-        self, root: Path, size: int, topology: Topology | None, disks: Disks | None = None
+        self,
+        root: Path,
+        size: int,
+        topology: Topology | None,
+        disks: Disks | None = None,
+        kafka: bool = False,
     ) -> None:
         self.root = root
         self.topology = topology
         self.disks = disks
         self.nodes: dict[int, Node] = {}
         for i in range(1, size + 1):
+            kafka_port: int | None = None
             if topology is not None:
                 host, port, raft = topology.ip(i), NETNS_CLIENT_PORT, NETNS_RAFT_PORT
                 internal = NETNS_INTERNAL_PORT
+                if kafka:
+                    kafka_port = NETNS_KAFKA_PORT
             else:
                 host, port, raft, internal = "127.0.0.1", free_port(), free_port(), free_port()
+                if kafka:
+                    kafka_port = free_port()
             self.nodes[i] = Node(
                 i,
                 host,
@@ -115,6 +137,7 @@ class ChaosCluster:
                 root / f"n{i}.log",
                 topology.namespace(i) if topology is not None else None,
                 internal,
+                kafka_port,
             )
         self.quorum = ",".join(f"{n.node_id}@{n.host}:{n.raft_port}" for n in self.nodes.values())
         self.env = {**os.environ, "HEADWATER_CLUSTER_SECRET": secrets.token_hex(16)}
@@ -134,6 +157,11 @@ class ChaosCluster:
     def bootstrap(self) -> str:
         return ",".join(n.address for n in self.nodes.values())
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Every node's Kafka listener (``bootstrap.servers``); "" without ``kafka``."""
+        return ",".join(n.kafka_address for n in self.nodes.values() if n.kafka_address)
+
     # ------------------------------------------------------------------ processes
 
     def start(self, node_id: int) -> None:
@@ -142,6 +170,11 @@ class ChaosCluster:
         assert not node.running, f"node {node_id} is running"
         node.data_dir.mkdir(parents=True, exist_ok=True)
         prefix = ["ip", "netns", "exec", node.namespace] if node.namespace else []
+        kafka = (
+            ["--kafka-listen", node.kafka_address, "--kafka-advertised-address", node.kafka_address]
+            if node.kafka_address
+            else []
+        )
         with open(node.log_path, "ab") as log:
             node.process = subprocess.Popen(
                 [
@@ -160,6 +193,7 @@ class ChaosCluster:
                     self.quorum,
                     "--data-dir",
                     str(node.data_dir),
+                    *kafka,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -8,9 +8,20 @@ A history is a sequence of events in the order the runner recorded them. The che
   was certainly not appended (an error answer that the broker gives only before an
   append, with no earlier attempt whose outcome is unknown), or ``info`` when it may or
   may not have been appended (a timeout, a lost connection, a retried request, the run
-  ending first). ``index`` is the send's place in its producer's send order (0, 1, ...):
+  ending first). An ``ok`` without an offset is a send acknowledged at an offset the
+  client was not told: librdkafka's idempotent producer reports success without an
+  offset for a message whose own request's answer it never got once a later batch of
+  the partition succeeded (the broker accepts sequences only in order, so the earlier
+  one was appended: an "implicit ack"), and for a retry the broker answered
+  DUPLICATE_SEQUENCE_NUMBER (appended before, its offsets no longer known); the value
+  must then be in its partition, somewhere.
+  ``index`` is the send's place in its producer's send order (0, 1, ...):
   events are recorded when a send completes, which is not the order they were sent in.
   ``may_resend`` is False for a producer that makes one attempt per record.
+  ``epoch_bumped`` is True for a send still unanswered when its producer bumped its
+  producer epoch (librdkafka does, producer-wide, after some errors): librdkafka then
+  sends it again under the new epoch with a new sequence, which no broker can tell from
+  a new record if an earlier attempt was appended.
 - ``Poll``: the records one ``Consumer.poll`` returned, in the order returned.
 - ``Seek``: a consumer moved its position on a partition (the next record it reads
   there should be at ``offset``). A consumer's polls and seeks are in history order.
@@ -58,7 +69,8 @@ class Outcome(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """One record sent by ``producer``; ``offset`` is set iff ``outcome`` is OK."""
+    """One record sent by ``producer``; ``offset`` is set only if ``outcome`` is OK (an
+    OK without one: acknowledged at an unknown offset)."""
 
     producer: str
     index: int
@@ -71,10 +83,13 @@ class Send:
     may_resend: bool = True
     """False when the producer sends each record in one attempt (``retries=0``): then the
     value can be at two offsets only if a node appended one request twice."""
+    epoch_bumped: bool = False
+    """Unanswered when its producer bumped its epoch, so possibly sent again under the
+    new epoch (see the module docstring)."""
 
     def __post_init__(self) -> None:
         assert self.index >= 0
-        assert (self.offset is not None) == (self.outcome is Outcome.OK), self
+        assert self.offset is None or self.outcome is Outcome.OK, self
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -160,6 +175,7 @@ def to_json(event: Event) -> dict[str, Any]:
                 "error": event.error,
                 "time_ms": event.time_ms,
                 "may_resend": event.may_resend,
+                "epoch_bumped": event.epoch_bumped,
             }
         case Poll():
             return {
@@ -214,6 +230,7 @@ def from_json(data: Mapping[str, Any]) -> Event:
             error=str(data.get("error", "")),
             time_ms=time_ms,
             may_resend=bool(data.get("may_resend", True)),
+            epoch_bumped=bool(data.get("epoch_bumped", False)),
         )
     if kind == "poll":
         return Poll(str(data["consumer"]), _records_from(data["records"]), time_ms)

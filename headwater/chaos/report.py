@@ -4,9 +4,13 @@ worth reading; printed for people or as one JSON document.
 
 The JSON document (``--json``)::
 
-    {"valid": bool, "seed": int, "network": str, "skipped_nemeses": [str],
+    {"valid": bool, "seed": int, "network": str, "client": "grpc" | "kafka",
+     "skipped_nemeses": [str],
+     "workload": {"sent", "acknowledged", "consumed": int,
+                  "epoch_bumps", "group_assignments", "group_rejoins": int (Kafka
+                  clients only)},
      "cycles": int, "cycles_by_nemesis": {name: int}, "duration_s": float,
-     "sends": {"ok": int, "fail": int, "info": int},
+     "sends": {"ok": int, "fail": int, "info": int, "ok_without_offset": int},
      "polled_records": int, "final_records": int,
      "anomalies": {name: count}, "failures": {name: count},
      "examples": {name: [case with "context"]},
@@ -59,6 +63,10 @@ class RunResult:
     node_log: dict[int, list[str]] = field(default_factory=dict)
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     run_dir: Path | None = None
+    client: str = "grpc"
+    """The workload's client (``--client``): "grpc" or "kafka"."""
+    workload: dict[str, int] = field(default_factory=dict)
+    """What the producers and consumers did (``runner.Workload.counts``)."""
 
     @property
     def replicas_identical(self) -> bool:
@@ -163,12 +171,19 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "valid": result.valid,
         "seed": result.seed,
         "network": result.network,
+        "client": result.client,
+        "workload": result.workload,
         "skipped_nemeses": result.skipped_nemeses,
         "cycles": sum(result.cycles_by_nemesis.values()),
         "cycles_by_nemesis": dict(sorted(result.cycles_by_nemesis.items())),
         "duration_s": round(result.duration_s, 1),
         "sends": (
-            {"ok": report.sends.ok, "fail": report.sends.fail, "info": report.sends.info}
+            {
+                "ok": report.sends.ok,
+                "fail": report.sends.fail,
+                "info": report.sends.info,
+                "ok_without_offset": report.sends.ok_without_offset,
+            }
             if report
             else None
         ),
@@ -189,12 +204,14 @@ def to_json(result: RunResult) -> dict[str, Any]:
 
 
 def text_lines(result: RunResult) -> list[str]:
-    lines = [f"seed {result.seed}; network: {result.network}"]
+    lines = [f"seed {result.seed}; network: {result.network}; client: {result.client}"]
     if result.skipped_nemeses:
         lines.append(f"skipped nemeses: {', '.join(result.skipped_nemeses)}")
     total = sum(result.cycles_by_nemesis.values())
     lines.append(f"fault cycles: {total} in {result.duration_s:.0f} s")
     lines += [f"  {name:<27} {n}" for name, n in sorted(result.cycles_by_nemesis.items())]
+    if result.workload:
+        lines.append("workload: " + ", ".join(f"{k} {v}" for k, v in result.workload.items()))
     if result.report is not None:
         lines += summary_lines(result.report)
     for name, rows in result.examples.items():

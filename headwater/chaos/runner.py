@@ -2,7 +2,9 @@
 
 A run: start 3 ``headwater serve`` processes; create topic ``chaos`` (RF 3,
 ``min_insync_replicas=2``); start acks=all producers of unique values and consumers of
-every partition (``headwater.chaos.workload``); run the planned fault cycles
+every partition (``headwater.chaos.workload``), or with ``--client kafka`` librdkafka's
+idempotent producers and a consumer group through the nodes' Kafka listeners
+(``headwater.chaos.kafka_workload``); run the planned fault cycles
 (``headwater.chaos.nemesis``, ``faults``); then heal, restart whatever is down, wait for
 full ISRs, stop the producers, read every partition whole, run the checker
 (``headwater.chaos.checker``) and compare the replicas byte for byte below the high
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import random
 import secrets
@@ -38,9 +41,9 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import click
 
@@ -62,6 +65,10 @@ from headwater.chaos.report import (
 from headwater.chaos.workload import ConsumerWorker, ProducerWorker, Recorder, final_read
 from headwater.client import Admin
 from headwater.errors import HeadwaterError
+from headwater.v1 import headwater_pb2 as pb
+
+if TYPE_CHECKING:
+    from headwater.chaos.kafka_workload import KafkaConsumerWorker, KafkaProducerWorker
 
 TOPIC: Final = "chaos"
 NODES: Final = 3
@@ -71,6 +78,32 @@ WARM_UP_DEADLINE_S: Final = 30.0
 FLUSH_TIMEOUT_S: Final = 35.0
 FINAL_READ_DEADLINE_S: Final = 120.0
 RETRIES_WITH: Final = 20
+GROUP_CATCH_UP_DEADLINE_S: Final = 90.0
+CLIENTS: Final = ("grpc", "kafka")
+
+
+class Producing(Protocol):
+    """A producer worker: ``workload.ProducerWorker`` or ``kafka_workload.KafkaProducerWorker``."""
+
+    @property
+    def sent(self) -> int: ...
+    @property
+    def acknowledged(self) -> int: ...
+    @property
+    def stopped(self) -> bool: ...
+    def start(self) -> None: ...
+    def stop(self, flush_timeout_s: float) -> None: ...
+
+
+class Consuming(Protocol):
+    """A consumer worker: ``workload.ConsumerWorker`` or ``kafka_workload.KafkaConsumerWorker``."""
+
+    @property
+    def polled(self) -> int: ...
+    @property
+    def stopped(self) -> bool: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +120,7 @@ class Options:
     rate_per_s: float
     settle_isr_s: float
     network: str
+    client: str = "grpc"
 
     def argv(self) -> list[str]:
         """The command-line arguments that give these options again (for the child)."""
@@ -100,6 +134,7 @@ class Options:
             f"--rate={self.rate_per_s}",
             f"--settle-isr={self.settle_isr_s}",
             f"--network={self.network}",
+            f"--client={self.client}",
         ]
         if self.keep is not None:
             args.append(f"--keep={self.keep}")
@@ -182,11 +217,168 @@ def _start(cluster: ChaosCluster, options: Options, recorder: Recorder) -> None:
     recorder.note(f"{wall_clock()} cluster up: {cluster.bootstrap}, topic {TOPIC} in sync")
 
 
+@dataclass
+class Workload:
+    """The run's producers and consumers, of either client."""
+
+    producers: list[Producing] = field(default_factory=list)
+    consumers: list[Consuming] = field(default_factory=list)
+    kafka_producers: list[KafkaProducerWorker] = field(default_factory=list)
+    kafka_consumers: list[KafkaConsumerWorker] = field(default_factory=list)
+    kafka_log: logging.Logger | None = None
+
+    def fatal_errors(self) -> list[str]:
+        """One problem per fatal librdkafka error (none for the gRPC client)."""
+        return [
+            f"producer {w.name}: fatal librdkafka error: {e}"
+            for w in self.kafka_producers
+            for e in w.fatal
+        ] + [
+            f"consumer {w.name}: fatal librdkafka error: {e}"
+            for w in self.kafka_consumers
+            for e in w.fatal
+        ]
+
+    def counts(self) -> dict[str, int]:
+        """What the workload did, for the summary: records sent and acknowledged, records
+        the consumers polled (not the final read); with Kafka clients, the producers'
+        epoch bumps, the consumer group's assignments and the times a member left and
+        joined again."""
+        out = {
+            "sent": sum(p.sent for p in self.producers),
+            "acknowledged": sum(p.acknowledged for p in self.producers),
+            "consumed": sum(c.polled for c in self.consumers),
+        }
+        if self.kafka_producers:
+            out["epoch_bumps"] = sum(p.epoch_bumps for p in self.kafka_producers)
+        if self.kafka_consumers:
+            out["group_assignments"] = sum(c.assignments for c in self.kafka_consumers)
+            out["group_rejoins"] = sum(c.rejoins for c in self.kafka_consumers)
+        return out
+
+    def stop(self) -> None:
+        for producer in self.producers:
+            if not producer.stopped:
+                producer.stop(1.0)
+        for consumer in self.consumers:
+            if not consumer.stopped:
+                consumer.stop()
+        if self.kafka_log is not None:
+            from headwater.chaos.kafka_workload import close_logger  # noqa: PLC0415
+
+            close_logger(self.kafka_log)
+            self.kafka_log = None
+
+
+def _start_workload(
+    cluster: ChaosCluster,
+    options: Options,
+    recorder: Recorder,
+    rng: random.Random,
+    run_dir: Path,
+    workload: Workload,
+) -> None:
+    """Make and start the consumers, then the producers, of ``options.client``."""
+    seeds = [rng.randrange(1 << 62) for _ in range(options.producers)]
+    if options.client == "kafka":
+        from headwater.chaos import kafka_workload as kw  # noqa: PLC0415 (a dev dependency)
+
+        servers = cluster.kafka_bootstrap
+        workload.kafka_log = kw.client_logger(run_dir)
+        workload.kafka_consumers = [
+            kw.KafkaConsumerWorker(
+                f"c{i}", servers, TOPIC, options.seed + i, recorder, workload.kafka_log
+            )
+            for i in range(options.consumers)
+        ]
+        workload.consumers = list(workload.kafka_consumers)
+        for consumer in workload.consumers:
+            consumer.start()
+        workload.kafka_producers = [
+            kw.KafkaProducerWorker(
+                f"p{i}",
+                servers,
+                TOPIC,
+                options.partitions,
+                seeds[i],
+                recorder,
+                options.rate_per_s,
+                workload.kafka_log,
+                max_in_flight=5 if i % 2 == 0 else 1,
+            )
+            for i in range(options.producers)
+        ]
+        workload.producers = list(workload.kafka_producers)
+    else:
+        workload.consumers = [
+            ConsumerWorker(f"c{i}", cluster.bootstrap, TOPIC, options.partitions, recorder)
+            for i in range(options.consumers)
+        ]
+        for consumer in workload.consumers:
+            consumer.start()
+        workload.producers = [
+            ProducerWorker(
+                f"p{i}",
+                cluster.bootstrap,
+                TOPIC,
+                options.partitions,
+                seeds[i],
+                0 if i % 2 == 0 else RETRIES_WITH,
+                recorder,
+                options.rate_per_s,
+            )
+            for i in range(options.producers)
+        ]
+    for producer in workload.producers:
+        producer.start()
+
+
+def _high_watermarks(bootstrap: str, partitions: int) -> dict[int, int]:
+    with Admin(bootstrap, request_timeout_s=10.0) as admin:
+        return {
+            p: admin.list_offsets(TOPIC, pb.OFFSET_SPEC_LATEST, partitions=[p])[p]
+            for p in range(partitions)
+        }
+
+
+def _group_catch_up(
+    cluster: ChaosCluster, workload: Workload, options: Options, result: RunResult
+) -> None:
+    """Wait until, for every partition, a consumer of the group holds it at its high
+    watermark (read to the end, or started there from the committed offset); a group
+    that does not within GROUP_CATCH_UP_DEADLINE_S is stuck: a problem of the run."""
+    if not workload.kafka_consumers:
+        return
+    ends = wait_for(lambda: _high_watermarks(cluster.bootstrap, options.partitions), 30.0, 0.5)
+    if ends is None:
+        result.problems.append("consumer group not checked: no high watermarks in 30 s")
+        return
+    behind: dict[int, int | None] = {}
+
+    def caught_up() -> bool:
+        reached: dict[int, int] = {}
+        for consumer in workload.kafka_consumers:
+            for p, position in consumer.positions().items():
+                reached[p] = max(reached.get(p, position), position)
+        behind.clear()
+        behind.update({p: reached.get(p) for p, end in ends.items() if reached.get(p, -1) < end})
+        return not behind
+
+    if not wait_for(caught_up, GROUP_CATCH_UP_DEADLINE_S, 0.5):
+        where = ", ".join(
+            f"partition {p} {'unassigned' if at is None else f'at {at}'} of {ends[p]}"
+            for p, at in sorted(behind.items())
+        )
+        result.problems.append(
+            f"consumer group did not read to the high watermarks in "
+            f"{GROUP_CATCH_UP_DEADLINE_S:g} s: {where}"
+        )
+
+
 def _finish(
     cluster: ChaosCluster,
     injector: FaultInjector,
-    producers: list[ProducerWorker],
-    consumers: list[ConsumerWorker],
+    workload: Workload,
     options: Options,
     recorder: Recorder,
     result: RunResult,
@@ -207,9 +399,14 @@ def _finish(
             result.problems.append(f"ISRs not full {IN_SYNC_DEADLINE_S:g} s after healing")
 
     def stop_workload() -> None:
-        for producer in producers:
+        for producer in workload.producers:
             producer.stop(FLUSH_TIMEOUT_S)
-        for consumer in consumers:
+        if workload.kafka_consumers:
+            for member in workload.kafka_consumers:
+                member.settle()
+            say("waiting for the consumer group to read to the high watermarks")
+            _group_catch_up(cluster, workload, options, result)
+        for consumer in workload.consumers:
             consumer.stop()
         if not wait_for(lambda: cluster.in_sync(TOPIC), IN_SYNC_DEADLINE_S, 0.5):
             result.problems.append(f"ISRs not full {IN_SYNC_DEADLINE_S:g} s after the workload")
@@ -240,7 +437,7 @@ def _finish(
     step("final read of every partition", read_all)
     step("comparing replicas", compare)
     injector.note_crashes()
-    result.problems += injector.crashes + injector.alarms
+    result.problems += injector.crashes + injector.alarms + workload.fatal_errors()
     history = recorder.events()
     result.report = check(history)
     result.examples = build_examples(result.report, history, injector.context)
@@ -250,7 +447,7 @@ def run(options: Options, topology: netns.Topology | None, skipped: list[str]) -
     """One run; raises KeyboardInterrupt on Ctrl-C (after stopping everything)."""
     began = time.monotonic()
     network = f"namespaces {topology.prefix}-*" if topology else "loopback"
-    result = RunResult(options.seed, network, skipped, Counter())
+    result = RunResult(options.seed, network, skipped, Counter(), client=options.client)
     run_dir = _prepare_dir(options.keep)
     result.run_dir = run_dir
     say(f"seed {options.seed}; run directory {run_dir}; {network}")
@@ -258,35 +455,15 @@ def run(options: Options, topology: netns.Topology | None, skipped: list[str]) -
     recorder = Recorder(run_dir / "history.jsonl")
     recorder.note(f"{wall_clock()} seed {options.seed}, options {options.argv()}")
     disks, options = _prepare_disks(options, run_dir, result)
-    cluster = ChaosCluster(run_dir, NODES, topology, disks)
-    producers: list[ProducerWorker] = []
-    consumers: list[ConsumerWorker] = []
+    cluster = ChaosCluster(run_dir, NODES, topology, disks, kafka=options.client == "kafka")
+    workload = Workload()
     try:
         _start(cluster, options, recorder)
         injector = FaultInjector(
             cluster, TOPIC, options.partitions, rng, recorder, topology, options.settle_isr_s
         )
-        consumers = [
-            ConsumerWorker(f"c{i}", cluster.bootstrap, TOPIC, options.partitions, recorder)
-            for i in range(options.consumers)
-        ]
-        for consumer in consumers:
-            consumer.start()
-        producers = [
-            ProducerWorker(
-                f"p{i}",
-                cluster.bootstrap,
-                TOPIC,
-                options.partitions,
-                rng.randrange(1 << 62),
-                0 if i % 2 == 0 else RETRIES_WITH,
-                recorder,
-                options.rate_per_s,
-            )
-            for i in range(options.producers)
-        ]
-        for producer in producers:
-            producer.start()
+        _start_workload(cluster, options, recorder, rng, run_dir, workload)
+        producers = workload.producers
         if not wait_for(lambda: all(p.acknowledged for p in producers), WARM_UP_DEADLINE_S):
             result.problems.append(f"no acknowledged write in {WARM_UP_DEADLINE_S:g} s")
         plan = nemesis.plan(rng, options.faults, options.cycles)
@@ -302,19 +479,15 @@ def run(options: Options, topology: netns.Topology | None, skipped: list[str]) -
             if problems:
                 say(f"cycle {cycle.number}: {'; '.join(problems)}")
             time.sleep(cycle.quiet_ms / 1000)
-        _finish(cluster, injector, producers, consumers, options, recorder, result)
+        _finish(cluster, injector, workload, options, recorder, result)
     except (HeadwaterError, RuntimeError) as error:
         result.problems.append(f"run stopped: {error}")
     except KeyboardInterrupt:
         say(f"interrupted; history and node logs kept in {run_dir}")
         raise
     finally:
-        for producer in producers:
-            if not producer.stopped:
-                producer.stop(1.0)
-        for consumer in consumers:
-            if not consumer.stopped:
-                consumer.stop()
+        workload.stop()
+        result.workload = workload.counts()
         for line in cluster.close():
             say(line)
         if disks is not None:
@@ -455,6 +628,11 @@ def _check_history(path: Path, as_json: bool) -> int:
     show_default=True, help="Namespaces when possible (auto), always, or never.",
 )  # fmt: skip
 @click.option(
+    "--client", type=click.Choice(CLIENTS), default="grpc", show_default=True,
+    help="The workload's client: headwater.client over gRPC, or librdkafka (idempotent "
+    "producers, a consumer group) over the nodes' Kafka listeners.",
+)  # fmt: skip
+@click.option(
     "--check-history", type=click.Path(exists=True, path_type=Path),
     help="Only check a kept history.jsonl and exit.",
 )  # fmt: skip
@@ -472,6 +650,7 @@ def main(
     rate_per_s: float,
     settle_isr_s: float,
     network: str,
+    client: str,
     check_history: Path | None,
     inside_netns: str | None,
 ) -> None:
@@ -484,6 +663,13 @@ def main(
         faults = nemesis.parse_faults(nemeses)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--nemeses") from None
+    if client == "kafka":
+        try:
+            import confluent_kafka  # noqa: F401, PLC0415
+        except ImportError:
+            raise click.ClickException(
+                "--client kafka needs confluent-kafka (a dev dependency: make installs it)"
+            ) from None
     options = Options(
         cycles=cycles,
         seed=seed if seed is not None else secrets.randbelow(1 << 31),
@@ -497,6 +683,7 @@ def main(
         rate_per_s=rate_per_s,
         settle_isr_s=settle_isr_s,
         network=network,
+        client=client,
     )
     if inside_netns is None:
         topology, options, skipped = _choose_network(options)

@@ -46,6 +46,7 @@ from headwater.node.groups import decisions
 from headwater.node.groups.image import GroupsImage, replay
 from headwater.node.groups.records import (
     OFFSETS_TOPIC,
+    ClassicGeneration,
     GroupRecord,
     log_entries,
 )
@@ -511,17 +512,24 @@ class GroupCoordinator:
         member_id: str,
         member_epoch: int,
         items: list[decisions.CommitItem],
+        classic_member: bool = False,
     ) -> list[HeadwaterError | None]:
+        """``classic_member``: see ``decisions.commit_offsets``."""
         shard = self.shard(index)
         counts = self.partition_counts()
         answers = await shard.write(
             lambda image: decisions.commit_offsets(
-                image, group_id, member_id, member_epoch, items, counts, now_ms()
+                image, group_id, member_id, member_epoch, items, counts, now_ms(), classic_member
             )
         )
         if member_id:
             shard.seen(group_id, member_id)  # a commit shows the member is alive
         return answers
+
+    async def save_classic(self, index: int, record: ClassicGeneration) -> None:
+        """Append a classic group's generation (``headwater.node.kafka.groups``) and
+        return once it is replicated."""
+        await self.shard(index).write(lambda image: decisions.save_classic(image, record))
 
     async def delete(self, index: int, group_id: str) -> None:
         shard = self.shard(index)

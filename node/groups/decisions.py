@@ -32,6 +32,7 @@ from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, reconcile
 from headwater.node.groups.image import GroupsImage, GroupState, apply, apply_offsets
 from headwater.node.groups.records import (
+    ClassicGeneration,
     GroupDeleted,
     GroupEpochBumped,
     GroupRecord,
@@ -53,6 +54,8 @@ ADMIN_MEMBER_EPOCH: Final = -1
 """OffsetCommit's member epoch from outside the group (with member id "")."""
 OFFSET_METADATA_BYTES_MAX: Final = 4096
 COMMIT_PARTITIONS_MAX: Final = 10_000
+OWNED_PARTITIONS_MAX: Final = 100_000
+"""Partitions one heartbeat may say its member owns (over either front)."""
 COMMIT_METADATA_BYTES_MAX: Final = 1 << 20
 PATTERN_LENGTH_MAX: Final = 1000
 SUBSCRIBED_TOPICS_MAX: Final = 10_000
@@ -523,8 +526,12 @@ def commit_offsets(
     items: Sequence[CommitItem],
     partition_counts: Mapping[str, int],
     now_ms: int,
+    classic_member: bool = False,
 ) -> Decision[list[HeadwaterError | None]]:
-    """Decide an OffsetCommit: one answer per item (None: stored)."""
+    """Decide an OffsetCommit: one answer per item (None: stored). A commit from outside
+    the group (no member id, epoch -1) is refused while the group has members of either
+    protocol, unless ``classic_member``: a member of Kafka's classic protocol, whose
+    generation the Kafka front checked."""
     check_group_id(group_id)
     if not 1 <= len(items) <= COMMIT_PARTITIONS_MAX:
         raise _error(
@@ -570,11 +577,13 @@ def commit_offsets(
             else frozenset()
         )
         stale = member_epoch < known
-    elif group is not None and group.members:
+    elif group is not None and (
+        group.members or (group.has_classic_members and not classic_member)
+    ):
         raise _error(
             ErrorCode.NON_EMPTY_GROUP,
-            f"group {group_id!r} has {len(group.members)} member(s); offsets can be set from "
-            "outside the group only while it has none (stop its consumers first)",
+            f"group {group_id!r} has members; offsets can be set from outside the group only "
+            "while it has none (stop its consumers first)",
         )
     changes = _Changes(image, group_id)
     answers: list[HeadwaterError | None] = []
@@ -622,16 +631,29 @@ def _commit_problem(item: CommitItem, partition_counts: Mapping[str, int]) -> He
     return None
 
 
+def save_classic(image: GroupsImage, record: ClassicGeneration) -> Decision[None]:
+    """Record a classic group's generation; refused while the group has members of the
+    consumer protocol (a group id takes one protocol at a time)."""
+    group = image.group(record.group_id)
+    if group is not None and group.members:
+        raise _error(
+            ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+            f"group {record.group_id!r} has members of the consumer (KIP-848) protocol",
+        )
+    changes = _Changes(image, record.group_id)
+    changes.add(record)
+    return changes.decision(None)
+
+
 def delete_group(image: GroupsImage, group_id: str) -> Decision[None]:
     check_group_id(group_id)
     group = image.group(group_id)
     if group is None:
         raise _error(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
-    if group.members:
+    if group.members or group.has_classic_members:
         raise _error(
             ErrorCode.NON_EMPTY_GROUP,
-            f"group {group_id!r} has {len(group.members)} member(s); only an empty group "
-            "can be deleted",
+            f"group {group_id!r} has members; only an empty group can be deleted",
         )
     changes = _Changes(image, group_id)
     for topic, partition in sorted(group.offsets):  # a tombstone on each offset's key
@@ -645,7 +667,7 @@ def expire_offsets(image: GroupsImage, now_ms: int, retention_ms: int) -> Decisi
     deleted; a group left with neither members nor offsets is deleted."""
     changes = _Changes(image, "")
     for group_id, group in sorted(image.groups.items()):
-        if group.members:
+        if group.members or group.has_classic_members:
             continue
         old = [
             k for k, v in group.offsets.items() if v.commit_timestamp_ms + retention_ms <= now_ms

@@ -34,6 +34,7 @@ from typing import TypeVar
 
 from headwater.node.groups.records import (
     AssignmentCleared,
+    ClassicGeneration,
     GroupDeleted,
     GroupEpochBumped,
     GroupRecord,
@@ -70,6 +71,12 @@ class GroupState:
     offsets: Mapping[TopicPartitionKey, OffsetCommitted] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    classic: ClassicGeneration | None = None
+    """The group's last generation of Kafka's classic protocol (None: it never had one)."""
+
+    @property
+    def has_classic_members(self) -> bool:
+        return self.classic is not None and bool(self.classic.members)
 
     @property
     def state(self) -> str:
@@ -212,6 +219,8 @@ def _apply_to_group(group: GroupState, record: GroupRecord) -> GroupState:
     if isinstance(record, OffsetDeleted):
         key = (record.topic, record.partition)
         return replace(group, offsets=_frozen({k: v for k, v in group.offsets.items() if k != key}))
+    if isinstance(record, ClassicGeneration):
+        return replace(group, classic=record)
     raise GroupRecordError(f"{name}: no rule for {type(record).__name__}")
 
 

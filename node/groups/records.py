@@ -143,6 +143,25 @@ class GroupDeleted:
     group_id: str
 
 
+ClassicMemberEntry = tuple[str, str, str, int, int, str, str]
+"""A classic member as stored: member id, client id, host, session and rebalance
+timeouts (ms), and its protocol metadata and assignment, base64."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGeneration:
+    """A group of Kafka's classic protocol at a generation its leader completed (its
+    SyncGroup), or emptied (no members): what a new coordinator serves the members from,
+    so that they carry on without joining again."""
+
+    group_id: str
+    generation: int
+    protocol_type: str
+    protocol_name: str
+    leader: str
+    members: tuple[ClassicMemberEntry, ...]
+
+
 GroupRecord = (
     GroupEpochBumped
     | MemberJoined
@@ -153,6 +172,7 @@ GroupRecord = (
     | OffsetDeleted
     | GroupDeleted
     | AssignmentCleared
+    | ClassicGeneration
 )
 RECORD_TYPES: Final[dict[str, type[GroupRecord]]] = {
     cls.__name__: cls
@@ -165,6 +185,7 @@ RECORD_TYPES: Final[dict[str, type[GroupRecord]]] = {
         OffsetCommitted,
         OffsetDeleted,
         GroupDeleted,
+        ClassicGeneration,
     )
 }
 _KEY_KIND: Final[dict[type[GroupRecord], str]] = {
@@ -177,6 +198,7 @@ _KEY_KIND: Final[dict[type[GroupRecord], str]] = {
     OffsetCommitted: "offset",
     OffsetDeleted: "offset",
     GroupDeleted: "group",
+    ClassicGeneration: "classic",
 }
 
 
@@ -205,6 +227,7 @@ def log_entries(record: GroupRecord) -> list[tuple[bytes, bytes | None]]:
             (_key("group", record.group_id), None),
             (_key("epoch", record.group_id), None),
             (_key("target", record.group_id), None),
+            (_key("classic", record.group_id), None),
         ]
     return [(record_key(record), encode_record(record))]
 
@@ -226,7 +249,7 @@ def removal_of(key: bytes) -> GroupRecord:
     if (
         isinstance(parts, list)
         and len(parts) == 2
-        and parts[0] in ("group", "epoch", "target")
+        and parts[0] in ("group", "epoch", "target", "classic")
         and isinstance(parts[1], str)
     ):
         # Written only when the group is deleted (``log_entries``).
@@ -295,6 +318,16 @@ def _typed(kind: str, name: str, annotation: str, value: Any) -> Any:
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
     elif annotation == "tuple[TopicPartitionKey, ...]":
         ok = isinstance(value, list) and all(_is_partition_key(v) for v in value)
+    elif annotation == "tuple[ClassicMemberEntry, ...]":
+        kinds = (str, str, str, int, int, str, str)
+        ok = isinstance(value, list) and all(
+            isinstance(m, list)
+            and len(m) == len(kinds)
+            and all(
+                isinstance(v, k) and not isinstance(v, bool) for v, k in zip(m, kinds, strict=True)
+            )
+            for m in value
+        )
     else:  # TargetAssignment.members
         ok = isinstance(value, list) and all(
             isinstance(m, list)

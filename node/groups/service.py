@@ -7,15 +7,16 @@ call this node cannot serve is answered NOT_COORDINATOR, never forwarded again).
 call for any group asks the active controller to create ``__consumer_offsets``.
 
 Every request is checked before it reaches the coordinator: sizes and counts first (a
-request naming more partitions than ``OWNED_PARTITIONS_MAX`` is refused before anything
+request naming more partitions than ``decisions.OWNED_PARTITIONS_MAX`` is refused before anything
 is built from it), then the fields (``decisions.check_heartbeat``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 import grpc
 
@@ -49,7 +50,6 @@ from headwater.topics import check_group_id
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
-OWNED_PARTITIONS_MAX: Final = 100_000
 METADATA_WAIT_S: Final = 5.0
 LOAD_WAIT_S: Final = 2.0
 LOAD_POLL_S: Final = 0.02
@@ -62,10 +62,10 @@ def partition_keys(items: Iterable[pb.TopicPartitions], what: str) -> frozenset[
     count = 0
     for item in items:
         count += len(item.partitions)
-        if count > OWNED_PARTITIONS_MAX:
+        if count > decisions.OWNED_PARTITIONS_MAX:
             raise HeadwaterError(
                 ErrorCode.INVALID_REQUEST,
-                f"{what} names more than {OWNED_PARTITIONS_MAX} partitions",
+                f"{what} names more than {decisions.OWNED_PARTITIONS_MAX} partitions",
             )
         for partition in item.partitions:
             if partition < 0:
@@ -82,6 +82,49 @@ def topic_partitions(keys: Iterable[TopicPartitionKey]) -> list[pb.TopicPartitio
     for topic, partition in sorted(keys):
         by_topic.setdefault(topic, []).append(partition)
     return [pb.TopicPartitions(topic=t, partitions=p) for t, p in by_topic.items()]
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicView:
+    """A group of Kafka's classic protocol as its coordinator holds it."""
+
+    state: str
+    generation: int
+    protocol_name: str
+    members: tuple[pb.GroupMember, ...]
+
+
+class ClassicDirectory(Protocol):
+    """The classic groups this node coordinates (kept by the Kafka front)."""
+
+    def has_members(self, group_id: str) -> bool:
+        """Has the group members of the classic protocol here?"""
+        ...
+
+    def view(self, group_id: str) -> ClassicView | None:
+        """The group as DescribeGroup shows it; None when it is not a classic group here."""
+        ...
+
+    def listings(self) -> list[tuple[str, str, int]]:
+        """(group id, state, members) of each classic group here."""
+        ...
+
+
+class NoClassicGroups:
+    """A node without a Kafka listener: no classic groups."""
+
+    def has_members(self, group_id: str) -> bool:
+        return False
+
+    def view(self, group_id: str) -> ClassicView | None:
+        return None
+
+    def listings(self) -> list[tuple[str, str, int]]:
+        return []
+
+
+CONSUMER_PROTOCOL: Final = "consumer"
+CLASSIC_PROTOCOL: Final = "classic"
 
 
 def describe(group: GroupState, coordinator_id: int) -> pb.DescribeGroupResponse:
@@ -112,7 +155,26 @@ def describe(group: GroupState, coordinator_id: int) -> pb.DescribeGroupResponse
         coordinator_id=coordinator_id,
         members=members,
         offsets=[_committed(c) for _, c in sorted(group.offsets.items())],
+        protocol=CONSUMER_PROTOCOL,
     )
+
+
+def with_classic(
+    answer: pb.DescribeGroupResponse, classic: ClassicView | None
+) -> pb.DescribeGroupResponse:
+    """``answer`` (the group's committed state) as a classic group when it is one: a
+    group id is one kind at a time, classic while the classic view has members or the
+    committed state has none."""
+    if classic is None or (answer.members and not classic.members):
+        return answer
+    answer.protocol = CLASSIC_PROTOCOL
+    answer.state = classic.state
+    answer.group_epoch = classic.generation
+    answer.target_epoch = 0
+    answer.assignor = classic.protocol_name
+    del answer.members[:]
+    answer.members.extend(classic.members)
+    return answer
 
 
 def _committed(committed: OffsetCommitted) -> pb.CommittedOffset:
@@ -145,6 +207,10 @@ class GroupsService(pb_grpc.GroupsServicer):
         self.controller = controller
         self.may_lead = may_lead
         self._creating: asyncio.Task[None] | None = None
+        self.classic: ClassicDirectory = NoClassicGroups()
+        """The classic groups of this node (set by the Kafka front): a group with members
+        there takes no ConsumerGroupHeartbeat, and DescribeGroup and ListGroups show
+        them."""
 
     # ------------------------------------------------------------------ routing
 
@@ -190,6 +256,9 @@ class GroupsService(pb_grpc.GroupsServicer):
         except grpc.RpcError as error:
             raise peer_error(error, address) from None
 
+    async def locate(self, group_id: str) -> tuple[MetadataImage, int, int]:
+        return await self._locate(group_id)
+
     async def _locate(self, group_id: str) -> tuple[MetadataImage, int, int]:
         """(image, coordinator partition, its leader) of ``group_id``."""
         check_group_id(group_id)
@@ -205,11 +274,15 @@ class GroupsService(pb_grpc.GroupsServicer):
         return image, index, leader
 
     async def _route(self, group_id: str, context: grpc.aio.ServicerContext[Any, Any]) -> int | str:
+        return await self.route(group_id, forwarded=is_forwarded(context))
+
+    async def route(self, group_id: str, forwarded: bool) -> int | str:
         """The coordinator partition when this node coordinates ``group_id`` (its shard
-        loaded), else the coordinator's address to forward to."""
+        loaded), else the coordinator's address to forward to (NOT_COORDINATOR when
+        ``forwarded``: a call is forwarded once at most)."""
         image, index, leader = await self._locate(group_id)
         if leader != self.config.node_id or self.coordinator is None:
-            if is_forwarded(context):
+            if forwarded:
                 raise HeadwaterError(
                     ErrorCode.NOT_COORDINATOR,
                     f"node {self.config.node_id} does not coordinate group {group_id!r} (node "
@@ -255,6 +328,41 @@ class GroupsService(pb_grpc.GroupsServicer):
         assert self.coordinator is not None  # _route returns an index only with one
         return self.coordinator
 
+    # ------------------------------------------------------------------ shared by both fronts
+
+    def authorize_heartbeat(
+        self, group_id: str, subscribed_topics: Sequence[str], subscribed_pattern: str
+    ) -> None:
+        """A member's heartbeat needs ``read`` on the group and ``describe`` on each
+        subscribed topic; a pattern subscription needs ``describe`` on every topic (the
+        literal topic ``*``: the assignment names every topic it matches)."""
+        self.auth.require(Operation.READ, ResourceType.GROUP, group_id)
+        if len(subscribed_topics) > decisions.SUBSCRIBED_TOPICS_MAX:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                f"{len(subscribed_topics)} subscribed topics; at most "
+                f"{decisions.SUBSCRIBED_TOPICS_MAX}",
+            )
+        for topic in set(subscribed_topics):
+            self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        if subscribed_pattern:
+            self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, WILDCARD)
+
+    async def consumer_heartbeat(
+        self, index: int, heartbeat: decisions.Heartbeat
+    ) -> tuple[decisions.HeartbeatAnswer, int]:
+        """A member's heartbeat at the coordinator of ``__consumer_offsets-{index}`` (this
+        node): its answer and the heartbeat interval to give it. A group with members of
+        Kafka's classic protocol takes none: INCONSISTENT_GROUP_PROTOCOL."""
+        saved = self._coordinator().committed(index).group(heartbeat.group_id)
+        if self.classic.has_members(heartbeat.group_id) or (saved and saved.has_classic_members):
+            raise HeadwaterError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"group {heartbeat.group_id!r} has members of Kafka's classic protocol "
+                "(JoinGroup); use another group id, or let them leave first",
+            )
+        return await self._coordinator().heartbeat(index, heartbeat)
+
     # ------------------------------------------------------------------ calls
 
     @rpc_handler
@@ -273,21 +381,10 @@ class GroupsService(pb_grpc.GroupsServicer):
         request: pb.ConsumerGroupHeartbeatRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ConsumerGroupHeartbeatResponse:
-        """Needs ``read`` on the group and ``describe`` on each subscribed topic; a
-        pattern subscription needs ``describe`` on every topic (the literal topic ``*``)."""
-        self.auth.require(Operation.READ, ResourceType.GROUP, request.group_id)
-        if len(request.subscribed_topics) > decisions.SUBSCRIBED_TOPICS_MAX:
-            raise HeadwaterError(
-                ErrorCode.INVALID_REQUEST,
-                f"{len(request.subscribed_topics)} subscribed topics; at most "
-                f"{decisions.SUBSCRIBED_TOPICS_MAX}",
-            )
-        for topic in set(request.subscribed_topics):
-            self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
-        if request.subscribed_pattern:
-            # A pattern is matched against every topic, and the assignment names those it
-            # matches: only a caller who may describe every topic may subscribe by one.
-            self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, WILDCARD)
+        """See ``authorize_heartbeat``."""
+        self.authorize_heartbeat(
+            request.group_id, request.subscribed_topics, request.subscribed_pattern
+        )
         owned = partition_keys(request.owned, "owned")
         route = await self._route(request.group_id, context)
         if isinstance(route, str):
@@ -305,7 +402,7 @@ class GroupsService(pb_grpc.GroupsServicer):
             session_timeout_ms=request.session_timeout_ms,
             rebalance_timeout_ms=request.rebalance_timeout_ms,
         )
-        answer, interval = await self._coordinator().heartbeat(route, heartbeat)
+        answer, interval = await self.consumer_heartbeat(route, heartbeat)
         return pb.ConsumerGroupHeartbeatResponse(
             member_id=answer.member_id,
             member_epoch=answer.member_epoch,
@@ -412,11 +509,18 @@ class GroupsService(pb_grpc.GroupsServicer):
         if isinstance(route, str):
             return await self._forward(route, "DescribeGroup", request)  # type: ignore[no-any-return]
         group = self._coordinator().committed(route).group(request.group_id)
-        if group is None:
+        classic = self.classic.view(request.group_id)
+        if group is None and classic is None:
             raise HeadwaterError(
                 ErrorCode.GROUP_ID_NOT_FOUND, f"group {request.group_id!r} does not exist"
             )
-        return describe(group, self.config.node_id)
+        if group is None:
+            answer = pb.DescribeGroupResponse(
+                group_id=request.group_id, coordinator_id=self.config.node_id
+            )
+        else:
+            answer = describe(group, self.config.node_id)
+        return with_classic(answer, classic)
 
     @rpc_handler
     async def DeleteGroup(
@@ -469,24 +573,48 @@ class GroupsService(pb_grpc.GroupsServicer):
         visible = set(self.auth.visible(ResourceType.GROUP, [g.group_id for g in groups]))
         return [g for g in groups if g.group_id in visible]
 
+    def own_group_listings(self) -> list[str]:
+        """The ids of the groups this node coordinates (their partitions loaded)."""
+        return [g.group_id for g in self._own_groups()]
+
+    def group_state(self, group_id: str) -> tuple[str, list[tuple[str, str]]] | None:
+        """The state of a group this node coordinates and its (member id, client id)s;
+        None when it has no such group."""
+        if self.coordinator is None:
+            return None
+        for shard in list(self.coordinator.shards.values()):
+            if shard.loaded:
+                group = shard.committed().group(group_id)
+                if group is not None:
+                    members = [(m, j.client_id) for m, j in sorted(group.members.items())]
+                    return group.state, members
+        return None
+
     def _own_groups(self) -> list[pb.GroupListing]:
         if self.coordinator is None or not self.may_lead():
             return []
-        listings = []
+        listings: dict[str, pb.GroupListing] = {}
         for shard in list(self.coordinator.shards.values()):
             if not shard.loaded:
                 continue
             image: GroupsImage = shard.committed()
             for group_id, group in image.groups.items():
-                listings.append(
-                    pb.GroupListing(
-                        group_id=group_id,
-                        state=group.state,
-                        members=len(group.members),
-                        coordinator_id=self.config.node_id,
-                    )
+                listings[group_id] = pb.GroupListing(
+                    group_id=group_id,
+                    state=group.state,
+                    members=len(group.members),
+                    coordinator_id=self.config.node_id,
                 )
-        return listings
+        for group_id, state, members in self.classic.listings():
+            listed = listings.get(group_id)
+            if listed is None or members or not listed.members:
+                listings[group_id] = pb.GroupListing(
+                    group_id=group_id,
+                    state=state,
+                    members=members,
+                    coordinator_id=self.config.node_id,
+                )
+        return list(listings.values())
 
 
 def _topics_of(answer: pb.DescribeGroupResponse) -> set[str]:

@@ -146,6 +146,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """
     INVALID_RECORD: _ErrorCode.ValueType  # 87
     GROUP_MAX_SIZE_REACHED: _ErrorCode.ValueType  # 81
+    INCONSISTENT_GROUP_PROTOCOL: _ErrorCode.ValueType  # 23
+    """The group has members of the other group protocol (Kafka's classic JoinGroup, or
+    ConsumerGroupHeartbeat); a group id is one or the other while it has members.
+    """
     THROTTLING_QUOTA_EXCEEDED: _ErrorCode.ValueType  # 89
     """A limit on open streams and long polls was reached (retriable once some close)."""
     FENCED_MEMBER_EPOCH: _ErrorCode.ValueType  # 110
@@ -291,6 +295,10 @@ high watermark has not yet caught up with its followers (retriable).
 """
 INVALID_RECORD: ErrorCode.ValueType  # 87
 GROUP_MAX_SIZE_REACHED: ErrorCode.ValueType  # 81
+INCONSISTENT_GROUP_PROTOCOL: ErrorCode.ValueType  # 23
+"""The group has members of the other group protocol (Kafka's classic JoinGroup, or
+ConsumerGroupHeartbeat); a group id is one or the other while it has members.
+"""
 THROTTLING_QUOTA_EXCEEDED: ErrorCode.ValueType  # 89
 """A limit on open streams and long polls was reached (retriable once some close)."""
 FENCED_MEMBER_EPOCH: ErrorCode.ValueType  # 110
@@ -1722,6 +1730,7 @@ class GroupMember(_message.Message):
     TARGET_FIELD_NUMBER: _builtins.int
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     instance_id: _builtins.str
     client_id: _builtins.str
@@ -1729,6 +1738,8 @@ class GroupMember(_message.Message):
     subscribed_pattern: _builtins.str
     session_timeout_ms: _builtins.int
     rebalance_timeout_ms: _builtins.int
+    host: _builtins.str
+    """Where the member connects from (members of Kafka's classic protocol; "" otherwise)."""
     @_builtins.property
     def subscribed_topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -1753,10 +1764,11 @@ class GroupMember(_message.Message):
         target: _abc.Iterable[Global___TopicPartitions] | None = ...,
         session_timeout_ms: _builtins.int = ...,
         rebalance_timeout_ms: _builtins.int = ...,
+        host: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assigned", b"assigned", "client_id", b"client_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "revoking", b"revoking", "session_timeout_ms", b"session_timeout_ms", "subscribed_pattern", b"subscribed_pattern", "subscribed_topics", b"subscribed_topics", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assigned", b"assigned", "client_id", b"client_id", "host", b"host", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "revoking", b"revoking", "session_timeout_ms", b"session_timeout_ms", "subscribed_pattern", b"subscribed_pattern", "subscribed_topics", b"subscribed_topics", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1774,14 +1786,29 @@ class DescribeGroupResponse(_message.Message):
     COORDINATOR_ID_FIELD_NUMBER: _builtins.int
     MEMBERS_FIELD_NUMBER: _builtins.int
     OFFSETS_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
     state: _builtins.str
+    """"consumer" groups: empty, assigning, reconciling, stable. "classic" groups: Empty,
+    PreparingRebalance, CompletingRebalance, Stable (Kafka's names).
+    """
     group_epoch: _builtins.int
+    """A classic group's generation."""
     target_epoch: _builtins.int
     assignor: _builtins.str
+    """A classic group's chosen protocol (range, roundrobin, cooperative-sticky, ...)."""
     coordinator_id: _builtins.int
+    protocol: _builtins.str
+    """"consumer": the server-side protocol (ConsumerGroupHeartbeat); "classic": Kafka's
+    JoinGroup and SyncGroup, with the assignor in the client.
+    """
     @_builtins.property
-    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupMember]: ...
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupMember]:
+        """A classic group's members: member_epoch is the generation, subscribed_topics and
+        assigned are read from the consumer protocol's bytes (empty when the group's
+        protocol type is not "consumer"), revoking and target are empty.
+        """
+
     @_builtins.property
     def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___CommittedOffset]: ...
     def __init__(
@@ -1795,10 +1822,11 @@ class DescribeGroupResponse(_message.Message):
         coordinator_id: _builtins.int = ...,
         members: _abc.Iterable[Global___GroupMember] | None = ...,
         offsets: _abc.Iterable[Global___CommittedOffset] | None = ...,
+        protocol: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "coordinator_id", b"coordinator_id", "group_epoch", b"group_epoch", "group_id", b"group_id", "members", b"members", "offsets", b"offsets", "state", b"state", "target_epoch", b"target_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "coordinator_id", b"coordinator_id", "group_epoch", b"group_epoch", "group_id", b"group_id", "members", b"members", "offsets", b"offsets", "protocol", b"protocol", "state", b"state", "target_epoch", b"target_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2277,6 +2305,109 @@ class CreatePartitionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreatePartitionsResponse: _TypeAlias = CreatePartitionsResponse  # noqa: Y015
+
+@_typing.final
+class TopicConfigChange(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """A topic setting (`retention_ms`; Kafka's dotted name `retention.ms` is the same)."""
+    value: _builtins.str
+    """The new override; absent: remove the override (the node's default applies again)."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "name", b"name", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
+    _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__value) -> _WhichOneofReturnType__value | None: ...
+
+Global___TopicConfigChange: _TypeAlias = TopicConfigChange  # noqa: Y015
+
+@_typing.final
+class AlterTopicConfigsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CHANGES_FIELD_NUMBER: _builtins.int
+    REPLACE_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    replace: _builtins.bool
+    """True: `changes` (its set values) become the whole set of overrides, and every other
+    override is removed (Kafka's AlterConfigs). False: only the named ones change.
+    """
+    validate_only: _builtins.bool
+    """True: check the changes and change nothing."""
+    @_builtins.property
+    def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicConfigChange]:
+        """Each name at most once."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        changes: _abc.Iterable[Global___TopicConfigChange] | None = ...,
+        replace: _builtins.bool = ...,
+        validate_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "replace", b"replace", "topic", b"topic", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterTopicConfigsRequest: _TypeAlias = AlterTopicConfigsRequest  # noqa: Y015
+
+@_typing.final
+class AlterTopicConfigsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ConfigsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CONFIGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def configs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The topic's overrides after the change (or as they would be, with validate_only)."""
+
+    def __init__(
+        self,
+        *,
+        configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterTopicConfigsResponse: _TypeAlias = AlterTopicConfigsResponse  # noqa: Y015
 
 @_typing.final
 class ReassignPartitionRequest(_message.Message):
@@ -3190,6 +3321,7 @@ class RegisterBrokerRequest(_message.Message):
     RACK_FIELD_NUMBER: _builtins.int
     INTERNAL_ADDRESS_FIELD_NUMBER: _builtins.int
     PARTITION_CAPACITY_FIELD_NUMBER: _builtins.int
+    KAFKA_ADDRESS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.int
     incarnation_id: _builtins.str
     """Unique per process start: a new incarnation replaces the old registration."""
@@ -3202,6 +3334,10 @@ class RegisterBrokerRequest(_message.Message):
     """Most partition replicas the broker can host (its open-file limit allows; 0: no
     limit stated). The controller places no more on it.
     """
+    kafka_address: _builtins.str
+    """HOST:PORT Kafka clients are told for this broker (its Kafka listener); empty when
+    the broker serves no Kafka listener.
+    """
     def __init__(
         self,
         *,
@@ -3211,10 +3347,11 @@ class RegisterBrokerRequest(_message.Message):
         rack: _builtins.str = ...,
         internal_address: _builtins.str = ...,
         partition_capacity: _builtins.int = ...,
+        kafka_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "incarnation_id", b"incarnation_id", "internal_address", b"internal_address", "node_id", b"node_id", "partition_capacity", b"partition_capacity", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "incarnation_id", b"incarnation_id", "internal_address", b"internal_address", "kafka_address", b"kafka_address", "node_id", b"node_id", "partition_capacity", b"partition_capacity", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

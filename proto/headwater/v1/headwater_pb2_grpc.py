@@ -959,6 +959,11 @@ class AdminStub:
                 request_serializer=headwater_dot_v1_dot_headwater__pb2.CreatePartitionsRequest.SerializeToString,
                 response_deserializer=headwater_dot_v1_dot_headwater__pb2.CreatePartitionsResponse.FromString,
                 _registered_method=True)
+        self.AlterTopicConfigs = channel.unary_unary(
+                '/headwater.v1.Admin/AlterTopicConfigs',
+                request_serializer=headwater_dot_v1_dot_headwater__pb2.AlterTopicConfigsRequest.SerializeToString,
+                response_deserializer=headwater_dot_v1_dot_headwater__pb2.AlterTopicConfigsResponse.FromString,
+                _registered_method=True)
         self.ReassignPartition = channel.unary_unary(
                 '/headwater.v1.Admin/ReassignPartition',
                 request_serializer=headwater_dot_v1_dot_headwater__pb2.ReassignPartitionRequest.SerializeToString,
@@ -1039,6 +1044,16 @@ class AdminServicer:
     def CreatePartitions(self, request, context):
         """Adds partitions to a topic (partitions never shrink). New partitions are placed like
         those of a new topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterTopicConfigs(self, request, context):
+        """Changes a topic's config overrides (Kafka's AlterConfigs and IncrementalAlterConfigs):
+        the resulting overrides are checked together, as at creation, and take effect on
+        every replica once the metadata carries them. Needs `alter` on the topic.
+        INVALID_CONFIG names a bad name or value and the valid range.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -1145,6 +1160,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.CreatePartitions,
                     request_deserializer=headwater_dot_v1_dot_headwater__pb2.CreatePartitionsRequest.FromString,
                     response_serializer=headwater_dot_v1_dot_headwater__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'AlterTopicConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterTopicConfigs,
+                    request_deserializer=headwater_dot_v1_dot_headwater__pb2.AlterTopicConfigsRequest.FromString,
+                    response_serializer=headwater_dot_v1_dot_headwater__pb2.AlterTopicConfigsResponse.SerializeToString,
             ),
             'ReassignPartition': grpc.unary_unary_rpc_method_handler(
                     servicer.ReassignPartition,
@@ -1329,6 +1349,33 @@ class Admin:
             '/headwater.v1.Admin/CreatePartitions',
             headwater_dot_v1_dot_headwater__pb2.CreatePartitionsRequest.SerializeToString,
             headwater_dot_v1_dot_headwater__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterTopicConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headwater.v1.Admin/AlterTopicConfigs',
+            headwater_dot_v1_dot_headwater__pb2.AlterTopicConfigsRequest.SerializeToString,
+            headwater_dot_v1_dot_headwater__pb2.AlterTopicConfigsResponse.FromString,
             options,
             channel_credentials,
             insecure,

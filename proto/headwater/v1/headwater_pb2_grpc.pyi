@@ -491,6 +491,12 @@ class AdminStub:
     """Adds partitions to a topic (partitions never shrink). New partitions are placed like
     those of a new topic.
     """
+    AlterTopicConfigs: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.AlterTopicConfigsRequest, _headwater_pb2.AlterTopicConfigsResponse]
+    """Changes a topic's config overrides (Kafka's AlterConfigs and IncrementalAlterConfigs):
+    the resulting overrides are checked together, as at creation, and take effect on
+    every replica once the metadata carries them. Needs `alter` on the topic.
+    INVALID_CONFIG names a bad name or value and the valid range.
+    """
     ReassignPartition: _grpc.UnaryUnaryMultiCallable[_headwater_pb2.ReassignPartitionRequest, _headwater_pb2.ReassignPartitionResponse]
     """Moves one partition to a new list of replicas: new replicas copy the log from the
     leader, and once they are in sync the old ones are dropped (leadership moves if the
@@ -541,6 +547,12 @@ class AdminAsyncStub(AdminStub):
     CreatePartitions: _aio.UnaryUnaryMultiCallable[_headwater_pb2.CreatePartitionsRequest, _headwater_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
     """Adds partitions to a topic (partitions never shrink). New partitions are placed like
     those of a new topic.
+    """
+    AlterTopicConfigs: _aio.UnaryUnaryMultiCallable[_headwater_pb2.AlterTopicConfigsRequest, _headwater_pb2.AlterTopicConfigsResponse]  # type: ignore[assignment]
+    """Changes a topic's config overrides (Kafka's AlterConfigs and IncrementalAlterConfigs):
+    the resulting overrides are checked together, as at creation, and take effect on
+    every replica once the metadata carries them. Needs `alter` on the topic.
+    INVALID_CONFIG names a bad name or value and the valid range.
     """
     ReassignPartition: _aio.UnaryUnaryMultiCallable[_headwater_pb2.ReassignPartitionRequest, _headwater_pb2.ReassignPartitionResponse]  # type: ignore[assignment]
     """Moves one partition to a new list of replicas: new replicas copy the log from the
@@ -619,6 +631,18 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_headwater_pb2.CreatePartitionsResponse, _abc.Awaitable[_headwater_pb2.CreatePartitionsResponse]]:
         """Adds partitions to a topic (partitions never shrink). New partitions are placed like
         those of a new topic.
+        """
+
+    @_abc_1.abstractmethod
+    def AlterTopicConfigs(
+        self,
+        request: _headwater_pb2.AlterTopicConfigsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_headwater_pb2.AlterTopicConfigsResponse, _abc.Awaitable[_headwater_pb2.AlterTopicConfigsResponse]]:
+        """Changes a topic's config overrides (Kafka's AlterConfigs and IncrementalAlterConfigs):
+        the resulting overrides are checked together, as at creation, and take effect on
+        every replica once the metadata carries them. Needs `alter` on the topic.
+        INVALID_CONFIG names a bad name or value and the valid range.
         """
 
     @_abc_1.abstractmethod

@@ -1,0 +1,431 @@
+"""The Kafka front's group requests: FindCoordinator, the classic protocol (JoinGroup,
+SyncGroup, Heartbeat, LeaveGroup), the consumer protocol (ConsumerGroupHeartbeat, on
+the server-side groups gRPC members use), OffsetCommit, OffsetFetch, ListGroups,
+DescribeGroups and DeleteGroups, over ``ClassicGroups`` and the node's group
+coordinator. Kafka clients send these to the group's coordinator (FindCoordinator
+names it); another node answers NOT_COORDINATOR and the client asks again.
+
+Permissions are Kafka's: read on the group to join, sync, heartbeat, leave and commit
+(and read on each topic committed); describe on the group to find its coordinator,
+fetch its offsets (of the topics the caller may describe) or describe it; delete on the
+group to delete it; ListGroups lists the groups the caller may describe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from headwater.acls import CLUSTER_RESOURCE, Operation, ResourceType
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.authorizer import Authorizer, current_caller
+from headwater.node.groups.classic import GroupProtocolError
+from headwater.node.groups.decisions import CommitItem
+from headwater.node.groups.service import GroupsService
+from headwater.node.kafka import consumer_heartbeat, protocol
+from headwater.node.kafka.answers import code_of, names_by_id, ready, topic_uuid
+from headwater.node.kafka.groups import ClassicGroups
+
+GROUP_KEY_TYPE: Final = 0
+PROTOCOL_TYPE: Final = "consumer"
+DEAD: Final = "Dead"
+MEMBER_ID_REQUIRED_FROM: Final = 4
+"""JoinGroup versions from this one get a member id first (KIP-394, MEMBER_ID_REQUIRED)."""
+
+
+class GroupHandlers:
+    """Group requests of the Kafka front (see the module doc)."""
+
+    def __init__(
+        self,
+        groups: ClassicGroups,
+        service: GroupsService,
+        auth: Authorizer,
+        kafka_address: Callable[[int], str],
+    ) -> None:
+        self.groups = groups
+        self.service = service
+        self.auth = auth
+        self.kafka_address = kafka_address
+
+    def by_key(self) -> dict[int, Callable[[protocol.Request], Awaitable[Any]]]:
+        return {
+            protocol.FIND_COORDINATOR: self.find_coordinator,
+            protocol.JOIN_GROUP: self.join_group,
+            protocol.SYNC_GROUP: self.sync_group,
+            protocol.HEARTBEAT: self.heartbeat,
+            protocol.LEAVE_GROUP: self.leave_group,
+            protocol.OFFSET_COMMIT: self.offset_commit,
+            protocol.OFFSET_FETCH: self.offset_fetch,
+            protocol.LIST_GROUPS: self.list_groups,
+            protocol.DESCRIBE_GROUPS: self.describe_groups,
+            protocol.DELETE_GROUPS: self.delete_groups,
+            protocol.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
+        }
+
+    @staticmethod
+    def _schema(request: protocol.Request) -> type[Any]:
+        return protocol.response_schema(request.api_key, request.api_version)
+
+    # ------------------------------------------------------------------ coordinator
+
+    async def find_coordinator(self, request: protocol.Request) -> Any:
+        body = request.body
+        key_type = int(getattr(body, "key_type", GROUP_KEY_TYPE))
+        answer: dict[str, Any] = {"node_id": -1, "host": "", "port": -1}
+        try:
+            if key_type != GROUP_KEY_TYPE:
+                raise HeadwaterError(
+                    ErrorCode.INVALID_REQUEST,
+                    "only group coordinators exist here (transactions are not supported)",
+                )
+            self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, body.key)
+            _image, _index, leader = await self.service.locate(body.key)
+            address = self.kafka_address(leader)
+            if not address:
+                raise HeadwaterError(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"node {leader} coordinates group {body.key!r} but serves no Kafka listener",
+                )
+            host, _, port = address.rpartition(":")
+            answer.update(error_code=0, node_id=leader, host=host, port=int(port))
+        except (HeadwaterError, GroupProtocolError) as error:
+            answer.update(error_code=code_of(error), error_message=str(error))
+        return ready(protocol.build(self._schema(request), **answer))
+
+    # ------------------------------------------------------------------ classic protocol
+
+    async def join_group(self, request: protocol.Request) -> Any:
+        body = request.body
+        session_ms = protocol.milliseconds(body.session_timeout)
+        rebalance = getattr(body, "rebalance_timeout", None)
+        rebalance_ms = protocol.milliseconds(rebalance) if rebalance is not None else session_ms
+        caller = current_caller()
+
+        async def answer() -> Any:
+            try:
+                self.auth.require(Operation.READ, ResourceType.GROUP, body.group_id)
+                joined = await self.groups.join(
+                    body.group_id,
+                    body.member_id,
+                    request.client_id,
+                    caller.host,
+                    body.protocol_type,
+                    [(p.name, bytes(p.metadata)) for p in body.protocols],
+                    session_ms,
+                    rebalance_ms,
+                    member_id_required=request.api_version >= MEMBER_ID_REQUIRED_FROM,
+                    instance_id=getattr(body, "group_instance_id", None) or "",
+                )
+            except (HeadwaterError, GroupProtocolError) as error:
+                handed_out = isinstance(error, GroupProtocolError) and error.member_id
+                return protocol.build(
+                    self._schema(request),
+                    error_code=code_of(error),
+                    generation_id=-1,
+                    member_id=handed_out or body.member_id,
+                )
+            return protocol.build(
+                self._schema(request),
+                error_code=0,
+                generation_id=joined.generation,
+                protocol_name=joined.protocol_name,
+                leader=joined.leader,
+                member_id=joined.member_id,
+                members=[{"member_id": m, "metadata": data} for m, data in joined.members],
+            )
+
+        return asyncio.ensure_future(answer())
+
+    async def sync_group(self, request: protocol.Request) -> Any:
+        body = request.body
+
+        async def answer() -> Any:
+            try:
+                self.auth.require(Operation.READ, ResourceType.GROUP, body.group_id)
+                assignment = await self.groups.sync(
+                    body.group_id,
+                    body.member_id,
+                    int(body.generation_id),
+                    [(a.member_id, bytes(a.assignment)) for a in body.assignments],
+                    getattr(body, "group_instance_id", None) or "",
+                )
+            except (HeadwaterError, GroupProtocolError) as error:
+                return protocol.build(self._schema(request), error_code=code_of(error))
+            return protocol.build(self._schema(request), error_code=0, assignment=assignment)
+
+        return asyncio.ensure_future(answer())
+
+    async def heartbeat(self, request: protocol.Request) -> Any:
+        body = request.body
+        try:
+            self.auth.require(Operation.READ, ResourceType.GROUP, body.group_id)
+            await self.groups.heartbeat(
+                body.group_id,
+                body.member_id,
+                int(body.generation_id),
+                getattr(body, "group_instance_id", None) or "",
+            )
+            code = 0
+        except (HeadwaterError, GroupProtocolError) as error:
+            code = code_of(error)
+        return ready(protocol.build(self._schema(request), error_code=code))
+
+    async def leave_group(self, request: protocol.Request) -> Any:
+        body = request.body
+        leaving = (
+            [(m.member_id, m.group_instance_id or "") for m in body.members]
+            if hasattr(body, "members")
+            else [(body.member_id, "")]
+        )
+        results = []
+        code = 0
+        try:
+            self.auth.require(Operation.READ, ResourceType.GROUP, body.group_id)
+        except HeadwaterError as error:
+            code = code_of(error)
+        for member_id, instance_id in leaving if code == 0 else []:
+            answer = {"member_id": member_id, "group_instance_id": instance_id or None}
+            try:
+                answer["member_id"] = await self.groups.leave(body.group_id, member_id, instance_id)
+                results.append({**answer, "error_code": 0})
+            except (HeadwaterError, GroupProtocolError) as error:
+                results.append({**answer, "error_code": code_of(error)})
+                if len(leaving) == 1:
+                    code = code_of(error)
+        return ready(protocol.build(self._schema(request), error_code=code, members=results))
+
+    # ------------------------------------------------------------------ KIP-848
+
+    async def consumer_group_heartbeat(self, request: protocol.Request) -> Any:
+        """A member of a group of Kafka's consumer protocol: the same server-side group
+        as a gRPC member's (``consumer_heartbeat``), topics by id (see
+        ``headwater.node.kafka.consumer_heartbeat``)."""
+        body = request.body
+
+        async def answer() -> Any:
+            try:
+                index = await self.service.route(body.group_id, forwarded=True)
+                assert isinstance(index, int)  # forwarded=True: never an address
+                assert self.service.coordinator is not None  # it routed here
+                group = self.service.coordinator.shard(index).image.group(body.group_id)
+                image = self.service.state.image
+                heartbeat = consumer_heartbeat.heartbeat_of(
+                    body,
+                    request.client_id,
+                    group.members.get(body.member_id) if group else None,
+                    group.current.get(body.member_id) if group else None,
+                    names_by_id(image),
+                )
+                self.service.authorize_heartbeat(
+                    heartbeat.group_id, heartbeat.subscribed_topics, heartbeat.subscribed_pattern
+                )
+                joined, interval = await self.service.consumer_heartbeat(index, heartbeat)
+            except consumer_heartbeat.HeartbeatShapeError as error:
+                return protocol.build(
+                    self._schema(request),
+                    error_code=ErrorCode.INVALID_REQUEST,
+                    error_message=str(error),
+                )
+            except (HeadwaterError, GroupProtocolError) as error:
+                return protocol.build(
+                    self._schema(request), error_code=code_of(error), error_message=str(error)
+                )
+            image = self.service.state.image
+            ids = {
+                topic: topic_id
+                for topic, _ in joined.assigned
+                if (topic_id := topic_uuid(image, topic)) is not None
+            }
+            return protocol.build(
+                self._schema(request),
+                error_code=0,
+                member_id=joined.member_id,
+                member_epoch=joined.member_epoch,
+                heartbeat_interval=interval,
+                assignment=(
+                    consumer_heartbeat.assignment_of(joined.assigned, ids)
+                    if joined.member_epoch >= 0
+                    else None
+                ),
+            )
+
+        return asyncio.ensure_future(answer())
+
+    # ------------------------------------------------------------------ offsets
+
+    async def offset_commit(self, request: protocol.Request) -> Any:
+        body = request.body
+        generation = int(
+            getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
+        )
+        items = [
+            CommitItem(
+                topic.name,
+                int(p.partition_index),
+                int(p.committed_offset),
+                p.committed_metadata or "",
+            )
+            for topic in body.topics
+            for p in topic.partitions
+        ]
+        try:
+            self.auth.require(Operation.READ, ResourceType.GROUP, body.group_id)
+            refused = {
+                t
+                for t in {i.topic for i in items}
+                if not self.auth.allows(Operation.READ, ResourceType.TOPIC, t)
+            }
+            allowed = [i for i in items if i.topic not in refused]
+            outcomes = (
+                await self.groups.commit(
+                    body.group_id,
+                    body.member_id,
+                    generation,
+                    allowed,
+                    getattr(body, "group_instance_id", None) or "",
+                )
+                if allowed
+                else []
+            )
+            by_item = dict(zip(((i.topic, i.partition) for i in allowed), outcomes, strict=True))
+            codes = {
+                (i.topic, i.partition): (
+                    int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                    if i.topic in refused
+                    else code_of(error)
+                    if (error := by_item[(i.topic, i.partition)])
+                    else 0
+                )
+                for i in items
+            }
+        except (HeadwaterError, GroupProtocolError) as error:
+            codes = {(i.topic, i.partition): code_of(error) for i in items}
+        topics: dict[str, list[dict[str, int]]] = {}
+        for item in items:
+            topics.setdefault(item.topic, []).append(
+                {
+                    "partition_index": item.partition,
+                    "error_code": codes[(item.topic, item.partition)],
+                }
+            )
+        return ready(
+            protocol.build(
+                self._schema(request),
+                topics=[{"name": name, "partitions": parts} for name, parts in topics.items()],
+            )
+        )
+
+    async def offset_fetch(self, request: protocol.Request) -> Any:
+        body = request.body
+        try:
+            self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, body.group_id)
+            committed = await self.groups.committed(body.group_id)
+        except (HeadwaterError, GroupProtocolError) as error:
+            return ready(protocol.build(self._schema(request), error_code=code_of(error)))
+        if body.topics is None:  # every topic the caller may describe, as over gRPC
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(committed):
+                if self.auth.allows(Operation.DESCRIBE, ResourceType.TOPIC, topic):
+                    wanted.setdefault(topic, []).append(partition)
+        else:
+            wanted = {t.name: [int(p) for p in t.partition_indexes] for t in body.topics}
+        topics: list[dict[str, Any]] = []
+        for name, partitions in wanted.items():
+            answers: list[dict[str, Any]]
+            if not self.auth.allows(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                answers = [
+                    {
+                        "partition_index": p,
+                        "committed_offset": -1,
+                        "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                    }
+                    for p in partitions
+                ]
+            else:
+                answers = []
+                for p in partitions:
+                    offset, metadata = committed.get((name, p), (-1, ""))
+                    answers.append(
+                        {
+                            "partition_index": p,
+                            "committed_offset": offset,
+                            "committed_leader_epoch": -1,
+                            "metadata": metadata,
+                            "error_code": 0,
+                        }
+                    )
+            topics.append({"name": name, "partitions": answers})
+        return ready(protocol.build(self._schema(request), error_code=0, topics=topics))
+
+    # ------------------------------------------------------------------ listing
+
+    async def list_groups(self, request: protocol.Request) -> Any:
+        """The groups this node coordinates, both protocols."""
+        listed = {group_id for group_id, group in self.groups.groups.items() if group.members}
+        for listing in self.service.own_group_listings():
+            listed.add(listing)
+        if not self.auth.allows(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+            listed = set(self.auth.visible(ResourceType.GROUP, sorted(listed)))
+        return ready(
+            protocol.build(
+                self._schema(request),
+                error_code=0,
+                groups=[{"group_id": g, "protocol_type": PROTOCOL_TYPE} for g in sorted(listed)],
+            )
+        )
+
+    async def describe_groups(self, request: protocol.Request) -> Any:
+        described = []
+        for group_id in request.body.groups:
+            entry: dict[str, Any] = {"group_id": group_id, "group_state": DEAD}
+            try:
+                self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, group_id)
+                await self.groups.committed(group_id)  # routes: NOT_COORDINATOR elsewhere
+                entry.update(self._describe(group_id))
+                entry["error_code"] = 0
+            except (HeadwaterError, GroupProtocolError) as error:
+                entry["error_code"] = code_of(error)
+            described.append(entry)
+        return ready(protocol.build(self._schema(request), groups=described))
+
+    def _describe(self, group_id: str) -> dict[str, Any]:
+        group = self.groups.groups.get(group_id)
+        if group is not None and group.members:
+            return {
+                "group_state": group.state,
+                "protocol_type": group.protocol_type,
+                "protocol_data": group.protocol_name,
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "client_id": m.client_id,
+                        "client_host": m.host,
+                        "member_metadata": m.metadata_for(group.protocol_name),
+                        "member_assignment": m.assignment,
+                    }
+                    for m in group.members.values()
+                ],
+            }
+        state = self.service.group_state(group_id)
+        if state is None:
+            return {}
+        name, members = state
+        return {
+            "group_state": name,
+            "protocol_type": PROTOCOL_TYPE,
+            "members": [{"member_id": m, "client_id": c} for m, c in members],
+        }
+
+    async def delete_groups(self, request: protocol.Request) -> Any:
+        results = []
+        for group_id in request.body.groups_names:
+            try:
+                self.auth.require(Operation.DELETE, ResourceType.GROUP, group_id)
+                await self.groups.delete(group_id)
+                code = 0
+            except (HeadwaterError, GroupProtocolError) as error:
+                code = code_of(error)
+            results.append({"group_id": group_id, "error_code": code})
+        return ready(protocol.build(self._schema(request), results=results))

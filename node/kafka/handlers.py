@@ -1,0 +1,830 @@
+"""The Kafka front's request handlers: each translates a decoded Kafka request into the
+broker core's operations (``headwater.node.broker_core``; topic changes through the
+Admin service's decisions) and builds the answer at the request's version
+(``protocol.build`` leaves out the fields a version lacks).
+
+A handler runs in two steps so that a connection keeps Kafka's order: ``handle`` does
+everything whose order matters (appends, in the order requests arrived) and returns an
+awaitable answer (acks=all produce waits for the in-sync replicas there), or None when
+Kafka sends no answer (Produce with acks=0). The listener awaits answers in order.
+
+Errors are answered per partition or per topic with Kafka's codes (Headwater's codes are
+Kafka's; the few of its own map to the nearest Kafka code, ``kafka_code``). This node
+answers only for partitions it leads: a request for another's gets
+NOT_LEADER_OR_FOLLOWER, and the client asks Metadata where the leader is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from headwater.acls import Operation, ResourceType
+from headwater.config import KAFKA_TOPIC_CONFIG_NAMES, topic_setting_name
+from headwater.errors import ErrorCode, HeadwaterError, shown
+from headwater.node.broker_core import Appended, BrokerCore, FoundOffset, OffsetSpec
+from headwater.node.kafka import protocol
+from headwater.node.kafka.answers import kafka_code, names_by_id, ready
+from headwater.node.kafka.group_handlers import GroupHandlers
+from headwater.node.kafka.records import to_kafka, to_stored
+from headwater.node.partition import Partition
+from headwater.node.throttling import Quotas
+from headwater.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_RATE
+from headwater.raft.image import MetadataImage
+from headwater.topics import INTERNAL_PREFIX
+from headwater.v1 import headwater_pb2 as pb
+
+_log = logging.getLogger(__name__)
+
+CLOSE_CONNECTION: Final = object()
+"""A handler's answer that means: send nothing, close the connection."""
+Answer = Awaitable[Any] | object | None
+EARLIEST_TIMESTAMP: Final = -2
+LATEST_TIMESTAMP: Final = -1
+TOPIC_RESOURCE: Final = 2
+BROKER_RESOURCE: Final = 4
+DYNAMIC_TOPIC_CONFIG: Final = 1
+DEFAULT_CONFIG: Final = 5
+CONFIG_SET: Final = 0
+CONFIG_DELETE: Final = 1
+CONFIG_APPEND: Final = 2
+CONFIG_SUBTRACT: Final = 3
+UNKNOWN_TOPIC_ID: Final = 100
+"""Kafka's error for a topic id no topic has (Metadata v10+)."""
+CLUSTER_OPERATIONS_UNKNOWN: Final = -(2**31)
+"""Kafka's "authorized operations not asked for"."""
+
+
+class KafkaHandlers:
+    """Answers Kafka requests from one node's broker core."""
+
+    def __init__(
+        self,
+        core: BrokerCore,
+        *,
+        kafka_address: Callable[[int], str],
+        create_topics: Callable[[pb.CreateTopicsRequest], Awaitable[pb.CreateTopicsResponse]],
+        delete_topics: Callable[[pb.DeleteTopicsRequest], Awaitable[pb.DeleteTopicsResponse]],
+        create_partitions: Callable[
+            [pb.CreatePartitionsRequest], Awaitable[pb.CreatePartitionsResponse]
+        ],
+        alter_topic_configs: Callable[
+            [pb.AlterTopicConfigsRequest], Awaitable[pb.AlterTopicConfigsResponse]
+        ],
+        controller_id: Callable[[], int],
+        quotas: Quotas,
+        groups: GroupHandlers | None = None,
+        sasl: bool = False,
+    ) -> None:
+        """``kafka_address(node_id)``: the Kafka HOST:PORT a broker registered ('' when it
+        has none); ``controller_id``: the controller Metadata names (-1: none); ``sasl``:
+        does the listener ask for logins (ApiVersions then lists the SASL APIs)?"""
+        self.sasl = sasl
+        self.quotas = quotas
+        self.core = core
+        self.kafka_address = kafka_address
+        self.create_topics = create_topics
+        self.delete_topics = delete_topics
+        self.create_partitions = create_partitions
+        self.alter_topic_configs = alter_topic_configs
+        self.controller_id = controller_id
+        self._by_key: dict[int, Callable[[protocol.Request], Awaitable[Answer]]] = {
+            protocol.API_VERSIONS: self.api_versions,
+            protocol.METADATA: self.metadata,
+            protocol.PRODUCE: self.produce,
+            protocol.FETCH: self.fetch,
+            protocol.LIST_OFFSETS: self.list_offsets,
+            protocol.INIT_PRODUCER_ID: self.init_producer_id,
+            protocol.CREATE_TOPICS: self.create_topics_request,
+            protocol.DELETE_TOPICS: self.delete_topics_request,
+            protocol.CREATE_PARTITIONS: self.create_partitions_request,
+            protocol.DESCRIBE_CONFIGS: self.describe_configs,
+            protocol.ALTER_CONFIGS: self.alter_configs,
+            protocol.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+            protocol.DESCRIBE_CLUSTER: self.describe_cluster,
+        }
+        if groups is not None:
+            self._by_key.update(groups.by_key())
+
+    async def handle(self, request: protocol.Request) -> Answer:
+        """Phase one of ``request`` (see the module doc), after the request-rate quota's
+        delay (every request counts, as every gRPC call does)."""
+        if self.quotas.active:
+            await self.quotas.hold((REQUEST_RATE, 1.0))
+        return await self._by_key[request.api_key](request)
+
+    def _schema(self, request: protocol.Request) -> type[Any]:
+        return protocol.response_schema(request.api_key, request.api_version)
+
+    def _kafka_brokers(self, image: MetadataImage) -> list[tuple[int, str, int, str]]:
+        """(node id, host, port, rack) of each registered broker with a Kafka address."""
+        found = []
+        for node_id, broker in sorted(image.brokers.items()):
+            address = self.kafka_address(node_id)
+            if address:
+                host, _, port = address.rpartition(":")
+                found.append((node_id, host, int(port), broker.rack))
+        return found
+
+    # ------------------------------------------------------------------ ApiVersions
+
+    async def api_versions(self, request: protocol.Request) -> Answer:
+        return ready(
+            protocol.build(
+                self._schema(request),
+                error_code=0,
+                api_keys=protocol.supported_api_keys(self.sasl),
+            )
+        )
+
+    # ------------------------------------------------------------------ Metadata
+
+    async def metadata(self, request: protocol.Request) -> Answer:
+        """Brokers and topics; a missing topic is created first when the node and the
+        request allow it (``kafka_auto_create_topics``, ``allow_auto_topic_creation``,
+        absent before v4 and then true, as in Kafka)."""
+        image = self.core.state.image
+        auth = self.core.auth
+        asked = request.body.topics
+        names: list[str | uuid.UUID]
+        if asked is None:
+            names = list(
+                auth.visible(
+                    ResourceType.TOPIC,
+                    sorted(n for n in image.topics if not n.startswith(INTERNAL_PREFIX)),
+                )
+            )
+        else:
+            names = self._asked_names(image, asked)
+        missing = [
+            name
+            for name in names
+            if isinstance(name, str)
+            and name not in image.topics
+            and auth.allows(Operation.DESCRIBE, ResourceType.TOPIC, name)
+        ]
+        if (
+            missing
+            and self.core.config.kafka_auto_create_topics == "true"
+            and getattr(request.body, "allow_auto_topic_creation", True)
+            and self.core.state.current
+        ):
+
+            async def created_first() -> Any:
+                refused = await self._auto_create(missing)
+                return self._metadata_answer(request, names, refused)
+
+            return asyncio.ensure_future(created_first())
+        return ready(self._metadata_answer(request, names, {}))
+
+    async def _auto_create(self, names: list[str]) -> dict[str, int]:
+        """Create ``names`` with the node's defaults: name -> Kafka's error code of each
+        one that was not created (one that exists meanwhile was)."""
+        try:
+            created = await self.create_topics(
+                pb.CreateTopicsRequest(topics=[pb.NewTopic(name=name) for name in names])
+            )
+        except HeadwaterError as error:
+            return dict.fromkeys(names, kafka_code(error.code))
+        return {
+            result.name: kafka_code(ErrorCode(result.error_code))
+            for result in created.results
+            if result.error_code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS)
+        }
+
+    def _metadata_answer(
+        self, request: protocol.Request, names: list[str | uuid.UUID], refused: dict[str, int]
+    ) -> Any:
+        """The Metadata answer for ``names`` from the current image (``refused``: topics
+        whose creation failed, with the code to answer)."""
+        image = self.core.state.image
+        auth = self.core.auth
+        brokers = [
+            {"node_id": node_id, "host": host, "port": port, "rack": rack or None}
+            for node_id, host, port, rack in self._kafka_brokers(image)
+        ]
+        live = set(image.live_broker_ids())
+        topics: list[dict[str, Any]] = []
+        for name in names:
+            if isinstance(name, uuid.UUID):
+                topics.append({"name": None, "topic_id": name, "error_code": UNKNOWN_TOPIC_ID})
+                continue
+            if not auth.allows(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append({"name": name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+                continue
+            topic = image.topics.get(name)
+            if topic is None:
+                code = refused.get(name) or (
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    if self.core.state.current
+                    else ErrorCode.LEADER_NOT_AVAILABLE
+                )
+                topics.append({"name": name, "error_code": code})
+                continue
+            partitions = [
+                {
+                    "error_code": 0 if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                    "partition_index": p.partition,
+                    "leader_id": p.leader,
+                    "leader_epoch": p.leader_epoch,
+                    "replica_nodes": list(p.replicas),
+                    "isr_nodes": list(p.isr),
+                    "offline_replicas": [r for r in p.replicas if r not in live],
+                }
+                for p in topic.partitions
+            ]
+            topics.append(
+                {
+                    "name": name,
+                    "topic_id": uuid.UUID(hex=topic.topic_id),
+                    "error_code": 0,
+                    "is_internal": name.startswith(INTERNAL_PREFIX),
+                    "partitions": partitions,
+                }
+            )
+        return protocol.build(
+            self._schema(request),
+            brokers=brokers,
+            cluster_id=image.cluster_id or None,
+            controller_id=self.controller_id(),
+            topics=topics,
+        )
+
+    def _asked_names(self, image: MetadataImage, asked: Any) -> list[str | uuid.UUID]:
+        """The topics a Metadata request names, in order, once each (at most
+        ``topics_max``): by name, or from v10 by id (an id no topic has stays an id,
+        answered UNKNOWN_TOPIC_ID)."""
+        names: list[str | uuid.UUID] = []
+        for topic in asked:
+            if topic.name is not None:
+                names.append(topic.name)
+                continue
+            topic_id = getattr(topic, "topic_id", None)
+            if topic_id is None:
+                continue
+            names.append(names_by_id(image).get(topic_id, topic_id))
+        return list(dict.fromkeys(names))[: self.core.config.topics_max]
+
+    # ------------------------------------------------------------------ Produce
+
+    async def produce(self, request: protocol.Request) -> Answer:
+        """Append every partition's batch in request order; answer once each is
+        acknowledged at the request's level (acks 0: no answer at all)."""
+        body = request.body
+        acks = int(body.acks)
+        timeout_ms = protocol.milliseconds(body.timeout)
+        pending: list[tuple[str, int, Awaitable[Appended] | HeadwaterError]] = []
+        if body.transactional_id is not None:
+            failure = HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                "transactions are not supported; produce without transactional.id",
+            )
+        elif acks not in (-1, 0, 1):
+            failure = HeadwaterError(
+                ErrorCode.INVALID_REQUIRED_ACKS, f"acks is {acks}; valid: -1 (all), 0, 1"
+            )
+        else:
+            failure = None
+        for topic_data in body.topic_data:
+            for data in topic_data.partition_data:
+                name, index = topic_data.name, int(data.index)
+                try:
+                    if failure is not None:
+                        raise failure
+                    appended = await self._append(name, index, data.records, acks, timeout_ms)
+                    pending.append((name, index, appended))
+                except HeadwaterError as error:
+                    pending.append((name, index, error))
+        if acks == 0:
+            # Kafka's rule: no answer; a failure closes the connection, so that the
+            # client asks Metadata again (a moved leader) instead of losing what follows.
+            if any(isinstance(outcome, HeadwaterError) for _, _, outcome in pending):
+                return CLOSE_CONNECTION
+            return None
+        produced = sum(len(p.records or b"") for t in body.topic_data for p in t.partition_data)
+        return self._produce_answer(request, pending, produced)
+
+    async def _append(
+        self, name: str, index: int, records: bytes | None, acks: int, timeout_ms: int
+    ) -> Awaitable[Appended]:
+        self.core.auth.require(Operation.WRITE, ResourceType.TOPIC, name)
+        if name.startswith(INTERNAL_PREFIX):
+            raise HeadwaterError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"topic {name!r} is internal: only the cluster writes to it",
+            )
+        partition = await self._led_partition(name, index)
+        if not records:
+            raise HeadwaterError(ErrorCode.INVALID_RECORD, "the partition's records are empty")
+        produced = to_stored(records, partition.max_message_bytes)
+        return await self.core.append(
+            partition, produced.stored, acks_all=acks == -1, timeout_ms=timeout_ms
+        )
+
+    async def _produce_answer(
+        self,
+        request: protocol.Request,
+        pending: list[tuple[str, int, Awaitable[Appended] | HeadwaterError]],
+        produced_bytes: int,
+    ) -> Any:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for name, index, outcome in pending:
+            answer: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time": -1}
+            try:
+                if isinstance(outcome, HeadwaterError):
+                    raise outcome
+                appended = await outcome
+                answer.update(
+                    error_code=0,
+                    base_offset=appended.base_offset,
+                    log_start_offset=appended.log_start_offset,
+                )
+            except HeadwaterError as error:
+                answer.update(error_code=kafka_code(error.code), error_message=error.message)
+            by_topic.setdefault(name, []).append(answer)
+        throttle_ms = 0
+        if self.quotas.active:  # over a quota the answer waits; the data is in
+            throttle_ms = await self.quotas.hold((PRODUCER_BYTE_RATE, float(produced_bytes)))
+        return protocol.build(
+            self._schema(request),
+            throttle_time=throttle_ms,
+            responses=[
+                {"name": name, "partition_responses": answers} for name, answers in by_topic.items()
+            ],
+        )
+
+    async def _led_partition(self, name: str, index: int) -> Partition:
+        image = self.core.state.image
+        topic = self.core.topic(image, name)
+        topic.check_partition(index)
+        partition = await self.core.leader_replica(image, topic, index)
+        if partition is None:
+            raise HeadwaterError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"node {self.core.config.node_id} does not lead {name}-{index}",
+            )
+        return partition
+
+    # ------------------------------------------------------------------ Fetch
+
+    async def fetch(self, request: protocol.Request) -> Answer:
+        """Read every partition asked, waiting up to max_wait for min_bytes in all; the
+        answer holds at most max_bytes of records (at least one batch, as Kafka's)."""
+        return asyncio.ensure_future(self._fetch(request))
+
+    async def _fetch(self, request: protocol.Request) -> Any:
+        body = request.body
+        config = self.core.config
+        asked = self._fetch_plan(body)
+        max_bytes = min(max(int(body.max_bytes), 1), config.fetch_bytes_max)
+        max_wait_ms = min(max(protocol.milliseconds(body.max_wait), 0), config.fetch_wait_ms_max)
+        min_bytes = int(body.min_bytes)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        while True:
+            answers, found, waiting, failed = await self._fetch_once(asked, max_bytes)
+            if found >= min_bytes or failed or loop.time() >= deadline or not waiting:
+                break
+            waits = [
+                asyncio.ensure_future(p.wait_for_data(offset, deadline - loop.time()))
+                for p, offset in waiting
+            ]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for wait in waits:
+                    wait.cancel()
+        throttle_ms = 0
+        if self.quotas.active:
+            throttle_ms = await self.quotas.hold((CONSUMER_BYTE_RATE, float(found)))
+        return protocol.build(
+            self._schema(request),
+            throttle_time=throttle_ms,
+            error_code=0,
+            session_id=0,
+            responses=[
+                {"topic": name, "partitions": partitions} for name, partitions in answers.items()
+            ],
+        )
+
+    def _fetch_plan(self, body: Any) -> list[tuple[str, int, int, int]]:
+        """(topic, partition, offset, partition max bytes) of each partition asked, each
+        once (the first mention wins), at most ``partitions_max`` of them."""
+        plan: dict[tuple[str, int], tuple[str, int, int, int]] = {}
+        limit = self.core.config.partitions_max
+        for topic in body.topics:
+            for asked in topic.partitions:
+                key = (topic.topic, int(asked.partition))
+                if key not in plan:
+                    if len(plan) >= limit:
+                        raise HeadwaterError(
+                            ErrorCode.INVALID_REQUEST,
+                            f"a fetch names more than {limit} partitions (partitions_max)",
+                        )
+                    plan[key] = (*key, int(asked.fetch_offset), int(asked.partition_max_bytes))
+        return list(plan.values())
+
+    async def _fetch_once(
+        self, asked: list[tuple[str, int, int, int]], max_bytes: int
+    ) -> tuple[dict[str, list[dict[str, Any]]], int, list[tuple[Partition, int]], bool]:
+        """One pass over the partitions asked: (answers by topic, record bytes found,
+        the partitions to wait on, whether a partition failed). Once ``max_bytes`` of
+        records are in, the partitions after are answered empty without being read."""
+        answers: dict[str, list[dict[str, Any]]] = {}
+        found = 0
+        budget = max_bytes
+        waiting: list[tuple[Partition, int]] = []
+        failed = False
+        for name, index, offset, partition_max in asked:
+            answer: dict[str, Any] = {
+                "partition_index": index,
+                "error_code": 0,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": [],
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            answers.setdefault(name, []).append(answer)
+            try:
+                self.core.auth.require(Operation.READ, ResourceType.TOPIC, name)
+                partition = await self._led_partition(name, index)
+                high_watermark = partition.high_watermark
+                answer.update(
+                    high_watermark=high_watermark,
+                    last_stable_offset=high_watermark,
+                    log_start_offset=partition.log.log_start_offset,
+                )
+                if budget <= 0 and found:  # the answer is full: the rest next time
+                    continue
+                limit = max(1, min(partition_max, budget))
+                result = await self.core.read(partition, offset, limit, 0, 0.0)
+                if not result.data:
+                    waiting.append((partition, offset))
+                    continue
+                records = to_kafka(result.data, limit)
+                self.core.count_out(partition, result.next_offset - offset, len(records))
+                answer["records"] = records
+                found += len(records)
+                budget -= len(records)
+            except HeadwaterError as error:
+                answer["error_code"] = kafka_code(error.code)
+                failed = True
+        return answers, found, waiting, failed
+
+    # ------------------------------------------------------------------ ListOffsets
+
+    async def list_offsets(self, request: protocol.Request) -> Answer:
+        topics = []
+        for topic in request.body.topics:
+            partitions = []
+            for asked in topic.partitions:
+                answer: dict[str, Any] = {"partition_index": int(asked.partition_index)}
+                try:
+                    self.core.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
+                    partition = await self._led_partition(topic.name, int(asked.partition_index))
+                    timestamp = int(asked.timestamp)
+                    if timestamp == EARLIEST_TIMESTAMP:
+                        found = self.core.offset_of(partition, OffsetSpec.EARLIEST)
+                    elif timestamp == LATEST_TIMESTAMP:
+                        found = self.core.offset_of(partition, OffsetSpec.LATEST)
+                    elif timestamp >= 0:
+                        found = self.core.offset_of(partition, OffsetSpec.TIMESTAMP, timestamp)
+                        if found.timestamp_ms < 0:  # no record at or after it: Kafka's -1, -1
+                            found = FoundOffset(-1, -1)
+                    else:
+                        raise HeadwaterError(
+                            ErrorCode.INVALID_REQUEST,
+                            f"timestamp {timestamp}; valid: -2 (earliest), -1 (latest) or >= 0",
+                        )
+                    answer.update(
+                        error_code=0,
+                        offset=found.offset,
+                        timestamp=found.timestamp_ms,
+                        leader_epoch=partition.leader_epoch,
+                    )
+                except HeadwaterError as error:
+                    answer.update(error_code=kafka_code(error.code), offset=-1, timestamp=-1)
+                partitions.append(answer)
+            topics.append({"name": topic.name, "partitions": partitions})
+        return ready(protocol.build(self._schema(request), topics=topics))
+
+    # ------------------------------------------------------------------ producer ids
+
+    async def init_producer_id(self, request: protocol.Request) -> Answer:
+        try:
+            if request.body.transactional_id is not None:
+                raise HeadwaterError(
+                    ErrorCode.INVALID_REQUEST,
+                    "transactions are not supported; an idempotent producer sends no "
+                    "transactional.id",
+                )
+            producer_id, epoch = await self.core.init_producer_id()
+            answer = {"error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
+        except HeadwaterError as error:
+            answer = {"error_code": kafka_code(error.code), "producer_id": -1, "producer_epoch": -1}
+        return ready(protocol.build(self._schema(request), **answer))
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topics_request(self, request: protocol.Request) -> Answer:
+        """All the topics in one request to the controller, as over gRPC (its limits and
+        rules: a name given twice is refused for both). Config names are Kafka's
+        (``retention.ms``) or the node's (``topic_setting_name``)."""
+        body = request.body
+        answers: dict[int, dict[str, Any]] = {}
+        wanted: list[tuple[int, pb.NewTopic]] = []
+        for position, topic in enumerate(body.topics):
+            if topic.assignments:
+                answers[position] = _refused(
+                    topic.name,
+                    HeadwaterError(
+                        ErrorCode.INVALID_REQUEST,
+                        "manual replica assignments are not supported; give partitions "
+                        "and a replication factor",
+                    ),
+                )
+                continue
+            spec = pb.NewTopic(
+                name=topic.name,
+                configs={c.name: c.value for c in topic.configs if c.value is not None},
+            )
+            if int(topic.num_partitions) != -1:
+                spec.partitions = int(topic.num_partitions)
+            if int(topic.replication_factor) != -1:
+                spec.replication_factor = int(topic.replication_factor)
+            wanted.append((position, spec))
+        if wanted:
+            try:
+                created = await self.create_topics(
+                    pb.CreateTopicsRequest(
+                        topics=[spec for _, spec in wanted],
+                        validate_only=bool(getattr(body, "validate_only", False)),
+                    )
+                )
+                for (position, _), result in zip(wanted, created.results, strict=True):
+                    answers[position] = _result(result)
+            except HeadwaterError as error:
+                answers.update((position, _refused(spec.name, error)) for position, spec in wanted)
+        results = [answers[position] for position in range(len(body.topics))]
+        return ready(protocol.build(self._schema(request), topics=results))
+
+    async def delete_topics_request(self, request: protocol.Request) -> Answer:
+        """All the topics in one request to the controller, as over gRPC."""
+        names = list(request.body.topic_names)
+        try:
+            deleted = await self.delete_topics(pb.DeleteTopicsRequest(names=names))
+            by_name = {r.name: _result(r) for r in deleted.results}
+            results = [by_name[name] for name in names]
+        except HeadwaterError as error:
+            results = [_refused(name, error) for name in names]
+        return ready(protocol.build(self._schema(request), responses=results))
+
+    async def create_partitions_request(self, request: protocol.Request) -> Answer:
+        """Grow topics to ``count`` partitions, placed by the controller (manual
+        assignments and validate_only are refused)."""
+        body = request.body
+        results = []
+        for topic in body.topics:
+            answer: dict[str, Any] = {"name": topic.name}
+            try:
+                if topic.assignments:
+                    raise HeadwaterError(
+                        ErrorCode.INVALID_REQUEST,
+                        "manual replica assignments are not supported; give the count",
+                    )
+                if body.validate_only:
+                    raise HeadwaterError(
+                        ErrorCode.INVALID_REQUEST, "validate_only is not supported here"
+                    )
+                await self.create_partitions(
+                    pb.CreatePartitionsRequest(topic=topic.name, partitions=int(topic.count))
+                )
+                answer["error_code"] = 0
+            except HeadwaterError as error:
+                answer.update(error_code=kafka_code(error.code), error_message=error.message)
+            results.append(answer)
+        return ready(protocol.build(self._schema(request), results=results))
+
+    async def describe_configs(self, request: protocol.Request) -> Answer:
+        """A topic's configs by Kafka's names (``retention.ms`` for ``retention_ms``):
+        its overrides (source DYNAMIC_TOPIC_CONFIG) and the node's defaults for the rest
+        (DEFAULT_CONFIG). A broker's: none (the node's settings are not Kafka's)."""
+        image = self.core.state.image
+        defaults = self.core.config.topic_defaults()
+        results = []
+        for resource in request.body.resources:
+            result: dict[str, Any] = {
+                "resource_type": int(resource.resource_type),
+                "resource_name": resource.resource_name,
+                "error_code": 0,
+                "configs": [],
+            }
+            try:
+                if int(resource.resource_type) == BROKER_RESOURCE:
+                    pass
+                elif int(resource.resource_type) == TOPIC_RESOURCE:
+                    self.core.auth.require(
+                        Operation.DESCRIBE, ResourceType.TOPIC, resource.resource_name
+                    )
+                    topic = self.core.topic(image, resource.resource_name)
+                    keys = resource.configuration_keys
+                    wanted = None if keys is None else {_setting_or_none(k) for k in keys}
+                    result["configs"] = [
+                        {
+                            "name": KAFKA_TOPIC_CONFIG_NAMES[name],
+                            "value": topic.configs.get(name, value),
+                            "read_only": False,
+                            "config_source": (
+                                DYNAMIC_TOPIC_CONFIG if name in topic.configs else DEFAULT_CONFIG
+                            ),
+                            "is_default": name not in topic.configs,
+                            "is_sensitive": False,
+                        }
+                        for name, value in sorted(defaults.items())
+                        if wanted is None or name in wanted
+                    ]
+                else:
+                    raise HeadwaterError(
+                        ErrorCode.INVALID_REQUEST,
+                        f"resource type {resource.resource_type}; valid: 2 (topic), 4 (broker)",
+                    )
+            except HeadwaterError as error:
+                result.update(error_code=kafka_code(error.code), error_message=error.message)
+            results.append(result)
+        return ready(protocol.build(self._schema(request), results=results))
+
+    async def alter_configs(self, request: protocol.Request) -> Answer:
+        """AlterConfigs: each topic's overrides become exactly the ones given (the others
+        are removed), as in Kafka. Broker configs are refused (the node's settings are
+        not Kafka's and change only in its config file)."""
+        if (refused := self._too_many_resources(request.body.resources)) is not None:
+            return ready(protocol.build(self._schema(request), responses=refused))
+        results = []
+        for resource in request.body.resources:
+            changes = [
+                pb.TopicConfigChange(name=c.name, value=c.value)
+                if c.value is not None
+                else pb.TopicConfigChange(name=c.name)
+                for c in resource.configs
+            ]
+            results.append(
+                await self._alter_resource(resource, changes, True, request.body.validate_only)
+            )
+        return ready(protocol.build(self._schema(request), responses=results))
+
+    async def incremental_alter_configs(self, request: protocol.Request) -> Answer:
+        """IncrementalAlterConfigs: SET and DELETE any topic config; APPEND and SUBTRACT
+        the list config ``cleanup.policy`` (its current value and the given items, as a
+        set in Kafka's order)."""
+        if (refused := self._too_many_resources(request.body.resources)) is not None:
+            return ready(protocol.build(self._schema(request), responses=refused))
+        image = self.core.state.image
+        results = []
+        for resource in request.body.resources:
+            try:
+                changes = [
+                    self._incremental_change(image, resource.resource_name, c)
+                    for c in resource.configs
+                ]
+            except HeadwaterError as error:
+                results.append(_resource_refused(resource, error))
+                continue
+            results.append(
+                await self._alter_resource(resource, changes, False, request.body.validate_only)
+            )
+        return ready(protocol.build(self._schema(request), responses=results))
+
+    def _too_many_resources(self, resources: tuple[Any, ...]) -> list[dict[str, Any]] | None:
+        """Every resource refused when a request names more than ``topics_max`` (each one
+        is a change the controller makes); None when they fit."""
+        limit = self.core.config.topics_max
+        if len(resources) <= limit:
+            return None
+        error = HeadwaterError(
+            ErrorCode.INVALID_REQUEST,
+            f"{len(resources)} resources in one request; at most {limit} (topics_max)",
+        )
+        return [_resource_refused(resource, error) for resource in resources]
+
+    def _incremental_change(
+        self, image: MetadataImage, topic_name: str, config: Any
+    ) -> pb.TopicConfigChange:
+        operation = int(config.config_operation)
+        if operation == CONFIG_SET:
+            if config.value is None:
+                raise HeadwaterError(
+                    ErrorCode.INVALID_CONFIG, f"SET of {shown(config.name)} without a value"
+                )
+            return pb.TopicConfigChange(name=config.name, value=config.value)
+        if operation == CONFIG_DELETE:
+            return pb.TopicConfigChange(name=config.name)
+        if operation not in (CONFIG_APPEND, CONFIG_SUBTRACT):
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                f"config operation {operation}; valid: 0 (set), 1 (delete), 2 (append), "
+                "3 (subtract)",
+            )
+        setting = topic_setting_name(config.name)
+        if setting != "cleanup_policy":
+            raise HeadwaterError(
+                ErrorCode.INVALID_CONFIG,
+                f"{shown(config.name)} is not a list config; APPEND and SUBTRACT apply to "
+                "cleanup.policy only",
+            )
+        topic = self.core.topic(image, topic_name)
+        current = topic.configs.get(setting, self.core.config.cleanup_policy).split(",")
+        given = [item.strip() for item in (config.value or "").split(",") if item.strip()]
+        if operation == CONFIG_APPEND:
+            items = set(current) | set(given)
+        else:
+            items = set(current) - set(given)
+        if not items:
+            raise HeadwaterError(
+                ErrorCode.INVALID_CONFIG, "cleanup.policy cannot be empty; keep delete or compact"
+            )
+        return pb.TopicConfigChange(
+            name=setting, value=",".join(p for p in ("compact", "delete") if p in items)
+        )
+
+    async def _alter_resource(
+        self, resource: Any, changes: list[pb.TopicConfigChange], replace: bool, validate: bool
+    ) -> dict[str, Any]:
+        try:
+            if int(resource.resource_type) == BROKER_RESOURCE:
+                raise HeadwaterError(
+                    ErrorCode.INVALID_REQUEST,
+                    "broker configs cannot be changed over Kafka's protocol; they are the "
+                    "node's settings (its config file, HEADWATER_* variables or flags)",
+                )
+            if int(resource.resource_type) != TOPIC_RESOURCE:
+                raise HeadwaterError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"resource type {resource.resource_type}; valid: 2 (topic)",
+                )
+            await self.alter_topic_configs(
+                pb.AlterTopicConfigsRequest(
+                    topic=resource.resource_name,
+                    changes=changes,
+                    replace=replace,
+                    validate_only=bool(validate),
+                )
+            )
+        except HeadwaterError as error:
+            return _resource_refused(resource, error)
+        return {
+            "error_code": 0,
+            "resource_type": int(resource.resource_type),
+            "resource_name": resource.resource_name,
+        }
+
+    async def describe_cluster(self, request: protocol.Request) -> Answer:
+        image = self.core.state.image
+        brokers = [
+            {"broker_id": node_id, "host": host, "port": port, "rack": rack or None}
+            for node_id, host, port, rack in self._kafka_brokers(image)
+        ]
+        return ready(
+            protocol.build(
+                self._schema(request),
+                error_code=0,
+                cluster_id=image.cluster_id,
+                controller_id=self.controller_id(),
+                brokers=brokers,
+                cluster_authorized_operations=CLUSTER_OPERATIONS_UNKNOWN,
+            )
+        )
+
+
+def _resource_refused(resource: Any, error: HeadwaterError) -> dict[str, Any]:
+    return {
+        "error_code": kafka_code(error.code),
+        "error_message": error.message,
+        "resource_type": int(resource.resource_type),
+        "resource_name": resource.resource_name,
+    }
+
+
+def _setting_or_none(name: str) -> str | None:
+    """The topic setting a DescribeConfigs key names (None: none; it is not listed)."""
+    try:
+        return topic_setting_name(name)
+    except HeadwaterError:
+        return None
+
+
+def _result(result: pb.TopicResult) -> dict[str, Any]:
+    """A gRPC topic result as a Kafka one."""
+    return {
+        "name": result.name,
+        "error_code": kafka_code(ErrorCode(result.error_code)),
+        "error_message": result.error_message or None,
+    }
+
+
+def _refused(name: str, error: HeadwaterError) -> dict[str, Any]:
+    return {"name": name, "error_code": kafka_code(error.code), "error_message": error.message}

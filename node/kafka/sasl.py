@@ -1,0 +1,131 @@
+"""SASL logins on the Kafka listener (``kafka_security_protocol = "SASL_PLAINTEXT"``):
+Kafka's SaslHandshake (v1) then SaslAuthenticate (v0-v1), against the node's users and
+with the same limits as the gRPC listener's logins.
+
+- **PLAIN**: the client sends ``authzid NUL user NUL password`` (RFC 4616; an authzid
+  must be empty or the user); the password is checked by ``PasswordChecks`` (its own
+  threads, per-host limits, the failed-login delay).
+- **SCRAM-SHA-256**: two SaslAuthenticate rounds carry the client-first and
+  client-final messages; ``ScramLogins`` runs the server's half (the exchange's limits,
+  unknown users refused like wrong passwords).
+
+Before a login succeeds a connection may send only ApiVersions, SaslHandshake and
+SaslAuthenticate; anything else closes it, as Kafka does. A failed login is answered
+SASL_AUTHENTICATION_FAILED (58) and the connection is closed. The caller is then
+``User:<name>`` with the credential it proved, so changing or removing the user ends what
+the connection may do at its next request (the authorizer compares credentials).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from headwater.credentials import ScramCredential, authentication_failed
+from headwater.errors import HeadwaterError
+from headwater.node.authorizer import Caller
+from headwater.node.kafka import protocol
+from headwater.node.password_checks import PasswordChecks
+from headwater.node.sasl_service import ScramLogins
+
+PLAIN: Final = "PLAIN"
+UNSUPPORTED_SASL_MECHANISM: Final = 33
+ILLEGAL_SASL_STATE: Final = 34
+SASL_AUTHENTICATION_FAILED: Final = 58
+PLAIN_BYTES_MAX: Final = 4096
+"""Longest PLAIN message taken (a user name and a password)."""
+
+
+@dataclass(slots=True)
+class SaslState:
+    """One connection's login: the mechanism chosen, a SCRAM exchange under way, and the
+    caller once logged in."""
+
+    mechanism: str = ""
+    exchange_id: str = ""
+    caller: Caller | None = None
+
+
+@dataclass(slots=True)
+class KafkaSasl:
+    """The logins of one node's Kafka listener."""
+
+    mechanisms: tuple[str, ...]
+    users: Callable[[], Mapping[str, ScramCredential]]
+    passwords: PasswordChecks
+    scram_logins: ScramLogins
+
+    @staticmethod
+    def allowed_before_login(api_key: int) -> bool:
+        return api_key in (
+            protocol.API_VERSIONS,
+            protocol.SASL_HANDSHAKE,
+            protocol.SASL_AUTHENTICATE,
+        )
+
+    def handshake(self, state: SaslState, request: protocol.Request) -> Any:
+        mechanism = request.body.mechanism
+        schema = protocol.response_schema(request.api_key, request.api_version)
+        if state.caller is not None or mechanism not in self.mechanisms:
+            code = ILLEGAL_SASL_STATE if state.caller is not None else UNSUPPORTED_SASL_MECHANISM
+            return protocol.build(schema, error_code=code, mechanisms=list(self.mechanisms))
+        state.mechanism = mechanism
+        return protocol.build(schema, error_code=0, mechanisms=list(self.mechanisms))
+
+    async def authenticate(
+        self, state: SaslState, request: protocol.Request, host: str
+    ) -> tuple[Any, bool]:
+        """(the answer, whether the connection must close after it)."""
+        schema = protocol.response_schema(request.api_key, request.api_version)
+        data = bytes(request.body.auth_bytes)
+        try:
+            if state.caller is not None or not state.mechanism:
+                return (
+                    protocol.build(
+                        schema,
+                        error_code=ILLEGAL_SASL_STATE,
+                        error_message="SaslAuthenticate comes once, after SaslHandshake",
+                    ),
+                    True,
+                )
+            if state.mechanism == PLAIN:
+                user, password = _plain(data)
+                credential = await self.passwords.check(self.users(), user, password, host)
+                state.caller = Caller(f"User:{user}", host, credential=credential)
+                return protocol.build(schema, error_code=0, auth_bytes=b""), False
+            if not state.exchange_id:
+                state.exchange_id, server_first = self.scram_logins.begin(data.decode(), host)
+                return protocol.build(schema, error_code=0, auth_bytes=server_first.encode()), False
+            proved = await self.scram_logins.finish(state.exchange_id, data.decode(), host)
+            state.exchange_id = ""
+            state.caller = Caller(f"User:{proved.user}", host, credential=proved.credential)
+            return (
+                protocol.build(schema, error_code=0, auth_bytes=proved.server_final.encode()),
+                False,
+            )
+        except (HeadwaterError, UnicodeDecodeError) as error:
+            message = (
+                error.message if isinstance(error, HeadwaterError) else "the login is not UTF-8"
+            )
+            return (
+                protocol.build(
+                    schema, error_code=SASL_AUTHENTICATION_FAILED, error_message=message
+                ),
+                True,
+            )
+
+
+def _plain(data: bytes) -> tuple[str, str]:
+    """(user, password) of a PLAIN message; SASL_AUTHENTICATION_FAILED when malformed."""
+    if len(data) > PLAIN_BYTES_MAX:
+        raise authentication_failed(f"a PLAIN login of more than {PLAIN_BYTES_MAX} bytes")
+    parts = data.split(b"\0")
+    if len(parts) != 3:
+        raise authentication_failed("a PLAIN login is authzid NUL user NUL password")
+    authzid, user, password = (p.decode() for p in parts)
+    if not user or (authzid and authzid != user):
+        raise authentication_failed(
+            "a PLAIN login names a user, and an authorization id only if it is that user"
+        )
+    return user, password

@@ -1,0 +1,229 @@
+"""A mutation fuzzer for the Kafka front's decoders: request frames
+(``headwater.node.kafka.protocol.decode_request``), produced record batches
+(``headwater.node.kafka.records.to_stored``) and the consumer protocol's subscriptions
+and assignments (``headwater.node.kafka.consumer_protocol``, read to describe groups).
+
+Request cases start from a valid frame of every API and version served (topics,
+partitions and records filled in), batch cases from valid batches of every codec; each
+is mutated by a seeded generator: bit flips, an int16/int32 set to a boundary value
+(-2^31, -1, 0, 1, 2^31 - 1, ...), truncation, extension, or bytes spliced from another
+case. Batch cases mostly get their CRC fixed afterwards, so the checks past it are what
+is tried. The only outcomes allowed are success, MalformedRequestError (the connection
+is closed) and, for batches, a HeadwaterError with one of ALLOWED_CODES; anything else is
+a finding, raised with the case in hex.
+
+    python -m tests.fuzz_kafka --cases 200000 --seed 7    # make fuzz runs a long one
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import random
+import struct
+from typing import Any
+
+import crc32c
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from kio.index import load_request_schema
+from kio.serial import entity_writer
+
+from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.kafka import consumer_protocol, protocol, records
+
+ALLOWED_CODES = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.INVALID_RECORD,
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+    }
+)
+BOUNDARIES = (-(2**31), -(2**30), -2, -1, 0, 1, 2, 2**15 - 1, 2**30, 2**31 - 1)
+LIMIT = 1 << 20
+
+
+def _batch(rng: random.Random, codec: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=0,
+        producer_id=rng.choice((-1, 5)),
+        producer_epoch=rng.choice((-1, 0)),
+        base_sequence=rng.choice((-1, 0, 99)),
+        batch_size=1 << 30,
+    )
+    for i in range(rng.randint(1, 20)):
+        builder.append(
+            i,
+            1_767_225_600_000 + i,
+            rng.choice((None, b"k%d" % i)),
+            rng.choice((None, b"", b"v" * rng.randint(1, 300))),
+            rng.choice(([], [("h", b"x")], [("a", None), ("b", b"")])),
+        )
+    return bytes(builder.build())
+
+
+def _request_frames() -> list[bytes]:
+    """A valid frame of every API and version served."""
+    frames = []
+    batch = _batch(random.Random(0), 0)
+    for api_key, (low, high) in sorted(protocol.SUPPORTED_VERSIONS.items()):
+        for version in range(low, high + 1):
+            schema = load_request_schema(api_key, version)
+            body = _filled(schema, batch)
+            header_schema = schema.__header_schema__
+            header = protocol.build(
+                header_schema,
+                request_api_key=api_key,
+                request_api_version=version,
+                correlation_id=7,
+                client_id="fuzz",
+            )
+            out = io.BytesIO()
+            entity_writer(header_schema)(out, header)
+            entity_writer(schema)(out, body)
+            frames.append(out.getvalue())
+    return frames
+
+
+def _filled(schema: type[Any], batch: bytes) -> Any:
+    """A request message with one of each nested array and the batch as records."""
+    values: dict[str, Any] = {}
+    for field, kind, nested in protocol._fields(schema):
+        if kind == "entities":
+            values[field.name] = [_filled(nested, batch)]
+        elif kind.endswith("records"):
+            values[field.name] = batch
+        elif kind.endswith("string") and field.name.endswith("name"):
+            values[field.name] = "topic-a"
+    return protocol.build(schema, **values)
+
+
+def _mutate(rng: random.Random, data: bytes, others: list[bytes]) -> bytes:
+    buffer = bytearray(data)
+    for _ in range(rng.randint(1, 3)):
+        choice = rng.random()
+        if choice < 0.3 and buffer:
+            at = rng.randrange(len(buffer))
+            buffer[at] ^= 1 << rng.randrange(8)
+        elif choice < 0.6 and len(buffer) >= 4:
+            at = rng.randrange(len(buffer) - 3)
+            if rng.random() < 0.5:
+                struct.pack_into(">i", buffer, at, rng.choice(BOUNDARIES))
+            else:
+                struct.pack_into(
+                    ">h", buffer, at, max(-(2**15), min(2**15 - 1, rng.choice(BOUNDARIES)))
+                )
+        elif choice < 0.75:
+            del buffer[rng.randrange(len(buffer) + 1) :]
+        elif choice < 0.9:
+            buffer += bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+        else:
+            other = rng.choice(others)
+            at = rng.randrange(len(buffer) + 1)
+            buffer[at:] = other[rng.randrange(len(other) + 1) :]
+    return bytes(buffer)
+
+
+def fuzz_requests(seed: int, cases: int) -> None:
+    rng = random.Random(seed)
+    frames = _request_frames()
+    for frame in frames:
+        protocol.decode_request(frame)  # the seeds themselves decode
+    for _ in range(cases):
+        case = _mutate(rng, rng.choice(frames), frames)
+        try:
+            if protocol.read_frame_header(case).api_key == protocol.PRODUCE:
+                protocol.check_produce_shape(case, 10_000, 10_000)
+            protocol.decode_request(case)
+        except protocol.MalformedRequestError:
+            pass
+        except Exception as exc:
+            raise AssertionError(
+                f"request {case.hex()} raised {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+def fuzz_batches(seed: int, cases: int) -> None:
+    rng = random.Random(seed)
+    seeds = [_batch(rng, codec) for codec in (0, 1, 2, 3, 4) for _ in range(4)]
+    for batch in seeds:
+        records.to_stored(batch, LIMIT)  # the seeds themselves are taken
+    for _ in range(cases):
+        case = _mutate(rng, rng.choice(seeds), seeds)
+        if rng.random() < 0.8 and len(case) > records.CRC_START:
+            case = (
+                case[:17] + struct.pack(">I", crc32c.crc32c(case[records.CRC_START :])) + case[21:]
+            )
+        try:
+            records.to_stored(case, LIMIT)
+        except HeadwaterError as error:
+            if error.code not in ALLOWED_CODES:
+                raise AssertionError(
+                    f"batch {case.hex()} refused with {error.code.name}"
+                ) from error
+        except Exception as exc:
+            raise AssertionError(f"batch {case.hex()} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _consumer_protocol_seeds() -> list[bytes]:
+    """A subscription and an assignment of every version (each with two topics)."""
+    seeds = []
+    for name, schema_name in (
+        ("ConsumerProtocolSubscription", "consumer_protocol_subscription"),
+        ("ConsumerProtocolAssignment", "consumer_protocol_assignment"),
+    ):
+        for version in range(consumer_protocol.NEWEST_VERSION + 1):
+            module = __import__(f"kio.schema.{schema_name}.v{version}", fromlist=[name])
+            schema = getattr(module, name)
+            values: dict[str, Any] = {}
+            for field, kind, nested in protocol._fields(schema):
+                if kind == "entities":
+                    values[field.name] = [
+                        protocol.build(nested, topic=t, partitions=[0, 2]) for t in ("a", "b")
+                    ]
+                elif field.name == "topics":
+                    values[field.name] = ("a", "b")
+            out = io.BytesIO()
+            out.write(struct.pack(">h", version))
+            entity_writer(schema)(out, protocol.build(schema, **values))
+            seeds.append(out.getvalue())
+    return seeds
+
+
+def fuzz_consumer_protocol(seed: int, cases: int) -> None:
+    rng = random.Random(seed)
+    seeds = _consumer_protocol_seeds()
+    half = len(seeds) // 2
+    for data in seeds[:half]:
+        assert consumer_protocol.subscribed_topics(data) == ("a", "b")
+    for data in seeds[half:]:
+        assert consumer_protocol.assigned_partitions(data) == (("a", (0, 2)), ("b", (0, 2)))
+    for _ in range(cases):
+        case = _mutate(rng, rng.choice(seeds), seeds)
+        try:
+            consumer_protocol.subscribed_topics(case)
+            consumer_protocol.assigned_partitions(case)
+        except Exception as exc:
+            raise AssertionError(
+                f"consumer protocol bytes {case.hex()} raised {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    fuzz_requests(args.seed, args.cases)
+    fuzz_batches(args.seed + 1, args.cases)
+    fuzz_consumer_protocol(args.seed + 2, args.cases)
+    print(
+        f"{args.cases} request frames, {args.cases} batches and {args.cases} consumer "
+        "protocol payloads: no finding"
+    )
+
+
+if __name__ == "__main__":
+    main()
