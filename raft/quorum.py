@@ -34,6 +34,10 @@ Durability of metadata, exactly (pysyncobj 0.3.17):
   (``headwater.raft.follower_append``): only a suffix that conflicts in term is deleted,
   never an entry at or below the commit index (such a message is refused and logged
   CRITICAL; Raft cannot send one), and the commit index never moves back.
+- pysyncobj ignores AppendEntries of an older term without a reply; with PreVote, a
+  voter whose term got ahead of the leader's would take nothing from it for as long as
+  it leads. ``RaftFollowerGuard`` answers such a message with the voter's term
+  (``HIGHER_TERM``), and the leader takes the term and steps down, as Raft has it.
 - The controller epoch on every record (``headwater.raft.image.apply`` refuses records of
   an older epoch than the image's) stops a deposed controller's records from taking effect.
 """
@@ -336,6 +340,14 @@ SLOW_CANDIDACY_ELECTIONS: Final = 4
 timeouts without a leader (``raft.elections.may_stand``)."""
 SLOW_HOLD_S_MIN: Final = 30.0
 """How long one slow journal write keeps a voter from standing first, at least."""
+HIGHER_TERM: Final = "higher_term"
+"""A voter's answer to AppendEntries of a term older than its own: ``{"type":
+"higher_term", "term": T}``. pysyncobj ignores such a message silently, and with PreVote
+a voter whose term got ahead (a pause woke it into a new term) can win no election
+either: the leader would never hear of the newer term and the voter would take nothing
+from it, for as long as the leader lives. On this answer the leader takes the term and
+steps down, as Raft has it (a message of a newer term makes any voter a follower of
+that term), and the next election brings every voter to one term."""
 _SILENT_WHILE_JOURNAL_FAILED: Final = frozenset(
     {
         "append_entries",
@@ -345,6 +357,7 @@ _SILENT_WHILE_JOURNAL_FAILED: Final = frozenset(
         "pre_vote",
         "pre_vote_response",
         "timeout_now",
+        HIGHER_TERM,
     }
 )
 """Raft messages a voter whose journal cannot be written does not send: it acknowledges
@@ -355,8 +368,10 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
     """pysyncobj's SyncObj, taking AppendEntries by the Raft rule (see
     ``headwater.raft.follower_append``), with PreVote in front of its elections and a
     voter whose journal fails or is slow kept out of them (``headwater.raft.elections``,
-    ``headwater.raft.journal``): every other message, and every other decision about
-    terms, leaders, elections and replies, stays pysyncobj's.
+    ``headwater.raft.journal``), and AppendEntries of an older term answered with the
+    voter's term so that the older leader steps down (HIGHER_TERM): every other
+    message, and every other decision about terms, leaders, elections and replies, stays
+    pysyncobj's.
 
     A voter whose journal cannot be written steps down if it leads, sends no
     acknowledgement, vote or pre-vote, and stands for no election (it keeps taking the
@@ -566,6 +581,24 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
             self._pre_vote_grants.add(node.id)
             self._maybe_won_pre_vote()
 
+    def _take_higher_term(self, node: Any, message: dict[str, Any]) -> None:
+        """A voter answered this node's AppendEntries with a newer term (HIGHER_TERM):
+        take it and follow, leading no more."""
+        term = message.get("term")
+        if not isinstance(term, int) or term <= self._getTerm():
+            return
+        _log.warning(
+            "voter %s is at term %d, past this node's %d: this node takes that term and "
+            "%s; an election follows",
+            node,
+            term,
+            self._getTerm(),
+            "steps down" if self._SyncObj__raftState == _RAFT_STATE.LEADER else "follows",
+        )
+        self._SyncObj__setCurrentTerm(term, None)
+        self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+        self._SyncObj__raftLeader = None
+
     # ------------------------------------------------------------------ AppendEntries
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802
@@ -577,6 +610,16 @@ class RaftFollowerGuard(SyncObj):  # type: ignore[misc]
         if kind == "pre_vote_response":
             self._count_pre_vote(node, message)
             return
+        if kind == HIGHER_TERM:
+            self._take_higher_term(node, message)
+            return
+        if (
+            kind == "append_entries"
+            and isinstance(message.get("term"), int)
+            and message["term"] < self._getTerm()
+            and self._SyncObj__selfNode is not None
+        ):
+            self._SyncObj__transport.send(node, {"type": HIGHER_TERM, "term": self._getTerm()})
         if (
             kind == "append_entries"
             and isinstance(message.get("term"), int)

@@ -27,7 +27,12 @@ from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, _bchr
 
 from headwater.ports import free_port_block
 from headwater.raft.follower_append import AppendAction, Entry, plan_append
-from headwater.raft.quorum import PYSYNCOBJ_VERSION, MetadataQuorum, RaftFollowerGuard
+from headwater.raft.quorum import (
+    HIGHER_TERM,
+    PYSYNCOBJ_VERSION,
+    MetadataQuorum,
+    RaftFollowerGuard,
+)
 
 NOOP = _bchr(_COMMAND_TYPE.NO_OP)
 
@@ -355,3 +360,55 @@ def test_a_leader_stepping_down_never_claims_the_new_term(follower_of: Any) -> N
     sync._SyncObj__setCurrentTerm(5, self_id)
     sync._SyncObj__setState(_RAFT_STATE.LEADER)
     assert sync.leader_term() == 5
+
+
+def _recording_sends(sync: SyncObj) -> list[tuple[Any, Any]]:
+    sent: list[tuple[Any, Any]] = []
+
+    def send(node: Any, message: Any) -> bool:
+        sent.append((node, message))
+        return True
+
+    sync._SyncObj__transport.send = send
+    return sent
+
+
+def test_plain_pysyncobj_ignores_a_leader_of_an_older_term_without_a_word(
+    follower_of: Any,
+) -> None:
+    """A voter whose term got ahead of the leader's takes nothing from it and says
+    nothing; with PreVote it wins no election either, so it stays behind for as long as
+    that leader lives (a chaos run saw a voter miss metadata for minutes, through two
+    restarts)."""
+    sync, leader = follower_of(SyncObj)
+    sent = _recording_sends(sync)
+    sync._SyncObj__setCurrentTerm(5, None)
+    sync._SyncObj__onMessageReceived(leader, {**_append(1, 0, [(NOOP, 2, 3)], 2), "term": 3})
+    assert sent == [] and len(sync._SyncObj__raftLog) == 1
+
+
+def test_a_voter_of_a_newer_term_answers_an_older_leader_which_steps_down(
+    follower_of: Any,
+) -> None:
+    voter, leader_node = follower_of(RaftFollowerGuard)
+    sent = _recording_sends(voter)
+    voter._SyncObj__setCurrentTerm(5, None)
+    voter._SyncObj__onMessageReceived(leader_node, {**_append(1, 0, [(NOOP, 2, 3)], 2), "term": 3})
+    assert sent == [(leader_node, {"type": HIGHER_TERM, "term": 5})]
+    assert len(voter._SyncObj__raftLog) == 1  # nothing taken from the older leader
+
+    leader, voter_node = follower_of(RaftFollowerGuard)
+    leader._SyncObj__setCurrentTerm(3, leader._SyncObj__selfNode.id)
+    leader._SyncObj__setState(_RAFT_STATE.LEADER)
+    assert leader.leader_term() == 3
+    receive = leader._SyncObj__onMessageReceived
+    for ignored in ({"type": HIGHER_TERM, "term": 3}, {"type": HIGHER_TERM, "term": "9"}):
+        receive(voter_node, ignored)
+        assert leader.leader_term() == 3
+    receive(voter_node, {"type": HIGHER_TERM, "term": 5})
+    assert leader._getTerm() == 5 and leader.leader_term() == -1
+    assert leader._SyncObj__raftState == _RAFT_STATE.FOLLOWER
+    assert leader._getLeader() is None
+    # At the same term now, the voter takes the next leader's entries.
+    voter._SyncObj__onMessageReceived(leader_node, {**_append(1, 0, [(NOOP, 2, 5)], 2), "term": 5})
+    assert len(voter._SyncObj__raftLog) == 2
