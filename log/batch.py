@@ -97,7 +97,12 @@ _TRANSACTIONAL_BIT: Final = 0x10
 _CONTROL_BIT: Final = 0x20
 _HAS_KEYS_BIT: Final = 0x40
 _HAS_HEADERS_BIT: Final = 0x80
-_KNOWN_ATTRIBUTE_BITS: Final = 0xFF
+KAFKA_RECORDS_ATTRIBUTE: Final = 0x100
+_KAFKA_RECORDS_BIT: Final = KAFKA_RECORDS_ATTRIBUTE
+_KNOWN_ATTRIBUTE_BITS: Final = 0x1FF
+KAFKA_RECORDS_HEADER_BYTES: Final = 40
+"""A Kafka-records body starts with Kafka's batch fields from its attributes to its record
+count (docs/record-batch-format.md, "Batches produced over Kafka's protocol")."""
 PRODUCER_ATTRIBUTE_BITS: Final = _CODEC_MASK | _HAS_KEYS_BIT | _HAS_HEADERS_BIT
 """Attribute bits a producer may set: codec, has keys, has headers. The timestamp type,
 transactional and control bits are the broker's (log-append time, transaction markers)."""
@@ -216,6 +221,12 @@ class BatchHeader:
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & _CONTROL_BIT)
+
+    @property
+    def is_kafka_records(self) -> bool:
+        """The body is a Kafka RecordBatch v2 from its attributes on, as a Kafka client
+        produced it: the broker's own form, transcoded before any fetch answers."""
+        return bool(self.attributes & _KAFKA_RECORDS_BIT)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -550,6 +561,47 @@ def stamp_prefix(batch: bytes, base_offset: int, leader_epoch: int) -> bytes:
     return _BASE_OFFSET_LEADER_EPOCH.pack(base_offset, batch_length, leader_epoch)
 
 
+def encode_kafka_records(
+    body: bytes | memoryview,
+    record_count: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> bytes:
+    """A stored batch whose body is ``body``, a Kafka RecordBatch v2 from its attributes
+    field to its end, checked by its caller (``headwater.log.kafka_records.to_stored``):
+    attribute 0x0100, codec none (the body keeps Kafka's own codec), base offset 0 and
+    leader epoch -1 for the broker to write, the given record count, timestamps and
+    producer fields, and the CRC of the whole."""
+    size = len(body)
+    header = bytearray(
+        HEADER_STRUCT.pack(
+            0,
+            HEADER_BYTES + size + _pad(size) - LENGTH_PREFIX_BYTES,
+            -1,
+            MAGIC,
+            0,
+            _KAFKA_RECORDS_BIT,
+            record_count,
+            record_count - 1,
+            size,
+            first_timestamp,
+            max_timestamp,
+            producer_id,
+            base_sequence,
+            producer_epoch,
+            size,
+        )
+    )
+    padding = _padding(size)
+    crc = _crc32c.crc32c(memoryview(header)[CRC_START:])
+    crc = _crc32c.crc32c(body, crc)
+    struct.pack_into("<I", header, 20, _crc32c.crc32c(padding, crc))
+    return b"".join((header, body, padding))
+
+
 def set_base_offset(batch: bytes, base_offset: int, leader_epoch: int) -> bytes:
     """Return ``batch`` with base_offset and leader_epoch rewritten (CRC unaffected)."""
     return stamp_prefix(batch, base_offset, leader_epoch) + batch[16:]
@@ -616,6 +668,14 @@ def read_header(buffer: bytes | memoryview, position: int = 0) -> BatchHeader:
     if header.max_timestamp < header.first_timestamp:
         raise CorruptBatchError(
             f"max_timestamp {header.max_timestamp} < first_timestamp {header.first_timestamp}"
+        )
+    if header.attributes & _KAFKA_RECORDS_BIT and (
+        header.attributes != _KAFKA_RECORDS_BIT or header.body_length < KAFKA_RECORDS_HEADER_BYTES
+    ):
+        raise CorruptBatchError(
+            f"a Kafka-records batch (attributes {header.attributes:#06x}, body_length "
+            f"{header.body_length}) sets no other attribute bit and "
+            f"holds at least {KAFKA_RECORDS_HEADER_BYTES} bytes of body"
         )
     return header
 
@@ -836,6 +896,11 @@ def decode_batch(
 ) -> DecodedBatch:
     """Verify and decode the batch at ``position``."""
     header = verify_batch(buffer, position) if verify_crc else read_header(buffer, position)
+    if header.is_kafka_records:
+        raise CorruptBatchError(
+            f"the batch at position {position} holds Kafka records (attribute 0x0100), which "
+            "a broker transcodes before a fetch answers; it is not for readers of this format"
+        )
     start = position + HEADER_BYTES
     stored = memoryview(buffer)[start : start + header.body_length]
     body = decompress(stored, header.compression, header.uncompressed_body_length)
@@ -919,11 +984,10 @@ sink's); the cluster allocates ids below it (InitProducerId)."""
 SEQUENCE_MAX: Final = (1 << 31) - 1
 
 
-def _check_producer_fields(header: BatchHeader) -> None:
+def check_producer_fields(producer_id: int, epoch: int, sequence: int) -> None:
     """A batch is either not idempotent (producer_id, producer_epoch and base_sequence
     all -1) or idempotent (producer_id >= 0, producer_epoch in [0, 32767], base_sequence
-    in [0, 2^31 - 1])."""
-    producer_id, epoch, sequence = header.producer_id, header.producer_epoch, header.base_sequence
+    in [0, 2^31 - 1]); CorruptBatchError otherwise."""
     if producer_id == -1 and epoch == -1 and sequence == -1:
         return
     if producer_id >= 0 and 0 <= epoch <= PRODUCER_EPOCH_MAX and 0 <= sequence <= SEQUENCE_MAX:
@@ -980,10 +1044,10 @@ def validate_batch(
     if broker_bits:
         raise CorruptBatchError(
             f"attribute bits {broker_bits:#06x} are the broker's (timestamp type 0x0008, "
-            f"transactional 0x0010, control 0x0020); a producer may set only "
+            f"transactional 0x0010, control 0x0020, Kafka records 0x0100); a producer may set only "
             f"{PRODUCER_ATTRIBUTE_BITS:#06x} (codec, has keys, has headers)"
         )
-    _check_producer_fields(header)
+    check_producer_fields(header.producer_id, header.producer_epoch, header.base_sequence)
     low = max(timestamp_range[0], TIMESTAMP_MIN_MS)
     high = min(timestamp_range[1], TIMESTAMP_MAX_MS)
     _check_timestamp(header.first_timestamp, "first_timestamp", (low, high))

@@ -46,6 +46,7 @@ import pyarrow as pa
 from headwater.errors import HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.compaction import OffsetMap, kept
+from headwater.log.kafka_records import decode_stored
 from headwater.log.segment import GapBound, Segment
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ def _batches(
 
 def _keys_and_tombstones(data: bytes) -> tuple[list[bytes | None], list[bool] | None]:
     """A batch's keys, and which records are tombstones (None when there is none)."""
-    records = batch_format.decode_batch(data).records
+    records = decode_stored(data).records
     values = records.column("value")
     tombstones = values.is_null().to_pylist() if values.null_count else None
     return records.column("key").to_pylist(), tombstones
@@ -187,8 +188,9 @@ def _runs(kept: list[bool]) -> Iterator[tuple[int, int]]:
 
 def _rewrite(header: batch_format.BatchHeader, data: bytes, kept: list[bool]) -> list[bytes]:
     """The batches holding the kept records of one batch: one per run of consecutive
-    offsets, with the batch's codec and leader epoch."""
-    records = batch_format.decode_batch(data).records
+    offsets, with the batch's codec (a Kafka batch's as it transcodes) and leader epoch."""
+    decoded = decode_stored(data)
+    records = decoded.records
     stamps = batch_format.timestamps_ms(records)
     out = []
     for start, end in _runs(kept):
@@ -204,7 +206,7 @@ def _rewrite(header: batch_format.BatchHeader, data: bytes, kept: list[bool]) ->
                 keys=keys,  # no key section when every key is null
                 headers=headers,
                 timestamps_ms=stamps[start:end],
-                compression=header.compression,
+                compression=decoded.header.compression,
                 base_offset=header.base_offset + start,
                 leader_epoch=header.leader_epoch,
                 # The producer's fields, its sequences as they were, so that a replica

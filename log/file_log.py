@@ -98,6 +98,7 @@ from headwater.log.api import (
     offset_out_of_range,
 )
 from headwater.log.compaction import cleanable_ratio
+from headwater.log.kafka_records import decode_stored
 from headwater.log.leader_epochs import EpochCheckpointError, LeaderEpochCache
 from headwater.log.producer_state import ProducerEntry, ProducerStates
 from headwater.log.retention import SegmentSummary, segments_to_delete
@@ -1017,7 +1018,7 @@ class FileLog:
                         break
                     header = batch_format.read_header(data)
                     if header.max_timestamp >= timestamp_ms:
-                        records = batch_format.decode_batch(data).records
+                        records = decode_stored(data).records
                         stamps = records.column("timestamp").cast("int64")
                         hits = pc.greater_equal(stamps, timestamp_ms)
                         i = pc.index(hits, True).as_py()

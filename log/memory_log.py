@@ -22,6 +22,7 @@ from headwater.log.api import (
     answer_to_producer,
     offset_out_of_range,
 )
+from headwater.log.kafka_records import decode_stored
 from headwater.log.leader_epochs import LeaderEpochCache
 from headwater.log.producer_state import ProducerEntry, ProducerStates
 from headwater.log.retention import SegmentSummary, segments_to_delete
@@ -175,9 +176,7 @@ class MemoryLog:
         with self._lock:
             for data, header in zip(self._batches, self._headers, strict=True):
                 if header.max_timestamp >= timestamp_ms:
-                    stamps = (
-                        batch_format.decode_batch(data).records.column("timestamp").cast("int64")
-                    )
+                    stamps = decode_stored(data).records.column("timestamp").cast("int64")
                     i = pc.index(pc.greater_equal(stamps, timestamp_ms), True).as_py()
                     return header.base_offset + i, stamps[i].as_py()
             return None

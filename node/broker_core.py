@@ -36,6 +36,7 @@ from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import ReadResult
+from headwater.log.kafka_records import ProducedBatch
 from headwater.node.authorizer import Authorizer
 from headwater.node.cluster_state import ClusterState
 from headwater.node.log_manager import LogManager, now_ms
@@ -163,36 +164,42 @@ class BrokerCore:
     async def append(
         self,
         partition: Partition,
-        batch: bytes,
+        batch: bytes | ProducedBatch,
         *,
         acks_all: bool,
         timeout_ms: int,
         deadline_unix_ms: int = 0,
     ) -> asyncio.Future[Appended]:
-        """Append ``batch`` (a stored-format batch) to ``partition``, which this node leads;
-        return its acknowledgement: done at once for acks 0 and 1, a task waiting for the
-        in-sync replicas for acks=all (``timeout_ms``, 0: the node's request timeout)."""
+        """Append ``batch`` to ``partition``, which this node leads: a produced batch of the
+        columnar format (checked whole here) or a Kafka batch ``to_stored`` checked and
+        wrapped; return its acknowledgement: done at once for acks 0 and 1, a task waiting
+        for the in-sync replicas for acks=all (``timeout_ms``, 0: the node's request
+        timeout)."""
         max_message_bytes = partition.max_message_bytes
-        if len(batch) > max_message_bytes:
+        stored = batch.stored if isinstance(batch, ProducedBatch) else batch
+        if len(stored) > max_message_bytes:
             raise HeadwaterError(
                 ErrorCode.MESSAGE_TOO_LARGE,
-                f"batch of {len(batch)} bytes exceeds max_message_bytes {max_message_bytes} of "
+                f"batch of {len(stored)} bytes exceeds max_message_bytes {max_message_bytes} of "
                 f"topic {partition.topic!r}",
             )
-        header = batch_format.validate_batch(
-            batch,
-            max_uncompressed_bytes=max_message_bytes,
-            timestamp_range=partition.log_config.timestamp_range(now_ms()),
-            require_keys=partition.log_config.compacted,
-        )
+        if isinstance(batch, ProducedBatch):
+            header = batch_format.read_header(stored)
+        else:
+            header = batch_format.validate_batch(
+                stored,
+                max_uncompressed_bytes=max_message_bytes,
+                timestamp_range=partition.log_config.timestamp_range(now_ms()),
+                require_keys=partition.log_config.compacted,
+            )
         partition.check_open()
         if header.producer_id >= 0:
             await self.check_idempotent(header.producer_id, acks_all)
         if acks_all:
             partition.check_min_insync()
-        info = await partition.append(batch, now_ms(), deadline_unix_ms)
+        info = await partition.append(stored, now_ms(), deadline_unix_ms)
         if self.metrics is not None and not info.duplicate:
-            self.metrics.count_in(partition.topic, info.record_count, len(batch))
+            self.metrics.count_in(partition.topic, info.record_count, len(stored))
         result = Appended(
             partition=partition.index,
             base_offset=info.base_offset,

@@ -36,6 +36,7 @@ from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import abort
 from headwater.log import batch as batch_format
+from headwater.log.kafka_records import to_columnar
 from headwater.node.authorizer import Authorizer
 from headwater.node.broker_core import Appended, BrokerCore, OffsetSpec
 from headwater.node.cluster_state import ClusterState
@@ -498,24 +499,26 @@ class BrokerService(pb_grpc.BrokerServicer):
         result = await self.core.read(
             partition, offset, max_bytes, request.min_bytes, request.max_wait_ms / 1000
         )
-        if len(result.data) > records_bytes_max:  # one batch alone, more than the client takes
-            raise _too_large(offset, len(result.data), response_max)
+        # Batches produced over Kafka's protocol are kept as they came: transcoded here.
+        data, cut_at = to_columnar(result.data, max_bytes)
+        if len(data) > records_bytes_max:  # one batch alone, more than the client takes
+            raise _too_large(offset, len(data), response_max)
         response = pb.FetchResponse(
             high_watermark=partition.high_watermark,
             log_start_offset=partition.log.log_start_offset,
-            next_offset=result.next_offset,
+            next_offset=result.next_offset if cut_at is None else cut_at,
         )
         if request.format == pb.RECORD_FORMAT_RECORDS:
-            answer = decoded_records(result.data, offset, bytes_max=records_bytes_max)
+            answer = decoded_records(data, offset, bytes_max=records_bytes_max)
             if answer.too_large_bytes:
                 raise _too_large(offset, answer.too_large_bytes, response_max, "record")
             response.decoded.extend(answer.records)
             if answer.resume_offset is not None:
                 response.next_offset = answer.resume_offset
         else:
-            response.records = result.data
+            response.records = data
         # What the answer holds, when cut.
-        self.core.count_out(partition, response.next_offset - offset, len(result.data))
+        self.core.count_out(partition, response.next_offset - offset, len(data))
         return response
 
     # ------------------------------------------------------------------ ListOffsets

@@ -229,7 +229,7 @@ def rejections() -> list[dict[str, Any]]:
         rejection("truncated", "one-value cut 8 bytes short", one[:-8], decoder, corrupt),
         rejection(
             "attribute-bit-8",
-            "attribute bit 8 (reserved) set",
+            "attribute bit 8 (Kafka records, for the broker only) set",
             patched(one, 24, b"\x00\x01"),
             decoder,
             corrupt,

@@ -1,6 +1,7 @@
 """A mutation fuzzer for the Kafka front's decoders: request frames
 (``headwater.node.kafka.protocol.decode_request``), produced record batches
-(``headwater.node.kafka.records.to_stored``) and the consumer protocol's subscriptions
+(``headwater.log.kafka_records.to_stored``, and the stored batch it makes read back
+as Kafka and as columns) and the consumer protocol's subscriptions
 and assignments (``headwater.node.kafka.consumer_protocol``, read to describe groups).
 
 Request cases start from a valid frame of every API and version served (topics,
@@ -29,12 +30,15 @@ from kio.index import load_request_schema
 from kio.serial import entity_writer
 
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.node.kafka import consumer_protocol, protocol, records
+from headwater.log import batch as batch_format
+from headwater.log import kafka_records as records
+from headwater.node.kafka import consumer_protocol, protocol
 
 ALLOWED_CODES = frozenset(
     {
         ErrorCode.CORRUPT_MESSAGE,
         ErrorCode.INVALID_RECORD,
+        ErrorCode.INVALID_TIMESTAMP,
         ErrorCode.MESSAGE_TOO_LARGE,
         ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
     }
@@ -44,13 +48,16 @@ LIMIT = 1 << 20
 
 
 def _batch(rng: random.Random, codec: int) -> bytes:
+    producer_id, producer_epoch, base_sequence = rng.choice(
+        ((-1, -1, -1), (-1, 0, 0), (5, 0, 0), (5, 0, 99))
+    )
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=codec,
         is_transactional=0,
-        producer_id=rng.choice((-1, 5)),
-        producer_epoch=rng.choice((-1, 0)),
-        base_sequence=rng.choice((-1, 0, 99)),
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
         batch_size=1 << 30,
     )
     for i in range(rng.randint(1, 20)):
@@ -157,14 +164,37 @@ def fuzz_batches(seed: int, cases: int) -> None:
                 case[:17] + struct.pack(">I", crc32c.crc32c(case[records.CRC_START :])) + case[21:]
             )
         try:
-            records.to_stored(case, LIMIT)
+            produced = records.to_stored(case, LIMIT)
         except HeadwaterError as error:
             if error.code not in ALLOWED_CODES:
                 raise AssertionError(
                     f"batch {case.hex()} refused with {error.code.name}"
                 ) from error
+            continue
         except Exception as exc:
             raise AssertionError(f"batch {case.hex()} raised {type(exc).__name__}: {exc}") from exc
+        try:
+            _reads_back(case, produced)
+        except Exception as exc:
+            raise AssertionError(
+                f"batch {case.hex()} was taken and does not read back: {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+def _reads_back(case: bytes, produced: records.ProducedBatch) -> None:
+    """What the log took reads back over both protocols: to a Kafka fetch the bytes the
+    producer sent, to a gRPC fetch as many records as the header says."""
+    stored = batch_format.set_base_offset(produced.stored, 1000, 3)
+    fetched = records.to_kafka(stored, LIMIT)
+    if fetched[records.KAFKA_BODY_START :] != case[records.KAFKA_BODY_START :]:
+        raise ValueError("a Kafka fetch does not return the batch as produced")
+    columnar, cut_at = records.to_columnar(stored, LIMIT)
+    decoded = batch_format.decode_batches(columnar)
+    if (
+        cut_at is not None
+        or sum(d.records.num_rows for d in decoded) != produced.header.record_count
+    ):
+        raise ValueError("a gRPC fetch does not return every record")
 
 
 def _consumer_protocol_seeds() -> list[bytes]:

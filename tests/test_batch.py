@@ -186,7 +186,8 @@ def test_every_flipped_byte_outside_the_rewritable_fields_is_rejected() -> None:
     [
         (16, "<B", 2, "magic"),
         (24, "<H", 0x0001, "codec id 1"),
-        (24, "<H", 0x0100, "unknown attribute bits"),
+        (24, "<H", 0x0100, "0x0100"),
+        (24, "<H", 0x0200, "unknown attribute bits"),
         (28, "<i", 0, "record_count"),
         (28, "<i", 5, "last_offset_delta"),
         (32, "<i", 7, "last_offset_delta"),

@@ -24,7 +24,8 @@ from kio.serial import entity_writer
 
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
-from headwater.node.kafka import protocol, records
+from headwater.log import kafka_records as records
+from headwater.node.kafka import protocol
 from tests import fuzz_kafka
 
 NOW_MS = 1_767_225_600_000
@@ -94,8 +95,69 @@ def test_a_batch_without_a_producer_id_ignores_its_epoch_and_sequence() -> None:
     """aiokafka writes base sequence 0 with producer id -1: Kafka ignores both fields
     then, and so does the broker (stored as -1, not refused as a half-idempotent batch)."""
     produced = records.to_stored(kafka_batch(producer=(-1, 3, 0)), 1 << 20)
-    header = batch_format.validate_batch(produced.stored)
+    header = batch_format.verify_batch(produced.stored)
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (-1, -1, -1)
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4], ids=["none", "gzip", "snappy", "lz4", "zstd"])
+def test_a_kafka_batch_is_kept_as_it_came_and_read_as_columns_over_grpc(codec: int) -> None:
+    """The log keeps the Kafka batch's bytes from its attributes on: a Kafka fetch gets
+    them back byte for byte (base offset and leader epoch the broker's), a gRPC fetch and
+    the broker's own readers the same records as columns, with the Kafka codec's
+    counterpart (gzip and snappy: lz4)."""
+    sent = kafka_batch(codec=codec, producer=(7, 2, 40))
+    produced = records.to_stored(sent, 1 << 20)
+    header = batch_format.verify_batch(produced.stored)
+    assert header.is_kafka_records and header.total_size % 8 == 0
+    assert (header.first_timestamp, header.max_timestamp) == (NOW_MS, NOW_MS + 2)
+    stored = batch_format.set_base_offset(produced.stored, 500, 4)
+    fetched = records.to_kafka(stored, 1 << 20)
+    assert fetched[records.KAFKA_BODY_START :] == sent[records.KAFKA_BODY_START :]
+    assert struct.unpack_from(">qiib", fetched) == (500, len(sent) - 12, 4, 2)
+    assert fetched[17:21] == sent[17:21]  # the producer's CRC-32C
+    with pytest.raises(batch_format.CorruptBatchError, match="Kafka records"):
+        batch_format.decode_batch(stored)  # never for a client's decoder
+    columnar, cut_at = records.to_columnar(stored + stored_columnar(503), 1 << 20)
+    assert cut_at is None
+    decoded = batch_format.decode_batches(columnar)
+    assert decoded[0].header.compression == {0: 0, 1: 3, 2: 3, 3: 3, 4: 4}[codec]
+    assert (decoded[0].header.base_offset, decoded[0].header.leader_epoch) == (500, 4)
+    producer = decoded[0].header.producer_id, decoded[0].header.producer_epoch
+    assert producer == (7, 2) and decoded[0].header.base_sequence == 40
+    rows = [
+        (r["offset"], r["key"], r["value"], r["headers"])
+        for d in decoded
+        for r in d.records.to_pylist()
+    ]
+    assert rows == [
+        (500, None, b"v" * 10, []),
+        (501, b"key-1", None, []),
+        (
+            502,
+            b"key-2",
+            b"v" * 10,
+            [{"key": "trace", "value": b"t2"}, {"key": "empty", "value": None}],
+        ),
+        (503, None, b"c", None),
+    ]
+    assert records.decode_stored(stored).records.column("value").to_pylist()[1] is None
+
+
+def stored_columnar(base_offset: int) -> bytes:
+    """One record of the columnar format at ``base_offset``."""
+    return batch_format.set_base_offset(
+        batch_format.encode_batch([b"c"], timestamps_ms=NOW_MS), base_offset, 4
+    )
+
+
+def test_a_grpc_fetch_of_kafka_batches_stays_within_its_budget() -> None:
+    """Transcoded batches are taken while the answer stays within the budget (always
+    the first); the offset to go on from is the first batch left out."""
+    one = batch_format.set_base_offset(records.to_stored(kafka_batch(), 1 << 20).stored, 0, 1)
+    two = batch_format.set_base_offset(records.to_stored(kafka_batch(), 1 << 20).stored, 3, 1)
+    data, cut_at = records.to_columnar(one + two, 1)
+    assert cut_at == 3 and len(batch_format.decode_batches(data)) == 1
+    assert records.to_columnar(stored_columnar(0), 1) == (stored_columnar(0), None)
 
 
 def test_records_written_over_grpc_read_back_as_kafka_batches() -> None:

@@ -6,15 +6,19 @@ and a crash at every step of the swap, recovered on open with nothing lost."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from headwater.cli import describe_json
 from headwater.client import Admin, Consumer, Producer, TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
+from headwater.log import kafka_records
 from headwater.log.api import LogConfig, ReadResult
 from headwater.log.cleaner import Throttle, clean
 from headwater.log.file_log import SWAP_DIR, FileLog
@@ -33,7 +37,11 @@ def config(**overrides: object) -> LogConfig:
     return LogConfig(**{**base, **overrides})  # type: ignore[arg-type]
 
 
-def fill(log: FileLog, seed: int, batches: int, keys: int, ts: int = NOW_MS) -> None:
+def fill(
+    log: FileLog, seed: int, batches: int, keys: int, ts: int = NOW_MS, kafka: bool = False
+) -> None:
+    """Append ``batches`` random keyed batches (tombstones, headers); with ``kafka`` as
+    Kafka batches the Kafka listener checked and kept (a random codec each)."""
     rng = random.Random(seed)
     counter = 0
     for _ in range(batches):
@@ -44,11 +52,35 @@ def fill(log: FileLog, seed: int, batches: int, keys: int, ts: int = NOW_MS) -> 
             counter += 1
             values.append(None if rng.random() < 0.15 else b"v%d" % counter)
         headers = [[("h", b"%d" % counter)] if rng.random() < 0.3 else None for _ in chosen]
-        log.append(
-            batch_format.encode_batch(values, keys=chosen, headers=headers, timestamps_ms=ts),
-            0,
-            NOW_MS,
-        )
+        if kafka:
+            stored = kafka_batch(chosen, values, headers, ts, codec=rng.choice((0, 1, 2, 3, 4)))
+        else:
+            stored = batch_format.encode_batch(
+                values, keys=chosen, headers=headers, timestamps_ms=ts
+            )
+        log.append(stored, 0, NOW_MS)
+
+
+def kafka_batch(
+    keys: list[bytes],
+    values: list[bytes | None],
+    headers: list[list[tuple[str, bytes]] | None],
+    ts: int,
+    codec: int,
+) -> bytes:
+    """A Kafka batch of these records as the Kafka listener stores it."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
+    for delta, (key, value, pairs) in enumerate(zip(keys, values, headers, strict=True)):
+        builder.append(delta, ts + delta, key, value, pairs or [])
+    return kafka_records.to_stored(bytes(builder.build()), 1 << 20, require_keys=True).stored
 
 
 def rows(log: FileLog | MemoryLog, offset: int = 0, max_bytes: int = 1 << 30) -> list[Row]:
@@ -57,7 +89,8 @@ def rows(log: FileLog | MemoryLog, offset: int = 0, max_bytes: int = 1 << 30) ->
         result = log.read(offset, max_bytes)
         if not result.data:
             return out
-        for item in batch_format.decode_batches(result.data):
+        data, _cut_at = kafka_records.to_columnar(result.data, 1 << 30)
+        for item in batch_format.decode_batches(data):
             out.extend(
                 (row["offset"], row["key"], row["value"])
                 for row in item.records.to_pylist()
@@ -114,6 +147,54 @@ def test_compaction_keeps_the_newest_record_of_each_key_at_its_offset(
     clean_all(reopened, keys_max=1000)
     assert rows(reopened) == expected(history2, reopened.cleaned_offset, False)
     reopened.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kafka_batches_are_compacted_like_any_other(seed: int, tmp_path: Path) -> None:
+    """Batches produced over Kafka's protocol (kept as they came) are compacted by the
+    same rules: the kept records of a partly kept batch are written again in the
+    columnar form, a batch kept whole stays a Kafka batch; timestamps are found in
+    both."""
+    log = FileLog(tmp_path, config(), NOW_MS)
+    fill(log, seed, batches=150, keys=12, kafka=True)
+    history = rows(log)
+    stamps = [
+        (row["offset"], row["timestamp"])
+        for data in whole_batches(log)
+        for item in batch_format.decode_batches(kafka_records.to_columnar(data, 1 << 30)[0])
+        for row in item.records.cast(NO_TZ).to_pylist()
+    ]
+    first_late = next((o, t) for o, t in stamps if t >= NOW_MS + 3)
+    assert log.offset_for_timestamp(NOW_MS + 3) == first_late
+    clean_all(log, keys_max=5, now_ms=NOW_MS + 10)  # its records are up to 5 ms newer
+    kept = rows(log)
+    assert kept == expected(history, log.cleaned_offset, tombstones_expired=False)
+    forms = {
+        header.is_kafka_records
+        for data in whole_batches(log)
+        for _position, header in batch_format.iter_headers(data)
+    }
+    assert forms == {True, False}  # some batches kept whole, some written again
+    log.close()
+    reopened = FileLog(tmp_path, config(), NOW_MS)
+    assert rows(reopened) == kept
+    reopened.close()
+
+
+NO_TZ = pa.schema(
+    [
+        field.with_type(pa.int64()) if field.name == "timestamp" else field
+        for field in batch_format.RECORD_SCHEMA
+    ]
+)
+
+
+def whole_batches(log: FileLog) -> Iterator[bytes]:
+    """Every read of the log from its start, as stored."""
+    offset = 0
+    while (result := log.read(offset, 1 << 30)).data:
+        yield result.data
+        offset = result.next_offset
 
 
 def test_tombstones_go_after_delete_retention(tmp_path: Path) -> None:

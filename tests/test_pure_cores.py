@@ -42,7 +42,7 @@ PURE_MODULES = [
     "node/groups/decisions.py",
     "node/groups/classic.py",
     "node/kafka/protocol.py",
-    "node/kafka/records.py",
+    "log/kafka_records.py",
     "client/membership.py",
     "log/leader_epochs.py",
     "sparkconnector/planning.py",

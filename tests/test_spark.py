@@ -21,7 +21,7 @@ import pytest
 
 from headwater.client import Admin, Consumer, Producer
 from headwater.client.positions import TopicPartition
-from headwater.ports import free_port_block
+from headwater.ports import free_port, free_port_block
 from headwater.sparkconnector import planning, sink
 from headwater.sparkconnector.session import local_session
 from headwater.v1 import headwater_pb2 as pb
@@ -51,6 +51,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     process = NodeProcess(
         tmp_path_factory.mktemp("spark-node") / "data",
         env={"HEADWATER_RETENTION_CHECK_INTERVAL_MS": "200"},
+        kafka_port=free_port(),
     )
     process.start()
     try:
@@ -212,6 +213,52 @@ def test_batch_read_with_offsets_headers_and_schema(spark: SparkSession, node: N
     ).load()
     assert "headers" not in plain.columns
     assert plain.count() == 100
+
+
+def test_records_produced_by_a_kafka_client_read_the_same_through_spark(
+    spark: SparkSession, node: NodeProcess
+) -> None:
+    """Batches a Kafka client produced (kept as they came, lz4) reach Spark with the
+    keys, values, headers, timestamps and offsets the client sent."""
+    kafka_producer = pytest.importorskip("confluent_kafka").Producer
+    with Admin(node.address) as admin:
+        admin.create_topic("from-kafka", 1)
+    stamp = int(time.time() * 1000) - 60_000
+    assert node.kafka_address is not None
+    producer = kafka_producer(
+        {"bootstrap.servers": node.kafka_address, "compression.type": "lz4", "linger.ms": 20}
+    )
+    for i in range(300):
+        producer.produce(
+            "from-kafka",
+            key=None if i % 7 == 0 else b"k%d" % i,
+            value=b"v%d" % i,
+            headers=[("h", b"%d" % i)],
+            timestamp=stamp + i,
+        )
+    assert producer.flush(30) == 0
+    rows = (
+        spark.read.format("headwater")
+        .option("bootstrap", node.address)
+        .option("subscribe", "from-kafka")
+        .option("includeHeaders", "true")
+        .load()
+        .collect()
+    )
+    got = sorted(
+        (
+            r.offset,
+            r.key,
+            r.value,
+            [(h.key, h.value) for h in r.headers],
+            int(r.timestamp.timestamp() * 1000 + 0.5),
+        )
+        for r in rows
+    )
+    assert got == [
+        (i, None if i % 7 == 0 else b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)], stamp + i)
+        for i in range(300)
+    ]
 
 
 def test_subscribe_pattern_picks_up_new_topics_and_partitions(

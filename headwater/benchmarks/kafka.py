@@ -9,19 +9,31 @@ Each round, in this order, on a fresh topic of ``--partitions`` partitions:
   values of ``--record-size`` bytes, from the first ``produce`` to the end of ``flush``;
 - **gRPC produce**: the same records with the project's client, per-record ``send``
   (its default batching, the same acks);
-- **librdkafka consume**: every record from the earliest offset, by assignment;
+- **librdkafka consume**: every record from the earliest offset, by assignment, with
+  ``fetch.queue.backoff.ms`` at 10 (librdkafka 2.1 and later stop fetching for 1 s,
+  its default, whenever their prefetch queue fills, which a broker that answers fast
+  makes them do over and over: 0.2M records/s with it against 1.3M without, the node
+  idle meanwhile);
+- **kcat consume** (librdkafka in C, with Debian's kcat when installed): the same
+  records, from the first to the last, its output one offset a line;
 - **gRPC consume**: the same, iterating records;
 - with ``--kafka-python``: kafka-python's producer and consumer on a tenth of the records
   (they are bound by the client's own speed).
 
-The ratios are Kafka / gRPC of records per second, median of the rounds. confluent-kafka
+Beside each path's records per second, ``*_node_us`` is the microseconds of CPU the
+node processes spent per record meanwhile (from /proc): the clients and the nodes share
+the machine, so this says what the node costs whichever side is the bound. The ratios
+are Kafka / gRPC of records per second, median of the rounds. confluent-kafka
 and kafka-python are the project's dev dependencies.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,6 +48,31 @@ from headwater.errors import ErrorCode, HeadwaterError
 from headwater.ports import free_port
 
 DEADLINE_S: Final = 300.0
+FETCH_QUEUE_BACKOFF_MS: Final = 10
+
+
+def kcat_consume(servers: str, topic: str, count: int) -> float | None:
+    """Seconds kcat (librdkafka in C) takes to read ``count`` records of ``topic`` from
+    the earliest offsets to the end, start-up included; None without kcat."""
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        return None
+    began = time.perf_counter()
+    broker = servers.split(",", maxsplit=1)[0]
+    done = subprocess.run(
+        [kcat, "-C", "-b", broker, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%o\n"],
+        capture_output=True,
+        timeout=DEADLINE_S,
+        check=False,
+    )
+    took = time.perf_counter() - began
+    read = done.stdout.count(b"\n")
+    if done.returncode != 0 or read != count:
+        raise HeadwaterError(
+            ErrorCode.REQUEST_TIMED_OUT,
+            f"kcat read {read} of {count} records: {done.stderr.decode(errors='replace')[-300:]}",
+        )
+    return took
 
 
 def _require_kafka_clients() -> Any:
@@ -82,7 +119,12 @@ def kafka_consume(servers: str, topic: str, partitions: int, count: int) -> floa
     """Seconds librdkafka takes to read ``count`` records from the earliest offsets."""
     ck = _require_kafka_clients()
     consumer = ck.Consumer(
-        {"bootstrap.servers": servers, "group.id": "bench", "enable.auto.commit": False}
+        {
+            "bootstrap.servers": servers,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+        }
     )
     consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
     got = 0
@@ -156,6 +198,18 @@ def kafka_python_round(
     }
 
 
+def _nodes_cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user and system) the node processes have used so far."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def run_round(
     servers: str,
     bootstrap: str,
@@ -165,18 +219,31 @@ def run_round(
     values: list[bytes],
     acks: str,
     with_kafka_python: bool,
+    node_pids: list[int],
 ) -> dict[str, float]:
+    """One round's records per second, and the nodes' microseconds of CPU per record of
+    each librdkafka and gRPC path (``*_node_us``): what the node spends, whichever client
+    is the bound."""
     with Admin(bootstrap) as admin:
         for side in ("kafka", "grpc", "kp"):
             admin.create_topic(f"{topic_prefix}-{side}", partitions, replication)
     kafka_topic, grpc_topic = f"{topic_prefix}-kafka", f"{topic_prefix}-grpc"
     count = len(values)
-    figures = {
-        "kafka_produce_rps": _rate(count, kafka_produce(servers, kafka_topic, values, acks)),
-        "grpc_produce_rps": _rate(count, grpc_produce(bootstrap, grpc_topic, values, acks)),
-        "kafka_consume_rps": _rate(count, kafka_consume(servers, kafka_topic, partitions, count)),
-        "grpc_consume_rps": _rate(count, grpc_consume(bootstrap, grpc_topic, partitions, count)),
+    steps: dict[str, Callable[[], float | None]] = {
+        "kafka_produce": lambda: kafka_produce(servers, kafka_topic, values, acks),
+        "grpc_produce": lambda: grpc_produce(bootstrap, grpc_topic, values, acks),
+        "kafka_consume": lambda: kafka_consume(servers, kafka_topic, partitions, count),
+        "grpc_consume": lambda: grpc_consume(bootstrap, grpc_topic, partitions, count),
+        "kcat_consume": lambda: kcat_consume(servers, kafka_topic, count),
     }
+    figures: dict[str, float] = {}
+    for name, step in steps.items():
+        cpu_before = _nodes_cpu_s(node_pids)
+        seconds = step()
+        if seconds is None:
+            continue
+        figures[f"{name}_rps"] = _rate(count, seconds)
+        figures[f"{name}_node_us"] = round((_nodes_cpu_s(node_pids) - cpu_before) / count * 1e6, 3)
     if with_kafka_python:
         figures.update(
             kafka_python_round(servers, f"{topic_prefix}-kp", values[: count // 10], partitions)
@@ -212,27 +279,28 @@ def bench_kafka(
     _require_kafka_clients()
     values = [(b"%010d" % i).ljust(record_size, b"x")[:record_size] for i in range(records)]
     with tempfile.TemporaryDirectory(prefix="headwater-bench-kafka-") as root:
-        start: Callable[[], tuple[str, str, Callable[[], None]]]
+        start: Callable[[], tuple[str, str, Callable[[], None], list[LocalNode]]]
         if cluster:
 
-            def start() -> tuple[str, str, Callable[[], None]]:
+            def start() -> tuple[str, str, Callable[[], None], list[LocalNode]]:
                 group = LocalCluster(Path(root), 3, kafka_ports={i: free_port() for i in (1, 2, 3)})
                 group.start()
                 kafka = ",".join(n.kafka_address or "" for n in group.nodes.values())
-                return kafka, group.bootstrap(), group.close
+                return kafka, group.bootstrap(), group.close, list(group.nodes.values())
 
         else:
 
-            def start() -> tuple[str, str, Callable[[], None]]:
+            def start() -> tuple[str, str, Callable[[], None], list[LocalNode]]:
                 node = LocalNode(Path(root) / "data", kafka_port=free_port())
                 node.start()
 
                 def stop_node() -> None:
                     node.stop()
 
-                return node.kafka_address or "", node.address, stop_node
+                return node.kafka_address or "", node.address, stop_node, [node]
 
-        servers, bootstrap, stop = start()
+        servers, bootstrap, stop, nodes = start()
+        pids = [n.process.pid for n in nodes if n.process is not None]
         try:
             results = [
                 run_round(
@@ -244,6 +312,7 @@ def bench_kafka(
                     values,
                     acks,
                     with_kafka_python,
+                    pids,
                 )
                 for n in range(rounds)
             ]
@@ -258,6 +327,15 @@ def bench_kafka(
         "rounds": results,
         "produce_kafka_over_grpc": _median_ratio(results, "kafka_produce_rps", "grpc_produce_rps"),
         "consume_kafka_over_grpc": _median_ratio(results, "kafka_consume_rps", "grpc_consume_rps"),
+        **(
+            {
+                "consume_kcat_over_grpc": _median_ratio(
+                    results, "kcat_consume_rps", "grpc_consume_rps"
+                )
+            }
+            if all("kcat_consume_rps" in r for r in results)
+            else {}
+        ),
     }
     if as_json:
         click.echo(json.dumps(summary))

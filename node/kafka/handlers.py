@@ -25,11 +25,12 @@ from typing import Any, Final
 from headwater.acls import Operation, ResourceType
 from headwater.config import KAFKA_TOPIC_CONFIG_NAMES, topic_setting_name
 from headwater.errors import ErrorCode, HeadwaterError, shown
+from headwater.log.kafka_records import to_kafka, to_stored
 from headwater.node.broker_core import Appended, BrokerCore, FoundOffset, OffsetSpec
 from headwater.node.kafka import protocol
 from headwater.node.kafka.answers import kafka_code, names_by_id, ready
 from headwater.node.kafka.group_handlers import GroupHandlers
-from headwater.node.kafka.records import to_kafka, to_stored
+from headwater.node.log_manager import now_ms
 from headwater.node.partition import Partition
 from headwater.node.throttling import Quotas
 from headwater.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_RATE
@@ -319,9 +320,15 @@ class KafkaHandlers:
         partition = await self._led_partition(name, index)
         if not records:
             raise HeadwaterError(ErrorCode.INVALID_RECORD, "the partition's records are empty")
-        produced = to_stored(records, partition.max_message_bytes)
+        config = partition.log_config
+        produced = to_stored(
+            records,
+            partition.max_message_bytes,
+            timestamp_range=config.timestamp_range(now_ms()),
+            require_keys=config.compacted,
+        )
         return await self.core.append(
-            partition, produced.stored, acks_all=acks == -1, timeout_ms=timeout_ms
+            partition, produced, acks_all=acks == -1, timeout_ms=timeout_ms
         )
 
     async def _produce_answer(
