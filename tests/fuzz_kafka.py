@@ -43,6 +43,8 @@ ALLOWED_CODES = frozenset(
         ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
     }
 )
+LARGE_VARINTS = (b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x08", b"\xff\xff\x03")
+"""Unsigned varints of 2^32 - 1, 2^31 and 65,535: lengths and counts past any frame."""
 BOUNDARIES = (-(2**31), -(2**30), -2, -1, 0, 1, 2, 2**15 - 1, 2**30, 2**31 - 1)
 LIMIT = 1 << 20
 
@@ -116,12 +118,15 @@ def _mutate(rng: random.Random, data: bytes, others: list[bytes]) -> bytes:
             buffer[at] ^= 1 << rng.randrange(8)
         elif choice < 0.6 and len(buffer) >= 4:
             at = rng.randrange(len(buffer) - 3)
-            if rng.random() < 0.5:
+            kind = rng.random()
+            if kind < 0.35:
                 struct.pack_into(">i", buffer, at, rng.choice(BOUNDARIES))
-            else:
+            elif kind < 0.7:
                 struct.pack_into(
                     ">h", buffer, at, max(-(2**15), min(2**15 - 1, rng.choice(BOUNDARIES)))
                 )
+            else:  # a flexible version's length or count (unsigned varint) set large
+                buffer[at : at + 1] = rng.choice(LARGE_VARINTS)
         elif choice < 0.75:
             del buffer[rng.randrange(len(buffer) + 1) :]
         elif choice < 0.9:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import io
 import struct
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import cramjam
 import crc32c
@@ -300,7 +303,7 @@ def test_bytes_after_a_body_are_ignored_as_kafka_ignores_them() -> None:
     )
     assert protocol.decode_request(frame).body.topics[0].name == "t"
     assert protocol.decode_request(frame + b"\0").body.topics[0].name == "t"
-    with pytest.raises(protocol.MalformedRequestError, match="does not decode"):
+    with pytest.raises(protocol.MalformedRequestError, match="runs past the request"):
         protocol.decode_request(frame[:-3])
 
 
@@ -376,3 +379,57 @@ def test_fuzzed_record_batches_never_escape_the_decoders() -> None:
 
 def test_fuzzed_consumer_protocol_bytes_never_escape_the_decoders() -> None:
     fuzz_kafka.fuzz_consumer_protocol(seed=3, cases=3000)
+
+
+STATED_COUNT_OF_2_31 = bytes.fromhex(
+    "0008000900000007000466757a7a0001ffffffff0100fffffffe7069632d6102000000000000000000"
+    "fffe00ffffffff00000000443963"
+)
+"""An OffsetCommit v9 frame (found by the fuzzer) whose compact array states about 2^31
+entries: kio's native reader asked for 240 GB and aborted the whole process."""
+
+
+def test_a_count_past_the_frame_is_refused_before_kio_reads_it() -> None:
+    script = (
+        "from headwater.node.kafka import protocol\n"
+        f"frame = bytes.fromhex({STATED_COUNT_OF_2_31.hex()!r})\n"
+        "try:\n"
+        "    protocol.decode_request(frame)\n"
+        "except protocol.MalformedRequestError as error:\n"
+        "    print('refused:', error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("refused: "), done.stdout
+    assert "runs past the request's 55 bytes" in done.stdout
+
+
+def test_every_count_and_length_of_every_request_is_checked_before_kio() -> None:
+    """Each byte of a valid request of every API and version served, replaced by a
+    varint past any frame: each case decodes or is refused as malformed, and the process
+    survives them all (a count kio trusted would abort it)."""
+    script = (
+        "from tests import fuzz_kafka\n"
+        "from headwater.node.kafka import protocol\n"
+        "refused = 0\n"
+        "for frame in fuzz_kafka._request_frames():\n"
+        "    for varint in fuzz_kafka.LARGE_VARINTS:\n"
+        "        for at in range(protocol.FRAME_HEADER.size, len(frame)):\n"
+        "            try:\n"
+        "                protocol.decode_request(frame[:at] + varint + frame[at + 1 :])\n"
+        "            except protocol.MalformedRequestError:\n"
+        "                refused += 1\n"
+        "print(refused)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout) > 1000

@@ -59,7 +59,16 @@ def _read(data: bytes, schema_name: str, newest: type[Any]) -> Any:
         module = importlib.import_module(f"kio.schema.{schema_name}.v{version}")
         schema = getattr(module, newest.__name__)
     try:
+        protocol.check_shape(schema, data, _VERSION.size)  # before kio's native reader
         value, _used = protocol.reader_of(schema)(memoryview(data), _VERSION.size)
-    except (SerialError, KeyError, ValueError, TypeError, OverflowError, IndexError):
+    except (
+        protocol.MalformedRequestError,
+        SerialError,
+        KeyError,
+        ValueError,
+        TypeError,
+        OverflowError,
+        IndexError,
+    ):
         return None
     return value

@@ -8,7 +8,9 @@ the response header (the correlation id; for flexible versions a tagged-field se
 except ApiVersions, whose response header is always version 0) and the body. Messages are
 the ones generated from Kafka's own JSON schemas by ``kio``; this module picks the right
 one for each API key and version, and checks that a body decodes within its frame
-(bytes after it are ignored, as Kafka ignores them).
+(bytes after it are ignored, as Kafka ignores them). Before kio's reader (native code,
+which sizes its buffers from the counts a message states) sees a message, ``check_shape``
+walks it by its lengths and counts, each checked against the bytes left.
 
 ``SUPPORTED_VERSIONS`` is exactly what the broker answers (ApiVersions lists it). A
 request for another version of a listed API, or for an API Kafka defines and this broker
@@ -29,6 +31,15 @@ from typing import Any, Final
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KafkaErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import (
+    EntityField,
+    PrimitiveField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+    is_optional,
+)
 from kio.serial.errors import SerialError
 
 API_VERSIONS: Final = 18
@@ -129,6 +140,7 @@ def is_supported(api_key: int, api_version: int, sasl: bool = True) -> bool:
     return versions is not None and versions[0] <= api_version <= versions[1]
 
 
+_I8: Final = struct.Struct(">b")
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 
@@ -191,6 +203,135 @@ class Request:
     body: Any
 
 
+_FIXED_SIZES: Final = {
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
+_VARINT_BYTES_MAX: Final = 5
+
+
+class _Shape:
+    """Walks a request by its schema, reading only lengths and counts, each checked
+    against the bytes left: ``check_shape``."""
+
+    def __init__(self, frame: bytes | memoryview) -> None:
+        self.frame = memoryview(frame)
+        self.position = 0
+
+    def fail(self, what: str) -> MalformedRequestError:
+        return MalformedRequestError(
+            f"{what} at byte {self.position} runs past the request's {len(self.frame)} bytes"
+        )
+
+    def take(self, size: int, what: str) -> int:
+        if size < 0 or self.position + size > len(self.frame):
+            raise self.fail(f"{what} of {size} bytes")
+        start = self.position
+        self.position += size
+        return start
+
+    def uvarint(self, what: str) -> int:
+        value = shift = 0
+        for _ in range(_VARINT_BYTES_MAX):
+            byte = self.frame[self.take(1, what)]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+        raise self.fail(f"{what}: a varint longer than {_VARINT_BYTES_MAX} bytes")
+
+    def length(self, flexible: bool, legacy: struct.Struct, what: str) -> int:
+        """A length or count (-1: null), checked to fit what is left of the frame."""
+        if flexible:
+            found = self.uvarint(what) - 1
+        else:
+            (found,) = legacy.unpack_from(self.frame, self.take(legacy.size, what))
+        if found < -1 or found > len(self.frame) - self.position:
+            raise self.fail(f"{what} {found}")
+        return int(found)
+
+    def primitive(self, kafka_type: str, flexible: bool, what: str, legacy_string: bool) -> None:
+        size = _FIXED_SIZES.get(kafka_type)
+        if size is not None:
+            self.take(size, what)
+        elif kafka_type == "string":
+            flexible_string = flexible and not legacy_string
+            self.take(max(self.length(flexible_string, _I16, what), 0), what)
+        elif kafka_type in ("bytes", "records"):
+            self.take(max(self.length(flexible, _I32, what), 0), what)
+        else:
+            raise MalformedRequestError(f"{what}: type {kafka_type!r} is not known here")
+
+    def entity(self, schema: type[Any], nullable: bool = False) -> None:
+        flexible = bool(schema.__flexible__)
+        if nullable:
+            (marker,) = _I8.unpack_from(self.frame, self.take(1, schema.__name__))
+            if marker < 0:
+                return
+        tagged: dict[int, dataclasses.Field[Any]] = {}
+        header = schema.__name__ == "RequestHeader"
+        for field in dataclasses.fields(schema):
+            tag = get_field_tag(field)
+            if tag is not None:
+                tagged[int(tag)] = field
+            else:
+                self.field(field, flexible, header and field.name == "client_id")
+        if not flexible:
+            return
+        number = self.uvarint(f"{schema.__name__}'s tagged fields")
+        if number > len(self.frame) - self.position:
+            raise self.fail(f"{number} tagged fields")
+        for _ in range(number):
+            tag_number = self.uvarint("a tag")
+            size = self.uvarint("a tagged field's size")
+            end = self.take(size, "a tagged field") + size
+            known = tagged.get(tag_number)
+            if known is not None:  # walked within its own bytes
+                inner = _Shape(self.frame[:end])
+                inner.position = end - size
+                inner.field(known, True, False)
+
+    def field(self, field: dataclasses.Field[Any], flexible: bool, legacy_string: bool) -> None:
+        kind = classify_field(field)
+        what = field.name
+        if isinstance(kind, PrimitiveField):
+            self.primitive(get_schema_field_type(field), flexible, what, legacy_string)
+        elif isinstance(kind, EntityField):
+            self.entity(kind.type_, nullable=is_optional(field))
+        else:
+            count = self.length(flexible, _I32, f"{what} count")
+            for _ in range(max(count, 0)):
+                if isinstance(kind, PrimitiveTupleField):
+                    self.primitive(get_schema_field_type(field), flexible, what, False)
+                else:
+                    self.entity(kind.type_)
+
+
+def check_shape(schema: type[Any], frame: bytes | memoryview, position: int) -> int:
+    """Walk the message of ``schema`` at ``position`` by its lengths and counts only, each
+    checked against the bytes left in ``frame``; the position after it, or
+    MalformedRequestError. kio's reader (native code) sizes its buffers from the counts a
+    request states: a count of 2^31 aborted the whole process with an allocation of
+    240 GB. Nothing is built here, and nothing is read beyond the frame."""
+    shape = _Shape(frame)
+    shape.position = position
+    shape.entity(schema)
+    return shape.position
+
+
 def decode_request(frame: bytes | memoryview) -> Request:
     """A supported request, decoded. Bytes after the body are ignored, as Kafka's broker
     ignores them: librdkafka's Metadata request for every topic (v9 and later) ends with
@@ -202,6 +343,7 @@ def decode_request(frame: bytes | memoryview) -> Request:
             f"api key {fixed.api_key} version {fixed.api_version} is not served"
         )
     schema = load_request_schema(fixed.api_key, fixed.api_version)
+    check_shape(schema, frame, check_shape(schema.__header_schema__, frame, 0))
     try:
         header, used = reader_of(schema.__header_schema__)(frame, 0)
         body, _ = reader_of(schema)(frame, used)
