@@ -802,6 +802,18 @@ def produce(
 )
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
 @click.option(
+    "--format",
+    "record_format",
+    default=None,
+    metavar="FMT",
+    help="Print each record in FMT, kcat's -f placeholders: %t topic, %p partition, "
+    "%o offset, %k key, %s (or %v) value, %T timestamp (ms), %h headers (k=v,...), "
+    "%K and %S key and value lengths; escapes \\n \\t; no newline is added.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print each record as one JSON object a line."
+)
+@click.option(
     "--group",
     default=None,
     metavar="GROUP",
@@ -818,12 +830,21 @@ def consume(
     max_messages: int | None,
     timeout_ms: int | None,
     print_key: bool,
+    record_format: str | None,
+    as_json: bool,
     group: str | None,
     bootstrap: str | None,
 ) -> None:
-    """Print TOPIC's records, one value per line."""
-    from headwater.cli_consume import consume_lines
+    """Print TOPIC's records, one value per line (or as --print-key, --format or --json
+    say)."""
+    from headwater.cli_consume import consume_lines, renderer
 
+    if sum((print_key, record_format is not None, as_json)) > 1:
+        fail("--print-key, --format and --json do not mix: pick one", status=2)
+    try:
+        render = renderer(print_key, record_format, as_json)
+    except ValueError as error:
+        fail(str(error), status=2)
     if offset is not None and partition is None:
         fail("--offset needs --partition", status=2)
     if group is not None and partition is not None:
@@ -839,6 +860,7 @@ def consume(
         print_key,
         bootstrap,
         group,
+        render,
     )
 
 
