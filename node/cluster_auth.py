@@ -46,12 +46,10 @@ if TYPE_CHECKING:
     _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
     _UnaryUnary = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
     _UnaryStream = grpc.aio.UnaryStreamClientInterceptor[Any, Any]
-    _StreamStream = grpc.aio.StreamStreamClientInterceptor[Any, Any]
 else:
     _ServerInterceptor = grpc.aio.ServerInterceptor
     _UnaryUnary = grpc.aio.UnaryUnaryClientInterceptor
     _UnaryStream = grpc.aio.UnaryStreamClientInterceptor
-    _StreamStream = grpc.aio.StreamStreamClientInterceptor
 
 
 def _signature(secret: bytes, node_id: int, unix_ms: int, method: str) -> str:
@@ -244,17 +242,17 @@ class _SignUnaryStream(_Sign, _UnaryStream):
         return await continuation(self.details(details), request)
 
 
-class _SignStreamStream(_Sign, _StreamStream):
-    async def intercept_stream_stream(
-        self, continuation: Any, details: Any, request_iterator: Any
-    ) -> Any:
-        return await continuation(self.details(details), request_iterator)
-
-
 def signing_interceptors(secret: bytes, node_id: int) -> list[Any]:
-    """Interceptors for an aio channel to the internal listener of another node."""
-    return [
-        _SignUnaryUnary(secret, node_id),
-        _SignUnaryStream(secret, node_id),
-        _SignStreamStream(secret, node_id),
-    ]
+    """Interceptors for an aio channel to the internal listener of another node: its
+    unary-unary and unary-stream calls signed. A stream-stream call is signed by its
+    caller (``signed_metadata``): grpc.aio turns a call behind a stream-stream
+    interceptor into one fed by a request iterator in a task of its own, which a call
+    ending on a dead peer left pending ("Task was destroyed but it is pending!",
+    "aclose(): asynchronous generator is already running", logged as ERROR by asyncio)."""
+    return [_SignUnaryUnary(secret, node_id), _SignUnaryStream(secret, node_id)]
+
+
+def signed_metadata(secret: bytes, node_id: int, method: str) -> tuple[tuple[str, str], ...]:
+    """The metadata that signs one call of ``method`` (its full path,
+    ``/headwater.v1.Replica/Fetch``) to another node's internal listener."""
+    return ((AUTH_KEY, token(secret, node_id, method, _now_ms())),)

@@ -128,9 +128,7 @@ class LeaderFetcher:
             await asyncio.sleep(RETRY_S)
 
     async def _session(self) -> None:
-        stub = self.manager.peers.replica(self.address)
-        # grpc-stubs lacks the no-iterator form (write/read) of a stream-stream call.
-        call = stub.Fetch()  # type: ignore[call-arg]
+        call = self.manager.peers.replica_fetch(self.address)
         silence_s = self.manager.config.replica_fetch_wait_ms_max / 1000 + SILENCE_EXTRA_S
         try:
             positions = await self._prepare_new()

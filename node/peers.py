@@ -22,7 +22,7 @@ from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
 from headwater.grpc_errors import from_rpc_error
 from headwater.node.authorizer import current_caller
-from headwater.node.cluster_auth import signing_interceptors
+from headwater.node.cluster_auth import signed_metadata, signing_interceptors
 from headwater.tls import RECONNECT_OPTIONS, open_aio_channel
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
@@ -102,8 +102,17 @@ class Peers:
         return pb_grpc.GroupsStub(self.channel(address, internal=True, forwarding=True))
 
     def replica(self, address: str) -> pb_grpc.ReplicaAsyncStub:
-        """Replica service at an inter-broker ``address``, calls signed."""
+        """Replica service at an inter-broker ``address``, calls signed (but Fetch, which
+        ``replica_fetch`` opens)."""
         return pb_grpc.ReplicaStub(self.channel(address, internal=True))
+
+    def replica_fetch(self, address: str) -> Any:
+        """A Replica.Fetch stream to an inter-broker ``address``, signed, to be written
+        and read (``write``/``read``)."""
+        stub = self.replica(address)
+        metadata = signed_metadata(self.secret, self.config.node_id, REPLICA_FETCH_METHOD)
+        # grpc-stubs lacks the no-iterator form (write/read) of a stream-stream call.
+        return stub.Fetch(metadata=metadata)  # type: ignore[call-arg]
 
     def controller(self, address: str) -> pb_grpc.ControllerAsyncStub:
         """Controller service at an inter-broker ``address``, calls signed."""
@@ -113,6 +122,9 @@ class Peers:
         channels, self._channels = self._channels, {}
         for channel in channels.values():
             await channel.close(None)
+
+
+REPLICA_FETCH_METHOD: Final = "/headwater.v1.Replica/Fetch"
 
 
 def peer_error(error: grpc.RpcError, address: str) -> HeadwaterError:
