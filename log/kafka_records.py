@@ -35,6 +35,7 @@ parsed by aiokafka's compiled codec, which checks each record against the body.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import zlib
 from collections.abc import Iterator
@@ -253,6 +254,17 @@ def _plain_batch(
     return plain
 
 
+@contextlib.contextmanager
+def _parsing() -> Iterator[None]:
+    """aiokafka's errors while it parses records, as CORRUPT_MESSAGE naming the cause."""
+    try:
+        yield
+    except CorruptRecordException as exc:
+        raise _invalid(f"the records do not parse: {exc}") from None
+    except (UnicodeDecodeError, IndexError, ValueError, struct.error) as exc:
+        raise _invalid(f"the records do not parse: {type(exc).__name__}: {exc}") from None
+
+
 def _check_records(
     header: KafkaBatchHeader,
     plain: bytes | bytearray,
@@ -269,16 +281,12 @@ def _check_records(
     keyless: list[int] = []
     # One pass, each record dropped at once: records held in a list until the end would
     # wake the cyclic garbage collector over the whole process many times a batch.
-    try:
+    with _parsing():
         for record in DefaultRecordBatch(plain):
             offsets.append(record.offset)
             stamps.append(record.timestamp)
             if require_keys and record.key is None:
                 keyless.append(len(offsets) - 1)
-    except CorruptRecordException as exc:
-        raise _invalid(f"the records do not parse: {exc}") from None
-    except (UnicodeDecodeError, IndexError, ValueError, struct.error) as exc:
-        raise _invalid(f"the records do not parse: {type(exc).__name__}: {exc}") from None
     if len(offsets) != header.record_count:
         raise _invalid(
             f"the batch header says {header.record_count} records, the body holds {len(offsets)}",
@@ -435,7 +443,7 @@ def kafka_columnar(
 def _parse_records(header: KafkaBatchHeader, plain: bytes | bytearray) -> _Parsed:
     """Every record of ``plain`` as columns."""
     parsed = _Parsed([], [], [], [])
-    try:
+    with _parsing():
         for record in DefaultRecordBatch(plain):
             parsed.keys.append(None if record.key is None else bytes(record.key))
             parsed.values.append(None if record.value is None else bytes(record.value))
@@ -444,10 +452,6 @@ def _parse_records(header: KafkaBatchHeader, plain: bytes | bytearray) -> _Parse
             parsed.headers.append(
                 [(k, None if v is None else bytes(v)) for k, v in pairs] if pairs else None
             )
-    except CorruptRecordException as exc:
-        raise _invalid(f"the records do not parse: {exc}") from None
-    except (UnicodeDecodeError, IndexError, ValueError, struct.error) as exc:
-        raise _invalid(f"the records do not parse: {type(exc).__name__}: {exc}") from None
     if len(parsed.values) != header.record_count:
         raise _invalid(
             f"the batch header says {header.record_count} records, the body holds "
