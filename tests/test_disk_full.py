@@ -240,7 +240,10 @@ def run_three_node_scenario(cluster: LocalCluster, fs3: Path) -> None:
         session_s = 6.0  # broker_session_timeout_ms's default, with room for a loaded machine
         assert moved_s < session_s + 3, f"leadership moved after {moved_s:.1f} s"
         after = rate(producer, acknowledged, 300_000, 3.0)
-        assert after >= 0.8 * healthy, f"{after:.0f} batches/s against {healthy:.0f} healthy"
+        # Two nodes now lead what three led, on two cores shared with the client: 0.90-0.92
+        # of the healthy rate on an idle machine, 0.75 seen under CI. A producer waiting on
+        # the offline node in any way (a timeout, a retry, a refused ISR) falls far below.
+        assert after >= 0.6 * healthy, f"{after:.0f} batches/s against {healthy:.0f} healthy"
         status = run_cli("cluster", "status", "--json", "--bootstrap", bootstrap)
         brokers = {b["id"]: b for b in json.loads(status.stdout)["brokers"]}
         assert brokers[3]["state"] == "log_dir_offline"
