@@ -23,7 +23,7 @@ import grpc
 
 from headwater.cancellation import task_is_stopping
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.node import replication
+from headwater.node.follower_truncation import FollowerTruncation
 from headwater.node.log_manager import now_ms
 from headwater.node.partition import Partition
 from headwater.node.peers import peer_error
@@ -40,8 +40,6 @@ RETRY_S: Final = 0.2
 # its partitions' replication for the 30 s of a general request timeout.
 SILENCE_EXTRA_S: Final = 3.0
 CALL_TIMEOUT_S: Final = 2.0
-# Each round of OffsetForLeaderEpoch moves to a strictly older epoch; a bounded number.
-TRUNCATION_ROUNDS_MAX: Final = 64
 STREAM_END: Final[object] = grpc.aio.EOF  # type: ignore[attr-defined]
 _log = logging.getLogger(__name__)
 
@@ -228,20 +226,17 @@ class LeaderFetcher:
         )
 
     async def _truncate(self, entry: _Following) -> None:
-        """Cut the replica's log to where it agrees with the leader's (KIP-101/279, see
-        ``replication.truncation_step``), asking as many rounds as the rule needs.
-
-        Each answer is acted on only after ``Partition.check_following`` confirms, on the
-        loop and after the await that brought it, that this replica still follows this
-        leader at this epoch: an answer to a request sent before the leadership moved
-        (say, to a paused leader that answers when it wakes) is dropped. The partition
-        refuses a cut below its high watermark (``truncate_as_follower``)."""
+        """Cut the replica's log to where it agrees with the leader's: the rounds of
+        ``FollowerTruncation`` (``headwater.node.follower_truncation``, which states the
+        rules and invariants), each question sent as an OffsetForLeaderEpoch. Each answer
+        is acted on only after ``_check_current`` confirms, on the loop and after the
+        await that brought it, that this fetcher still follows the partition with this
+        entry."""
         partition = entry.partition
-        log = partition.log
         key = (partition.topic, partition.index)
-        response = pb.OffsetForLeaderEpochResponse(log_start_offset=log.log_start_offset)
-        for _ in range(TRUNCATION_ROUNDS_MAX):
-            asked = log.latest_epoch
+        truncation = FollowerTruncation(partition, self.leader_id, entry.leader_epoch)
+        while True:
+            asked = truncation.question()
             response = await self.manager.peers.replica(self.address).OffsetForLeaderEpoch(
                 pb.OffsetForLeaderEpochRequest(
                     topic=partition.topic,
@@ -253,50 +248,25 @@ class LeaderFetcher:
                 timeout=CALL_TIMEOUT_S,
             )
             self._check_current(key, entry)
-            if response.leader_epoch > asked:
-                raise HeadwaterError(
-                    ErrorCode.UNKNOWN_SERVER_ERROR,
-                    f"{key[0]}-{key[1]}: node {self.leader_id} answered epoch "
-                    f"{response.leader_epoch} to a question about epoch {asked}",
-                )
-            if asked < 0 and log.log_end_offset == log.log_start_offset:
-                break  # an empty log has nothing to cut
-            step = replication.truncation_step(
-                log.end_offset_for_epoch,
-                log.log_end_offset,
-                partition.high_watermark,
-                response.leader_epoch,
-                response.end_offset,
+            cut = truncation.answer(
+                response.leader_epoch, response.end_offset, response.log_start_offset, now_ms()
             )
-            before = log.log_end_offset
-            after = partition.truncate_as_follower(
-                self.leader_id, entry.leader_epoch, step.offset, now_ms()
-            )
-            if after < before:
+            if cut.after < cut.before:
                 self.manager.counters.truncations += 1
                 _log.info(
                     "%s-%d: truncated from %d to %d (leader epoch %d ends at %d on node %d, "
                     "leader epoch %d)",
                     key[0],
                     key[1],
-                    before,
-                    after,
+                    cut.before,
+                    cut.after,
                     response.leader_epoch,
                     response.end_offset,
                     self.leader_id,
                     entry.leader_epoch,
                 )
-            if step.done:
-                break
-        else:
-            raise HeadwaterError(
-                ErrorCode.UNKNOWN_SERVER_ERROR,
-                f"{key[0]}-{key[1]}: no agreement with node {self.leader_id} after "
-                f"{TRUNCATION_ROUNDS_MAX} rounds of OffsetForLeaderEpoch",
-            )
-        if log.log_end_offset < response.log_start_offset:
-            partition.check_following(self.leader_id, entry.leader_epoch)
-            log.reset_to(response.log_start_offset, now_ms())
+            if cut.done:
+                return
 
     def _check_current(self, key: Key, entry: _Following) -> None:
         """Raise FENCED_LEADER_EPOCH unless ``entry`` is still how this replica follows

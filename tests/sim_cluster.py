@@ -10,8 +10,9 @@ What is the project's code and what is the simulation's:
   ``log.memory_log.MemoryLog`` (roles, leader epochs, the high watermark and its
   checkpoint, follower progress, the follower's fencing check, the refusal to truncate
   below the high watermark); the leader's check of a replica fetch
-  (``node.replica_service._leader_partition``); the follower's truncation rule
-  (``node.replication.truncation_step``); the ISR proposals and the handling of their
+  (``node.replica_service._leader_partition``); the follower's truncation exchange, its
+  rule, rounds and checks (``node.follower_truncation.FollowerTruncation``); the ISR
+  proposals and the handling of their
   answers (``node.isr_proposals.IsrProposals``); the leadership lease
   (``node.broker_lifecycle.leadership_lease_s``) and the node defaults (``NodeConfig``).
 - **Simulated**: the transport (each call is a message with a delivery time; a reply is a
@@ -54,8 +55,8 @@ from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
-from headwater.node import replication
 from headwater.node.broker_lifecycle import leadership_lease_s
+from headwater.node.follower_truncation import FollowerTruncation
 from headwater.node.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
 from headwater.node.partition import Partition
 from headwater.node.replica_service import _leader_partition
@@ -270,6 +271,7 @@ class Following:
     ready: bool = False  # truncated to agreement with this leader
     in_call: bool = False
     next_fetch_ms: int = 0
+    truncation: FollowerTruncation | None = None  # the exchange under way, if any
 
 
 class Broker(Endpoint):
@@ -453,40 +455,38 @@ class Broker(Endpoint):
         log = partition.log
         entry.in_call = True
         if not entry.ready:
-            asked = log.latest_epoch
+            if entry.truncation is None:
+                entry.truncation = FollowerTruncation(partition, entry.leader, entry.leader_epoch)
+            truncation = entry.truncation
+            try:
+                asked = truncation.question()
+            except HeadwaterError as gave_up:  # as the node's fetcher: its session ends
+                self.sim.refusals.append(str(gave_up))
+                entry.truncation = None
+                entry.in_call = False
+                entry.next_fetch_ms = self.sim.now_ms + FOLLOWER_IDLE_MS
+                return
 
             def truncate(value: Any, error: HeadwaterError | None) -> None:
                 entry.in_call = False
                 entry.next_fetch_ms = self.sim.now_ms + FOLLOWER_IDLE_MS
                 if error is not None or self.following.get(key) is not entry:
                     return
-                try:
-                    partition.check_following(entry.leader, entry.leader_epoch)
-                except HeadwaterError:
-                    return
                 epoch, end_offset, log_start = value
-                assert epoch <= asked, (epoch, asked)
-                if asked < 0 and log.log_end_offset == log.log_start_offset:
-                    entry.ready = True
-                    return
-                step = replication.truncation_step(
-                    log.end_offset_for_epoch,
-                    log.log_end_offset,
-                    partition.high_watermark,
-                    epoch,
-                    end_offset,
-                )
                 try:
-                    partition.truncate_as_follower(
-                        entry.leader, entry.leader_epoch, step.offset, self.sim.now_ms
-                    )
+                    cut = truncation.answer(epoch, end_offset, log_start, self.sim.now_ms)
                 except HeadwaterError as refused:
-                    self.sim.refusals.append(str(refused))
+                    if refused.code is ErrorCode.UNKNOWN_SERVER_ERROR:  # a broken leader
+                        raise InvariantError(
+                            f"seed {self.sim.seed} at {self.sim.now_ms} ms: {refused}"
+                        ) from refused
+                    if refused.code is not ErrorCode.FENCED_LEADER_EPOCH:  # below the hw
+                        self.sim.refusals.append(str(refused))
+                    entry.truncation = None  # the node's fetcher starts over too
                     return
-                if step.done:
-                    if log.log_end_offset < log_start:
-                        log.reset_to(log_start, self.sim.now_ms)
+                if cut.done:
                     entry.ready = True
+                    entry.truncation = None
 
             self.call(
                 entry.leader,

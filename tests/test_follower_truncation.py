@@ -3,7 +3,7 @@ process: real partitions over memory logs, the real leader-side servicer and the
 follower fetcher, joined by an in-memory transport whose answers the test can hold back
 (a paused leader) and release later. Deterministic; no sockets, no clocks waited on.
 
-Reproduces issue 10's findings:
+Reproduces these findings of fault runs:
 - an answer from a deposed leader, delivered when it woke, truncated the new leader and
   its follower below their high watermark (``test_an_answer_that_arrives_after_...``);
 - replicas of equal length with different bytes: a follower with a tail of an epoch the
@@ -26,6 +26,11 @@ from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
 from headwater.node import replication
 from headwater.node.follower_fetcher import LeaderFetcher
+from headwater.node.follower_truncation import (
+    TRUNCATION_ROUNDS_MAX,
+    Cut,
+    FollowerTruncation,
+)
 from headwater.node.partition import Partition
 from headwater.node.replica_manager import ReplicaManager
 from headwater.node.replica_service import ReplicaService
@@ -359,7 +364,7 @@ def test_a_restarted_node_does_not_take_a_leadership_it_may_not_hold() -> None:
     assert partition.leader_epoch == 7
 
 
-# ------------------------------------------- issue 11: the controller's answer is taken
+# -------------------------------------------------- the controller's answer is taken
 
 
 def _state(isr: tuple[int, ...], partition_epoch: int, leader_epoch: int = 3) -> PartitionState:
@@ -460,3 +465,55 @@ def test_a_metadata_change_while_the_replica_manager_stops_starts_no_fetcher() -
         assert all(call.cancelled for n in (1, 3) for call in harness.stubs[f"node{n}"].fetches)
 
     run(scenario())
+
+
+# ------------------------------------------------------ the exchange, without transport
+
+
+def test_the_exchange_asks_older_epochs_until_the_logs_agree() -> None:
+    """KIP-279 in two rounds on the step object both the node and the simulator drive:
+    epoch 2's tail the leader never saw is cut, then epoch 0 is agreed."""
+    me = replica(2, [batch(0, 0, 5, b"a"), batch(2, 5, 3, b"b")], high_watermark=5)
+    me.become(state(1, 3), 2, NOW_MS)
+    truncation = FollowerTruncation(me, 1, 3)
+    assert truncation.question() == 2
+    first = truncation.answer(1, 9, 0, NOW_MS)  # the leader knows epoch 1, not 2
+    assert first == Cut(done=False, before=8, after=5)
+    assert truncation.question() == 0
+    assert truncation.answer(0, 5, 0, NOW_MS) == Cut(done=True, before=5, after=5)
+
+
+def test_an_answer_about_a_newer_epoch_than_asked_cuts_nothing() -> None:
+    me = replica(2, [batch(0, 0, 5, b"a"), batch(2, 5, 3, b"b")])
+    me.become(state(1, 3), 2, NOW_MS)
+    truncation = FollowerTruncation(me, 1, 3)
+    truncation.question()
+    with pytest.raises(HeadwaterError, match="answered epoch 3 to a question about epoch 2"):
+        truncation.answer(3, 0, 0, NOW_MS)
+    assert me.log.log_end_offset == 8
+
+
+def test_an_answer_from_a_deposed_leader_cuts_nothing() -> None:
+    me = replica(2, [batch(0, 0, 5, b"a"), batch(2, 5, 3, b"b")])
+    me.become(state(1, 3), 2, NOW_MS)
+    truncation = FollowerTruncation(me, 1, 3)
+    truncation.question()
+    me.become(state(3, 4), 2, NOW_MS)  # leadership moved while the question was out
+    with pytest.raises(HeadwaterError) as refused:
+        truncation.answer(-1, -1, 0, NOW_MS)
+    assert refused.value.code is ErrorCode.FENCED_LEADER_EPOCH
+    assert me.log.log_end_offset == 8
+
+
+def test_rounds_are_bounded_and_an_empty_log_moves_to_the_leaders_start() -> None:
+    empty = replica(2, [])
+    empty.become(state(1, 3), 2, NOW_MS)
+    truncation = FollowerTruncation(empty, 1, 3)
+    assert truncation.question() == -1
+    assert truncation.answer(-1, -1, 40, NOW_MS).done
+    assert empty.log.log_start_offset == empty.log.log_end_offset == 40
+    endless = FollowerTruncation(empty, 1, 3)
+    for _ in range(TRUNCATION_ROUNDS_MAX):
+        endless.question()
+    with pytest.raises(HeadwaterError, match=f"after {TRUNCATION_ROUNDS_MAX} rounds"):
+        endless.question()
