@@ -294,6 +294,11 @@ class Segment:
                 time_bytes = self.time_index_path.read_bytes()
                 self.index = parse_index_files(offset_bytes, time_bytes, self.size)
                 self._index_file_bytes, self._time_file_bytes = len(offset_bytes), len(time_bytes)
+            except FileNotFoundError as exc:
+                if self.size == 0:
+                    # An empty segment never had an entry to write: no files is its index.
+                    return ScanResult(0, self.base_offset, -1, None)
+                _log.warning("rebuilding index of segment %s: %s", self.log_path, exc)
             except (OSError, IndexCorruptError) as exc:
                 _log.warning("rebuilding index of segment %s: %s", self.log_path, exc)
             else:

@@ -68,6 +68,20 @@ def test_clean_reopen_keeps_everything(tmp_path: Path) -> None:
     reopened.close()
 
 
+def test_an_empty_log_reopens_without_rebuilding_anything(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A segment that never held a batch never had an index entry, so it has no index
+    files: reopened after a clean close, that is its whole index, not damage to log."""
+    FileLog(tmp_path, CONFIG, now_ms=0).close()
+    with caplog.at_level("WARNING"):
+        reopened = FileLog(tmp_path, CONFIG, now_ms=0)
+    assert not [r.getMessage() for r in caplog.records if r.levelname != "INFO"]
+    assert reopened.append(bf.encode_batch([b"first"]), 0, 0).base_offset == 0
+    reopened.close()
+    assert [v for _, v in read_all(FileLog(tmp_path, CONFIG, now_ms=0), 0)] == [b"first"]
+
+
 @pytest.mark.parametrize("cut", [1, 7, 50, 79, 81])
 def test_torn_tail_is_truncated_to_the_last_whole_batch(tmp_path: Path, cut: int) -> None:
     log = FileLog(tmp_path, CONFIG, now_ms=0)
