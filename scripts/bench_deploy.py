@@ -1,5 +1,5 @@
 """Produce and consume throughput through the docker-compose deployment against the same
-3-node cluster run as local processes, in one run (BENCHMARKS.md, issue 15).
+3-node cluster run as local processes, in one run (BENCHMARKS.md).
 
     python scripts/bench_deploy.py [--rounds 3] [--records 3000000] [--network bridge|host]
 

@@ -278,7 +278,7 @@ def test_large_timestamps_are_exact_to_the_millisecond() -> None:
         assert bf.timestamps_ms(decoded.records) == [stamp]
 
 
-# ------------------------------------------------------- issue 11: hostile batches
+# ----------------------------------------------------------------------- hostile batches
 
 
 def _with_headers() -> bytearray:

@@ -4,7 +4,7 @@ librdkafka's idempotent producers and a consumer group, under leader kills, paus
 partitions), ``headwater debug compare-replicas`` on identical and on altered replicas,
 and the network namespaces the suite makes and removes.
 
-The short run asserts what issue 10 asks of ``make chaos``: no lost, unseen,
+The short run asserts what ``make chaos`` promises: no lost, unseen,
 inconsistent, non-monotonic or skipped records, and identical replicas (duplicates are
 reported but tolerated until the producer is idempotent). A failure prints the run's
 summary and keeps its history and node logs under the test's tmp_path.

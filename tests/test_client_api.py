@@ -1,4 +1,4 @@
-"""What the Spark connector and the benchmarks need from the client API (issue 12): offsets
+"""What the Spark connector and the benchmarks need from the client API: offsets
 of partitions across topics, one-shot range fetches, pre-encoded batches, many topics per
 request, and a health probe. Against a real node."""
 

@@ -1,4 +1,4 @@
-"""One behaviour suite for both client engines (issue 12): the threaded Producer and
+"""One behaviour suite for both client engines: the threaded Producer and
 Consumer, and the asyncio AsyncProducer and AsyncConsumer, driven through one small
 synchronous face each, against real nodes.
 

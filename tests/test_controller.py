@@ -791,7 +791,7 @@ def test_alter_partition_adds_the_live_joiners_and_leaves_out_the_others() -> No
     assert commit(image, result).topics["t"].partitions[0] == result.response
 
 
-# ----------------------------------------------------------- issue 11: partition limits
+# ----------------------------------------------------------------------- partition limits
 
 
 def test_no_broker_gets_more_partitions_than_it_registered_capacity_for() -> None:

@@ -1,4 +1,4 @@
-"""Install extras (issue 12): ``pip install headwater`` is the client and the CLI;
+"""Install extras: ``pip install headwater`` is the client and the CLI;
 ``[server]`` adds what a node needs, ``[spark]`` adds pyspark. Checked two ways: the
 declared dependencies, and a client program run with the server's and Spark's packages
 made unimportable."""

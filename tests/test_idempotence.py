@@ -1,4 +1,4 @@
-"""Idempotent producers (issue 14): the log's producer state (both logs), across crash,
+"""Idempotent producers: the log's producer state (both logs), across crash,
 restart and truncation; the producer's sequence stamps on a virtual clock; producer id
 blocks in the metadata; and a real node answering retries, gaps, stale epochs and ids it
 never allocated, before and after a SIGKILL.

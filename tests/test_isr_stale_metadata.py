@@ -1,4 +1,4 @@
-"""A follower that caught up rejoins the ISR, whatever held it out (issue 11, "stuck ISR").
+"""A follower that caught up rejoins the ISR, whatever held it out ("stuck ISR").
 
 What was seen after the stream and Raft floods: a partition's ISR stayed at the leader
 alone for minutes although both followers had lag 0, refusing acks=all until a later

@@ -1,6 +1,6 @@
 """A metadata voter takes AppendEntries by the Raft rule, whatever order they arrive in.
 
-Reproduces issue 10's finding ``CRITICAL pysyncobj.syncobj: truncating already-applied log
+Reproduces the finding ``CRITICAL pysyncobj.syncobj: truncating already-applied log
 entries`` (seen even at a fault-free start): pysyncobj 0.3.17 deletes every entry after
 ``prevLogIdx`` of any AppendEntries, so a late or repeated one cut committed, applied
 entries off a voter's journal and moved its commit index back

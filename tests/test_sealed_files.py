@@ -1,5 +1,5 @@
-"""Open files of a log with many segments (issue 11: "segments' files opened lazily or
-through a bounded cache, so a node with many partitions stays within its limit").
+"""Open files of a log with many segments: opened lazily, through a bounded cache, so a
+node with many partitions stays within its open-file limit.
 
 Each segment used to keep three files open for as long as its log was open, so a node's
 open files grew with segments, not partitions: 100 partitions of 300 segments each took

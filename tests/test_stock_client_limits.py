@@ -1,6 +1,6 @@
 """A stock gRPC client (default 4 MiB receive limit, as tonic, grpc-go, grpc-java and
 Python's grpc have) fetching with default settings: every answer fits its limit, and a
-batch too large for it gets a distinct, documented error (issue 17, point 1)."""
+batch too large for it gets a distinct, documented error."""
 
 from __future__ import annotations
 
