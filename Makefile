@@ -19,10 +19,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'headwater-spark-discovery.pth').write_text(str(pathlib.Path('sparkconnector/discovery').resolve()) + '\n')"
 	touch $(STAMP)
 
-# A single node on its defaults: gRPC on 127.0.0.1:7700, Kafka's protocol on KAFKA_LISTEN.
+# A single node on its defaults (gRPC on 127.0.0.1:7700, data in ./data) with Kafka's
+# protocol on KAFKA_LISTEN; LISTEN and DATA_DIR choose others
+# (make run LISTEN=127.0.0.1:7800 KAFKA_LISTEN=127.0.0.1:9192 DATA_DIR=/tmp/hw).
 KAFKA_LISTEN ?= 127.0.0.1:9092
+LISTEN ?=
+DATA_DIR ?=
 run: $(STAMP)
-	$(BIN)/headwater serve --kafka-listen $(KAFKA_LISTEN)
+	$(BIN)/headwater serve --kafka-listen $(KAFKA_LISTEN) $(if $(LISTEN),--listen $(LISTEN)) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
 # `make test`: lint and every test but those marked slow (the real-process fault scenarios
 # the simulated cluster also runs, Spark, the short chaos run), in about 5 minutes.

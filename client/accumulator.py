@@ -85,6 +85,24 @@ RESTAMPED: Final = frozenset(
 """Answers after which a batch is stamped at a new epoch of its partition and resent."""
 
 
+RECORD_BYTES_MAX: Final = (256 - 1) << 20
+"""The largest record a producer takes: no node takes a batch past its max_message_bytes,
+which is at most request_bytes_max (256 MiB by default) less 1 MiB. Larger records are
+refused by ``send`` itself, before anything is copied or encoded (a 300 MB record used to
+cost seconds and gigabytes before the channel refused the request)."""
+
+
+def check_record_size(size: int) -> None:
+    """MESSAGE_TOO_LARGE for a record of ``size`` bytes (``record_size``) that no node
+    could take."""
+    if size > RECORD_BYTES_MAX:
+        raise HeadwaterError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"a record of {size} bytes; at most {RECORD_BYTES_MAX} (a node's largest "
+            "max_message_bytes with request_bytes_max at its default of 256 MiB)",
+        )
+
+
 def record_size(value: bytes | None, key: bytes | None) -> int:
     """Bytes of the buffer one record holds."""
     size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0)

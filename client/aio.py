@@ -44,6 +44,7 @@ from headwater.client.accumulator import (
     NEVER,
     ProducerBatch,
     RecordAccumulator,
+    check_record_size,
     cut_batches,
     delivery_timed_out,
     group_by_partition,
@@ -349,6 +350,7 @@ class AsyncProducer:
         elif not 0 <= partition < count:  # ask again, then raise if still not there
             count = len(await self._router.checked_leaders(topic, partition))
         size = record_size(value, key)
+        check_record_size(size)
         await self._reserve(size)
         stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
         completion, _index, _changed = self._acc.append(
@@ -723,6 +725,7 @@ class AsyncConsumer:
         auto_offset_reset: str = "latest",
         check_crcs: bool = True,
         security: ClientSecurity | None = None,
+        group_id: str | None = None,
     ) -> None:
         self._positions = FetchPositions(auto_offset_reset)
         if fetch_max_bytes < 1 or fetch_max_wait_ms < 0:
@@ -742,6 +745,8 @@ class AsyncConsumer:
             tuple[TopicPartition, int, tuple[bytes, int] | None, HeadwaterError | None]
         ] = asyncio.Queue(maxsize=ARRIVALS_MAX)
         self._group: _AsyncGroup | None = None
+        self.group_id = group_id
+        """The group ``subscribe`` joins when it names none (Kafka's ``group.id``)."""
 
     async def __aenter__(self) -> AsyncConsumer:
         return self
@@ -967,7 +972,7 @@ class AsyncConsumer:
         self,
         topics: str | Sequence[str] | None = None,
         *,
-        group_id: str,
+        group_id: str | None = None,
         pattern: str | None = None,
         listener: RebalanceListener | None = None,
         enable_auto_commit: bool = True,
@@ -978,11 +983,12 @@ class AsyncConsumer:
         session_timeout_ms: int = 0,
         max_poll_interval_ms: int = 300_000,
     ) -> None:
-        """Join consumer group ``group_id``: the same options and semantics as the
-        threaded ``Consumer.subscribe`` (docs/groups.md); the heartbeats run as a task on
-        this event loop, and the listener is called from ``poll``."""
+        """Join consumer group ``group_id`` (default: the consumer's): the same options
+        and semantics as the threaded ``Consumer.subscribe`` (docs/groups.md); the
+        heartbeats run as a task on this event loop, and the listener is called from
+        ``poll``."""
         subscription = subscription_of(
-            group_id,
+            self.group_id if group_id is None else group_id,
             topics,
             pattern,
             subscribed=self._group is not None,
@@ -994,7 +1000,7 @@ class AsyncConsumer:
             max_poll_interval_ms=max_poll_interval_ms,
         )
         calls = AsyncGroupCalls(
-            self._router.channel, self.address, group_id, CONSUMER_CALL_TIMEOUT_S
+            self._router.channel, self.address, subscription.group_id, CONSUMER_CALL_TIMEOUT_S
         )
         membership = Membership(subscription)
         self._group = _AsyncGroup(

@@ -246,6 +246,7 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         check_crcs: bool = True,
         security: ClientSecurity | None = None,
+        group_id: str | None = None,
     ) -> None:
         positions = FetchPositions(auto_offset_reset)
         if fetch_max_bytes < 1 or fetch_max_wait_ms < 0 or fetch_min_bytes < 0:
@@ -265,6 +266,8 @@ class Consumer:
         self._subscriptions: dict[TopicPartition, _Subscription] = {}
         self._arrivals: queue.Queue[Arrival] = queue.Queue(maxsize=ARRIVALS_MAX)
         self._group: _Group | None = None
+        self.group_id = group_id
+        """The group ``subscribe`` joins when it names none (Kafka's ``group.id``)."""
 
     def __enter__(self) -> Consumer:
         return self
@@ -449,7 +452,7 @@ class Consumer:
         self,
         topics: str | Sequence[str] | None = None,
         *,
-        group_id: str,
+        group_id: str | None = None,
         pattern: str | None = None,
         listener: RebalanceListener | None = None,
         enable_auto_commit: bool = True,
@@ -460,11 +463,11 @@ class Consumer:
         session_timeout_ms: int = 0,
         max_poll_interval_ms: int = 300_000,
     ) -> None:
-        """Join consumer group ``group_id``, reading its share of ``topics`` (names)
-        and/or of the topics matching ``pattern`` (a regular expression, RE2 syntax): the
-        coordinator assigns partitions to the members, and moves them as members come and
-        go (docs/groups.md). A partition starts from the group's committed offset, else
-        per ``auto_offset_reset``.
+        """Join consumer group ``group_id`` (default: the consumer's), reading its share
+        of ``topics`` (names) and/or of the topics matching ``pattern`` (a regular
+        expression, RE2 syntax): the coordinator assigns partitions to the members, and
+        moves them as members come and go (docs/groups.md). A partition starts from the
+        group's committed offset, else per ``auto_offset_reset``.
 
         At-least-once by default: with ``enable_auto_commit``, the positions of what
         ``poll`` handed out are committed at a later poll (every
@@ -475,7 +478,7 @@ class Consumer:
         ``max_poll_interval_ms``: without a poll for this long the member leaves the
         group (its partitions go to others) and joins again at its next poll."""
         subscription = subscription_of(
-            group_id,
+            self.group_id if group_id is None else group_id,
             topics,
             pattern,
             subscribed=self._group is not None,
@@ -486,7 +489,7 @@ class Consumer:
             session_timeout_ms=session_timeout_ms,
             max_poll_interval_ms=max_poll_interval_ms,
         )
-        calls = GroupCalls(self.cluster, group_id)
+        calls = GroupCalls(self.cluster, subscription.group_id)
         membership = Membership(subscription)
         self._group = _Group(
             calls,

@@ -67,7 +67,7 @@ class Subscription:
 
 
 def subscription_of(
-    group_id: str,
+    group_id: str | None,
     topics: str | Sequence[str] | None,
     pattern: str | None,
     *,
@@ -81,7 +81,8 @@ def subscription_of(
 ) -> Subscription:
     """A checked Subscription for a consumer that is ``subscribed`` already or has
     ``assigned`` partitions (both refused: INVALID_REQUEST), or INVALID_CONFIG for an
-    empty subscription, INVALID_GROUP_ID for a bad group id."""
+    empty subscription or no group id (None: neither the consumer nor the call named
+    one), INVALID_GROUP_ID for a bad group id."""
     if subscribed:
         raise HeadwaterError(ErrorCode.INVALID_REQUEST, "this consumer is already subscribed")
     if assigned:
@@ -93,6 +94,12 @@ def subscription_of(
     if not names and not pattern:
         raise HeadwaterError(
             ErrorCode.INVALID_CONFIG, "subscribe to at least one topic or a pattern"
+        )
+    if group_id is None:
+        raise HeadwaterError(
+            ErrorCode.INVALID_CONFIG,
+            "a group subscription needs a group id: Consumer(..., group_id=...) or "
+            "subscribe(..., group_id=...)",
         )
     check_group_id(group_id)
     return Subscription(

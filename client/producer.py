@@ -62,6 +62,7 @@ from headwater.client.accumulator import (
     OpenBatch,
     ProducerBatch,
     RecordAccumulator,
+    check_record_size,
     cut_batches,
     delivery_timed_out,
     group_by_partition,
@@ -549,6 +550,9 @@ class Producer:
     ) -> RecordFuture:
         """``send`` for any record: it picks the partition, waits for buffer room, and
         opens the lane of the topic's sticky partition when it can."""
+        if key is not None:
+            size += len(key)
+        check_record_size(size)
         sticky = partition is None and key is None
         if sticky:
             cached = self._sticky_slots.get(topic)
@@ -558,8 +562,6 @@ class Producer:
                 slot = cached[0]
         else:
             slot = (topic, self._partition_for(topic, key, partition))
-        if key is not None:
-            size += len(key)
         accumulator = self._acc
         with self._lock:  # the condition's lock (its own __enter__ is a Python call)
             if self._closing or not accumulator.fits(size, self.buffer_bytes_max):

@@ -23,3 +23,8 @@ def parse_address(text: str, what: str) -> tuple[str, int]:
             f"{what} must be HOST:PORT with a port in [0, 65535], got {text!r}",
         )
     return host.strip("[]"), port
+
+
+def format_address(host: str, port: int) -> str:
+    """HOST:PORT, an IPv6 host in brackets (what ``parse_address`` reads back)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -8,22 +8,24 @@ message``, on stderr and exit with status 1 (2 for usage errors); never a traceb
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from headwater import __version__
+from headwater.cli_output import Table, echo, print_table
 from headwater.config import load as load_config
 from headwater.errors import HeadwaterError
 from headwater.lazy_commands import LazyGroup
+from headwater.tls import CLIENT_ID_ENV
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXTRA_OF_MODULE = {
@@ -34,7 +36,6 @@ EXTRA_OF_MODULE = {
 }
 """Packages of the install extras (pyproject.toml): a command that needs a missing one
 names the extra to install."""
-_out = Console(highlight=False)
 
 
 def fail(message: str, status: int = 1) -> NoReturn:
@@ -44,7 +45,14 @@ def fail(message: str, status: int = 1) -> NoReturn:
 
 class ErrorReportingGroup(LazyGroup):
     """Turns HeadwaterError (and anything unexpected) into one line on stderr. The
-    ``bench`` commands are loaded only when asked for (they import pyspark)."""
+    ``bench`` commands are loaded only when asked for (they import pyspark). Client
+    commands take the client settings after their name too (``accept_client_settings``)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and cmd_name not in COMMANDS_WITHOUT_CLIENT_SETTINGS:
+            accept_client_settings(command)
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -86,6 +94,110 @@ def json_option(function: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(function)
 
 
+CLIENT_SETTING_OPTIONS: Final = (
+    click.Option(
+        ["--security-protocol"],
+        type=click.Choice(
+            ["PLAINTEXT", "SSL", "SASL_SSL", "SASL_PLAINTEXT", "TLS"], case_sensitive=False
+        ),
+        help="How clients connect (env HEADWATER_SECURITY_PROTOCOL): PLAINTEXT, SSL (TLS), or "
+        "SASL_SSL / SASL_PLAINTEXT (the same with --username).",
+    ),
+    click.Option(
+        ["--tls-ca-file"],
+        metavar="PEM",
+        help="CA certificates trusted to sign the nodes' certificates (env "
+        "HEADWATER_TLS_CA_FILE; implies SSL).",
+    ),
+    click.Option(
+        ["--tls-cert-file"],
+        metavar="PEM",
+        help="Client certificate, for nodes that require mutual TLS (env HEADWATER_TLS_CERT_FILE).",
+    ),
+    click.Option(
+        ["--tls-key-file"], metavar="PEM", help="Its private key (env HEADWATER_TLS_KEY_FILE)."
+    ),
+    click.Option(
+        ["--tls-server-name"],
+        metavar="NAME",
+        help="Name to check the nodes' certificates against instead of the host dialled (env "
+        "HEADWATER_TLS_SERVER_NAME).",
+    ),
+    click.Option(
+        ["--username"],
+        metavar="NAME",
+        help="Authenticate as this user (env HEADWATER_USERNAME); the password comes from env "
+        "HEADWATER_PASSWORD or the client config file.",
+    ),
+    click.Option(
+        ["--client-id"],
+        metavar="ID",
+        help="Name sent with every call, which quotas by client id apply to (env "
+        "HEADWATER_CLIENT_ID).",
+    ),
+    click.Option(
+        ["--client-config"],
+        type=click.Path(path_type=Path, dir_okay=False),
+        envvar="HEADWATER_CLIENT_CONFIG",
+        help="TOML file of client settings: bootstrap, security_protocol, tls_ca_file, "
+        "tls_cert_file, tls_key_file, tls_server_name, username, password, client_id (env and "
+        "flags win over it).",
+    ),
+)
+"""The client settings the ``headwater`` group takes before a command; every client
+command takes them after its name too (``accept_client_settings``), hidden from its help."""
+DEFAULT_CLIENT_ID: Final = "headwater-cli"
+"""The client id of the command's calls when none is set (--client-id, env, file)."""
+COMMANDS_WITHOUT_CLIENT_SETTINGS: Final = frozenset({"serve", "bench", "dev-cluster"})
+"""Commands that are not a client of a running cluster, or start processes that take
+the client settings from the environment (which the group's options set)."""
+
+
+def client_settings_options(function: F) -> F:
+    """Give a command the client settings as options of its own (the group's)."""
+    params = getattr(function, "__click_params__", [])
+    params.extend(reversed(copy.copy(CLIENT_SETTING_OPTIONS)))
+    function.__click_params__ = params  # type: ignore[attr-defined]
+    return function
+
+
+def accept_client_settings(command: click.Command) -> None:
+    """Let ``command`` (and every command under it) take the client settings after its
+    name: hidden copies of the group's options, applied over the group's settings (flags
+    win) before the command's own callback runs. Done once a command."""
+    if getattr(command, "_client_settings_accepted", False):
+        return
+    command._client_settings_accepted = True  # type: ignore[attr-defined]
+    if isinstance(command, click.Group):
+        for child in command.commands.values():
+            accept_client_settings(child)
+        return
+    if command.callback is None:
+        return
+    # A command's own option of the same name (quotas set --client-id: the entity) wins.
+    own = {opt for param in command.params for opt in param.opts}
+    added = [option for option in CLIENT_SETTING_OPTIONS if not own & set(option.opts)]
+    for option in added:
+        hidden = copy.copy(option)
+        hidden.hidden = True
+        hidden.envvar = None  # the group's copy reads the environment
+        command.params.append(hidden)
+    names = [str(option.name) for option in added]
+    callback = command.callback
+
+    @functools.wraps(callback)
+    def with_client_settings(*args: Any, **kwargs: Any) -> Any:
+        from headwater.cli_security import apply_client_settings
+
+        given = {name: kwargs.pop(name) for name in names}
+        client_config = given.pop("client_config", None)
+        if client_config is not None or any(given.values()):
+            apply_client_settings(given, client_config)
+        return callback(*args, **kwargs)
+
+    command.callback = with_client_settings
+
+
 @click.group(
     cls=ErrorReportingGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -97,55 +209,16 @@ def json_option(function: F) -> F:
     },
 )
 @click.version_option(__version__, prog_name="headwater")
+@client_settings_options
 @click.option(
-    "--security-protocol",
-    type=click.Choice(
-        ["PLAINTEXT", "SSL", "SASL_SSL", "SASL_PLAINTEXT", "plaintext", "tls"],
-        case_sensitive=False,
-    ),
-    help="How clients connect (env HEADWATER_SECURITY_PROTOCOL): PLAINTEXT, SSL (TLS), or "
-    "SASL_SSL / SASL_PLAINTEXT (the same with --username).",
-)
-@click.option(
-    "--tls-ca-file",
-    metavar="PEM",
-    help="CA certificates trusted to sign the nodes' certificates (env HEADWATER_TLS_CA_FILE; "
-    "implies SSL).",
-)
-@click.option(
-    "--tls-cert-file",
-    metavar="PEM",
-    help="Client certificate, for nodes that require mutual TLS (env HEADWATER_TLS_CERT_FILE).",
-)
-@click.option("--tls-key-file", metavar="PEM", help="Its private key (env HEADWATER_TLS_KEY_FILE).")
-@click.option(
-    "--tls-server-name",
-    metavar="NAME",
-    help="Name to check the nodes' certificates against instead of the host dialled (env "
-    "HEADWATER_TLS_SERVER_NAME).",
-)
-@click.option(
-    "--username",
-    metavar="NAME",
-    help="Authenticate as this user (env HEADWATER_USERNAME); the password comes from env "
-    "HEADWATER_PASSWORD or the client config file.",
-)
-@click.option(
-    "--client-id",
-    metavar="ID",
-    help="Name sent with every call, which quotas by client id apply to (env HEADWATER_CLIENT_ID).",
-)
-@click.option(
-    "--client-config",
-    type=click.Path(path_type=Path, dir_okay=False),
-    envvar="HEADWATER_CLIENT_CONFIG",
-    help="TOML file of client settings: bootstrap, security_protocol, tls_ca_file, "
-    "tls_cert_file, tls_key_file, tls_server_name, username, password, client_id (env and "
-    "flags win over it).",
+    "--bootstrap",
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="Nodes to contact first, for every command (env HEADWATER_BOOTSTRAP).",
 )
 @click.pass_context
 def main(
     context: click.Context,
+    bootstrap: str | None,
     security_protocol: str | None,
     tls_ca_file: str | None,
     tls_cert_file: str | None,
@@ -157,8 +230,9 @@ def main(
 ) -> None:
     """Headwater: a partitioned, replicated commit-log broker with a gRPC API.
 
-    Client settings (--security-protocol, --tls-*, --client-config) go before the
-    command: headwater --tls-ca-file ca.crt topics list."""
+    Client settings (--bootstrap, --security-protocol, --tls-*, --username,
+    --client-id, --client-config) go before the command or after it: headwater
+    --tls-ca-file ca.crt topics list, or headwater topics list --tls-ca-file ca.crt."""
     from headwater.cli_security import apply_client_settings
 
     flags = {
@@ -171,11 +245,12 @@ def main(
         "client_id": client_id,
     }
     if context.invoked_subcommand == "serve":
+        flags["bootstrap"] = bootstrap
         # A node reads HEADWATER_TLS_* as its own settings (serve --help, the config file).
         if any(flags.values()):
             fail(
-                "client settings (--security-protocol, --tls-*, --username, --client-id) do "
-                "not apply to serve"
+                "client settings (--bootstrap, --security-protocol, --tls-*, --username, "
+                "--client-id) do not apply to serve"
             )
         if os.environ.get("HEADWATER_SECURITY_PROTOCOL"):
             fail(
@@ -184,7 +259,12 @@ def main(
                 "the node from a shell without them)"
             )
         return
+    if bootstrap:
+        os.environ["HEADWATER_BOOTSTRAP"] = bootstrap
     apply_client_settings(flags, client_config)
+    if context.invoked_subcommand not in COMMANDS_WITHOUT_CLIENT_SETTINGS:
+        # Named, as Kafka's console tools are, so that groups describe shows who is who.
+        os.environ.setdefault(CLIENT_ID_ENV, DEFAULT_CLIENT_ID)
 
 
 # ---------------------------------------------------------------------- serve
@@ -351,7 +431,7 @@ def topics_create(
 
     with Admin(bootstrap) as admin:
         topic_id = admin.create_topic(name, partitions, replication_factor, _parse_configs(configs))
-    _out.print(f"created topic {name} (id {topic_id})", markup=False)
+    echo(f"created topic {name} (id {topic_id})")
 
 
 @topics.command("list")
@@ -381,7 +461,7 @@ def topics_list(internal: bool, as_json: bool, bootstrap: str | None) -> None:
         table.add_row(
             row["name"], str(row["partitions"]), str(row["replication_factor"]), row["topic_id"]
         )
-    _out.print(table)
+    print_table(table)
 
 
 def describe_json(description: Any) -> dict[str, Any]:
@@ -389,6 +469,7 @@ def describe_json(description: Any) -> dict[str, Any]:
         "name": description.name,
         "topic_id": description.topic_id,
         "configs": dict(sorted(description.configs.items())),
+        "config_overrides": list(description.config_overrides),
         "partitions": [
             {
                 "partition": p.partition,
@@ -436,12 +517,16 @@ def describe_json(description: Any) -> dict[str, Any]:
 
 @topics.command("describe")
 @click.argument("name")
+@click.option(
+    "--all-configs", is_flag=True, help="List every config with its source, defaults included."
+)
 @json_option
 @bootstrap_option
-def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
+def topics_describe(name: str, all_configs: bool, as_json: bool, bootstrap: str | None) -> None:
     """Show NAME's partitions (leader, replicas, ISR, offsets, size, a compacted topic's
-    dirty ratio, the idempotent producers tracked, replicas a node set aside damage from)
-    and configs; --json adds each producer and the cleaned offset."""
+    dirty ratio, replicas a node set aside damage from) and the configs set on it (as
+    kafka-configs --describe does; --all-configs adds the defaults); --json adds every
+    config, each follower's lag, the idempotent producers tracked and the cleaned offset."""
     from headwater.client import Admin
 
     with Admin(bootstrap) as admin:
@@ -450,7 +535,7 @@ def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
     if as_json:
         print(json.dumps(data))
         return
-    _out.print(f"topic {data['name']}  id {data['topic_id']}", markup=False)
+    echo(f"topic {data['name']}  id {data['topic_id']}")
     table = Table(
         "partition",
         "leader",
@@ -462,43 +547,43 @@ def topics_describe(name: str, as_json: bool, bootstrap: str | None) -> None:
         "high watermark",
         "bytes",
         "segments",
-        "damaged",
     )
     compacted = any(p["cleanable_ratio"] >= 0 for p in data["partitions"])
     if compacted:
         table.add_column("dirty")
+    damaged = any(p["damaged_replicas"] for p in data["partitions"])
+    if damaged:
+        table.add_column("damaged")
     for p in data["partitions"]:
         table.add_row(
-            *(str(p[k]) for k in ("partition", "leader")),
+            p["partition"],
+            p["leader"],
             ",".join(map(str, p["replicas"])),
             ",".join(map(str, p["isr"])),
-            *(
-                str(p[k])
-                for k in (
-                    "leader_epoch",
-                    "log_start_offset",
-                    "log_end_offset",
-                    "high_watermark",
-                    "size_bytes",
-                    "segment_count",
-                )
-            ),
-            ",".join(str(d["node_id"]) for d in p["damaged_replicas"]),
+            p["leader_epoch"],
+            p["log_start_offset"],
+            p["log_end_offset"],
+            p["high_watermark"],
+            p["size_bytes"],
+            p["segment_count"],
             *([f"{max(p['cleanable_ratio'], 0):.2f}"] if compacted else []),
+            *([",".join(str(d["node_id"]) for d in p["damaged_replicas"])] if damaged else []),
         )
-    _out.print(table)
-    producers = [f"{p['partition']}: {len(p['producers'])}" for p in data["partitions"]]
-    if any(p["producers"] for p in data["partitions"]):
-        _out.print("idempotent producers tracked, by partition: " + ", ".join(producers))
+    print_table(table)
     for p in data["partitions"]:
         for d in p["damaged_replicas"]:
-            _out.print(
-                f"partition {p['partition']}, node {d['node_id']}: {d['damage']}", markup=False
-            )
-    configs = Table("config", "value")
-    for key, value in data["configs"].items():
-        configs.add_row(key, value)
-    _out.print(configs)
+            echo(f"partition {p['partition']}, node {d['node_id']}: {d['damage']}")
+    echo("")
+    overrides = set(data["config_overrides"])
+    shown = {k: v for k, v in data["configs"].items() if all_configs or k in overrides}
+    if not shown:
+        echo("configs: the node's defaults (--all-configs lists them)")
+        return
+    configs = Table("config", "value", *(["source"] if all_configs else []))
+    for key, value in shown.items():
+        source = ["override" if key in overrides else "default"] if all_configs else []
+        configs.add_row(key, value, *source)
+    print_table(configs)
 
 
 @topics.command("delete")
@@ -510,7 +595,7 @@ def topics_delete(name: str, bootstrap: str | None) -> None:
 
     with Admin(bootstrap) as admin:
         admin.delete_topic(name)
-    _out.print(f"deleted topic {name}", markup=False)
+    echo(f"deleted topic {name}")
 
 
 @topics.command("alter")
@@ -553,10 +638,10 @@ def topics_alter(
         if configs or deleted:
             overrides = admin.alter_topic_configs(name, _parse_configs(configs), deleted)
             shown = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "none"
-            _out.print(f"topic {name} config overrides: {shown}", markup=False)
+            echo(f"topic {name} config overrides: {shown}")
         if partitions is not None:
             admin.create_partitions(name, partitions)
-            _out.print(f"topic {name} now has {partitions} partitions", markup=False)
+            echo(f"topic {name} now has {partitions} partitions")
 
 
 def _parse_ids(text: str) -> list[int]:
@@ -586,9 +671,8 @@ def topics_reassign(name: str, partition: int, replicas: str, bootstrap: str | N
     target = _parse_ids(replicas)
     with Admin(bootstrap) as admin:
         admin.reassign_partition(name, partition, target)
-    _out.print(
+    echo(
         f"reassigning partition {partition} of {name} to {','.join(map(str, target))}",
-        markup=False,
     )
 
 
@@ -620,15 +704,20 @@ def cluster_status(as_json: bool, bootstrap: str | None) -> None:
 @click.option(
     "--address",
     metavar="HOST:PORT",
-    default="127.0.0.1:7700",
-    show_default=True,
-    help="The node's client listener.",
+    default=None,
+    help="The node's client listener (default: the first address of HEADWATER_BOOTSTRAP, "
+    "else 127.0.0.1:7700).",
 )
 @click.option("--timeout-ms", type=click.IntRange(1, 600_000), default=2000, show_default=True)
-def cluster_health(address: str, timeout_ms: int) -> None:
+def cluster_health(address: str | None, timeout_ms: int) -> None:
     """Exit 0 when the node at ADDRESS answers the gRPC health check with SERVING, 1
-    otherwise (a container HEALTHCHECK or a readiness probe)."""
+    otherwise (a container HEALTHCHECK or a readiness probe). One node, not the cluster:
+    --address, not --bootstrap."""
     from headwater.healthcheck import node_serving
+
+    if address is None:
+        bootstrap = os.environ.get("HEADWATER_BOOTSTRAP", "").split(",")[0].strip()
+        address = bootstrap or "127.0.0.1:7700"
 
     if not node_serving(address, timeout_ms / 1000):
         fail(f"node at {address} is not serving (or did not answer in {timeout_ms} ms)")
@@ -891,7 +980,7 @@ def groups_list(as_json: bool, bootstrap: str | None) -> None:
         table.add_row(
             row["group_id"], row["state"], str(row["members"]), str(row["coordinator_id"])
         )
-    _out.print(table)
+    print_table(table)
     if response.unreachable_nodes:
         click.echo(
             f"warning: nodes {list(response.unreachable_nodes)} did not answer; their groups "
@@ -916,12 +1005,11 @@ def groups_describe(group: str, as_json: bool, bootstrap: str | None) -> None:
         print(json.dumps(described))
         return
     epoch = "generation" if described["protocol"] == "classic" else "epoch"
-    _out.print(
+    echo(
         f"group {described['group_id']} ({described['protocol']} protocol): "
         f"{described['state']}, {epoch} {described['group_epoch']}, "
         f"{len(described['members'])} member(s), assignor {described['assignor']}, "
         f"coordinator node {described['coordinator_id']}, total lag {described['total_lag']}",
-        markup=False,
     )
     if described["members"]:
         members = Table("member", "client id", "host", "assigned")
@@ -936,7 +1024,7 @@ def groups_describe(group: str, as_json: bool, bootstrap: str | None) -> None:
                 member["host"] or "-",
                 assigned or "-",
             )
-        _out.print(members)
+        print_table(members)
     table = Table("topic", "partition", "committed", "log end", "lag", "member")
     for row in described["partitions"]:
         table.add_row(
@@ -947,7 +1035,7 @@ def groups_describe(group: str, as_json: bool, bootstrap: str | None) -> None:
             "-" if row["lag"] is None else str(row["lag"]),
             row["member_id"] or "-",
         )
-    _out.print(table)
+    print_table(table)
 
 
 @groups.command("reset-offsets")
@@ -977,7 +1065,7 @@ def groups_reset_offsets(
 ) -> None:
     """Reset GROUP's committed offsets of TOPIC (the group must have no members to
     --execute). Prints the plan; changes nothing without --execute."""
-    from headwater.cli_groups import execute_plan, reset_plan
+    from headwater.cli_groups import clamp_warnings, execute_plan, reset_plan
     from headwater.client import Admin
 
     chosen: list[tuple[str, int | str | None]] = [
@@ -1002,6 +1090,8 @@ def groups_reset_offsets(
         plan = reset_plan(admin, group, topic, to, value)
         if execute:
             execute_plan(admin, group, plan)
+    for warning in clamp_warnings(plan):
+        click.echo(warning, err=True)
     if as_json:
         print(json.dumps({"executed": execute, "partitions": plan}))
         return
@@ -1009,7 +1099,7 @@ def groups_reset_offsets(
     for row in plan:
         current = "-" if row["current"] is None else str(row["current"])
         table.add_row(row["topic"], str(row["partition"]), current, str(row["new"]))
-    _out.print(table)
+    print_table(table)
     if not execute:
         click.echo("dry run: nothing changed; add --execute to apply", err=True)
 
@@ -1023,7 +1113,7 @@ def groups_delete(group: str, bootstrap: str | None) -> None:
 
     with Admin(bootstrap) as admin:
         admin.delete_group(group)
-    _out.print(f"deleted group {group}", markup=False)
+    echo(f"deleted group {group}")
 
 
 # ---------------------------------------------------------------------- debug
@@ -1075,25 +1165,23 @@ def debug_compare_replicas(topic: str, as_json: bool, bootstrap: str | None) -> 
                     str(view.size_bytes),
                     view.sha256[:16],
                 )
-        _out.print(table)
+        print_table(table)
         for c in comparisons:
             for view in c.views:
                 if view.damage:
-                    _out.print(
+                    echo(
                         f"partition {c.partition}: node {view.node_id} set aside: {view.damage}",
-                        markup=False,
                     )
             for node_id, error in c.errors:
-                _out.print(f"partition {c.partition}: node {node_id}: {error}", markup=False)
+                echo(f"partition {c.partition}: node {node_id}: {error}")
             if c.differences:
-                _out.print(f"partition {c.partition}: replicas differ:", markup=False)
+                echo(f"partition {c.partition}: replicas differ:")
                 for line in c.differences:
-                    _out.print(f"  {line}", markup=False)
+                    echo(f"  {line}")
         differing = sum(1 for c in comparisons if not c.identical)
-        _out.print(
+        echo(
             f"{len(comparisons)} partition(s): "
             + ("replicas identical" if identical else f"{differing} with differences"),
-            markup=False,
         )
     if not identical:
         sys.exit(1)
@@ -1127,14 +1215,13 @@ def debug_compare_metadata(wait: float, as_json: bool, bootstrap: str | None) ->
         table = Table("node", "metadata offset", "sha256")
         for view in comparison.views:
             table.add_row(str(view.node_id), str(view.offset), view.digest)
-        _out.print(table)
+        print_table(table)
         for node_id, error in comparison.errors:
-            _out.print(f"node {node_id}: {error}", markup=False)
+            echo(f"node {node_id}: {error}")
         for line in comparison.differences:
-            _out.print(line, markup=False)
-        _out.print(
+            echo(line)
+        echo(
             "metadata images identical" if comparison.identical else "metadata images differ",
-            markup=False,
         )
     if not comparison.identical:
         sys.exit(1)

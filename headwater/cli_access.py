@@ -23,11 +23,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from headwater.acls import CLUSTER_RESOURCE, Acl, parse_acl, parse_filter
 from headwater.cli import bootstrap_option, fail, json_option
+from headwater.cli_output import Table, echo, print_table
 from headwater.client import Admin
 from headwater.credentials import ITERATIONS_DEFAULT, ITERATIONS_MAX, ITERATIONS_MIN
 from headwater.quotas import (
@@ -41,7 +40,6 @@ from headwater.quotas import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-_out = Console(highlight=False)
 OPERATIONS = ("read", "write", "create", "delete", "alter", "describe", "all")
 
 
@@ -102,7 +100,7 @@ def _print_acls(acls: list[Acl], as_json: bool) -> None:
             f"{row['resource_type']}:{row['resource_name']}",
             row["pattern_type"],
         )
-    _out.print(table)
+    print_table(table)
 
 
 @click.group()
@@ -159,7 +157,7 @@ def acls_add(
     if as_json:
         print(json.dumps([acl_json(acl) for acl in made]))
     else:
-        _out.print(f"added {len(made)} ACL(s)", markup=False)
+        echo(f"added {len(made)} ACL(s)")
 
 
 def _filter_from(
@@ -238,7 +236,7 @@ def acls_remove(
         print(json.dumps([acl_json(acl) for acl in removed]))
     else:
         _print_acls(removed, False)
-        _out.print(f"removed {len(removed)} ACL(s)", markup=False)
+        echo(f"removed {len(removed)} ACL(s)")
 
 
 @click.group()
@@ -268,7 +266,7 @@ def users_add(name: str, password_stdin: bool, iterations: int, bootstrap: str |
         fail("the password is empty")
     with Admin(bootstrap) as admin:
         admin.upsert_user(name, password, iterations)
-    _out.print(f"user {name} set", markup=False)
+    echo(f"user {name} set")
 
 
 @users.command("list")
@@ -287,7 +285,7 @@ def users_list(as_json: bool, bootstrap: str | None) -> None:
     table = Table("user", "mechanism", "iterations")
     for row in rows:
         table.add_row(row["name"], row["mechanism"], str(row["iterations"]))
-    _out.print(table)
+    print_table(table)
 
 
 @users.command("delete")
@@ -297,7 +295,7 @@ def users_delete(name: str, bootstrap: str | None) -> None:
     """Delete user NAME (its ACLs stay until removed)."""
     with Admin(bootstrap) as admin:
         admin.delete_user(name)
-    _out.print(f"deleted user {name}", markup=False)
+    echo(f"deleted user {name}")
 
 
 @click.group()
@@ -377,7 +375,7 @@ def quotas_set(
         fail("give a rate: --producer-byte-rate, --consumer-byte-rate or --request-rate", 2)
     with Admin(bootstrap) as admin:
         admin.alter_quotas(entity[0], entity[1], rates)
-    _out.print(f"set {', '.join(rates)} of {_entity_text(entity)}", markup=False)
+    echo(f"set {', '.join(rates)} of {_entity_text(entity)}")
 
 
 @quotas.command("remove")
@@ -402,7 +400,7 @@ def quotas_remove(
     entity = _entity(user, default_user, client_id, default_client_id)
     with Admin(bootstrap) as admin:
         admin.alter_quotas(entity[0], entity[1], remove=keys or KEYS)
-    _out.print(f"removed {', '.join(keys or KEYS)} of {_entity_text(entity)}", markup=False)
+    echo(f"removed {', '.join(keys or KEYS)} of {_entity_text(entity)}")
 
 
 @quotas.command("list")
@@ -425,4 +423,4 @@ def quotas_list(as_json: bool, bootstrap: str | None) -> None:
             row["key"],
             f"{row['value']:g}",
         )
-    _out.print(table)
+    print_table(table)

@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import click
-from rich.console import Console
-from rich.table import Table
 
+from headwater.cli_output import Table, echo, print_table
 from headwater.devcluster import (
     CLIENT_SECURITY_ENV,
     SECRET_ENV,
@@ -51,11 +50,13 @@ SECRET_CHARS_MAX: Final = 1024
 RESTART_DELAY_S: Final = 1.0
 RESTART_LIMIT: Final = 5
 RESTART_WINDOW_S: Final = 60.0
-_out = Console(highlight=False)
 
 
 def status_json(metadata: Any) -> dict[str, Any]:
     """The JSON of ``cluster status``: controller, quorum view, brokers, partition health."""
+    # Internal topics (names starting with "__", as topics list hides them) are counted
+    # apart from the users' own.
+    internal = [t for t in metadata.topics if t.name.startswith("__")]
     partitions = [p for t in metadata.topics for p in t.partitions]
     return {
         "cluster_id": metadata.cluster_id,
@@ -74,8 +75,9 @@ def status_json(metadata: Any) -> dict[str, Any]:
             }
             for b in metadata.brokers
         ],
-        "topics": len(metadata.topics),
-        "partitions": len(partitions),
+        "topics": len(metadata.topics) - len(internal),
+        "partitions": len(partitions) - sum(len(t.partitions) for t in internal),
+        "internal_topics": {t.name: len(t.partitions) for t in internal},
         "offline_partitions": sum(1 for p in partitions if p.leader < 0),
         "under_replicated_partitions": sum(1 for p in partitions if len(p.isr) < len(p.replicas)),
     }
@@ -83,27 +85,28 @@ def status_json(metadata: Any) -> dict[str, Any]:
 
 def print_status(data: dict[str, Any]) -> None:
     controller = data["controller_id"]
-    _out.print(
+    echo(
         f"cluster {data['cluster_id'] or '(unnamed)'}  controller "
         f"{'none' if controller < 0 else f'node {controller}'}  raft term {data['raft_term']}  "
         f"commit index {data['raft_commit_index']}  (answered by node {data['answered_by']})",
-        markup=False,
     )
     table = Table("broker", "address", "rack", "state")
     for broker in data["brokers"]:
         table.add_row(str(broker["id"]), broker["address"], broker["rack"], broker["state"])
-    _out.print(table)
+    print_table(table)
     for broker in data["brokers"]:
         if broker["log_dir_problem"]:
-            _out.print(
+            echo(
                 f"broker {broker['id']}: data folder offline: {broker['log_dir_problem']}",
-                markup=False,
             )
-    _out.print(
-        f"{data['topics']} topic(s), {data['partitions']} partition(s): "
-        f"{data['offline_partitions']} offline, "
+    echo(
+        f"{data['topics']} topic(s), {data['partitions']} partition(s)"
+        + "".join(
+            f" (and {name}, {count} partition(s))"
+            for name, count in data["internal_topics"].items()
+        )
+        + f"; of them all: {data['offline_partitions']} offline, "
         f"{data['under_replicated_partitions']} under-replicated",
-        markup=False,
     )
 
 
@@ -290,8 +293,9 @@ def run_dev_cluster(
                     "a node restarted by hand is not stopped by Ctrl-C here: stop it yourself"
                 )
                 for node in cluster.nodes.values():
+                    script = write_restart_script(node, secret_file)
                     click.echo(
-                        f"restart node {node.node_id} by hand: {restart_command(node, secret_file)}"
+                        f"restart node {node.node_id} by hand: sh {shlex.quote(str(script))}"
                     )
         else:
             click.echo(f"cluster secret: {SECRET_ENV} (from the environment)")
@@ -337,6 +341,16 @@ def restart_command(node: LocalNode, secret_file: Path) -> str:
     return " ".join(words)
 
 
+def write_restart_script(node: LocalNode, secret_file: Path) -> Path:
+    """``restart_command`` in a shell script beside the node's data folder (the command is
+    hundreds of characters: the secret's file, the client settings it clears, every
+    flag); the script names the secret's file, never the secret."""
+    script = node.data_dir.parent / f"{node.data_dir.name}.restart"
+    script.write_text(f"#!/bin/sh\nexec {restart_command(node, secret_file)}\n")
+    script.chmod(0o700)
+    return script.resolve()
+
+
 def watch_nodes(
     cluster: LocalCluster, stopping: Callable[[], bool], policy: RestartPolicy | None
 ) -> None:
@@ -379,7 +393,7 @@ def stop(cluster: LocalCluster) -> None:
     stopped = cluster.stop_all(STOP_DEADLINE_S)
     cluster.close()
     if stopped:
-        _out.print(f"stopped {stopped} node(s)", markup=False)
+        echo(f"stopped {stopped} node(s)")
 
 
 def print_json(data: Any) -> None:

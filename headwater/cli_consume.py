@@ -18,6 +18,9 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, BinaryIO, Final
 
+import click
+
+from headwater.cli_output import WAIT_NOTE_S
 from headwater.client.consumer import Consumer, ConsumerRecord
 from headwater.client.positions import TopicPartition
 from headwater.errors import ErrorCode, HeadwaterError
@@ -60,7 +63,8 @@ def consume_lines(
                 consumer.seek(tp, offset)
         else:
             _while_starting(lambda: consumer.assign(topic), timeout_ms)
-        last_record = time.monotonic()
+        last_record = began = time.monotonic()
+        told = group is None
         while max_messages is None or printed < max_messages:
             wait_ms = 200 if timeout_ms is None else min(200, timeout_ms)
             records = iter(consumer.poll(timeout_ms=wait_ms))
@@ -78,6 +82,14 @@ def consume_lines(
                 last_record = time.monotonic()
             elif timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
                 break
+            elif not told and time.monotonic() - began > WAIT_NOTE_S and not consumer.assignment():
+                told = True
+                click.echo(
+                    f"waiting for group {group} to give this member partitions: the "
+                    "coordinator moves a partition once its member gives it up (or leaves, "
+                    "or misses its session timeout)",
+                    err=True,
+                )
     return printed
 
 

@@ -77,8 +77,10 @@ def reset_plan(
     to: str,
     value: int | str | None,
 ) -> list[dict[str, Any]]:
-    """Per partition of ``topic``: current committed offset (None without one) and the new
-    one. ``to``: earliest, latest, offset (value N), datetime (value ISO) or shift (value N)."""
+    """Per partition of ``topic``: current committed offset (None without one), the offset
+    ``to`` asks for (``requested``) and the new one: the requested one kept within the
+    log's start and end. ``to``: earliest, latest, offset (value N), datetime (value ISO)
+    or shift (value N)."""
     count = admin.cluster.layout(topic).partitions
     keys = [(topic, p) for p in range(count)]
     starts = admin.beginning_offsets(keys)
@@ -104,8 +106,28 @@ def reset_plan(
             assert isinstance(value, int)
             wanted = (committed if committed is not None else starts[key]) + value
         new = min(max(wanted, starts[key]), ends[key])
-        plan.append({"topic": topic, "partition": key[1], "current": committed, "new": new})
+        plan.append(
+            {
+                "topic": topic,
+                "partition": key[1],
+                "current": committed,
+                "new": new,
+                "requested": wanted,
+            }
+        )
     return plan
+
+
+def clamp_warnings(plan: list[dict[str, Any]]) -> list[str]:
+    """A line for each partition whose requested offset was outside its log and was set
+    to the nearest end instead (as kafka-consumer-groups warns)."""
+    return [
+        f"warning: {row['topic']}-{row['partition']}: offset {row['requested']} is "
+        f"{'past the log end' if row['requested'] > row['new'] else 'before the log start'}"
+        f"; it is set to {row['new']}"
+        for row in plan
+        if row["requested"] != row["new"]
+    ]
 
 
 def execute_plan(admin: Admin, group_id: str, plan: list[dict[str, Any]]) -> None:

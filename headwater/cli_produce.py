@@ -2,13 +2,73 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import BinaryIO, Final
 
+import click
+
+from headwater.cli_output import WAIT_NOTE_S
+from headwater.client.accumulator import RECORD_BYTES_MAX
 from headwater.client.producer import Producer, RecordFuture
-from headwater.errors import HeadwaterError
+from headwater.errors import ErrorCode, HeadwaterError
 
 PENDING_FUTURES_MAX: Final = 65_536
 """Completed futures are pruned once this many are pending, bounding memory on long runs."""
+
+
+SKIP_CHUNK_BYTES: Final = 1 << 20
+
+
+def bounded_lines(stream: BinaryIO, limit: int) -> Iterator[bytes | None]:
+    """Each line of ``stream`` without its newline, or None for a line of more than
+    ``limit`` bytes: lines are read in chunks of SKIP_CHUNK_BYTES, and a line is dropped
+    as soon as it passes ``limit``, so it is never held whole (nor copied)."""
+    while True:
+        pieces: list[bytes] = []
+        held = 0
+        while True:
+            piece = stream.readline(SKIP_CHUNK_BYTES)
+            if not piece:
+                break
+            if piece.endswith(b"\n"):
+                held += len(piece) - 1
+                pieces.append(piece[:-1] if held <= limit else b"")
+                break
+            held += len(piece)
+            if held > limit:
+                pieces.clear()  # too long: give the memory back, read on to its end
+            else:
+                pieces.append(piece)
+        if not piece and held == 0 and not pieces:
+            return
+        if held > limit:
+            yield None
+        else:
+            yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if not piece:
+            return
+
+
+def flush_telling_why(producer: Producer, unsettled: Callable[[], int]) -> None:
+    """``producer.flush()``, saying once on stderr what it waits for when that takes
+    longer than WAIT_NOTE_S (a partition whose leader died waits for the controller to
+    elect another, after the broker session timeout)."""
+    told = False
+    while True:
+        try:
+            producer.flush(timeout_s=WAIT_NOTE_S)
+            return
+        except HeadwaterError as error:
+            if error.code is not ErrorCode.REQUEST_TIMED_OUT:
+                raise
+        if not told:
+            told = True
+            click.echo(
+                f"waiting for {unsettled()} record(s) to be acknowledged: a partition whose "
+                "leader is unreachable waits for a new leader (the producer retries for up "
+                f"to {producer.delivery_timeout_s:.0f} s)",
+                err=True,
+            )
 
 
 def produce_lines(
@@ -42,8 +102,17 @@ def produce_lines(
         return still
 
     with Producer(bootstrap, acks=acks, compression=compression, linger_ms=linger_ms) as producer:
-        for number, raw in enumerate(lines, start=1):
-            line = raw[:-1] if raw.endswith(b"\n") else raw
+        for number, line in enumerate(bounded_lines(lines, RECORD_BYTES_MAX), start=1):
+            if line is None:
+                failed += 1
+                first_error = first_error or str(
+                    HeadwaterError(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        f"line {number} is more than {RECORD_BYTES_MAX} bytes, the largest "
+                        "record a node takes",
+                    )
+                )
+                continue
             key = None
             if separator is not None:
                 key, sep, value = line.partition(separator)
@@ -65,6 +134,6 @@ def produce_lines(
                 break
             if len(pending) >= PENDING_FUTURES_MAX:
                 pending = settle(pending, wait=False)
-        producer.flush()
+        flush_telling_why(producer, lambda: sum(1 for f in pending if not f.done()))
         settle(pending, wait=True)
     return acknowledged, failed, first_error

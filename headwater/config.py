@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from headwater.addresses import DEFAULT_LISTEN, parse_address
+from headwater.addresses import DEFAULT_LISTEN, format_address, parse_address
 from headwater.errors import ErrorCode, HeadwaterError, shown
 from headwater.log.api import FlushPolicy, LogConfig
 from headwater.log.batch import HEADER_BYTES, MESSAGE_BYTES_DEFAULT
@@ -1085,7 +1085,7 @@ class NodeConfig:
         if self.internal_listen:
             return self.internal_listen
         host, _port = parse_address(self.listen, "listen")
-        return f"{host}:0"
+        return format_address(host, 0)
 
     @property
     def client_address(self) -> str:

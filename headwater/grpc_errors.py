@@ -16,7 +16,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
-from headwater.errors import ERROR_DOMAIN, GRPC_STATUS_OF, ErrorCode, HeadwaterError
+from headwater.errors import ERROR_DOMAIN, GRPC_STATUS_OF, ErrorCode, GrpcCode, HeadwaterError
 from headwater.tls import handshake_failure
 
 _TRANSPORT_CODES = {
@@ -48,7 +48,10 @@ def bounded_message(message: str) -> str:
     return data[: STATUS_MESSAGE_BYTES_MAX - 3].decode(errors="ignore") + "..."
 
 
-def to_status(error: HeadwaterError) -> grpc.Status:
+def to_status(error: HeadwaterError, grpc_code: GrpcCode | None = None) -> grpc.Status:
+    """``error`` as a gRPC status: its code's gRPC status (``grpc_code`` instead, where
+    the call's own status must say more than the error code's), the message, and the
+    error code in an ErrorInfo detail that ``from_rpc_error`` reads back."""
     info = error_details_pb2.ErrorInfo(
         reason=error.code.name,
         domain=ERROR_DOMAIN,
@@ -57,7 +60,9 @@ def to_status(error: HeadwaterError) -> grpc.Status:
     detail = any_pb2.Any()
     detail.Pack(info)
     status = status_pb2.Status(
-        code=int(GRPC_STATUS_OF[error.code]), message=bounded_message(str(error)), details=[detail]
+        code=int(GRPC_STATUS_OF[error.code] if grpc_code is None else grpc_code),
+        message=bounded_message(str(error)),
+        details=[detail],
     )
     return rpc_status.to_status(status)
 

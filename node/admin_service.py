@@ -399,6 +399,7 @@ class AdminService(pb_grpc.AdminServicer):
             topic_id=topic.topic_id,
             configs=self.config.topic_defaults() | dict(topic.configs),
             partitions=partitions,
+            config_overrides=sorted(topic.configs),
         )
 
     async def _fill_from_replicas(

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.errors import ErrorCode, GrpcCode, HeadwaterError
 from headwater.grpc_errors import to_status
 from headwater.log_limits import LogEvery
 from headwater.node.call_hooks import WrappedHandlers, around, service_and_method
@@ -103,15 +103,18 @@ def _refusal(
     log: LogEvery | None = None,
 ) -> grpc.RpcMethodHandler[Any, Any]:
     """A handler of the same kind as ``handler`` that refuses with ``status``, by default
-    UNAUTHENTICATED with ``message``; ``log`` (rate-limited) names the peer and why."""
+    UNAUTHENTICATED with ``message`` as CLUSTER_AUTHORIZATION_FAILED (the caller did not
+    prove it is a node of the cluster: a client on the wrong port reads that, not an
+    unknown server error); ``log`` (rate-limited) names the peer and why."""
+    if status is None:
+        refused = HeadwaterError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, message)
+        status = to_status(refused, GrpcCode.UNAUTHENTICATED)
+    answer = status
 
     async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if log is not None:
             log.log("refused an inter-broker call from %s: %s", context.peer(), message[:300])
-        if status is None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-        else:
-            await context.abort(status.code, status.details, status.trailing_metadata)
+        await context.abort(answer.code, answer.details, answer.trailing_metadata)
 
     kinds = {
         (False, False): grpc.unary_unary_rpc_method_handler,
@@ -152,8 +155,9 @@ class RequireClusterSecret(_ServerInterceptor):
         problem: str | None
         if not values:
             problem = (
-                f"{method} is for the nodes of the cluster only: the call lacks {AUTH_KEY} "
-                "(clients use the Broker and Admin services)"
+                f"{method} on the inter-broker listener is for the nodes of the cluster "
+                f"only: the call lacks {AUTH_KEY}; clients connect to a node's client "
+                "listener (its --listen address)"
             )
         else:
             value = values[0]

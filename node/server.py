@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 import signal
+import socket
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -740,6 +741,7 @@ def _bind(
 ) -> int:
     """Bind ``address``, with TLS when ``credentials`` are given; return the port
     (ListenError when it cannot be bound)."""
+    _check_bindable(address, flag)
     cause: RuntimeError | None = None
     try:
         if credentials is None:
@@ -755,6 +757,32 @@ def _bind(
             f"machine; choose another with {flag} HOST:PORT"
         ) from cause
     return port
+
+
+def _check_bindable(address: str, flag: str) -> None:
+    """ListenError naming the system's reason when a fixed port of ``address`` cannot be
+    bound (in use, or a host not on this machine): asked before gRPC is, whose core logs
+    a line of its own to stderr for such a failure. The probe binds as gRPC does
+    (SO_REUSEADDR) and closes at once."""
+    host, port = parse_address(address, flag)
+    if port == 0:
+        return
+    try:
+        found = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {address}: {exc}; check {flag} HOST:PORT") from exc
+    family, kind, proto, _, where = found[0]
+    try:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(where)
+    except OSError as exc:
+        raise ListenError(
+            f"cannot listen on {address}: {exc.strerror or exc}; choose another with "
+            f"{flag} HOST:PORT"
+        ) from exc
 
 
 async def _run(config: NodeConfig, metrics_endpoint: MetricsEndpoint | None) -> None:

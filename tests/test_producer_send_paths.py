@@ -1,4 +1,4 @@
-"""Producer.send's two paths against a real node (issue 18): a keyless record without
+"""Producer.send's two paths against a real node: a keyless record without
 headers joins the open batch of its topic's sticky partition directly (``OpenBatch``'s
 direct-append rule, inlined in ``send``); every other record, and every record the rule
 does not admit, takes the general path. Whatever path a record takes, it must land with
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from headwater.client import Admin, Consumer, Producer, RecordFuture
+from headwater.client.accumulator import RECORD_BYTES_MAX
 from headwater.errors import ErrorCode, HeadwaterError
 from tests.node_process import NodeProcess
 
@@ -110,6 +111,24 @@ def test_a_closed_producer_refuses_every_record(shared_node: NodeProcess) -> Non
         with pytest.raises(HeadwaterError) as raised:
             producer.send("send-paths-closed", b"after", **fields)
         assert raised.value.code is ErrorCode.INVALID_REQUEST
+
+
+def test_a_record_no_node_could_take_is_refused_by_send_itself(shared_node: NodeProcess) -> None:
+    """Past RECORD_BYTES_MAX (max_message_bytes' ceiling under the default
+    request_bytes_max) send raises MESSAGE_TOO_LARGE at once, as Kafka's producer does
+    past max.request.size: nothing is queued, copied or sent."""
+    with Admin(shared_node.address) as admin:
+        admin.create_topic("send-paths-huge", 1, 1)
+    huge = bytes(RECORD_BYTES_MAX)
+    with Producer(shared_node.address, acks="1") as producer:
+        for fields in ({}, {"key": b"k"}, {"partition": 0}):
+            began = time.monotonic()
+            with pytest.raises(HeadwaterError) as raised:
+                producer.send("send-paths-huge", huge, **fields)
+            assert raised.value.code is ErrorCode.MESSAGE_TOO_LARGE
+            assert str(RECORD_BYTES_MAX) in raised.value.message
+            assert time.monotonic() - began < 1.0
+        assert producer.send("send-paths-huge", b"fine").result(timeout=10).offset == 0
 
 
 def test_records_sent_while_closing_all_settle(shared_node: NodeProcess) -> None:

@@ -23,7 +23,7 @@ import grpc
 from headwater.acls import CLUSTER_RESOURCE, WILDCARD, Operation, ResourceType
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.node.authorizer import Authorizer
+from headwater.node.authorizer import Authorizer, current_caller
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import ControllerDriver
 from headwater.node.groups import decisions
@@ -386,6 +386,10 @@ class GroupsService(pb_grpc.GroupsServicer):
             request.group_id, request.subscribed_topics, request.subscribed_pattern
         )
         owned = partition_keys(request.owned, "owned")
+        if not request.client_id:
+            # The member's name in DescribeGroup: the client id its calls carry (the one
+            # quotas go by), taken here since a forwarded call carries this node's.
+            request.client_id = current_caller().client_id
         route = await self._route(request.group_id, context)
         if isinstance(route, str):
             return await self._forward(route, "ConsumerGroupHeartbeat", request)  # type: ignore[no-any-return]

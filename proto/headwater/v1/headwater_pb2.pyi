@@ -2959,6 +2959,7 @@ class TopicDescription(_message.Message):
     TOPIC_ID_FIELD_NUMBER: _builtins.int
     CONFIGS_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    CONFIG_OVERRIDES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     topic_id: _builtins.str
     @_builtins.property
@@ -2967,6 +2968,13 @@ class TopicDescription(_message.Message):
 
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionDescription]: ...
+    @_builtins.property
+    def config_overrides(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The configs set on the topic (overrides), by the node's names, sorted; the rest of
+        `configs` are the node's defaults (Kafka's config source DYNAMIC_TOPIC_CONFIG vs
+        DEFAULT_CONFIG).
+        """
+
     def __init__(
         self,
         *,
@@ -2974,10 +2982,11 @@ class TopicDescription(_message.Message):
         topic_id: _builtins.str = ...,
         configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         partitions: _abc.Iterable[Global___PartitionDescription] | None = ...,
+        config_overrides: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_overrides", b"config_overrides", "configs", b"configs", "name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
