@@ -55,7 +55,9 @@ CLIENT_ACTION: Final[dict[ErrorCode, str]] = {
     ErrorCode.TOPIC_AUTHORIZATION_FAILED: "the principal lacks an ACL on the topic "
     "(docs/security.md): an operator grants it",
     ErrorCode.GROUP_AUTHORIZATION_FAILED: "the principal lacks an ACL on the group",
-    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "the principal lacks an ACL on the cluster",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "the principal lacks an ACL on the cluster; or "
+    "the call went to a node's inter-broker listener, which serves only the nodes of the "
+    "cluster: connect to its client listener (--listen) instead",
     ErrorCode.INVALID_TIMESTAMP: "a record timestamp is outside the range the message names "
     "(the topic's message_timestamp_* settings)",
     ErrorCode.TOPIC_ALREADY_EXISTS: "the topic exists: use it (or delete it first)",
