@@ -117,6 +117,7 @@ def test_groups_describe_names_each_member_by_its_client_id(node: NodeProcess) -
         by_client = {row[1]: row for row in rows[2:4]}
         assert set(by_client) == {"headwater-cli", "billing-etl"}
         assert all(len(row[0]) == 32 for row in by_client.values())  # whole member ids
+        assert all(row[2] == "127.0.0.1" for row in by_client.values())  # as the node saw it
         assert sorted(row[3] for row in by_client.values()) == ["held-0", "held-1"]
     finally:
         for member in members:

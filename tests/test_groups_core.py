@@ -9,6 +9,7 @@ import contextlib
 import json
 import random
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -30,6 +31,7 @@ G = "g"
 SAMPLES: list[r.GroupRecord] = [
     r.GroupEpochBumped(G, 3),
     r.MemberJoined(G, "m1", "", "client", ("a", "b"), "", 45_000, 60_000),
+    r.MemberJoined(G, "m2", "i", "c", (), "o.*", 45_000, 60_000, "range", 4, "10.0.0.7"),
     r.MemberLeft(G, "m1"),
     r.TargetAssignment(G, 3, (("m1", (("a", 0), ("b", 2))), ("m2", ()))),
     r.MemberAssignment(G, "m1", 3, (("a", 0),), (("b", 1),)),
@@ -47,12 +49,19 @@ def test_records_round_trip(record: r.GroupRecord) -> None:
     assert r.decode_record(r.encode_record(record)) == record
 
 
+def test_a_member_record_written_without_a_host_reads_with_none() -> None:
+    """Members joined before records carried the member's address read as unknown."""
+    written = json.loads(r.encode_record(SAMPLES[2]))
+    del written["host"]
+    assert r.decode_record(json.dumps(written).encode()) == replace(SAMPLES[2], host="")
+
+
 def test_keys_name_what_a_record_sets() -> None:
     committed = r.OffsetCommitted(G, "a", 0, 1, "", 0)
     assert r.record_key(committed) == r.record_key(r.OffsetCommitted(G, "a", 0, 9, "x", 5))
     assert r.record_key(committed) == r.record_key(r.OffsetDeleted(G, "a", 0))
     assert r.record_key(committed) != r.record_key(r.OffsetCommitted(G, "a", 1, 1, "", 0))
-    assert r.record_key(SAMPLES[1]) == r.record_key(SAMPLES[2])  # joined and left: one key
+    assert r.record_key(SAMPLES[1]) == r.record_key(SAMPLES[3])  # joined and left: one key
 
 
 @pytest.mark.parametrize(

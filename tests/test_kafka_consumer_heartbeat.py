@@ -50,12 +50,15 @@ def request(version: int = 1, **fields: Any) -> Any:
 
 
 def test_null_fields_keep_what_the_group_holds_for_the_member() -> None:
-    heartbeat = consumer_heartbeat.heartbeat_of(request(), "rdkafka", JOINED, CURRENT, NAMES)
+    heartbeat = consumer_heartbeat.heartbeat_of(
+        request(), "rdkafka", "10.0.0.7", JOINED, CURRENT, NAMES
+    )
     assert heartbeat.subscribed_topics == ("orders", "clicks")
     assert heartbeat.assignor == "range"
     assert heartbeat.instance_id == "i-1"
     assert heartbeat.rebalance_timeout_ms == 300_000
     assert heartbeat.session_timeout_ms == 45_000
+    assert heartbeat.client_host == "10.0.0.7"
     # Every partition the coordinator still counts as the member's, the revoked one too:
     # none is handed on before the member says it let it go.
     assert heartbeat.owned == {("orders", 0), ("orders", 1), ("clicks", 2)}
@@ -77,7 +80,7 @@ def test_given_fields_replace_the_held_ones_and_owned_topics_are_named_by_id() -
             {"topic_id": uuid.UUID(int=99), "partitions": [0]},  # deleted: no one's
         ],
     )
-    heartbeat = consumer_heartbeat.heartbeat_of(body, "rdkafka", JOINED, CURRENT, NAMES)
+    heartbeat = consumer_heartbeat.heartbeat_of(body, "rdkafka", "10.0.0.7", JOINED, CURRENT, NAMES)
     assert heartbeat.subscribed_topics == ("clicks",)
     assert heartbeat.subscribed_pattern == "^c.*"
     assert heartbeat.assignor == "uniform"
@@ -87,7 +90,7 @@ def test_given_fields_replace_the_held_ones_and_owned_topics_are_named_by_id() -
 
 def test_a_member_the_group_does_not_hold_gets_empty_fields() -> None:
     body = request(version=0, member_id="", member_epoch=0, subscribed_topic_names=["orders"])
-    heartbeat = consumer_heartbeat.heartbeat_of(body, "java", None, None, NAMES)
+    heartbeat = consumer_heartbeat.heartbeat_of(body, "java", "10.0.0.7", None, None, NAMES)
     assert heartbeat.subscribed_topics == ("orders",)
     assert heartbeat.subscribed_pattern == ""
     assert heartbeat.owned == frozenset()
@@ -97,11 +100,13 @@ def test_a_member_the_group_does_not_hold_gets_empty_fields() -> None:
 def test_owned_partitions_are_bounded_and_never_negative() -> None:
     many = [{"topic_id": ORDERS, "partitions": list(range(60_000))}] * 2
     with pytest.raises(consumer_heartbeat.HeartbeatShapeError, match="more than 100000"):
-        consumer_heartbeat.heartbeat_of(request(topic_partitions=many), "c", JOINED, CURRENT, NAMES)
+        consumer_heartbeat.heartbeat_of(
+            request(topic_partitions=many), "c", "10.0.0.7", JOINED, CURRENT, NAMES
+        )
     negative = [{"topic_id": ORDERS, "partitions": [-1]}]
     with pytest.raises(consumer_heartbeat.HeartbeatShapeError, match="negative"):
         consumer_heartbeat.heartbeat_of(
-            request(topic_partitions=negative), "c", JOINED, CURRENT, NAMES
+            request(topic_partitions=negative), "c", "10.0.0.7", JOINED, CURRENT, NAMES
         )
 
 

@@ -90,6 +90,7 @@ class Heartbeat:
     member_epoch: int
     instance_id: str = ""
     client_id: str = ""
+    client_host: str = ""
     subscribed_topics: tuple[str, ...] = ()
     subscribed_pattern: str = ""
     assignor: str = ""
@@ -142,7 +143,7 @@ def check_heartbeat(request: Heartbeat, limits: GroupLimits) -> Heartbeat:
     """``request`` with its defaults filled in; INVALID_REQUEST and the like naming the
     field and its valid range for anything out of bounds."""
     check_group_id(request.group_id)
-    for name in ("member_id", "instance_id", "client_id"):
+    for name in ("member_id", "instance_id", "client_id", "client_host"):
         size = len(getattr(request, name).encode())
         if size > ID_BYTES_MAX:
             raise _error(
@@ -388,6 +389,7 @@ def _joined(request: Heartbeat, member_id: str, joined_epoch: int) -> MemberJoin
         request.rebalance_timeout_ms,
         request.assignor,
         joined_epoch,
+        request.client_host,
     )
 
 

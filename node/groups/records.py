@@ -83,6 +83,8 @@ class MemberJoined:
     """The group epoch this incarnation of the member joined at: every epoch it is given
     is at least this, and every epoch an earlier incarnation (the same member id, before
     it was fenced or timed out) had is below it."""
+    host: str = ""
+    """The address the member connects from, as its node saw it ("" if unknown)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,6 +144,7 @@ def describe(group: GroupState, coordinator_id: int) -> pb.DescribeGroupResponse
                 target=topic_partitions(group.target.get(member_id, ())),
                 session_timeout_ms=joined.session_timeout_ms,
                 rebalance_timeout_ms=joined.rebalance_timeout_ms,
+                host=joined.host,
             )
         )
     return pb.DescribeGroupResponse(
@@ -386,10 +387,13 @@ class GroupsService(pb_grpc.GroupsServicer):
             request.group_id, request.subscribed_topics, request.subscribed_pattern
         )
         owned = partition_keys(request.owned, "owned")
-        if not request.client_id:
-            # The member's name in DescribeGroup: the client id its calls carry (the one
-            # quotas go by), taken here since a forwarded call carries this node's.
-            request.client_id = current_caller().client_id
+        caller = current_caller()
+        if not caller.trusted:
+            # Who the member is in DescribeGroup, taken where the member's call arrives (a
+            # forwarded call is this node's): the client id its calls carry (the one
+            # quotas go by) unless it names one, and its address.
+            request.client_id = request.client_id or caller.client_id
+            request.client_host = caller.host
         route = await self._route(request.group_id, context)
         if isinstance(route, str):
             return await self._forward(route, "ConsumerGroupHeartbeat", request)  # type: ignore[no-any-return]
@@ -399,6 +403,7 @@ class GroupsService(pb_grpc.GroupsServicer):
             member_epoch=request.member_epoch,
             instance_id=request.instance_id,
             client_id=request.client_id,
+            client_host=request.client_host,
             subscribed_topics=tuple(request.subscribed_topics),
             subscribed_pattern=request.subscribed_pattern,
             assignor=request.assignor,

@@ -37,6 +37,7 @@ class HeartbeatShapeError(ValueError):
 def heartbeat_of(
     body: Any,
     client_id: str,
+    client_host: str,
     joined: MemberJoined | None,
     current: MemberAssignment | None,
     names_by_id: Mapping[uuid.UUID, str],
@@ -57,6 +58,7 @@ def heartbeat_of(
             else (joined.instance_id if joined else "")
         ),
         client_id=client_id,
+        client_host=client_host,
         subscribed_topics=(
             tuple(names) if names is not None else (joined.subscribed_topics if joined else ())
         ),

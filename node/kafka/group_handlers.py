@@ -214,6 +214,7 @@ class GroupHandlers:
                 heartbeat = consumer_heartbeat.heartbeat_of(
                     body,
                     request.client_id,
+                    current_caller().host,
                     group.members.get(body.member_id) if group else None,
                     group.current.get(body.member_id) if group else None,
                     names_by_id(image),

@@ -1325,6 +1325,7 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
     OWNED_FIELD_NUMBER: _builtins.int
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    CLIENT_HOST_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
     member_id: _builtins.str
     """"" to join (the answer assigns the id); else the id from the join's answer."""
@@ -1351,6 +1352,10 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
     """A member that takes longer than this to give up partitions it must revoke is
     removed (Kafka's max.poll.interval.ms); 0: 300000. Range [1000, 3600000].
     """
+    client_host: _builtins.str
+    """The member's address as the node that took the call from it saw it (what
+    DescribeGroup shows as its host). Set by that node: a client's value is replaced.
+    """
     @_builtins.property
     def subscribed_topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The subscription: topic names, and/or a regular expression (RE2 syntax, matched
@@ -1375,10 +1380,11 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
         owned: _abc.Iterable[Global___TopicPartitions] | None = ...,
         session_timeout_ms: _builtins.int = ...,
         rebalance_timeout_ms: _builtins.int = ...,
+        client_host: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "client_id", b"client_id", "group_id", b"group_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "owned", b"owned", "rebalance_timeout_ms", b"rebalance_timeout_ms", "session_timeout_ms", b"session_timeout_ms", "subscribed_pattern", b"subscribed_pattern", "subscribed_topics", b"subscribed_topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "client_host", b"client_host", "client_id", b"client_id", "group_id", b"group_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "owned", b"owned", "rebalance_timeout_ms", b"rebalance_timeout_ms", "session_timeout_ms", b"session_timeout_ms", "subscribed_pattern", b"subscribed_pattern", "subscribed_topics", b"subscribed_topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1739,7 +1745,7 @@ class GroupMember(_message.Message):
     session_timeout_ms: _builtins.int
     rebalance_timeout_ms: _builtins.int
     host: _builtins.str
-    """Where the member connects from (members of Kafka's classic protocol; "" otherwise)."""
+    """The address the member connects from, as its node saw it."""
     @_builtins.property
     def subscribed_topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
