@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from headwater.client.accumulator import (
+    RECORD_BYTES_MAX,
     RECORD_OVERHEAD_BYTES,
     AccumulatorSettings,
     Drained,
@@ -552,7 +553,8 @@ class Producer:
         opens the lane of the topic's sticky partition when it can."""
         if key is not None:
             size += len(key)
-        check_record_size(size)
+        if size > RECORD_BYTES_MAX:
+            check_record_size(size)  # raises MESSAGE_TOO_LARGE
         sticky = partition is None and key is None
         if sticky:
             cached = self._sticky_slots.get(topic)

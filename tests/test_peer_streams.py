@@ -1,4 +1,5 @@
-"""A node whose peer dies logs no ERROR from its replication streams.
+"""A node whose peer dies logs no ERROR from its replication streams, nor does any node
+during the Quickstart's commands and a consumer group after it.
 
 Followers fetch from their leaders over one Replica.Fetch stream each. A stream-stream
 call behind a grpc.aio client interceptor is fed by a request iterator in a task of its
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from headwater.client import Admin, Producer
 from tests.local_cluster import LocalCluster
-from tests.node_process import wait_until
+from tests.node_process import run_cli, wait_until
 
 
 def test_survivors_of_a_killed_leader_log_no_error(tmp_path: Path) -> None:
@@ -40,8 +41,20 @@ def test_survivors_of_a_killed_leader_log_no_error(tmp_path: Path) -> None:
             for i in range(60):
                 producer.send("streams", b"%d" % i, partition=i % 6)
             producer.flush()
-        for node_id in survivors:
-            log = cluster.nodes[node_id].log()
+        # The Quickstart's commands and a group member that reads and leaves, after it.
+        b = ["--bootstrap", cluster.bootstrap()]
+        assert run_cli("topics", "create", "orders", "--partitions", "3", *b).returncode == 0
+        lines = b"acme:order-1\nglobex:order-2\nacme:order-3\n"
+        produced = run_cli("produce", "orders", "--key-separator", ":", *b, input_bytes=lines)
+        assert produced.returncode == 0, produced.stderr
+        read = ["--from-beginning", "--max-messages", "3", "--timeout-ms", "20000", *b]
+        for group in ([], ["--group", "billing"]):
+            consumed = run_cli("consume", "orders", *read, *group)
+            assert sorted(consumed.stdout.splitlines()) == [b"order-1", b"order-2", b"order-3"]
+        assert run_cli("topics", "describe", "orders", *b).returncode == 0
+        assert run_cli("groups", "describe", "billing", *b).returncode == 0
+        for node in cluster.nodes.values():
+            log = node.log()
             assert " ERROR " not in log and "Traceback" not in log, log[-4000:]
     finally:
         cluster.close()
