@@ -7,8 +7,11 @@ Folders map to packages (``pyproject.toml``): ``client/`` is ``headwater.client`
   ``config``), no Spark, no Raft library, no command-line or benchmark module: a user who
   wants a client needs neither pysyncobj nor pyspark;
 - the metadata core (``raft/``) and the log (``log/``) import no node code and no client;
-- the shared core (``headwater/errors.py``, ``topics.py``, ``addresses.py``, ``acls.py``)
-  imports only itself;
+- the shared core (``SHARED_CORE``: errors, names, addresses, ACL, credential, quota and
+  TLS rules, the partitioner, cancellation, log limits) imports only itself and the
+  generated stubs;
+- no runtime layer (client, node, raft, log) imports tooling (``TOOLING``: local
+  clusters, ports, throwaway certificates, doc generators, chaos, benchmarks);
 - the Spark connector imports no server code and no protobuf: it speaks the client API;
 - the benchmarks (``headwater/benchmarks/``, ``scripts/bench_all.py``) and the local-cluster
   harness (``headwater/devcluster.py``) import no server code and no protobuf either;
@@ -31,19 +34,39 @@ COMMANDS = ("headwater.cli", "headwater.cli_*", "headwater.benchmarks", "headwat
 whose name starts with what comes before it (``headwater.cli_*``: each command module)."""
 SHARED_CORE = (
     "headwater/errors.py",
+    "headwater/grpc_errors.py",
     "headwater/topics.py",
     "headwater/addresses.py",
     "headwater/acls.py",
+    "headwater/acl_messages.py",
+    "headwater/credentials.py",
+    "headwater/scram.py",
+    "headwater/quotas.py",
+    "headwater/tls.py",
+    "headwater/cancellation.py",
+    "headwater/partitioning.py",
+    "headwater/log_limits.py",
 )
+"""What clients and nodes both use: each imports only these (and the generated stubs)."""
+TOOLING = (
+    "headwater.devcluster",
+    "headwater.ports",
+    "headwater.tls_certs",
+    "headwater.error_table",
+    "headwater.chaos",
+    "headwater.benchmarks",
+)
+"""Local clusters, free ports, throwaway certificates, doc generators, fault runs and
+benchmarks: no runtime layer imports them."""
 PROTOBUF = ("headwater.v1", "grpc_health", "google.protobuf")
 """Generated stubs and messages: only the gRPC edges (client, node) touch them."""
 
 RULES: dict[str, tuple[str, ...]] = {
-    "client": (*SERVER, "headwater.sparkconnector", *COMMANDS, "pysyncobj", "pyspark"),
-    "raft": ("headwater.node", "headwater.client", "headwater.sparkconnector", *COMMANDS),
-    "log": ("headwater.node", "headwater.raft", "headwater.client", *COMMANDS),
+    "client": (*SERVER, "headwater.sparkconnector", *COMMANDS, *TOOLING, "pysyncobj", "pyspark"),
+    "raft": ("headwater.node", "headwater.client", "headwater.sparkconnector", *COMMANDS, *TOOLING),
+    "log": ("headwater.node", "headwater.raft", "headwater.client", *COMMANDS, *TOOLING),
     "sparkconnector": ("headwater.node", "headwater.raft", "pysyncobj", *PROTOBUF),
-    "node": ("headwater.client", "headwater.sparkconnector", *COMMANDS, "pyspark"),
+    "node": ("headwater.client", "headwater.sparkconnector", *COMMANDS, *TOOLING, "pyspark"),
     "headwater/benchmarks": ("headwater.node", "headwater.raft", *PROTOBUF),
     "headwater/devcluster.py": (*SERVER, "headwater.sparkconnector", *COMMANDS, *PROTOBUF),
     "scripts/bench_all.py": ("headwater.node", "headwater.raft", *PROTOBUF),
@@ -91,14 +114,15 @@ def violations(root: Path) -> list[str]:
                 for module in sorted(imported_modules(path.read_text()))
                 if _forbidden(module, forbidden)
             )
-    core = ("headwater.errors", "headwater.topics", "headwater.addresses", "headwater.acls")
+    core = tuple(name.removesuffix(".py").replace("/", ".") for name in SHARED_CORE)
     for name in SHARED_CORE:
         path = root / name
         if path.exists():
             found.extend(
                 f"{name} imports {module}"
                 for module in sorted(imported_modules(path.read_text()))
-                if module.startswith("headwater") and not _forbidden(module, core)
+                if module.startswith("headwater")
+                and not _forbidden(module, (*core, "headwater.v1"))
             )
     return found
 
@@ -124,14 +148,24 @@ def test_a_deliberate_violation_is_caught(tmp_path: Path) -> None:
     (tmp_path / "sparkconnector").mkdir()
     (tmp_path / "sparkconnector" / "raw.py").write_text("from headwater.v1 import headwater_pb2\n")
     (tmp_path / "headwater" / "devcluster.py").write_text("import grpc_health.v1.health_pb2\n")
+    (tmp_path / "headwater" / "tls.py").write_text("from headwater.client import Admin\n")
+    (tmp_path / "node").mkdir()
+    (tmp_path / "node" / "tooled.py").write_text("from headwater.ports import free_port\n")
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log" / "bench.py").write_text("import headwater.benchmarks.perf\n")
     assert violations(tmp_path) == [
         "client/bad.py imports headwater.node.partition",
         "client/bad.py imports headwater.node.partition.Partition",
         "client/commands.py imports headwater.cli_cluster",
         "raft/worse.py imports headwater.node.topics",
+        "log/bench.py imports headwater.benchmarks.perf",
         "sparkconnector/raw.py imports headwater.v1",
         "sparkconnector/raw.py imports headwater.v1.headwater_pb2",
+        "node/tooled.py imports headwater.ports",
+        "node/tooled.py imports headwater.ports.free_port",
         "headwater/devcluster.py imports grpc_health.v1.health_pb2",
         "headwater/topics.py imports headwater.log",
         "headwater/topics.py imports headwater.log.batch",
+        "headwater/tls.py imports headwater.client",
+        "headwater/tls.py imports headwater.client.Admin",
     ]
