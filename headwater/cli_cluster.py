@@ -34,16 +34,14 @@ from headwater.devcluster import (
     SECRET_ENV,
     LocalCluster,
     LocalNode,
-    NodeExitedError,
-    PortPlan,
-    WaitTimeoutError,
+    start_dev_cluster,
+    stop_dev_cluster,
 )
 from headwater.errors import ErrorCode, HeadwaterError
 
 if TYPE_CHECKING:
-    from headwater.tls_certs import DevPki
+    pass
 
-READY_DEADLINE_S: Final = 60.0
 STOP_DEADLINE_S: Final = 30.0
 SECRET_FILE: Final = "cluster-secret"  # noqa: S105 (a file name)
 SECRET_CHARS_MAX: Final = 1024
@@ -111,11 +109,6 @@ def print_status(data: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------- dev-cluster
-
-
-def dev_layout(root: Path, node_id: int) -> tuple[Path, Path]:
-    """``dev-cluster``'s node folders: data in ``DIR/node-i``, log in ``DIR/node-i.log``."""
-    return root / f"node-{node_id}", root / f"node-{node_id}.log"
 
 
 def dev_secret(data_dir: Path) -> tuple[str, Path | None]:
@@ -190,61 +183,6 @@ class RestartPolicy:
         recent.append(now)
         self._exits[node_id] = recent
         return None if len(recent) >= self.limit else now + self.delay_s
-
-
-def start_dev_cluster(
-    nodes: int,
-    base_port: int,
-    data_dir: Path,
-    stopping: Callable[[], bool],
-    metrics_base_port: int = 0,
-    tls: bool = False,
-    secret: str | None = None,
-    kafka_base_port: int = 0,
-) -> LocalCluster:
-    """Start ``nodes`` nodes on the fixed port plan and wait until each serves (or
-    ``stopping()``); on failure every node is killed and HeadwaterError names the cause.
-    ``tls``: mutual TLS with the PKI under ``data_dir/tls`` (``dev_pki``); ``secret``:
-    the Raft secret (random by default); ``kafka_base_port``: node i serves Kafka's
-    protocol on that port + i - 1 (0: no Kafka listener)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    pki = dev_pki(data_dir / "tls", nodes) if tls else None
-    cluster = LocalCluster(
-        data_dir,
-        nodes,
-        env={"HEADWATER_KAFKA_SECURITY_PROTOCOL": "SSL"} if tls and kafka_base_port else None,
-        secret=secret,
-        ports=PortPlan(base_port),
-        internal_listener=False,
-        layout=dev_layout,
-        metrics_base_port=metrics_base_port or None,
-        tls=pki,
-        tls_client_auth=tls,
-        kafka_ports={i: kafka_base_port + i - 1 for i in range(1, nodes + 1)}
-        if kafka_base_port
-        else None,
-    )
-    try:
-        cluster.start(wait=False, own_session=True)  # Ctrl-C reaches this process only
-        cluster.wait_serving(READY_DEADLINE_S, stopping)
-    except (NodeExitedError, WaitTimeoutError) as error:
-        cluster.close()
-        raise HeadwaterError(ErrorCode.UNKNOWN_SERVER_ERROR, str(error)) from None
-    except BaseException:  # a Ctrl-C while waiting: no node outlives this process
-        cluster.close()
-        raise
-    return cluster
-
-
-def dev_pki(folder: Path, nodes: int) -> DevPki:
-    """The development PKI under ``folder``: kept from an earlier run when every file is
-    there and the certificates are still valid for a day, so that exported client
-    settings keep working across restarts; made anew otherwise."""
-    from headwater.tls_certs import create_dev_pki, load_dev_pki  # noqa: PLC0415 (server extra)
-
-    node_ids = tuple(range(1, nodes + 1))
-    kept = load_dev_pki(folder.resolve(), node_ids)
-    return kept if kept is not None else create_dev_pki(folder.resolve(), node_ids)
 
 
 def run_dev_cluster(
@@ -389,9 +327,8 @@ def watch_nodes(
 
 
 def stop(cluster: LocalCluster) -> None:
-    """Stop every node with SIGTERM (controlled shutdown), SIGKILL after STOP_DEADLINE_S."""
-    stopped = cluster.stop_all(STOP_DEADLINE_S)
-    cluster.close()
+    """``stop_dev_cluster``, saying how many nodes it stopped."""
+    stopped = stop_dev_cluster(cluster)
     if stopped:
         echo(f"stopped {stopped} node(s)")
 

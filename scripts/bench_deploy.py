@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from headwater.benchmarks.cluster import paired_ratios, run_bench
-from headwater.cli_cluster import start_dev_cluster, stop
 from headwater.client import Admin
+from headwater.devcluster import start_dev_cluster, stop_dev_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOTSTRAP = "127.0.0.1:7700,127.0.0.1:7702,127.0.0.1:7704"
@@ -72,7 +72,7 @@ def on_local(topic: str, records: int) -> dict[str, float]:
         try:
             return workload(topic, records)
         finally:
-            stop(cluster)
+            stop_dev_cluster(cluster)
 
 
 def main() -> None:

@@ -32,8 +32,8 @@ from typing import Any, Final
 import click
 from pyspark.sql import functions as f
 
-from headwater.cli_cluster import start_dev_cluster, stop
 from headwater.client import Admin, Producer
+from headwater.devcluster import start_dev_cluster, stop_dev_cluster
 from headwater.errors import HeadwaterError
 from headwater.ports import free_port_block
 from headwater.sparkconnector.session import local_session
@@ -179,7 +179,9 @@ def run_demo(base_port: int, data_dir: Path, rate: int, duration_s: float) -> No
         generator_stop.set()
         if generator is not None:
             generator.join(timeout=30)
-        stop(cluster)
+        stopped = stop_dev_cluster(cluster)
+        if stopped:
+            click.echo(f"stopped {stopped} node(s)")
 
 
 def _report(bootstrap: str) -> None:

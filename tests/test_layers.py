@@ -12,7 +12,8 @@ Folders map to packages (``pyproject.toml``): ``client/`` is ``headwater.client`
   generated stubs;
 - no runtime layer (client, node, raft, log) imports tooling (``TOOLING``: local
   clusters, ports, throwaway certificates, doc generators, chaos, benchmarks);
-- the Spark connector imports no server code and no protobuf: it speaks the client API;
+- the Spark connector imports no server code, no protobuf and no command-line module: it
+  speaks the client API (its demo starts its cluster through the local-cluster harness);
 - the benchmarks (``headwater/benchmarks/``, ``scripts/bench_all.py``) and the local-cluster
   harness (``headwater/devcluster.py``) import no server code and no protobuf either;
 - the node imports no client, no Spark connector and no command-line module (what both
@@ -65,7 +66,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "client": (*SERVER, "headwater.sparkconnector", *COMMANDS, *TOOLING, "pysyncobj", "pyspark"),
     "raft": ("headwater.node", "headwater.client", "headwater.sparkconnector", *COMMANDS, *TOOLING),
     "log": ("headwater.node", "headwater.raft", "headwater.client", *COMMANDS, *TOOLING),
-    "sparkconnector": ("headwater.node", "headwater.raft", "pysyncobj", *PROTOBUF),
+    "sparkconnector": ("headwater.node", "headwater.raft", "pysyncobj", *PROTOBUF, *COMMANDS),
     "node": ("headwater.client", "headwater.sparkconnector", *COMMANDS, *TOOLING, "pyspark"),
     "headwater/benchmarks": ("headwater.node", "headwater.raft", *PROTOBUF),
     "headwater/devcluster.py": (*SERVER, "headwater.sparkconnector", *COMMANDS, *PROTOBUF),
@@ -146,7 +147,9 @@ def test_a_deliberate_violation_is_caught(tmp_path: Path) -> None:
     (tmp_path / "headwater").mkdir()
     (tmp_path / "headwater" / "topics.py").write_text("from headwater.log import batch\n")
     (tmp_path / "sparkconnector").mkdir()
-    (tmp_path / "sparkconnector" / "raw.py").write_text("from headwater.v1 import headwater_pb2\n")
+    (tmp_path / "sparkconnector" / "raw.py").write_text(
+        "from headwater.v1 import headwater_pb2\nfrom headwater.cli_cluster import stop\n"
+    )
     (tmp_path / "headwater" / "devcluster.py").write_text("import grpc_health.v1.health_pb2\n")
     (tmp_path / "headwater" / "tls.py").write_text("from headwater.client import Admin\n")
     (tmp_path / "node").mkdir()
@@ -159,6 +162,8 @@ def test_a_deliberate_violation_is_caught(tmp_path: Path) -> None:
         "client/commands.py imports headwater.cli_cluster",
         "raft/worse.py imports headwater.node.topics",
         "log/bench.py imports headwater.benchmarks.perf",
+        "sparkconnector/raw.py imports headwater.cli_cluster",
+        "sparkconnector/raw.py imports headwater.cli_cluster.stop",
         "sparkconnector/raw.py imports headwater.v1",
         "sparkconnector/raw.py imports headwater.v1.headwater_pb2",
         "node/tooled.py imports headwater.ports",
