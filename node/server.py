@@ -556,17 +556,24 @@ class Node:
         while True:
             image = self.state.image
             broker = image.brokers.get(self.config.node_id)
+            registered = (
+                broker is not None
+                and self.lifecycle is not None
+                and broker.broker_epoch == self.lifecycle.broker_epoch
+                and self.state.reconciled_offset >= image.offset
+            )
+            if registered and self.kafka is not None:
+                # Metadata now names this broker and what it leads: Kafka clients in.
+                self.kafka.open_requests()
             if image.controller_id >= 0 and (
                 not self.config.is_broker
                 or (
-                    broker is not None
+                    registered
+                    and broker is not None
                     and not broker.fenced
                     and not broker.log_dir_problem
                     and self.logs is not None
                     and not self.logs.offline_problem
-                    and self.lifecycle is not None
-                    and broker.broker_epoch == self.lifecycle.broker_epoch
-                    and self.state.reconciled_offset >= image.offset
                 )
             ):
                 break

@@ -251,6 +251,36 @@ def test_a_node_that_auto_creates_topics_creates_what_producers_name(tmp_path: P
         node.stop()
 
 
+def test_a_client_that_connects_while_the_node_starts_is_answered_once_it_can_be(
+    tmp_path: Path,
+) -> None:
+    """The Kafka port is bound before the node has registered as a broker: a client that
+    connects then (librdkafka's AdminClient right after the gRPC port answers) waits and
+    gets a Metadata naming this broker, never an empty broker list (which librdkafka
+    takes as a partial answer and stays without a controller)."""
+    from headwater.node.kafka import protocol
+
+    node = NodeProcess(tmp_path / "data", kafka_port=free_port())
+    node.start(wait=False)
+    try:
+        host, port = kafka(node).rsplit(":", 1)
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            try:
+                sock = socket.create_connection((host, int(port)), timeout=DEADLINE_S)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the Kafka port never accepted"
+                time.sleep(0.01)
+        with sock:
+            answer = _exchange(sock, protocol.METADATA, 12, topics=[])
+        assert [(b.node_id, b.host, b.port) for b in answer.brokers] == [(1, host, int(port))]
+        admin = AdminClient({"bootstrap.servers": kafka(node)})
+        admin.create_topics([NewTopic("early", 2, 1)])["early"].result(DEADLINE_S)
+    finally:
+        node.stop()
+
+
 # kafka-python reads its message schemas with importlib.resources.read_text.
 @pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
 def test_kafka_python_produces_and_consumes(node: NodeProcess) -> None:

@@ -18,6 +18,11 @@ requires. Bounds, each checked before the bytes are used:
   connection, as does one idle for ``IDLE_TIMEOUT_S`` (Kafka's
   ``connections.max.idle.ms``);
 - at most ``CONNECTIONS_MAX`` connections; more are closed at once.
+Requests are read only once the node opens them (``open_requests``: it is a registered
+broker whose metadata has caught up, so Metadata names it and its partitions, as a Kafka
+broker enables request processing only after startup). Until then a connection is
+accepted and waits, for up to ``IDLE_TIMEOUT_S``: a client that connects early is answered
+as soon as the node can answer correctly, never with an empty broker list.
 A request that cannot be decoded closes its connection with one log line (rate-limited
 across connections); an API or version not served is answered with Kafka's
 UNSUPPORTED_VERSION (``protocol.unsupported_answer``). Nothing a connection sends can
@@ -83,6 +88,11 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._closing = False
         self._connections: set[asyncio.Task[None]] = set()
+        self._requests_open = asyncio.Event()
+
+    def open_requests(self) -> None:
+        """Begin reading requests, on every connection open now or later (idempotent)."""
+        self._requests_open.set()
 
     async def start(self, host: str, port: int) -> int:
         """Bind ``host:port``; the port bound (``port`` 0: a free one)."""
@@ -130,6 +140,7 @@ class KafkaListener:
         answers: asyncio.Queue[Awaitable[bytes | None] | None] = asyncio.Queue(IN_FLIGHT_MAX)
         sending = asyncio.ensure_future(_send_in_order(answers, writer))
         try:
+            await asyncio.wait_for(self._requests_open.wait(), IDLE_TIMEOUT_S)
             await self._read_requests(reader, writer, answers, host)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass
