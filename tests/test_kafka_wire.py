@@ -322,6 +322,22 @@ def test_librdkafkas_metadata_for_every_topic_decodes() -> None:
     assert request.body.topics is None
 
 
+def test_tagged_fields_a_schema_does_not_know_are_skipped() -> None:
+    """A newer client may add tagged fields anywhere a message is flexible; Kafka's
+    protocol says a reader skips those it does not know. Here: two in the header, one in
+    a topic of a Metadata v12 and one after its body, each with bytes of its own."""
+    unknown = bytes([7, 3]) + b"new"  # tag 7, 3 bytes
+    header = struct.pack(">hhih", 3, 12, 5, 1) + b"c" + bytes([2]) + unknown + bytes([9, 0])
+    topic = bytes(16) + bytes([2]) + b"t" + bytes([1]) + unknown
+    body = bytes([2]) + topic + b"\0\0" + bytes([1]) + bytes([30, 1, 0xFF])
+    request = protocol.decode_request(header + body)
+    assert (request.api_key, request.api_version, request.correlation_id) == (3, 12, 5)
+    assert request.client_id == "c"
+    assert [t.name for t in request.body.topics] == ["t"]
+    with pytest.raises(protocol.MalformedRequestError, match="tagged field"):
+        protocol.decode_request(header + body[:-1])  # the last one's bytes cut short
+
+
 def test_a_produce_of_many_tiny_entries_is_refused_before_it_is_decoded() -> None:
     """A million one-partition entries in 9 MB would take seconds to decode: the walk of
     its lengths refuses it at once."""

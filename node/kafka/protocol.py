@@ -10,7 +10,9 @@ the ones generated from Kafka's own JSON schemas by ``kio``; this module picks t
 one for each API key and version, and checks that a body decodes within its frame
 (bytes after it are ignored, as Kafka ignores them). Before kio's reader (native code,
 which sizes its buffers from the counts a message states) sees a message, ``check_shape``
-walks it by its lengths and counts, each checked against the bytes left.
+walks it by its lengths and counts, each checked against the bytes left. A tagged field
+this schema does not know (a newer client's) is skipped, as Kafka's protocol requires:
+the walk notes it, and the frame kio reads is the request without it.
 
 ``SUPPORTED_VERSIONS`` is exactly what the broker answers (ApiVersions lists it). A
 request for another version of a listed API, or for an API Kafka defines and this broker
@@ -225,11 +227,23 @@ _VARINT_BYTES_MAX: Final = 5
 
 class _Shape:
     """Walks a request by its schema, reading only lengths and counts, each checked
-    against the bytes left: ``check_shape``."""
+    against the bytes left: ``check_shape``. ``unknown_tags``: (start, end, replacement)
+    of each byte range to change so that the tagged fields the schema does not know are
+    gone (a section's count rewritten, each unknown field removed)."""
 
     def __init__(self, frame: bytes | memoryview) -> None:
         self.frame = memoryview(frame)
         self.position = 0
+        self.unknown_tags: list[tuple[int, int, bytes]] = []
+
+    def without_unknown_tags(self) -> bytes:
+        """The frame with every unknown tagged field taken out (``unknown_tags``)."""
+        pieces, copied = [], 0
+        for start, end, replacement in sorted(self.unknown_tags):
+            pieces += [self.frame[copied:start], replacement]
+            copied = end
+        pieces.append(self.frame[copied:])
+        return b"".join(pieces)
 
     def fail(self, what: str) -> MalformedRequestError:
         return MalformedRequestError(
@@ -291,10 +305,14 @@ class _Shape:
                 self.field(field, flexible, header and field.name == "client_id")
         if not flexible:
             return
+        count_start = self.position
         number = self.uvarint(f"{schema.__name__}'s tagged fields")
+        count_end = self.position
         if number > len(self.frame) - self.position:
             raise self.fail(f"{number} tagged fields")
+        unknown = 0
         for _ in range(number):
+            field_start = self.position
             tag_number = self.uvarint("a tag")
             size = self.uvarint("a tagged field's size")
             end = self.take(size, "a tagged field") + size
@@ -303,6 +321,12 @@ class _Shape:
                 inner = _Shape(self.frame[:end])
                 inner.position = end - size
                 inner.field(known, True, False)
+                self.unknown_tags += inner.unknown_tags
+            else:
+                unknown += 1
+                self.unknown_tags.append((field_start, end, b""))
+        if unknown:
+            self.unknown_tags.append((count_start, count_end, _uvarint(number - unknown)))
 
     def field(self, field: dataclasses.Field[Any], flexible: bool, legacy_string: bool) -> None:
         kind = classify_field(field)
@@ -318,6 +342,15 @@ class _Shape:
                     self.primitive(get_schema_field_type(field), flexible, what, False)
                 else:
                     self.entity(kind.type_)
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def check_shape(schema: type[Any], frame: bytes | memoryview, position: int) -> int:
@@ -343,7 +376,11 @@ def decode_request(frame: bytes | memoryview) -> Request:
             f"api key {fixed.api_key} version {fixed.api_version} is not served"
         )
     schema = load_request_schema(fixed.api_key, fixed.api_version)
-    check_shape(schema, frame, check_shape(schema.__header_schema__, frame, 0))
+    shape = _Shape(frame)
+    shape.entity(schema.__header_schema__)
+    shape.entity(schema)
+    if shape.unknown_tags:
+        frame = shape.without_unknown_tags()
     try:
         header, used = reader_of(schema.__header_schema__)(frame, 0)
         body, _ = reader_of(schema)(frame, used)
