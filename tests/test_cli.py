@@ -426,6 +426,18 @@ def test_the_command_loads_the_benchmarks_and_spark_only_for_bench() -> None:
         assert b"  " + command + b" " in listed.stdout, command
 
 
+def test_bench_kafka_reports_every_path_beside_grpc() -> None:
+    """A small run of the Kafka bench on its own node: each path read back every record
+    (the bench raises otherwise) and reported a rate, the node's CPU and the ratios."""
+    done = run_cli("bench", "kafka", "--records", "2000", "--rounds", "1", "--json", timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    (figures,) = result["rounds"]
+    for path in ("kafka_produce", "grpc_produce", "kafka_consume", "grpc_consume"):
+        assert figures[f"{path}_rps"] > 0 and figures[f"{path}_node_us"] >= 0, path
+    assert result["produce_kafka_over_grpc"] > 0 and result["consume_kafka_over_grpc"] > 0
+
+
 def test_bench_kafka_storage_measures_each_codec() -> None:
     done = subprocess.run(
         [

@@ -8,7 +8,10 @@ Each round, in this order, on a fresh topic of ``--partitions`` partitions:
 - **librdkafka produce** (confluent-kafka, its default batching, ``--acks``): RECORDS
   values of ``--record-size`` bytes, from the first ``produce`` to the end of ``flush``,
   failed deliveries reported (``delivery.report.only.error``: a Python callback for
-  every record acknowledged would cost the client a third of its time);
+  every record acknowledged would cost the client a third of its time), through the
+  producer's ``on_delivery`` setting rather than one per ``produce`` call, with ``poll``
+  every ``POLL_EVERY`` records (a callback object per record and a ``poll`` per record
+  cost the client 0.6 µs of CPU a record, 1.7 µs against 1.1);
 - **gRPC produce**: the same records with the project's client, per-record ``send``
   (its default batching, the same acks);
 - **librdkafka consume**: every record from the earliest offset, by assignment, with
@@ -51,6 +54,7 @@ from headwater.ports import free_port
 
 DEADLINE_S: Final = 300.0
 FETCH_QUEUE_BACKOFF_MS: Final = 10
+POLL_EVERY: Final = 1000
 
 
 def kcat_consume(servers: str, topic: str, count: int) -> float | None:
@@ -95,23 +99,30 @@ def kafka_produce(servers: str, topic: str, values: list[bytes], acks: str) -> f
     """Seconds librdkafka takes to produce and flush ``values``."""
     ck = _require_kafka_clients()
     failed: list[object] = []
-    producer = ck.Producer(
-        {"bootstrap.servers": servers, "acks": acks, "delivery.report.only.error": True}
-    )
 
     def report(error: object, _message: object) -> None:
         if error is not None:
             failed.append(error)
 
+    producer = ck.Producer(
+        {
+            "bootstrap.servers": servers,
+            "acks": acks,
+            "delivery.report.only.error": True,
+            "on_delivery": report,
+        }
+    )
+    produce, poll = producer.produce, producer.poll
     began = time.perf_counter()
-    for value in values:
+    for n, value in enumerate(values, 1):
         while True:
             try:
-                producer.produce(topic, value=value, on_delivery=report)
+                produce(topic, value)
                 break
             except BufferError:  # its queue is full: let deliveries drain it
-                producer.poll(0.001)
-        producer.poll(0)
+                poll(0.001)
+        if not n % POLL_EVERY:
+            poll(0)
     if producer.flush(DEADLINE_S) != 0 or failed:
         raise HeadwaterError(
             ErrorCode.REQUEST_TIMED_OUT, f"librdkafka did not deliver every record: {failed[:3]}"
