@@ -24,7 +24,10 @@ What is the project's code and what is the simulation's:
 
 Faults: crash and restart (the log and the high watermark checkpoint survive, as after
 fsync), pause (a paused node keeps its inbox and answers everything late when resumed),
-network partitions between any nodes and the controller, message loss and delay.
+network partitions between any nodes and the controller, message loss and delay; and, at
+the start of each seeded run, a schedule of partitions that leaves two replicas with
+tails of different leader epochs, each without the other's (``diverge_epochs``), which
+random faults reach too rarely to test the truncation rule's KIP-279 case.
 
 Invariants, checked after every step (``check``) and at the end (``check_final``):
 
@@ -657,6 +660,7 @@ class Metrics:
     crashes: int = 0
     pauses: int = 0
     partitions: int = 0
+    diverged: int = 0
 
 
 class Simulation:
@@ -757,6 +761,58 @@ class Simulation:
             self.isolate(node_id, self.rng.sample(others, self.rng.randint(1, 2)))
         else:
             self.network.loss = self.rng.choice((0.05, 0.2))
+
+    def diverge_epochs(self, index: int = 0) -> bool:
+        """A fault schedule that leaves two replicas with uncommitted tails of different
+        leader epochs, each without the other's epoch (the case KIP-279 amended KIP-101
+        for), then heals: the follower must truncate to where its own older epoch ends,
+        not to where the leader's older epoch ends, or the replicas differ below the high
+        watermark (invariant 2). With replicas ``[F, M, L]`` in election order and F
+        leading: F is deposed and M leads at a new epoch X, M cut off from the client
+        until F has caught up and rejoined the ISR; F is then cut off from M, so M's
+        records at X reach L only; M is deposed and F, first in the ISR, leads at Y with
+        L cut off from it, taking records L never sees; F is deposed and L, the one left
+        in the ISR, leads at Z. F asks L where Y ends; L answers with X, an epoch F never
+        had. True when the schedule ran to its end; False when the cluster took another
+        turn (the faults are cleared either way)."""
+
+        def state() -> Any:
+            return self.controller.image.topics[TOPIC].partitions[index]
+
+        def log_end(node_id: int) -> int:
+            broker = self.brokers[node_id]
+            replica = broker.partitions.get((TOPIC, index)) if broker is not None else None
+            return replica.log.log_end_offset if replica is not None else -1
+
+        def reached(condition: Any, steps: int = 1500) -> bool:
+            for _ in range(steps):
+                if condition():
+                    return True
+                self.step()
+            return False
+
+        first, second, third = state().replicas
+        ran = False
+        if state().leader == first and len(state().isr) == 3:
+            self.isolate(first, [CONTROLLER])
+            if reached(lambda: state().leader == second):
+                self.network.cut.clear()
+                self.isolate(second, [CLIENT])
+                if reached(lambda: first in state().isr, 3000):
+                    self.network.cut.clear()
+                    self.isolate(first, [second])
+                    start = log_end(second)
+                    if reached(lambda: log_end(third) > start):
+                        self.isolate(second, [CONTROLLER, third])
+                        self.isolate(third, [first])
+                        if reached(lambda: state().leader == first):
+                            start = log_end(first)
+                            if reached(lambda: log_end(first) > start):
+                                self.isolate(first, [CONTROLLER])
+                                ran = reached(lambda: state().leader == third)
+        self.network.cut.clear()
+        self.metrics.diverged += ran
+        return ran
 
     # ------------------------------------------------------------------ running
 
@@ -926,9 +982,14 @@ def values_of(log: MemoryLog) -> list[bytes | None]:
     return values
 
 
-def run_seed(seed: int, steps: int, root: Path | None = None) -> Simulation:
-    """One seeded run: faults every 100 steps, then heal, settle and check."""
+def run_seed(seed: int, steps: int, root: Path | None = None, diverge: bool = True) -> Simulation:
+    """One seeded run: the schedule that diverges leader epochs (``diverge_epochs``,
+    unless ``diverge`` is false), then random faults every 100 steps, then heal, settle
+    and check."""
     sim = Simulation(seed, root=root)
+    if diverge:
+        sim.run(300, fault_every=0)
+        sim.diverge_epochs()
     sim.run(steps)
     sim.settle()
     sim.check_final()
@@ -949,7 +1010,8 @@ def main() -> None:
             print(
                 f"seed {seed}: {m.steps} steps, {len(sim.client.acknowledged)} acknowledged of "
                 f"{sim.client.sent} sent, {m.crashes} crashes, {m.pauses} pauses, "
-                f"{m.partitions} partitions, {len(sim.refusals)} refused truncations: ok",
+                f"{m.partitions} partitions, {m.diverged} diverged epochs, "
+                f"{len(sim.refusals)} refused truncations: ok",
                 flush=True,
             )
     sys.exit(0)

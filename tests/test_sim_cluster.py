@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
+from headwater.node import replication
 from headwater.node.partition import Partition
 from tests import sim_cluster
 from tests.sim_cluster import TOPIC, InvariantError, Simulation, run_seed
 
 SEEDS = range(1, 9)
-STEPS = 3000  # 30 s of virtual time each, a fault or repair every second
+STEPS = 1500  # 15 s of random faults, a fault or repair every second, after the schedule
 
 
 @pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed={s}")
@@ -24,6 +25,7 @@ def test_seeded_random_faults_keep_every_promise(seed: int, tmp_path: Path) -> N
     sim = run_seed(seed, STEPS, tmp_path)
     assert sim.client.acknowledged, f"seed {seed}: nothing was acknowledged"
     assert sim.metrics.crashes + sim.metrics.pauses + sim.metrics.partitions > 0
+    assert sim.metrics.diverged == 1, f"seed {seed}: the diverging-epochs schedule did not run"
 
 
 def test_a_run_is_replayed_exactly_from_its_seed(tmp_path: Path) -> None:
@@ -57,12 +59,42 @@ def test_the_checker_catches_an_acknowledgement_before_replication(
     caught = []
     for seed in SEEDS:
         try:
-            run_seed(seed, STEPS, tmp_path / str(seed))
+            run_seed(seed, 2 * STEPS, tmp_path / str(seed), diverge=False)
         except InvariantError as lost:
             caught.append(str(lost))
     # Not every fault schedule happens to crash a leader with an unreplicated tail; most do.
     assert len(caught) >= len(SEEDS) // 2, caught
     assert all("is lost" in message for message in caught), caught
+
+
+def test_the_search_catches_truncation_to_the_leaders_end_of_an_epoch_never_had(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checks can fail on the truncation rule itself: with KIP-101's rule as it was
+    before KIP-279 (a follower answered with an epoch it never had cuts to where that
+    epoch ends in the leader's log, keeping its own tail of a newer epoch at offsets the
+    leader filled differently), each seed's diverging-epochs schedule leaves replicas
+    that differ below the high watermark, and the check says so (``make sim`` runs the
+    schedule on every seed)."""
+
+    def before_kip_279(
+        own_end_offset_for: Callable[[int], tuple[int, int]],
+        log_end_offset: int,
+        high_watermark: int,
+        leader_epoch: int,
+        leader_end_offset: int,
+    ) -> replication.TruncationStep:
+        if leader_end_offset < 0 or leader_epoch < 0:
+            return replication.TruncationStep(min(high_watermark, log_end_offset), True)
+        own_epoch, own_end = own_end_offset_for(leader_epoch)
+        if own_epoch != leader_epoch:
+            return replication.TruncationStep(min(leader_end_offset, log_end_offset), True)
+        return replication.TruncationStep(min(own_end, leader_end_offset, log_end_offset), True)
+
+    monkeypatch.setattr(replication, "truncation_step", before_kip_279)
+    for seed in SEEDS[:3]:
+        with pytest.raises(InvariantError, match="differs between nodes"):
+            run_seed(seed, STEPS, tmp_path / str(seed))
 
 
 def test_a_paused_leader_is_replaced_and_nothing_acknowledged_is_lost(tmp_path: Path) -> None:
