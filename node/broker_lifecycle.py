@@ -8,18 +8,10 @@ or replaced the registration) makes it register again. Calls go to the controlle
 by the metadata image; while none is known, or the named one does not answer, the broker
 retries after a short pause.
 
-Leadership lease: a broker may act as a partition leader only within
-``leadership_lease_s(config)`` of sending a heartbeat that the controller answered
-unfenced. Why that is safe: a controller answers only while it is the Raft leader and its
-loop has not stalled, so its answer at time ``a`` means a majority heard from it at or
-after ``a - controller_staleness_ms_max`` (the Raft leader fallback). No other controller
-is elected before that majority's election timeout runs out, and a new controller gives
-every broker a full session (the replaced controller's broker one election timeout less,
-which its silence already covers) before fencing it. So the broker cannot be fenced, nor
-another replica elected in its place, before ``send time + session - staleness``, when
-the lease has already ended. A leader that was paused, or cut off from the controller, stops
-serving as leader (produce, replica fetch, OffsetForLeaderEpoch) once its lease runs out,
-before it could learn from the metadata that it was deposed.
+What the answers mean, the broker epoch and the leadership lease (a broker may act as a
+partition leader only within ``leadership_lease_s(config)`` of sending a heartbeat the
+controller answered unfenced, and why that is safe), is ``headwater.node.broker_session``:
+this loop makes the calls and hands each answer to its ``BrokerSession``.
 
 Log directory: heartbeats carry ``log_dir_problem`` (non-empty while the data folder is
 offline, see ``headwater.node.log_manager``); ``report_log_dir`` sets it and sends a
@@ -44,8 +36,8 @@ import grpc
 
 from headwater.config import NodeConfig
 from headwater.errors import ErrorCode
+from headwater.node.broker_session import BrokerSession, leadership_lease_s
 from headwater.node.cluster_state import ClusterState
-from headwater.node.controller import controller_staleness_ms_max
 from headwater.node.peers import Peers, peer_error
 from headwater.node.tasks import cancel_and_wait
 from headwater.raft.image import MetadataImage, apply
@@ -57,13 +49,8 @@ CALL_TIMEOUT_S: Final = 2.0
 _log = logging.getLogger(__name__)
 
 
-def leadership_lease_s(config: NodeConfig) -> float:
-    """How long after sending an answered heartbeat a broker may act as leader (see the
-    module doc): the session timeout less the longest a controller can go on answering
-    after it lost its quorum (``controller_staleness_ms_max``), and at least a third of
-    the session timeout when the election timeout is set unusually long."""
-    session_ms = config.broker_session_timeout_ms
-    return max(session_ms - controller_staleness_ms_max(config), session_ms // 3) / 1000
+def _now_ms() -> float:
+    return asyncio.get_running_loop().time() * 1000
 
 
 class BrokerLifecycle:
@@ -84,18 +71,20 @@ class BrokerLifecycle:
         ("": no Kafka listener). Set before ``start``: it is sent when the broker
         registers."""
         self.incarnation_id = uuid.uuid4().hex
-        self.broker_epoch = -1
-        self.fenced = True
+        self.session = BrokerSession(leadership_lease_s(config) * 1000)
         self._task: asyncio.Task[None] | None = None
-        self._lease_s = leadership_lease_s(config)
-        self._lease_until = 0.0  # event-loop time
         self.log_dir_problem = ""
         """Sent with every heartbeat: why the data folder is offline ("" when online)."""
         self._wake = asyncio.Event()
 
+    @property
+    def broker_epoch(self) -> int:
+        """This process's broker epoch (-1 until registered)."""
+        return self.session.broker_epoch
+
     def lease_valid(self) -> bool:
-        """Does this broker hold a leadership lease now (see the module doc)?"""
-        return asyncio.get_running_loop().time() < self._lease_until
+        """Does this broker hold a leadership lease now (``BrokerSession``)?"""
+        return self.session.lease_valid(_now_ms())
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -124,7 +113,7 @@ class BrokerLifecycle:
                 continue
             self._wake.clear()  # a report from now on is sent by this call or the next
             try:
-                if self.broker_epoch < 0:
+                if not self.session.registered:
                     await self._register(address)
                     continue  # heartbeat at once: the first one unfences the broker
                 await self._heartbeat(address, want_shutdown=False)
@@ -132,8 +121,7 @@ class BrokerLifecycle:
                 problem = peer_error(error, address)
                 if problem.code is ErrorCode.STALE_BROKER_EPOCH:
                     _log.info("broker epoch %d is stale; registering again", self.broker_epoch)
-                    self.broker_epoch = -1
-                    self._lease_until = 0.0
+                    self.session.stale()
                 else:
                     _log.debug("controller call failed: %s", problem)
                 await asyncio.sleep(RETRY_S)
@@ -154,38 +142,31 @@ class BrokerLifecycle:
             ),
             timeout=CALL_TIMEOUT_S,
         )
-        self.broker_epoch = response.broker_epoch
+        self.session.registered_as(response.broker_epoch)
         _log.info("registered as broker %d, epoch %d", self.config.node_id, self.broker_epoch)
 
     async def _heartbeat(self, address: str, want_shutdown: bool) -> pb.BrokerHeartbeatResponse:
-        sent_at = asyncio.get_running_loop().time()
-        broker_epoch = self.broker_epoch
+        heartbeat = self.session.heartbeat(_now_ms())
         response: pb.BrokerHeartbeatResponse = await self.peers.controller(address).BrokerHeartbeat(
             pb.BrokerHeartbeatRequest(
                 node_id=self.config.node_id,
-                broker_epoch=self.broker_epoch,
+                broker_epoch=heartbeat.broker_epoch,
                 want_shutdown=want_shutdown,
                 log_dir_problem=self.log_dir_problem,
             ),
             timeout=CALL_TIMEOUT_S,
         )
-        if self.fenced != response.fenced and not want_shutdown:
+        if self.session.answered(heartbeat, response.fenced, want_shutdown) and not want_shutdown:
             _log.info(
                 "broker %d is %s", self.config.node_id, "fenced" if response.fenced else "unfenced"
             )
-        self.fenced = response.fenced
-        if broker_epoch == self.broker_epoch and (want_shutdown or not response.fenced):
-            # A broker shutting down keeps leading what cannot move until it stops.
-            self._lease_until = max(self._lease_until, sent_at + self._lease_s)
-        elif response.fenced:
-            self._lease_until = 0.0
         return response
 
     async def controlled_shutdown(self) -> bool:
         """Ask the controller to move leadership away; True once it has (False on timeout
         or when no controller answers)."""
         await self.stop()
-        if self.broker_epoch < 0:
+        if not self.session.registered:
             return False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.controlled_shutdown_timeout_ms / 1000

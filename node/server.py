@@ -451,12 +451,7 @@ class Node:
         the image (or its lease runs out first)."""
         if self.lifecycle is None or not self._reconciled_ready:
             return False
-        broker = self.state.image.brokers.get(self.config.node_id)
-        return (
-            broker is not None
-            and not broker.fenced
-            and broker.broker_epoch == self.lifecycle.broker_epoch
-        )
+        return self.lifecycle.session.leadership_allowed(self.state.image, self.config.node_id)
 
     def _quorum_status(self) -> tuple[int, int]:
         if self.quorum is None:

@@ -13,8 +13,9 @@ What is the project's code and what is the simulation's:
   (``node.replica_service._leader_partition``); the follower's truncation exchange, its
   rule, rounds and checks (``node.follower_truncation.FollowerTruncation``); the ISR
   proposals and the handling of their
-  answers (``node.isr_proposals.IsrProposals``); the leadership lease
-  (``node.broker_lifecycle.leadership_lease_s``) and the node defaults (``NodeConfig``).
+  answers (``node.isr_proposals.IsrProposals``); the registration, heartbeat answers and
+  leadership lease (``node.broker_session.BrokerSession``) and the node defaults
+  (``NodeConfig``).
 - **Simulated**: the transport (each call is a message with a delivery time; a reply is a
   message back; a call with no reply within ``CALL_TIMEOUT_MS`` failed with an unknown
   outcome), the loops that make the calls (heartbeats, metadata, follower fetches, ISR
@@ -58,7 +59,7 @@ from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
-from headwater.node.broker_lifecycle import leadership_lease_s
+from headwater.node.broker_session import BrokerSession, leadership_lease_s
 from headwater.node.follower_truncation import FollowerTruncation
 from headwater.node.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
 from headwater.node.partition import Partition
@@ -284,8 +285,7 @@ class Broker(Endpoint):
         self.incarnation = f"{node_id}.{incarnation}"
         self.image = MetadataImage()
         self.image_batches = 0
-        self.broker_epoch = -1
-        self.lease_until_ms = 0
+        self.session = BrokerSession(LEASE_MS)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.following: dict[tuple[str, int], Following] = {}
         self.isr = IsrProposals(node_id, CONFIG.replica_lag_ms_max)
@@ -304,13 +304,12 @@ class Broker(Endpoint):
     def leadership_allowed(self) -> bool:
         """This process's registration unfenced in the node's image, as
         ``NodeServer._leadership_allowed``: what roles are taken with."""
-        broker = self.image.brokers.get(self.id)
-        return broker is not None and not broker.fenced and broker.broker_epoch == self.broker_epoch
+        return self.session.leadership_allowed(self.image, self.id)
 
     def may_lead(self) -> bool:
         """Leadership allowed and the lease held, as ``NodeServer.may_lead``: what serving
         as a leader (produce, replica fetches, epoch queries) and ISR changes need."""
-        return self.leadership_allowed() and self.sim.now_ms < self.lease_until_ms
+        return self.leadership_allowed() and self.session.lease_valid(self.sim.now_ms)
 
     def reconcile(self) -> None:
         """Host the partitions the image assigns here and take their roles, as
@@ -391,36 +390,30 @@ class Broker(Endpoint):
 
     def _heartbeat(self) -> None:
         self.heartbeat_in_call = True
-        sent_at = self.sim.now_ms
-        if self.broker_epoch < 0:
+        if not self.session.registered:
 
             def registered(value: Any, error: HeadwaterError | None) -> None:
                 self.heartbeat_in_call = False
                 if error is None:
-                    self.broker_epoch = value  # heartbeat at once: it unfences
+                    self.session.registered_as(value)  # heartbeat at once: it unfences
                 else:
                     self.next_heartbeat_ms = self.sim.now_ms + 100
 
             self.call(CONTROLLER, "register", registered, incarnation=self.incarnation)
             return
-        epoch = self.broker_epoch
+        heartbeat = self.session.heartbeat(self.sim.now_ms)
 
         def answered(value: Any, error: HeadwaterError | None) -> None:
             self.heartbeat_in_call = False
             self.next_heartbeat_ms = self.sim.now_ms + (
                 CONFIG.broker_heartbeat_interval_ms if error is None else 100
             )
-            if error is not None:
-                if error.code is ErrorCode.STALE_BROKER_EPOCH:
-                    self.broker_epoch = -1
-                    self.lease_until_ms = 0
-                return
-            if epoch == self.broker_epoch and not value.fenced:
-                self.lease_until_ms = max(self.lease_until_ms, sent_at + LEASE_MS)
-            elif value.fenced:
-                self.lease_until_ms = 0
+            if error is None:
+                self.session.answered(heartbeat, value.fenced)
+            elif error.code is ErrorCode.STALE_BROKER_EPOCH:
+                self.session.stale()
 
-        self.call(CONTROLLER, "heartbeat", answered, broker_epoch=epoch)
+        self.call(CONTROLLER, "heartbeat", answered, broker_epoch=heartbeat.broker_epoch)
 
     def _on_metadata(self, batches: Any, error: HeadwaterError | None) -> None:
         self.metadata_in_call = False
@@ -443,7 +436,7 @@ class Broker(Endpoint):
             CONTROLLER,
             "alter",
             answered,
-            broker_epoch=self.broker_epoch,
+            broker_epoch=self.session.broker_epoch,
             topic_id=request.partition.topic_id,
             partition=request.partition.index,
             leader_epoch=made_at.leader_epoch,
@@ -529,7 +522,7 @@ class Broker(Endpoint):
             topic=key[0],
             partition=key[1],
             leader_epoch=entry.leader_epoch,
-            broker_epoch=self.broker_epoch,
+            broker_epoch=self.session.broker_epoch,
             fetch_offset=offset,
         )
 

@@ -36,6 +36,7 @@ PURE_MODULES = [
     "raft/image.py",
     "raft/decisions.py",
     "node/replication.py",
+    "node/broker_session.py",
     "node/groups/records.py",
     "node/groups/image.py",
     "node/groups/assignors.py",
