@@ -238,7 +238,8 @@ class _Shape:
 
     def without_unknown_tags(self) -> bytes:
         """The frame with every unknown tagged field taken out (``unknown_tags``)."""
-        pieces, copied = [], 0
+        pieces: list[bytes | memoryview] = []
+        copied = 0
         for start, end, replacement in sorted(self.unknown_tags):
             pieces += [self.frame[copied:start], replacement]
             copied = end
