@@ -23,7 +23,7 @@ import grpc
 
 from headwater.cancellation import task_is_stopping
 from headwater.errors import ErrorCode, HeadwaterError
-from headwater.node.follower_truncation import FollowerTruncation
+from headwater.node.following import Following
 from headwater.node.log_manager import now_ms
 from headwater.node.partition import Partition
 from headwater.node.peers import peer_error
@@ -46,10 +46,18 @@ _log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _Following:
-    partition: Partition
-    leader_epoch: int
-    ready: bool = False  # truncated and in the session
+    """A followed partition's steps (``Following``) and when to try it again."""
+
+    steps: Following
     retry_at: float = 0.0
+
+    @property
+    def partition(self) -> Partition:
+        return self.steps.partition
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.steps.leader_epoch
 
 
 @dataclass(slots=True)
@@ -86,7 +94,7 @@ class LeaderFetcher:
             and current.leader_epoch == leader_epoch
         ):
             return
-        self.following[key] = _Following(partition, leader_epoch)
+        self.following[key] = _Following(Following(partition, self.leader_id, leader_epoch))
         self.removed.discard(key)
         self.changed.set()
 
@@ -122,7 +130,7 @@ class LeaderFetcher:
                 # A fetcher must outlive any one failure, or its partitions stop replicating.
                 _log.exception("replica fetch from node %d failed", self.leader_id)
             for entry in self.following.values():
-                entry.ready = False
+                entry.steps.truncate_again()
             await asyncio.sleep(RETRY_S)
 
     async def _session(self) -> None:
@@ -191,7 +199,7 @@ class LeaderFetcher:
         waiting = [
             (key, entry)
             for key, entry in self.following.items()
-            if not entry.ready and loop.time() >= entry.retry_at
+            if not entry.steps.ready and loop.time() >= entry.retry_at
         ]
         if not waiting:
             return []
@@ -213,7 +221,6 @@ class LeaderFetcher:
                 raise outcome
             if self.following.get(key) is not entry:
                 continue  # unfollowed or re-followed meanwhile
-            entry.ready = True
             positions.append(self._position(entry))
         return positions
 
@@ -222,21 +229,22 @@ class LeaderFetcher:
             topic=entry.partition.topic,
             partition=entry.partition.index,
             leader_epoch=entry.leader_epoch,
-            fetch_offset=entry.partition.log.log_end_offset,
+            fetch_offset=entry.steps.fetch_offset,
         )
 
     async def _truncate(self, entry: _Following) -> None:
         """Cut the replica's log to where it agrees with the leader's: the rounds of
-        ``FollowerTruncation`` (``headwater.node.follower_truncation``, which states the
-        rules and invariants), each question sent as an OffsetForLeaderEpoch. Each answer
-        is acted on only after ``_check_current`` confirms, on the loop and after the
-        await that brought it, that this fetcher still follows the partition with this
-        entry."""
+        ``Following`` (``headwater.node.following`` and ``follower_truncation``, which
+        state the rules and invariants), each question sent as an OffsetForLeaderEpoch.
+        Each answer is acted on only after ``_check_current`` confirms, on the loop and
+        after the await that brought it, that this fetcher still follows the partition
+        with this entry."""
         partition = entry.partition
         key = (partition.topic, partition.index)
-        truncation = FollowerTruncation(partition, self.leader_id, entry.leader_epoch)
+        steps = entry.steps
+        steps.begin_truncation()
         while True:
-            asked = truncation.question()
+            asked = steps.question()
             response = await self.manager.peers.replica(self.address).OffsetForLeaderEpoch(
                 pb.OffsetForLeaderEpochRequest(
                     topic=partition.topic,
@@ -248,7 +256,7 @@ class LeaderFetcher:
                 timeout=CALL_TIMEOUT_S,
             )
             self._check_current(key, entry)
-            cut = truncation.answer(
+            cut = steps.answer(
                 response.leader_epoch, response.end_offset, response.log_start_offset, now_ms()
             )
             if cut.after < cut.before:
@@ -289,20 +297,15 @@ class LeaderFetcher:
             if entry is None:
                 continue
             partition = entry.partition
-            if not entry.ready:
-                continue  # sent for an earlier epoch; this one truncates first
-            try:
-                self._check_current(key, entry)
-            except HeadwaterError as error:
-                _log.debug("%s", error)
-                continue
-            if data.error_code != pb.NONE:
-                _log.debug(
-                    "%s-%d from node %d: %s", key[0], key[1], self.leader_id, data.error_message
-                )
-                entry.ready = False
-                entry.retry_at = loop.time() + RETRY_S
-                continue
+            failed = data.error_code != pb.NONE
+            was_ready = entry.steps.ready
+            if not entry.steps.fetch_answered(failed):
+                if was_ready and not entry.steps.ready:  # failed: back to truncation
+                    _log.debug(
+                        "%s-%d from node %d: %s", key[0], key[1], self.leader_id, data.error_message
+                    )
+                    entry.retry_at = loop.time() + RETRY_S
+                continue  # or sent for an earlier leadership, or no longer followed
             records = data.records  # each read of a bytes field copies it
             if records:
                 try:
@@ -318,10 +321,10 @@ class LeaderFetcher:
                         self.leader_id,
                         error,
                     )
-                    entry.ready = False
+                    entry.steps.truncate_again()
                     entry.retry_at = loop.time() + RETRY_S
                     self.removed.add(key)
                     continue
                 moved.append(self._position(entry))
-            partition.follower_high_watermark(data.high_watermark)
+            entry.steps.appended(data.high_watermark)
         return moved

@@ -10,10 +10,10 @@ What is the project's code and what is the simulation's:
   ``log.memory_log.MemoryLog`` (roles, leader epochs, the high watermark and its
   checkpoint, follower progress, the follower's fencing check, the refusal to truncate
   below the high watermark); the leader's check of a replica fetch
-  (``node.replica_service._leader_partition``); the follower's truncation exchange, its
-  rule, rounds and checks (``node.follower_truncation.FollowerTruncation``); the ISR
-  proposals and the handling of their
-  answers (``node.isr_proposals.IsrProposals``); the registration, heartbeat answers and
+  (``node.replica_service._leader_partition``); the follower's steps, its truncation
+  exchange (rule, rounds, checks) and what it does with each fetch answer
+  (``node.following.Following``); the ISR proposals and the handling of their answers
+  (``node.isr_proposals.IsrProposals``); the registration, heartbeat answers and
   leadership lease (``node.broker_session.BrokerSession``) and the node defaults
   (``NodeConfig``).
 - **Simulated**: the transport (each call is a message with a delivery time; a reply is a
@@ -60,7 +60,7 @@ from headwater.log import batch as batch_format
 from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
 from headwater.node.broker_session import BrokerSession, leadership_lease_s
-from headwater.node.follower_truncation import FollowerTruncation
+from headwater.node.following import Following
 from headwater.node.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
 from headwater.node.partition import Partition
 from headwater.node.replica_service import _leader_partition
@@ -269,13 +269,13 @@ class Disk:
 
 
 @dataclass
-class Following:
-    leader: int
-    leader_epoch: int
-    ready: bool = False  # truncated to agreement with this leader
+class Fetching:
+    """A followed partition: the node's own steps (``node.following.Following``) and the
+    simulated call in flight."""
+
+    steps: Following
     in_call: bool = False
     next_fetch_ms: int = 0
-    truncation: FollowerTruncation | None = None  # the exchange under way, if any
 
 
 class Broker(Endpoint):
@@ -287,7 +287,7 @@ class Broker(Endpoint):
         self.image_batches = 0
         self.session = BrokerSession(LEASE_MS)
         self.partitions: dict[tuple[str, int], Partition] = {}
-        self.following: dict[tuple[str, int], Following] = {}
+        self.following: dict[tuple[str, int], Fetching] = {}
         self.isr = IsrProposals(node_id, CONFIG.replica_lag_ms_max)
         self.next_heartbeat_ms = 0
         self.heartbeat_in_call = False
@@ -357,11 +357,11 @@ class Broker(Endpoint):
             self.following.pop(key, None)
             return
         current = self.following.get(key)
-        if current is None or (current.leader, current.leader_epoch) != (
+        if current is None or (current.steps.leader_id, current.steps.leader_epoch) != (
             state.leader,
             state.leader_epoch,
         ):
-            self.following[key] = Following(state.leader, state.leader_epoch)
+            self.following[key] = Fetching(Following(partition, state.leader, state.leader_epoch))
 
     # ------------------------------------------------------------------ loops
 
@@ -446,19 +446,17 @@ class Broker(Endpoint):
 
     # ------------------------------------------------------------------ follower
 
-    def _fetch(self, key: tuple[str, int], entry: Following) -> None:
-        partition = self.partitions[key]
-        log = partition.log
+    def _fetch(self, key: tuple[str, int], entry: Fetching) -> None:
+        """One call of the follower's loop, as ``LeaderFetcher`` makes them: a truncation
+        question while the replica is not ready, else a fetch from its log end; the
+        answers go to the node's own ``Following``."""
+        steps = entry.steps
         entry.in_call = True
-        if not entry.ready:
-            if entry.truncation is None:
-                entry.truncation = FollowerTruncation(partition, entry.leader, entry.leader_epoch)
-            truncation = entry.truncation
+        if not steps.ready:
             try:
-                asked = truncation.question()
-            except HeadwaterError as gave_up:  # as the node's fetcher: its session ends
+                asked = steps.question()
+            except HeadwaterError as gave_up:  # as the node's fetcher: it starts over
                 self.sim.refusals.append(str(gave_up))
-                entry.truncation = None
                 entry.in_call = False
                 entry.next_fetch_ms = self.sim.now_ms + FOLLOWER_IDLE_MS
                 return
@@ -470,7 +468,7 @@ class Broker(Endpoint):
                     return
                 epoch, end_offset, log_start = value
                 try:
-                    cut = truncation.answer(epoch, end_offset, log_start, self.sim.now_ms)
+                    steps.answer(epoch, end_offset, log_start, self.sim.now_ms)
                 except HeadwaterError as refused:
                     if refused.code is ErrorCode.UNKNOWN_SERVER_ERROR:  # a broken leader
                         raise InvariantError(
@@ -478,50 +476,38 @@ class Broker(Endpoint):
                         ) from refused
                     if refused.code is not ErrorCode.FENCED_LEADER_EPOCH:  # below the hw
                         self.sim.refusals.append(str(refused))
-                    entry.truncation = None  # the node's fetcher starts over too
-                    return
-                if cut.done:
-                    entry.ready = True
-                    entry.truncation = None
 
             self.call(
-                entry.leader,
+                steps.leader_id,
                 "epoch",
                 truncate,
                 topic=key[0],
                 partition=key[1],
-                current_leader_epoch=entry.leader_epoch,
+                current_leader_epoch=steps.leader_epoch,
                 leader_epoch=asked,
             )
             return
-        offset = log.log_end_offset
+        offset = steps.fetch_offset
 
         def fetched(value: Any, error: HeadwaterError | None) -> None:
             entry.in_call = False
             entry.next_fetch_ms = self.sim.now_ms + FOLLOWER_IDLE_MS
-            if self.following.get(key) is not entry:
-                return
-            if error is not None:  # as LeaderFetcher: any failure truncates again first
-                entry.ready = False
-                return
-            try:
-                partition.check_following(entry.leader, entry.leader_epoch)
-            except HeadwaterError:
+            if self.following.get(key) is not entry or not steps.fetch_answered(error is not None):
                 return
             data, high_watermark = value
             if data:
-                assert log.log_end_offset == offset
-                partition.append_replicated(data, self.sim.now_ms)
+                assert steps.fetch_offset == offset
+                steps.partition.append_replicated(data, self.sim.now_ms)
                 entry.next_fetch_ms = self.sim.now_ms
-            partition.follower_high_watermark(high_watermark)
+            steps.appended(high_watermark)
 
         self.call(
-            entry.leader,
+            steps.leader_id,
             "fetch",
             fetched,
             topic=key[0],
             partition=key[1],
-            leader_epoch=entry.leader_epoch,
+            leader_epoch=steps.leader_epoch,
             broker_epoch=self.session.broker_epoch,
             fetch_offset=offset,
         )

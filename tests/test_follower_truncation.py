@@ -31,6 +31,7 @@ from headwater.node.follower_truncation import (
     Cut,
     FollowerTruncation,
 )
+from headwater.node.following import Following
 from headwater.node.partition import Partition
 from headwater.node.replica_manager import ReplicaManager
 from headwater.node.replica_service import ReplicaService
@@ -517,3 +518,56 @@ def test_rounds_are_bounded_and_an_empty_log_moves_to_the_leaders_start() -> Non
         endless.question()
     with pytest.raises(HeadwaterError, match=f"after {TRUNCATION_ROUNDS_MAX} rounds"):
         endless.question()
+
+
+# ------------------------------------------------- the follower's steps, without transport
+
+
+def test_a_follower_fetches_only_once_truncated_and_appends_what_arrives() -> None:
+    """``Following``, as the node's fetcher and the simulator drive it: truncation, then
+    fetches from the log end whose records are appended and whose high watermark is
+    taken."""
+    me = replica(2, [batch(0, 0, 5, b"a")], high_watermark=5)
+    me.become(state(1, 3), 2, NOW_MS)
+    steps = Following(me, 1, 3)
+    assert not steps.fetch_answered(failed=False)  # not truncated yet: dropped
+    assert steps.question() == 0
+    assert steps.answer(0, 5, 0, NOW_MS).done and steps.ready
+    assert steps.fetch_offset == 5
+    assert steps.fetch_answered(failed=False)
+    me.append_replicated(batch(3, 5, 2, b"c"), NOW_MS)
+    steps.appended(high_watermark=7)
+    assert (steps.fetch_offset, me.high_watermark) == (7, 7)
+
+
+def test_a_failed_fetch_sends_the_follower_back_to_truncation() -> None:
+    me = replica(2, [batch(0, 0, 5, b"a")], high_watermark=5)
+    me.become(state(1, 3), 2, NOW_MS)
+    steps = Following(me, 1, 3)
+    steps.question()
+    steps.answer(0, 5, 0, NOW_MS)
+    assert not steps.fetch_answered(failed=True)
+    assert not steps.ready and steps.question() == 0
+
+
+def test_a_fetch_answer_after_the_leadership_moved_is_dropped() -> None:
+    me = replica(2, [batch(0, 0, 5, b"a")], high_watermark=5)
+    me.become(state(1, 3), 2, NOW_MS)
+    steps = Following(me, 1, 3)
+    steps.question()
+    steps.answer(0, 5, 0, NOW_MS)
+    me.become(state(3, 4), 2, NOW_MS)  # a new leader while the fetch was out
+    assert not steps.fetch_answered(failed=False)
+    assert steps.ready  # the fetcher that follows the new leader truncates on its own
+
+
+def test_a_refused_answer_starts_the_exchange_over() -> None:
+    me = replica(2, [batch(0, 0, 5, b"a"), batch(2, 5, 3, b"b")])
+    me.become(state(1, 3), 2, NOW_MS)
+    steps = Following(me, 1, 3)
+    steps.question()
+    with pytest.raises(HeadwaterError, match="answered epoch 3"):
+        steps.answer(3, 0, 0, NOW_MS)
+    with pytest.raises(HeadwaterError, match="an answer to no question"):
+        steps.answer(2, 8, 0, NOW_MS)
+    assert steps.question() == 2 and not steps.ready
