@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PROTO_DIR := proto/headwater/v1
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow test-demo test-security lint proto bench typecheck-tree clean demo chaos chaos-short fuzz sim up down images test-deploy
+.PHONY: run test test-slow test-unit test-demo test-security lint proto bench typecheck-tree clean demo chaos chaos-short fuzz sim up down images test-deploy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ test: $(STAMP) lint
 test-slow: $(STAMP)
 	$(BIN)/pytest -m "slow and not demo" $(PYTEST_ARGS)
 
+# Each test module's kind (tests/kinds.py): in-process only, the simulated cluster, or real
+# processes. `make test-unit` runs the first, in well under a minute.
+test-unit: $(STAMP)
+	$(BIN)/pytest -m "unit and not slow" $(PYTEST_ARGS)
+
 # `make demo` end to end (3 nodes, the order generator, the Spark job, Ctrl-C): about two
 # minutes, so CI leaves it out; the Spark connector's own tests run in test-slow.
 test-demo: $(STAMP)
@@ -58,7 +63,7 @@ test-security: $(STAMP)
 typecheck-tree:
 	@rm -rf .build/typecheck && mkdir -p .build/typecheck/headwater
 	@for f in headwater/*.py headwater/py.typed; do ln -s ../../../$$f .build/typecheck/headwater/; done
-	@for d in chaos benchmarks; do ln -s ../../../headwater/$$d .build/typecheck/headwater/$$d; done
+	@for d in shared cli tools; do ln -s ../../../headwater/$$d .build/typecheck/headwater/$$d; done
 	@for d in log node raft client sparkconnector; do ln -s ../../../$$d .build/typecheck/headwater/$$d; done
 	@ln -s ../../../$(PROTO_DIR) .build/typecheck/headwater/v1
 
@@ -82,16 +87,16 @@ demo: $(STAMP)
 # byte-for-byte replica comparison. CHAOS_ARGS adds options, e.g. CHAOS_ARGS="--seed 42".
 CHAOS_ARGS ?=
 chaos: $(STAMP)
-	$(BIN)/python -m headwater.chaos --cycles 200 $(CHAOS_ARGS)
+	$(BIN)/python -m headwater.tools.chaos --cycles 200 $(CHAOS_ARGS)
 
 chaos-short: $(STAMP)
-	$(BIN)/python -m headwater.chaos --cycles 16 --time-limit 180 $(CHAOS_ARGS)
+	$(BIN)/python -m headwater.tools.chaos --cycles 16 --time-limit 180 $(CHAOS_ARGS)
 
 # The same faults with Kafka clients: librdkafka idempotent producers and a consumer group
 # through the nodes' Kafka listeners (docs/chaos.md, "Kafka clients").
 .PHONY: chaos-kafka
 chaos-kafka: $(STAMP)
-	$(BIN)/python -m headwater.chaos --client kafka --cycles 50 $(CHAOS_ARGS)
+	$(BIN)/python -m headwater.tools.chaos --client kafka --cycles 50 $(CHAOS_ARGS)
 
 # CPU per record of storing a Kafka batch transcoded or as it comes (BENCHMARKS.md).
 .PHONY: bench-kafka-storage

@@ -31,7 +31,7 @@ from headwater.client.producer import (
     RecordMetadata,
 )
 from headwater.client.reader import FetchedRange, LogReader
-from headwater.tls import ClientSecurity
+from headwater.shared.tls import ClientSecurity
 
 __all__ = [
     "Admin",

@@ -65,8 +65,8 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from headwater.client.partitioner import partition_for_key
 from headwater.client.retry import OUTCOME_UNKNOWN, RetryPolicy
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import PRODUCER_EPOCH_MAX, HeaderPairs, stamp_producer
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 if TYPE_CHECKING:
     import random  # the caller passes a seeded random.Random

@@ -10,15 +10,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from headwater.acl_messages import acl_binding, acl_of, filter_binding
-from headwater.acls import Acl, AclFilter
 from headwater.client import offsets
 from headwater.client.connection import Cluster, call
 from headwater.client.groups import GroupCalls
 from headwater.client.positions import TopicPartition
-from headwater.credentials import ITERATIONS_DEFAULT, MECHANISM, new_salted_password
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.tls import ClientSecurity
+from headwater.shared.acl_messages import acl_binding, acl_of, filter_binding
+from headwater.shared.acls import Acl, AclFilter
+from headwater.shared.credentials import ITERATIONS_DEFAULT, MECHANISM, new_salted_password
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
 CONTROLLER_ANSWERS: Final = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
@@ -61,7 +61,7 @@ class Admin:
     ) -> None:
         """``cluster`` shares another client's connections and metadata cache (then its
         ``request_timeout_s`` applies); closing this Admin does not close a shared one.
-        ``security``: TLS settings (headwater.tls.ClientSecurity), else the environment's."""
+        ``security``: TLS settings (headwater.shared.tls.ClientSecurity), else the environment's."""
         self._owns_cluster = cluster is None
         self.cluster = cluster or Cluster(
             bootstrap, request_timeout_s=request_timeout_s, security=security
@@ -189,7 +189,7 @@ class Admin:
         )
 
     def create_acls(self, acls: Sequence[Acl]) -> None:
-        """Store ``acls`` (headwater.acls.parse_acl makes one from text); ones that exist
+        """Store ``acls`` (headwater.shared.acls.parse_acl makes one from text); ones that exist
         already are left as they are."""
         self._admin_call(
             "CreateAcls", pb.CreateAclsRequest(acls=[acl_binding(acl) for acl in acls])
@@ -243,7 +243,7 @@ class Admin:
     ) -> None:
         """Set ``rates`` (quota key -> rate) and remove the ``remove`` keys of one entity:
         ``entity_type`` "user" or "client-id", ``entity_name`` "" for the type's default
-        (headwater.quotas)."""
+        (headwater.shared.quotas)."""
         entries = [
             pb.QuotaEntry(entity_type=entity_type, entity_name=entity_name, key=k, value=v)
             for k, v in (rates or {}).items()

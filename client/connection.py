@@ -19,12 +19,12 @@ from typing import Final, Generic, TypeVar
 
 import grpc
 
-from headwater.addresses import DEFAULT_LISTEN, parse_address
 from headwater.client.sessions import with_session
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import from_rpc_error
-from headwater.tls import RECONNECT_OPTIONS, SOCKET_CLOSED_HINT, ClientSecurity, open_channel
-from headwater.topics import check_partition
+from headwater.shared.addresses import DEFAULT_LISTEN, parse_address
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import from_rpc_error
+from headwater.shared.tls import RECONNECT_OPTIONS, SOCKET_CLOSED_HINT, ClientSecurity, open_channel
+from headwater.shared.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
@@ -108,7 +108,7 @@ class Cluster:
         message_bytes_max: int = MESSAGE_BYTES_MAX,
         security: ClientSecurity | None = None,
     ) -> None:
-        """``security``: TLS settings (headwater.tls); None takes them from the
+        """``security``: TLS settings (headwater.shared.tls); None takes them from the
         environment (HEADWATER_SECURITY_PROTOCOL, HEADWATER_TLS_*), plaintext when unset.
         The files are read here, so a missing or bad one fails at construction."""
         self.bootstrap = resolve_bootstrap(bootstrap)

@@ -44,10 +44,10 @@ from headwater.client.membership import (
     uncommitted,
 )
 from headwater.client.positions import FetchPositions, TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import from_rpc_error
 from headwater.log.batch import decode_batches_within
-from headwater.tls import ClientSecurity
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import from_rpc_error
+from headwater.shared.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
 _log = logging.getLogger(__name__)

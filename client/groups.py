@@ -20,8 +20,8 @@ import grpc
 from headwater.client.connection import Cluster
 from headwater.client.membership import topic_partitions
 from headwater.client.positions import TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import from_rpc_error
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import from_rpc_error
 from headwater.v1 import headwater_pb2 as pb
 
 T = TypeVar("T")

@@ -16,7 +16,7 @@ import time
 
 from headwater.client.groups import GroupCalls
 from headwater.client.membership import FENCING_ERRORS, SESSION_EXPIRED, Membership
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
 _log = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from headwater.client.positions import TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.topics import check_group_id
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.topics import check_group_id
 from headwater.v1 import headwater_pb2 as pb
 
 JOIN_EPOCH: Final = 0

@@ -1,12 +1,12 @@
 """Partition choice (pure): Kafka's murmur2 for keyed records
-(``headwater.partitioning``), sticky for keyless ones.
+(``headwater.shared.partitioning``), sticky for keyless ones.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from headwater.partitioning import murmur2, partition_for_key
+from headwater.shared.partitioning import murmur2, partition_for_key
 
 if TYPE_CHECKING:
     import random  # the caller passes a seeded random.Random

@@ -72,7 +72,6 @@ from headwater.client.connection import Cluster
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
 from headwater.client.produce_stream import ProduceStream
 from headwater.client.retry import ANSWER_GRACE_S, RetryPolicy
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import (
     Compression,
     CorruptBatchError,
@@ -80,7 +79,8 @@ from headwater.log.batch import (
     encode_batch,
     read_header,
 )
-from headwater.tls import ClientSecurity
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
 STREAM_CHECK_S: Final = 0.5

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from headwater.client.connection import Cluster
-from headwater.tls import ClientSecurity
+from headwater.shared.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
 FETCH_BYTES_DEFAULT: Final = 1 << 20

@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from headwater.errors import ErrorCode
+from headwater.shared.errors import ErrorCode
 
 if TYPE_CHECKING:
     import random  # the caller passes a seeded random.Random
 
-    from headwater.errors import HeadwaterError
+    from headwater.shared.errors import HeadwaterError
 
 # Failures after which a request may still be appended later (the node or the link went
 # quiet, or a forwarding node lost its answer). Every other error answer means that

@@ -2,7 +2,7 @@
 
 A channel to a node whose ``ClientSecurity`` has a username and the SCRAM-SHA-256
 mechanism carries, on every call, ``authorization: Bearer <token>``, the token of a
-session the channel got from that node's ``Sasl.Authenticate`` (``headwater.scram``:
+session the channel got from that node's ``Sasl.Authenticate`` (``headwater.shared.scram``:
 the password never travels; the node proves it holds the user's keys). The session is
 made at the channel's first call, made again once ``RENEW_AT`` of its lifetime has
 passed (after a failed renewal the old token is kept while it lasts, and the next
@@ -29,11 +29,11 @@ from typing import Any, Final
 
 import grpc
 
-from headwater import scram
-from headwater.credentials import AUTHORIZATION_KEY, salted_password
-from headwater.errors import ErrorCode
-from headwater.grpc_errors import from_rpc_error
-from headwater.tls import (
+from headwater.shared import scram
+from headwater.shared.credentials import AUTHORIZATION_KEY, salted_password
+from headwater.shared.errors import ErrorCode
+from headwater.shared.grpc_errors import from_rpc_error
+from headwater.shared.tls import (
     AioStreamStreamInterceptor,
     AioUnaryStreamInterceptor,
     AioUnaryUnaryInterceptor,

@@ -21,8 +21,8 @@ import sys
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from headwater.errors import HeadwaterError
-from headwater.tls import ClientSecurity, open_channel
+from headwater.shared.errors import HeadwaterError
+from headwater.shared.tls import ClientSecurity, open_channel
 
 DEFAULT_ADDRESS = "127.0.0.1:7700"
 DEFAULT_TIMEOUT_MS = 2000

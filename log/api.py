@@ -12,10 +12,10 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import producer_state
 from headwater.log.batch import MESSAGE_BYTES_DEFAULT, BatchHeader
 from headwater.log.producer_state import ProducerStates
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 
 class FlushPolicy(enum.StrEnum):
@@ -33,7 +33,7 @@ class FlushPolicy(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    """Per-partition limits; validated by headwater.config (see docs/configuration.md)."""
+    """Per-partition limits; validated by headwater.node.config (see docs/configuration.md)."""
 
     segment_bytes: int = 1 << 30
     segment_ms: int = 7 * 24 * 3600 * 1000

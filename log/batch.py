@@ -73,7 +73,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import zstandard
 
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 MAGIC: Final = 1
 HEADER_STRUCT: Final = struct.Struct("<qiiB3xIH2xiiiqqqih2xi4x")

@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
 
-from headwater.errors import HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.compaction import OffsetMap, kept
 from headwater.log.kafka_records import decode_stored
 from headwater.log.segment import GapBound, Segment
+from headwater.shared.errors import HeadwaterError
 
 if TYPE_CHECKING:
     from headwater.log.file_log import CleanPlan, FileLog, SegmentView

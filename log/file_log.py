@@ -86,7 +86,6 @@ from typing import Final
 import crc32c
 import pyarrow.compute as pc
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log import producer_state
 from headwater.log.api import (
@@ -103,6 +102,7 @@ from headwater.log.leader_epochs import EpochCheckpointError, LeaderEpochCache
 from headwater.log.producer_state import ProducerEntry, ProducerStates
 from headwater.log.retention import SegmentSummary, segments_to_delete
 from headwater.log.segment import LOG_SUFFIX, GapBound, Segment
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 RECOVERY_POINT_FILE: Final = "recovery-point"
 CLEAN_SHUTDOWN_FILE: Final = "clean-shutdown"

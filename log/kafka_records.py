@@ -49,8 +49,8 @@ import zstandard
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 HEADER: Final = struct.Struct(">qiibIhiqqqhii")
 HEADER_BYTES: Final = HEADER.size  # 61

@@ -12,7 +12,6 @@ import threading
 
 import pyarrow.compute as pc
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log import producer_state
 from headwater.log.api import (
@@ -26,6 +25,7 @@ from headwater.log.kafka_records import decode_stored
 from headwater.log.leader_epochs import LeaderEpochCache
 from headwater.log.producer_state import ProducerEntry, ProducerStates
 from headwater.log.retention import SegmentSummary, segments_to_delete
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 
 class MemoryLog:

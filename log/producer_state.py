@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Literal
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import BatchHeader
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 DUPLICATE_WINDOW: Final = 5
 SEQUENCE_MAX: Final = (1 << 31) - 1

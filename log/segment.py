@@ -47,11 +47,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log import preallocation
 from headwater.log.index import IndexCorruptError, SegmentIndex, parse_index_files
 from headwater.log.sealed_files import SEALED_FILES
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"

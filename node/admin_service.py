@@ -27,16 +27,12 @@ from typing import Any, Final, TypeVar
 
 import grpc
 
-from headwater.acl_messages import acl_binding, acl_of, filter_of
-from headwater.acls import CLUSTER_RESOURCE, Operation, ResourceType
-from headwater.config import TOPIC_SETTINGS, NodeConfig, topic_setting_name
-from headwater.credentials import MECHANISM, credential_from_salted
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import PartitionLog
 from headwater.log.file_log import FileLog
 from headwater.node.authorizer import Authorizer
 from headwater.node.cluster_state import ClusterState
+from headwater.node.config import TOPIC_SETTINGS, NodeConfig, topic_setting_name
 from headwater.node.controller import ControllerDriver, not_controller
 from headwater.node.limits import check_count, distinct, yield_every
 from headwater.node.log_manager import LogManager, now_ms
@@ -51,9 +47,13 @@ from headwater.node.peers import (
     peer_error,
 )
 from headwater.node.service import rpc_handler
-from headwater.quotas import check_quota_changes
 from headwater.raft import decisions
 from headwater.raft.image import MetadataImage, TopicImage
+from headwater.shared.acl_messages import acl_binding, acl_of, filter_of
+from headwater.shared.acls import CLUSTER_RESOURCE, Operation, ResourceType
+from headwater.shared.credentials import MECHANISM, credential_from_salted
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.quotas import check_quota_changes
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 

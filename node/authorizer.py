@@ -8,7 +8,7 @@ kept in the ``CALLER`` context variable for the call's task:
    names (``headwater.node.sessions``, made by a SCRAM login on this node,
    ``headwater.node.sasl_service``); an unknown, expired or outdated token is refused with
    SASL_SESSION_EXPIRED (retriable: log in again). A call with ``authorization: Basic``
-   (``headwater.credentials``; only where ``sasl_enabled_mechanisms`` has PLAIN) is the
+   (``headwater.shared.credentials``; only where ``sasl_enabled_mechanisms`` has PLAIN) is the
    user it names, if the password matches the user's stored SCRAM keys; otherwise it is refused
    with SASL_AUTHENTICATION_FAILED (UNAUTHENTICATED), which does not say whether the user
    exists. On a plaintext listener credentials are refused unless
@@ -32,7 +32,7 @@ carry requests a node has already authorized, and are trusted.
 
 **Authorization** (``Authorizer``): with ``authorizer`` ``acl``, each handler asks
 ``require`` (or ``allows``, to filter a list) before it acts, naming the operation and
-the resource; the decision is ``headwater.acls``' (deny wins, then allow, else deny),
+the resource; the decision is ``headwater.shared.acls``' (deny wins, then allow, else deny),
 except that super users and trusted callers are always allowed. With ``authorizer``
 ``none`` everything is allowed. A denial is TOPIC_ / GROUP_ / CLUSTER_AUTHORIZATION_FAILED
 (PERMISSION_DENIED) naming the principal, operation and resource, and is the same whether
@@ -54,19 +54,25 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from headwater.acls import CLUSTER_RESOURCE, AclIndex, Operation, ResourceType, normalize_host
-from headwater.config import NodeConfig
-from headwater.credentials import (
+from headwater.node.call_hooks import HooksInterceptor, service_and_method
+from headwater.node.config import NodeConfig
+from headwater.node.password_checks import PasswordChecks
+from headwater.node.sessions import Sessions
+from headwater.raft.image import MetadataImage
+from headwater.shared.acls import (
+    CLUSTER_RESOURCE,
+    AclIndex,
+    Operation,
+    ResourceType,
+    normalize_host,
+)
+from headwater.shared.credentials import (
     AUTHORIZATION_KEY,
     ScramCredential,
     authentication_failed,
     parse_authorization,
 )
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.node.call_hooks import HooksInterceptor, service_and_method
-from headwater.node.password_checks import PasswordChecks
-from headwater.node.sessions import Sessions
-from headwater.raft.image import MetadataImage
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 _log = logging.getLogger(__name__)
 ANONYMOUS: Final = "User:ANONYMOUS"
@@ -107,7 +113,7 @@ def current_caller() -> Caller:
 @functools.lru_cache(maxsize=4096)
 def host_of_peer(peer: str) -> str:
     """The IP address of a grpc peer string, in the canonical form ACL hosts are kept in
-    (``headwater.acls.normalize_host``): "ipv4:10.0.0.5:51234" -> "10.0.0.5",
+    (``headwater.shared.acls.normalize_host``): "ipv4:10.0.0.5:51234" -> "10.0.0.5",
     "ipv6:[::1]:51234" -> "::1", "ipv6:[::ffff:10.0.0.5]:1" -> "10.0.0.5"; anything else
     (a unix socket) as it is. Remembered per peer (one per connection), since every call
     asks."""

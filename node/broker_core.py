@@ -31,20 +31,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from headwater.acls import CLUSTER_RESOURCE, Operation, ResourceType
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import ReadResult
 from headwater.log.kafka_records import ProducedBatch
 from headwater.node.authorizer import Authorizer
 from headwater.node.cluster_state import ClusterState
+from headwater.node.config import NodeConfig
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.metrics import NodeMetrics
 from headwater.node.partition import Partition
 from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.raft.records import NO_LEADER
+from headwater.shared.acls import CLUSTER_RESOURCE, Operation, ResourceType
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 TAKEOVER_WAIT_S: Final = 2.0
 """How long a request waits for this node's replica to take a leadership the metadata

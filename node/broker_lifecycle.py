@@ -34,14 +34,14 @@ from typing import Final
 
 import grpc
 
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode
 from headwater.node.broker_session import BrokerSession, leadership_lease_s
 from headwater.node.cluster_state import ClusterState
+from headwater.node.config import NodeConfig
 from headwater.node.peers import Peers, peer_error
 from headwater.node.tasks import cancel_and_wait
 from headwater.raft.image import MetadataImage, apply
 from headwater.raft.records import RecordFormatError, decode_batch
+from headwater.shared.errors import ErrorCode
 from headwater.v1 import headwater_pb2 as pb
 
 RETRY_S: Final = 0.1

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headwater.config import NodeConfig
+from headwater.node.config import NodeConfig
 from headwater.node.controller import controller_staleness_ms_max
 from headwater.raft.image import MetadataImage
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import grpc
 
-from headwater.errors import HeadwaterError
-from headwater.grpc_errors import abort
+from headwater.shared.errors import HeadwaterError
+from headwater.shared.grpc_errors import abort
 
 State = TypeVar("State")
 

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
-from headwater.errors import ErrorCode, GrpcCode, HeadwaterError
-from headwater.grpc_errors import to_status
-from headwater.log_limits import LogEvery
 from headwater.node.call_hooks import WrappedHandlers, around, service_and_method
+from headwater.shared.errors import ErrorCode, GrpcCode, HeadwaterError
+from headwater.shared.grpc_errors import to_status
+from headwater.shared.log_limits import LogEvery
 
 AUTH_KEY: Final = "headwater-cluster-auth"
 TOKEN_SKEW_MS: Final = 5 * 60 * 1000

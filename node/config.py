@@ -5,7 +5,7 @@ Sources, lowest to highest precedence: built-in defaults, a TOML file (``--confi
 flags. Topic-level settings (``topic=True``) are server defaults that each topic may
 override at creation (``--config retention_ms=3600000``).
 
-docs/configuration.md is generated from ``SETTINGS`` (``python -m headwater.config``) and
+docs/configuration.md is generated from ``SETTINGS`` (``python -m headwater.node.config``) and
 a test checks that it is current. This module is pure apart from reading the TOML file in
 ``load``.
 """
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from headwater.addresses import DEFAULT_LISTEN, format_address, parse_address
-from headwater.errors import ErrorCode, HeadwaterError, shown
 from headwater.log.api import FlushPolicy, LogConfig
 from headwater.log.batch import HEADER_BYTES, MESSAGE_BYTES_DEFAULT
+from headwater.shared.addresses import DEFAULT_LISTEN, format_address, parse_address
+from headwater.shared.errors import ErrorCode, HeadwaterError, shown
 
 INT32_MAX: Final = (1 << 31) - 1
 INT64_MAX: Final = (1 << 63) - 1
@@ -1260,7 +1260,7 @@ def render_markdown() -> str:
     lines = [
         "# Configuration",
         "",
-        "Generated from `headwater/config.py` by `python -m headwater.config`; do not edit.",
+        "Generated from `node/config.py` by `python -m headwater.node.config`; do not edit.",
         "",
         "A node reads, lowest to highest precedence: built-in defaults, the TOML file given "
         "with `headwater serve --config FILE` (keys at the top level or under `[headwater]`), "

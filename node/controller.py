@@ -25,15 +25,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Protocol, TypeVar
 
-from headwater.config import NodeConfig, canonical_topic_configs
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.cluster_state import ClusterState
+from headwater.node.config import NodeConfig, canonical_topic_configs
 from headwater.node.groups.records import OFFSETS_TOPIC
 from headwater.node.tasks import cancel_and_wait
 from headwater.raft import decisions
 from headwater.raft.image import MetadataImage, PartitionState
 from headwater.raft.quorum import MetadataQuorum, ProposalFailedError
 from headwater.raft.records import Record, encode_batch
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 T = TypeVar("T")
 

@@ -9,13 +9,13 @@ from typing import Any, Final
 
 import grpc
 
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import abort
 from headwater.node.cluster_state import ClusterState
 from headwater.node.controller import ControllerDriver, not_controller
 from headwater.node.service import rpc_handler
 from headwater.raft.image import snapshot_records
 from headwater.raft.records import LOG_DIR_PROBLEM_CHARS_MAX, encode_batch
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import abort
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 

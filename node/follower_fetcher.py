@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import grpc
 
-from headwater.cancellation import task_is_stopping
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.following import Following
 from headwater.node.log_manager import now_ms
 from headwater.node.partition import Partition
 from headwater.node.peers import peer_error
 from headwater.node.tasks import cancel_and_wait
+from headwater.shared.cancellation import task_is_stopping
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
 if TYPE_CHECKING:

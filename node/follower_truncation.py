@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node import replication
 from headwater.node.partition import Partition
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 TRUNCATION_ROUNDS_MAX: Final = 64
 NOT_ASKED: Final = -2

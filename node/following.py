@@ -22,9 +22,9 @@ Rules, each kept here:
 
 from __future__ import annotations
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.follower_truncation import Cut, FollowerTruncation
 from headwater.node.partition import Partition
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 
 class Following:

@@ -19,11 +19,11 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from headwater.cancellation import task_is_stopping
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.config import NodeConfig
 from headwater.node.peers import FORWARDED, Peers, peer_error
 from headwater.raft.image import MetadataImage, TopicImage
+from headwater.shared.cancellation import task_is_stopping
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
 

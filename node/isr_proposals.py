@@ -27,10 +27,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node import replication
 from headwater.node.partition import Partition
 from headwater.raft.image import MetadataImage, PartitionState
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 ISR_CHECK_MS: Final = 250
 ALTER_RETRY_MS: Final = 2000

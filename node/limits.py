@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterato
 from contextlib import contextmanager
 from typing import Final, TypeVar
 
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 T = TypeVar("T")
 H = TypeVar("H", bound=Hashable)

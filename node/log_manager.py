@@ -61,8 +61,6 @@ from typing import Final
 
 import crc32c
 
-from headwater.config import NodeConfig
-from headwater.errors import HeadwaterError
 from headwater.log.api import FlushPolicy, LogConfig
 from headwater.log.cleaner import (
     CleaningStoppedError,
@@ -74,9 +72,11 @@ from headwater.log.cleaner import (
 from headwater.log.file_log import CleaningAbortedError, FileLog, write_atomically
 from headwater.log.sealed_files import SEALED_FILES
 from headwater.log.segment import Segment
+from headwater.node.config import NodeConfig
 from headwater.node.partition import Partition
 from headwater.raft.decisions import UNCLEAN_ELECTION_KEY
 from headwater.raft.image import MetadataImage, PartitionState
+from headwater.shared.errors import HeadwaterError
 
 META_FILE: Final = "meta.json"
 LOCK_FILE: Final = ".lock"

@@ -49,9 +49,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from headwater.errors import ErrorCode
-from headwater.grpc_errors import ABORTED_WITH
 from headwater.node.call_hooks import WrappedHandlers, around, service_and_method
+from headwater.shared.errors import ErrorCode
+from headwater.shared.grpc_errors import ABORTED_WITH
 
 # grpc's interceptor class is generic in its type stubs only.
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from headwater import __version__
-from headwater.addresses import parse_address
+from headwater.shared.addresses import parse_address
 
 
 class MetricsListenError(Exception):

@@ -31,12 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import AppendInfo, LogConfig, PartitionLog, ReadResult
 from headwater.log.file_log import read_checked_offset, write_checked_offset
 from headwater.node import replication
 from headwater.raft.image import PartitionState
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 HIGH_WATERMARK_FILE: Final = "high-watermark"
 _log = logging.getLogger(__name__)

@@ -54,7 +54,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final
 
-from headwater.credentials import (
+from headwater.shared.credentials import (
     ITERATIONS_DEFAULT,
     KEY_BYTES,
     SALT_BYTES_MIN,
@@ -63,8 +63,8 @@ from headwater.credentials import (
     credential_from_salted,
     verify_password,
 )
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.log_limits import LogEvery
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.log_limits import LogEvery
 
 _log = logging.getLogger(__name__)
 

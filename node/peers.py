@@ -18,12 +18,12 @@ from typing import Any, Final
 
 import grpc
 
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import from_rpc_error
 from headwater.node.authorizer import current_caller
 from headwater.node.cluster_auth import signed_metadata, signing_interceptors
-from headwater.tls import RECONNECT_OPTIONS, open_aio_channel
+from headwater.node.config import NodeConfig
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import from_rpc_error
+from headwater.shared.tls import RECONNECT_OPTIONS, open_aio_channel
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 FORWARDED_KEY: Final = "headwater-forwarded"

@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import grpc
 
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.cluster_state import ClusterState
+from headwater.node.config import NodeConfig
 from headwater.node.controller import ControllerDriver
 from headwater.node.peers import Peers, peer_error
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
-from headwater.partitioning import partition_for_key
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.partitioning import partition_for_key
 from headwater.v1 import headwater_pb2 as pb
 
 

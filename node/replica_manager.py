@@ -31,10 +31,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import from_rpc_error
 from headwater.node.cluster_state import ClusterState
+from headwater.node.config import NodeConfig
 from headwater.node.controller import monotonic_ms
 from headwater.node.follower_fetcher import LeaderFetcher
 from headwater.node.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
@@ -43,6 +41,8 @@ from headwater.node.partition import Partition
 from headwater.node.peers import Peers
 from headwater.node.tasks import cancel_and_wait
 from headwater.raft.image import MetadataImage, PartitionState
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import from_rpc_error
 from headwater.v1 import headwater_pb2 as pb
 
 _log = logging.getLogger(__name__)

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.cluster_state import ClusterState
+from headwater.node.config import NodeConfig
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
 from headwater.node.service import rpc_handler
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 

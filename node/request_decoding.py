@@ -34,9 +34,9 @@ from typing import Any, Final
 
 import grpc
 
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import abort, bounded_message
 from headwater.node.call_hooks import WrappingInterceptor
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import abort, bounded_message
 
 WARNING_INTERVAL_S: Final = 10.0
 _log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The Sasl service: SCRAM-SHA-256 logins on the client listener (proto ``Sasl``).
 
-``Authenticate`` runs the server's half of ``headwater.scram`` in two calls and, when
+``Authenticate`` runs the server's half of ``headwater.shared.scram`` in two calls and, when
 the client's proof holds, makes a session (``headwater.node.sessions``). It needs no
 credentials itself, and it costs the node no PBKDF2 (the client derives the keys): a
 proof is checked with two HMACs and a hash.
@@ -37,21 +37,21 @@ from typing import Any, Final
 
 import grpc
 
-from headwater import scram
-from headwater.config import NodeConfig
-from headwater.credentials import (
+from headwater.node.authorizer import host_of_peer
+from headwater.node.config import NodeConfig
+from headwater.node.password_checks import FAILED_LOGIN_DELAY_S, PasswordChecks, host_key
+from headwater.node.service import rpc_handler
+from headwater.node.sessions import Sessions
+from headwater.raft.image import MetadataImage
+from headwater.shared import scram
+from headwater.shared.credentials import (
     ITERATIONS_DEFAULT,
     KEY_BYTES,
     SALT_BYTES_DEFAULT,
     ScramCredential,
     authentication_failed,
 )
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.node.authorizer import host_of_peer
-from headwater.node.password_checks import FAILED_LOGIN_DELAY_S, PasswordChecks, host_key
-from headwater.node.service import rpc_handler
-from headwater.node.sessions import Sessions
-from headwater.raft.image import MetadataImage
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 

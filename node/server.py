@@ -22,13 +22,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from headwater.addresses import parse_address
-from headwater.config import NodeConfig
 from headwater.node.admin_service import AdminService
 from headwater.node.authorizer import Authenticate, Authorizer, TrustMembers
 from headwater.node.broker_lifecycle import BrokerLifecycle, MetadataFollower
 from headwater.node.cluster_auth import ForwardedCallLimit, RequireClusterSecret
 from headwater.node.cluster_state import ClusterState
+from headwater.node.config import NodeConfig
 from headwater.node.controller import LEADER_FALLBACK_ELECTIONS, ControllerDriver
 from headwater.node.controller_service import ControllerService
 from headwater.node.groups.coordinator import GroupCoordinator
@@ -57,7 +56,6 @@ from headwater.node.sasl_service import SaslService, ScramLogins
 from headwater.node.service import BrokerService
 from headwater.node.throttling import Quotas
 from headwater.node.tls_setup import load_node_tls, principal_of_certificate
-from headwater.quotas import REQUEST_RATE
 from headwater.raft.image import MetadataImage
 from headwater.raft.quorum import (
     MetadataQuorum,
@@ -66,7 +64,9 @@ from headwater.raft.quorum import (
     QuorumTimings,
 )
 from headwater.raft.records import NO_LEADER
-from headwater.runtime_tuning import tune_runtime
+from headwater.shared.addresses import parse_address
+from headwater.shared.quotas import REQUEST_RATE
+from headwater.shared.runtime_tuning import tune_runtime
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 

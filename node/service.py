@@ -4,7 +4,7 @@ Each handler checks its request (every bad field gets a HeadwaterError naming th
 and its valid range), finds the partition in the metadata image, serves it from the local
 replica when this node leads it or forwards it to the leader, and builds the
 response. Operating errors
-become gRPC statuses in ``headwater.grpc_errors``; anything unexpected is logged here
+become gRPC statuses in ``headwater.shared.grpc_errors``; anything unexpected is logged here
 with its traceback and reaches the client as UNKNOWN_SERVER_ERROR without one.
 
 The handlers delegate the parts that do not depend on the request's routing: forwarding
@@ -31,15 +31,12 @@ from typing import Any, Final, TypeVar
 
 import grpc
 
-from headwater.acls import Operation, ResourceType
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import abort
 from headwater.log import batch as batch_format
 from headwater.log.kafka_records import to_columnar
 from headwater.node.authorizer import Authorizer
 from headwater.node.broker_core import Appended, BrokerCore, OffsetSpec
 from headwater.node.cluster_state import ClusterState
+from headwater.node.config import NodeConfig
 from headwater.node.forwarding import Forwarder
 from headwater.node.limits import LongCallSlots, StreamBudget, distinct, yield_every
 from headwater.node.log_manager import LogManager, now_ms
@@ -50,9 +47,12 @@ from headwater.node.peers import Peers, is_forwarded
 from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.record_encoding import decoded_records, encode_records
 from headwater.node.throttling import Quotas
-from headwater.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_RATE
 from headwater.raft.image import MetadataImage, TopicImage
-from headwater.topics import INTERNAL_PREFIX
+from headwater.shared.acls import Operation, ResourceType
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import abort
+from headwater.shared.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_RATE
+from headwater.shared.topics import INTERNAL_PREFIX
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 

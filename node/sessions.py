@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from headwater.credentials import ScramCredential
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.credentials import ScramCredential
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 SESSIONS_MAX: Final = 65_536
 SESSIONS_PER_USER_MAX: Final = 1024

@@ -1,4 +1,4 @@
-"""Quota enforcement on a node: how long to hold a response back (``headwater.quotas``).
+"""Quota enforcement on a node: how long to hold a response back (``headwater.shared.quotas``).
 
 ``Quotas.hold(key, amount)`` charges the current caller's bucket for ``amount`` (bytes,
 or 1 request) and sleeps for the delay the bucket's debt asks; it returns the delay in
@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 
 from headwater.node.authorizer import Caller, current_caller
-from headwater.quotas import Throttle, quota_for
 from headwater.raft.image import MetadataImage
+from headwater.shared.quotas import Throttle, quota_for
 
 
 def user_name(principal: str) -> str:

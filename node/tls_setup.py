@@ -32,9 +32,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.tls import read_pem
+from headwater.node.config import NodeConfig
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.tls import read_pem
 
 
 def _invalid(message: str) -> HeadwaterError:

@@ -28,10 +28,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
-from headwater.acls import ACLS_MAX, Acl, AclFilter, check_acl
-from headwater.credentials import USERS_MAX, ScramCredential, check_user_name
-from headwater.errors import ErrorCode, HeadwaterError, shown
-from headwater.quotas import QUOTA_ENTITIES_MAX, check_entity, check_quota_changes
 from headwater.raft import records as r
 from headwater.raft.image import (
     PRODUCER_ID_MAX,
@@ -42,7 +38,11 @@ from headwater.raft.image import (
     acl_created,
     acl_deleted,
 )
-from headwater.topics import INTERNAL_PREFIX, check_topic_name, unknown_topic
+from headwater.shared.acls import ACLS_MAX, Acl, AclFilter, check_acl
+from headwater.shared.credentials import USERS_MAX, ScramCredential, check_user_name
+from headwater.shared.errors import ErrorCode, HeadwaterError, shown
+from headwater.shared.quotas import QUOTA_ENTITIES_MAX, check_entity, check_quota_changes
+from headwater.shared.topics import INTERNAL_PREFIX, check_topic_name, unknown_topic
 
 if TYPE_CHECKING:
     import random
@@ -888,7 +888,7 @@ def alter_quotas(
     changes: Sequence[tuple[str, str, str, float | None]],
 ) -> ControllerResult[None]:
     """Set or remove quotas: each change is (entity type, entity name, key, rate or None
-    to remove), checked by ``headwater.quotas``; at most ``QUOTA_ENTITIES_MAX`` entities
+    to remove), checked by ``headwater.shared.quotas``; at most ``QUOTA_ENTITIES_MAX`` entities
     with quotas."""
     check_quota_changes(changes)
     records = []

@@ -26,8 +26,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from headwater.acls import Acl, parse_acl
-from headwater.credentials import (
+from headwater.log.batch import SELF_NAMED_PRODUCER_ID_MIN
+from headwater.raft import records as r
+from headwater.shared.acls import Acl, parse_acl
+from headwater.shared.credentials import (
     KEY_BYTES,
     MECHANISM,
     SALT_BYTES_MAX,
@@ -36,11 +38,9 @@ from headwater.credentials import (
     check_iterations,
     check_user_name,
 )
-from headwater.errors import HeadwaterError
-from headwater.log.batch import SELF_NAMED_PRODUCER_ID_MIN
-from headwater.quotas import Entity, check_entity, check_quota
-from headwater.raft import records as r
-from headwater.topics import check_partition, unknown_topic
+from headwater.shared.errors import HeadwaterError
+from headwater.shared.quotas import Entity, check_entity, check_quota
+from headwater.shared.topics import check_partition, unknown_topic
 
 PRODUCER_ID_MAX: Final = SELF_NAMED_PRODUCER_ID_MIN - 1
 """The last id the controller allocates: the rest are named by writers (log.batch)."""
@@ -168,7 +168,7 @@ class MetadataImage:
     users: Mapping[str, ScramCredential] = field(default_factory=dict)
     """User name -> credential; the same object from image to image while none changes."""
     quotas: Mapping[Entity, Mapping[str, float]] = field(default_factory=dict)
-    """(entity type, name) -> quota key -> rate (``headwater.quotas``)."""
+    """(entity type, name) -> quota key -> rate (``headwater.shared.quotas``)."""
 
     def topic_named(self, name: str) -> TopicImage:
         """The topic ``name``; raises UNKNOWN_TOPIC_OR_PARTITION when there is none."""

@@ -66,13 +66,13 @@ from pysyncobj import (
 )
 from pysyncobj.tcp_connection import TcpConnection
 
-from headwater.log_limits import LogEvery
 from headwater.raft.elections import LogPosition, grant_pre_vote, has_majority, may_stand
 from headwater.raft.follower_append import AppendAction, plan_append
 from headwater.raft.image import ApplyResult, MetadataImage, apply
 from headwater.raft.journal import MetadataJournal
 from headwater.raft.journal_check import DamagedBatchError, frame, journal_problem, unframe
 from headwater.raft.records import RecordFormatError, decode_batch
+from headwater.shared.log_limits import LogEvery
 
 _log = logging.getLogger(__name__)
 _FAIL_NAMES: Final = {

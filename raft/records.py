@@ -197,7 +197,7 @@ class ProducerIdsAllocated:
 
 @dataclass(frozen=True, slots=True)
 class AclCreated:
-    """An ACL (``headwater.acls``), its fields as text (``parse_acl`` reads them back)."""
+    """An ACL (``headwater.shared.acls``), its fields as text (``parse_acl`` reads them back)."""
 
     controller_epoch: int
     resource_type: str
@@ -225,7 +225,7 @@ class AclDeleted:
 
 @dataclass(frozen=True, slots=True)
 class UserCredentialSet:
-    """Sets (or replaces) a user's SCRAM credential (``headwater.credentials``); the salt and
+    """Sets (or replaces) a user's SCRAM credential (``headwater.shared.credentials``); the salt and
     keys are hex. Never the password or the salted password."""
 
     controller_epoch: int
@@ -245,7 +245,7 @@ class UserDeleted:
 
 @dataclass(frozen=True, slots=True)
 class QuotaChanged:
-    """Sets (``value``) or removes (None) one quota of an entity (``headwater.quotas``):
+    """Sets (``value``) or removes (None) one quota of an entity (``headwater.shared.quotas``):
     ``entity_type`` user or client-id, ``entity_name`` '' for the type's default."""
 
     controller_epoch: int

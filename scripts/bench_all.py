@@ -2,7 +2,7 @@
 
 Usage: python scripts/bench_all.py [--quick]
 
-Starts ``headwater serve`` (headwater.devcluster) on a free loopback port with data in a temporary folder, runs
+Starts ``headwater serve`` (headwater.tools.devcluster) on a free loopback port with data in a temporary folder, runs
 ``headwater bench`` for each figure (one client process at a time), measures bytes on disk
 per record and the restart time after SIGKILL with a 1 GiB log, and prints a Markdown table
 with the machine and the date. --quick uses smaller counts (a smoke run, not for the record).
@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from headwater.devcluster import LocalNode, wait_until
+from headwater.tools.devcluster import LocalNode, wait_until
 
-CLI = [sys.executable, "-m", "headwater.cli"]
+CLI = [sys.executable, "-m", "headwater.cli.main"]
 
 
 def start_node(node: LocalNode) -> float:

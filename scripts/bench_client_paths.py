@@ -38,7 +38,7 @@ from typing import Any
 
 from bench_all import machine, start_node
 
-from headwater.devcluster import LocalNode
+from headwater.tools.devcluster import LocalNode
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ PATHS: tuple[tuple[str, str, bool], ...] = (
 def run_bench(checkout: Path, address: str, *args: str) -> dict[str, Any]:
     """One ``headwater bench`` in a process of ``checkout``'s own venv and sources."""
     python = checkout / ".venv" / "bin" / "python"
-    command = [str(python), "-m", "headwater.cli", "bench", *args, "--json"]
+    command = [str(python), "-m", "headwater.cli.main", "bench", *args, "--json"]
     command += ["--bootstrap", address]
     output = subprocess.run(
         command, cwd=checkout, capture_output=True, check=True, text=True

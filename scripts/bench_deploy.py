@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from headwater.benchmarks.cluster import paired_ratios, run_bench
 from headwater.client import Admin
-from headwater.devcluster import start_dev_cluster, stop_dev_cluster
+from headwater.tools.benchmarks.cluster import paired_ratios, run_bench
+from headwater.tools.devcluster import start_dev_cluster, stop_dev_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOTSTRAP = "127.0.0.1:7700,127.0.0.1:7702,127.0.0.1:7704"

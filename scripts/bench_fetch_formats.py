@@ -27,8 +27,8 @@ from pathlib import Path
 import grpc
 
 from headwater.client import Admin, Producer
-from headwater.devcluster import LocalNode
 from headwater.log.batch import decode_batches
+from headwater.tools.devcluster import LocalNode
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 

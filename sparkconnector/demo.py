@@ -33,10 +33,10 @@ import click
 from pyspark.sql import functions as f
 
 from headwater.client import Admin, Producer
-from headwater.devcluster import start_dev_cluster, stop_dev_cluster
-from headwater.errors import HeadwaterError
-from headwater.ports import free_port_block
+from headwater.shared.errors import HeadwaterError
 from headwater.sparkconnector.session import local_session
+from headwater.tools.devcluster import start_dev_cluster, stop_dev_cluster
+from headwater.tools.ports import free_port_block
 
 RETAILERS: Final = ("acme", "bolt", "crate", "dune", "ember", "fjord", "grove", "harbor")
 ORDERS_TOPIC: Final = "orders"

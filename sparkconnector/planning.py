@@ -33,9 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from headwater.errors import HeadwaterError
-from headwater.tls import ClientSecurity
-from headwater.topics import check_group_id
+from headwater.shared.errors import HeadwaterError
+from headwater.shared.tls import ClientSecurity
+from headwater.shared.topics import check_group_id
 
 EARLIEST: Final = -2
 LATEST: Final = -1

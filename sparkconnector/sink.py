@@ -58,7 +58,6 @@ from pyspark.sql.types import StructType
 
 from headwater.client import Admin, BatchFuture, ClientSecurity, LogReader
 from headwater.client.partitioner import partition_for_key
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import (
     MESSAGE_BYTES_DEFAULT,
     SELF_NAMED_PRODUCER_ID_MIN,
@@ -68,6 +67,7 @@ from headwater.log.batch import (
     encode_batch,
     iter_headers,
 )
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.sparkconnector import planning
 from headwater.sparkconnector.source import CALL_RETRY_S, Clients, clients_of
 

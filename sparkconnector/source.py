@@ -42,8 +42,8 @@ from pyspark.sql.types import StructType
 from headwater.client import Admin, ClientSecurity, LogReader, Producer
 from headwater.client.connection import Cluster
 from headwater.client.positions import TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import decode_batches_within
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.sparkconnector import planning
 from headwater.sparkconnector.planning import Key, OffsetRange, SourceOptions
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import settings
 
 import headwater  # noqa: F401  (before grpc: it turns gRPC fork support off, see its module)
+from tests.kinds import KIND_OF_MODULE
 from tests.node_process import NodeProcess
 
 # Property tests check behaviour, not speed: no per-example deadline, which would make them
@@ -37,3 +38,11 @@ def shared_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProces
         yield process
     finally:
         process.kill()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its module's kind (``tests/kinds.py``): ``pytest -m unit``."""
+    for item in items:
+        kind = KIND_OF_MODULE.get(item.path.stem)
+        if kind is not None:
+            item.add_marker(kind)

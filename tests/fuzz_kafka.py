@@ -29,10 +29,10 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kio.index import load_request_schema
 from kio.serial import entity_writer
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log import kafka_records as records
 from headwater.node.kafka import consumer_protocol, protocol
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 ALLOWED_CODES = frozenset(
     {

@@ -19,7 +19,7 @@ from typing import TextIO
 
 from headwater.client import Consumer
 from headwater.client.positions import TopicPartition
-from headwater.errors import HeadwaterError
+from headwater.shared.errors import HeadwaterError
 
 stopping = False
 

@@ -1,5 +1,5 @@
 """A cluster of real ``headwater serve`` processes on loopback for multi-process tests:
-headwater.devcluster's LocalCluster with a known secret and metadata helpers."""
+headwater.tools.devcluster's LocalCluster with a known secret and metadata helpers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from headwater import devcluster
+from headwater.tools import devcluster
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess, wait_until

@@ -1,13 +1,13 @@
 """Real ``headwater serve`` child processes for tests: the project's one local-cluster
-harness (headwater.devcluster), under the names the tests use, and ``run_cli``."""
+harness (headwater.tools.devcluster), under the names the tests use, and ``run_cli``."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 
-from headwater.devcluster import HEADWATER_CLI, wait_until
-from headwater.devcluster import LocalNode as NodeProcess
+from headwater.tools.devcluster import HEADWATER_CLI, wait_until
+from headwater.tools.devcluster import LocalNode as NodeProcess
 
 HEADWATER = list(HEADWATER_CLI)
 

@@ -7,7 +7,7 @@ import socket
 
 import h2.events
 
-from headwater.benchmarks.login_flood import (
+from headwater.tools.benchmarks.login_flood import (
     EMPTY_MESSAGE,
     grpc_request_headers,
     h2_client_connection,

@@ -34,7 +34,7 @@ from google.protobuf import descriptor
 from google.protobuf.message import Message
 
 from headwater.client import Admin, Producer
-from headwater.devcluster import LocalNode
+from headwater.tools.devcluster import LocalNode
 from headwater.v1 import headwater_pb2 as pb
 
 SERVICES: Final = ("Broker", "Admin", "Groups")

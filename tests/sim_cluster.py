@@ -54,12 +54,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
 from headwater.node.broker_session import BrokerSession, leadership_lease_s
+from headwater.node.config import NodeConfig
 from headwater.node.following import Following
 from headwater.node.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
 from headwater.node.partition import Partition
@@ -67,6 +66,7 @@ from headwater.node.replica_service import _leader_partition
 from headwater.raft import decisions
 from headwater.raft import records as r
 from headwater.raft.image import MetadataImage, apply
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 STEP_MS: Final = 10
 CALL_TIMEOUT_MS: Final = 2000

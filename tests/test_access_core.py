@@ -11,8 +11,12 @@ import json
 
 import pytest
 
-from headwater.acls import ACLS_MAX, Acl, parse_acl, parse_filter
-from headwater.credentials import (
+from headwater.node.authorizer import certificate_principal, host_of_peer
+from headwater.raft import decisions
+from headwater.raft import records as r
+from headwater.raft.image import MetadataImage, apply, image_digest, snapshot_records
+from headwater.shared.acls import ACLS_MAX, Acl, parse_acl, parse_filter
+from headwater.shared.credentials import (
     ITERATIONS_MIN,
     ScramCredential,
     authorization_value,
@@ -21,11 +25,7 @@ from headwater.credentials import (
     parse_authorization,
     verify_password,
 )
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.node.authorizer import certificate_principal, host_of_peer
-from headwater.raft import decisions
-from headwater.raft import records as r
-from headwater.raft.image import MetadataImage, apply, image_digest, snapshot_records
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 EPOCH = 1
 
@@ -210,8 +210,8 @@ def test_certificate_principal_mapping() -> None:
 
 
 def test_client_security_takes_credentials_from_the_environment_and_layers() -> None:
-    from headwater.cli_security import apply_client_settings
-    from headwater.tls import ClientSecurity
+    from headwater.cli.security import apply_client_settings
+    from headwater.shared.tls import ClientSecurity
 
     env = {
         "HEADWATER_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
@@ -250,8 +250,8 @@ def test_client_security_takes_credentials_from_the_environment_and_layers() -> 
 
 
 def test_quota_precedence_user_then_client_id_then_defaults() -> None:
-    from headwater.quotas import PRODUCER_BYTE_RATE as P
-    from headwater.quotas import quota_for
+    from headwater.shared.quotas import PRODUCER_BYTE_RATE as P
+    from headwater.shared.quotas import quota_for
 
     quotas = {
         ("user", "alice"): {P: 100.0},
@@ -270,7 +270,7 @@ def test_quota_precedence_user_then_client_id_then_defaults() -> None:
 
 
 def test_a_quota_must_be_a_positive_rate() -> None:
-    from headwater.quotas import check_entity, check_quota
+    from headwater.shared.quotas import check_entity, check_quota
 
     for value in (0.0, -1.0, float("inf"), float("nan"), 1e14):
         with pytest.raises(HeadwaterError) as refused:
@@ -289,7 +289,7 @@ def test_throttle_holds_a_waiting_client_to_its_rate() -> None:
     """A client that sends its next request when the last is answered, as fast as it
     can, gets the quota's rate over simulated time: within 1 % over 10 s after the
     bucket's first burst, whatever its request size."""
-    from headwater.quotas import BURST_S, Throttle
+    from headwater.shared.quotas import BURST_S, Throttle
 
     rate = 1_000_000.0
     for request_bytes in (10_000, 64_000, 3_000_000):
@@ -305,7 +305,7 @@ def test_throttle_holds_a_waiting_client_to_its_rate() -> None:
     # Another bucket is untouched.
     assert throttle.charge("p", ("user", "bob"), rate, 1000, now) == 0.0
     # One huge burst holds its sender for at most THROTTLE_S_MAX, and no longer after.
-    from headwater.quotas import THROTTLE_S_MAX
+    from headwater.shared.quotas import THROTTLE_S_MAX
 
     huge = Throttle()
     assert huge.charge("p", ("user", "x"), rate, rate * 1000, 0.0) == THROTTLE_S_MAX

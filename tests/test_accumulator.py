@@ -21,8 +21,8 @@ from headwater.client.accumulator import (
 )
 from headwater.client.partitioner import partition_for_key
 from headwater.client.retry import RetryPolicy
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import TIMESTAMP_DELTA_MAX, TIMESTAMP_DELTA_MIN, encode_batch
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 T0_MS = 1_700_000_000_000
 CLOCK = [0.0]

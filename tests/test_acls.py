@@ -1,4 +1,4 @@
-"""The ACL decision rule (headwater.acls), pure: fixed cases for each clause of the rule,
+"""The ACL decision rule (headwater.shared.acls), pure: fixed cases for each clause of the rule,
 and seeded random ACL sets checked against a brute-force reading of the module
 docstring's rule."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.acls import (
+from headwater.shared.acls import (
     ANY_PRINCIPAL,
     CLUSTER_RESOURCE,
     IMPLIES_DESCRIBE,
@@ -23,7 +23,7 @@ from headwater.acls import (
     ResourceType,
     parse_acl,
 )
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 TOPIC = ResourceType.TOPIC
 

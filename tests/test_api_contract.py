@@ -18,9 +18,9 @@ from grpc_status import rpc_status
 
 from headwater.client import Admin
 from headwater.client.producer import parse_acks
-from headwater.error_table import render_markdown
-from headwater.errors import GRPC_STATUS_OF, ErrorCode, is_retriable
 from headwater.log import batch as batch_format
+from headwater.shared.errors import GRPC_STATUS_OF, ErrorCode, is_retriable
+from headwater.tools.error_table import render_markdown
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess
@@ -140,7 +140,7 @@ def test_per_item_answers_carry_the_retriable_flag(
 
 def test_docs_errors_md_is_generated_from_the_code() -> None:
     assert (ROOT / "docs/errors.md").read_text() == render_markdown(), (
-        "run python -m headwater.error_table > docs/errors.md"
+        "run python -m headwater.tools.error_table > docs/errors.md"
     )
 
 

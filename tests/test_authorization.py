@@ -14,12 +14,12 @@ from typing import Any
 import grpc
 import pytest
 
-from headwater.acls import parse_acl, parse_filter
 from headwater.client import Admin, ClientSecurity
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import from_rpc_error
-from headwater.tls import TLS, open_channel
-from headwater.tls_certs import NamedPki, TlsFiles, create_named_pki
+from headwater.shared.acls import parse_acl, parse_filter
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import from_rpc_error
+from headwater.shared.tls import TLS, open_channel
+from headwater.tools.tls_certs import NamedPki, TlsFiles, create_named_pki
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess, run_cli

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from headwater.client.consumer import fetched_from
 from headwater.client.positions import TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as bf
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from tests.fuzz_batch import compressed_batch
 from tests.fuzz_batch import rechecksummed as _rechecksummed
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from headwater.config import NodeConfig
 from headwater.node.broker_session import BrokerSession, leadership_lease_s
+from headwater.node.config import NodeConfig
 from headwater.raft.image import BrokerState, MetadataImage
 
 LEASE_MS = 2000.0

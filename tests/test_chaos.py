@@ -1,4 +1,4 @@
-"""The chaos suite against real processes: a short run of ``python -m headwater.chaos``
+"""The chaos suite against real processes: a short run of ``python -m headwater.tools.chaos``
 (every nemesis at least once), a short run with Kafka clients (``--client kafka``:
 librdkafka's idempotent producers and a consumer group, under leader kills, pauses and
 partitions), ``headwater debug compare-replicas`` on identical and on altered replicas,
@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from headwater.chaos import netns
-from headwater.chaos.checker import ANOMALIES, TOLERATED_DEFAULT
-from headwater.chaos.nemesis import Fault
-from headwater.chaos.runner import Options
 from headwater.client import Admin, Producer
+from headwater.tools.chaos import netns
+from headwater.tools.chaos.checker import ANOMALIES, TOLERATED_DEFAULT
+from headwater.tools.chaos.nemesis import Fault
+from headwater.tools.chaos.runner import Options
 from tests.local_cluster import LocalCluster
 from tests.node_process import run_cli, wait_until
 
@@ -40,7 +40,7 @@ cycles of every fault)."""
 KAFKA_TIME_LIMIT_S = 120
 KAFKA_RUN_DEADLINE_S = 300
 """About 45-70 s when all is well (3 cycles, start, heal, final read)."""
-CHAOS = [sys.executable, "-m", "headwater.chaos"]
+CHAOS = [sys.executable, "-m", "headwater.tools.chaos"]
 
 
 def chaos(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:

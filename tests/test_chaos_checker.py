@@ -1,4 +1,4 @@
-"""The chaos checker (headwater.chaos.checker): a table of small histories, each with the
+"""The chaos checker (headwater.tools.chaos.checker): a table of small histories, each with the
 anomalies it must report, and property tests: a history of a correct log reports nothing,
 one broken in a known way reports that, and random histories agree with a dumb oracle."""
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.chaos import nemesis
-from headwater.chaos.checker import (
+from headwater.tools.chaos import nemesis
+from headwater.tools.chaos.checker import (
     ANOMALIES,
     TOLERATED_DEFAULT,
     UNKNOWN_OFFSET,
@@ -33,7 +33,7 @@ from headwater.chaos.checker import (
     check,
     summary_lines,
 )
-from headwater.chaos.history import (
+from headwater.tools.chaos.history import (
     Event,
     FinalRead,
     Nemesis,

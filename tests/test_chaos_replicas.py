@@ -1,6 +1,6 @@
 """Replica comparison: the hash a node computes over its replica (node.admin_service's
 ``hash_log_range``, on the memory and the file log) and the pure comparison of the
-answers (headwater.chaos.replicas)."""
+answers (headwater.tools.chaos.replicas)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from headwater.chaos.replicas import (
+from headwater.log.api import LogConfig, PartitionLog
+from headwater.log.batch import encode_batch
+from headwater.log.file_log import FileLog
+from headwater.log.memory_log import MemoryLog
+from headwater.node.admin_service import ReplicaHash, hash_log_range
+from headwater.tools.chaos.replicas import (
     MetadataView,
     ReplicaView,
     common_range,
@@ -17,11 +22,6 @@ from headwater.chaos.replicas import (
     fold_pages,
     metadata_differences,
 )
-from headwater.log.api import LogConfig, PartitionLog
-from headwater.log.batch import encode_batch
-from headwater.log.file_log import FileLog
-from headwater.log.memory_log import MemoryLog
-from headwater.node.admin_service import ReplicaHash, hash_log_range
 from headwater.v1 import headwater_pb2 as pb
 
 LogFactory = Callable[[str], PartitionLog]

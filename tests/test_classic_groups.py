@@ -10,11 +10,11 @@ import random
 
 import pytest
 
-from headwater.errors import ErrorCode
 from headwater.node.groups import classic
 from headwater.node.groups.classic import ClassicError, ClassicGroup, GroupProtocolError
 from headwater.node.groups.image import GroupState
 from headwater.node.groups.records import ClassicGeneration
+from headwater.shared.errors import ErrorCode
 
 SESSION_RANGE = (1000, 1_800_000)
 
@@ -306,7 +306,7 @@ def test_the_nodes_classic_groups_hold_a_bounded_amount_of_member_data() -> None
     """Members' protocol metadata counts against one budget for all the node's groups: a
     join that would pass it is refused (GROUP_MAX_SIZE_REACHED), smaller joins go on, and
     the count is exact again at the next session check."""
-    from headwater.config import NodeConfig
+    from headwater.node.config import NodeConfig
     from headwater.node.kafka.groups import ClassicGroups
 
     async def scenario() -> None:
@@ -370,9 +370,9 @@ def test_a_group_whose_partition_moved_away_and_back_is_read_again() -> None:
     the group in memory may be older than what another coordinator wrote meanwhile, so
     it is dropped (the waiting member is told NOT_COORDINATOR) and the last written
     generation is served instead."""
-    from headwater.config import NodeConfig
-    from headwater.errors import HeadwaterError
+    from headwater.node.config import NodeConfig
     from headwater.node.kafka.groups import ClassicGroups
+    from headwater.shared.errors import HeadwaterError
 
     async def scenario() -> None:
         coordinator = _MovingCoordinator()

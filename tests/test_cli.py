@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from headwater.healthcheck import node_serving
-from headwater.ports import free_port
+from headwater.tools.ports import free_port
 from tests.node_process import HEADWATER, NodeProcess, run_cli, wait_until
 
 
@@ -409,10 +409,10 @@ def test_readme_python_examples_run(node: NodeProcess) -> None:
 
 
 def test_the_command_loads_the_benchmarks_and_spark_only_for_bench() -> None:
-    """`import headwater.cli` must import no benchmark and, through the Spark one, no
+    """`import headwater.cli.main` must import no benchmark and, through the Spark one, no
     pyspark: `headwater serve` would load Spark."""
     probe = (
-        "import sys, headwater.cli\n"
+        "import sys, headwater.cli.main\n"
         "loaded = sorted(m for m in sys.modules if m.startswith(('pyspark', 'headwater.bench')))\n"
         "print(','.join(loaded))"
     )
@@ -469,8 +469,8 @@ def test_consume_waits_out_a_node_that_is_still_starting() -> None:
     LEADER_NOT_AVAILABLE ("retry"): `headwater consume` started just after a restart
     exited with it, reading nothing (the single-node acceptance check failed about one
     run in ten). It now retries that answer within --timeout-ms, and only that one."""
-    from headwater.cli_consume import _while_starting
-    from headwater.errors import ErrorCode, HeadwaterError
+    from headwater.cli.consume import _while_starting
+    from headwater.shared.errors import ErrorCode, HeadwaterError
 
     answers = [ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.LEADER_NOT_AVAILABLE, None]
 

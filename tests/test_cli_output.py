@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from headwater import cli_produce
-from headwater.cli_output import Table
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.cli import produce as cli_produce
+from headwater.cli.output import Table
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from tests.node_process import HEADWATER, NodeProcess, run_cli, wait_until
 
 

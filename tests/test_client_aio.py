@@ -11,8 +11,8 @@ import pytest
 from headwater.client import Admin
 from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.client.partitioner import partition_for_key
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import from_rpc_error
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import from_rpc_error
 from headwater.v1 import headwater_pb2 as pb
 from tests.node_process import NodeProcess
 

@@ -17,9 +17,9 @@ from headwater.client import (
     Producer,
     node_serving,
 )
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import decode_batches, encode_batch, iter_headers
-from headwater.ports import free_port
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.tools.ports import free_port
 from tests.node_process import NodeProcess
 
 
@@ -188,6 +188,6 @@ def test_the_container_health_probe_exits_by_the_answer_and_loads_only_grpc(
         check=True,
     )
     assert loaded.stdout.strip() == (
-        "['headwater', 'headwater.credentials', 'headwater.errors', 'headwater.healthcheck', "
-        "'headwater.tls']"
+        "['headwater', 'headwater.healthcheck', 'headwater.shared', "
+        "'headwater.shared.credentials', 'headwater.shared.errors', 'headwater.shared.tls']"
     )

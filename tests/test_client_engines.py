@@ -33,8 +33,8 @@ from headwater.client import (
 from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.client.partitioner import partition_for_key
 from headwater.client.positions import TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log.batch import HeaderPairs, encode_batch, iter_headers
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 from tests.node_process import NodeProcess
 

@@ -18,8 +18,8 @@ import pytest
 
 from headwater.client import Admin, Consumer, Producer
 from headwater.client.aio import AsyncConsumer, AsyncProducer
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.ports import free_port
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.tools.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.local_cluster import LocalCluster
@@ -629,7 +629,7 @@ def test_dev_cluster_starts_prints_addresses_and_stops_on_ctrl_c(tmp_path: Path)
         [
             sys.executable,
             "-m",
-            "headwater.cli",
+            "headwater.cli.main",
             "dev-cluster",
             "--nodes",
             "3",

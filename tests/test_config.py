@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from headwater.addresses import DEFAULT_LISTEN
-from headwater.cli import main as cli_main
-from headwater.config import (
+from headwater.cli.main import main as cli_main
+from headwater.node.config import (
     KAFKA_TOPIC_CONFIG_NAMES,
     SETTINGS,
     NodeConfig,
@@ -21,8 +20,9 @@ from headwater.config import (
     render_markdown,
     topic_setting_name,
 )
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.log_manager import DataDirError, loopback_secret_path, shared_secret
+from headwater.shared.addresses import DEFAULT_LISTEN
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -106,7 +106,7 @@ def test_topic_configs_take_kafka_names_and_store_the_nodes() -> None:
 
 def test_configuration_doc_is_current() -> None:
     assert (ROOT / "docs/configuration.md").read_text() == render_markdown(), (
-        "run python -m headwater.config > docs/configuration.md"
+        "run python -m headwater.node.config > docs/configuration.md"
     )
     assert len(SETTINGS) == len({s.name for s in SETTINGS})
 

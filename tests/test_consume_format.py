@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from headwater.cli_consume import json_line, record_format, renderer
+from headwater.cli.consume import json_line, record_format, renderer
 from headwater.client.consumer import ConsumerRecord
 
 ORDER = ConsumerRecord(

@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.raft import decisions as c
 from headwater.raft import records as r
 from headwater.raft.image import (
@@ -27,6 +26,7 @@ from headwater.raft.image import (
     image_digest,
     snapshot_records,
 )
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 LIMITS = c.TopicLimits(
     partitions_max=10_000, topics_max=100, default_partitions=1, default_replication_factor=1

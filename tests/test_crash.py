@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from headwater.client import Admin, Consumer, Producer
-from headwater.errors import HeadwaterError
 from headwater.log.api import FlushPolicy, LogConfig
 from headwater.log.batch import encode_batch
 from headwater.log.file_log import FileLog
+from headwater.shared.errors import HeadwaterError
 from tests.node_process import NodeProcess, wait_until
 
 

@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from headwater.client import Admin, ClientSecurity, Consumer, Producer
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from tests.node_process import wait_until
 from tests.test_deploy import BOOTSTRAP, ROOT, _docker_runs, make
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from headwater.cli_cluster import SECRET_FILE, RestartPolicy, dev_secret
+from headwater.cli.cluster import SECRET_FILE, RestartPolicy, dev_secret
 from headwater.client import Admin, node_serving
-from headwater.devcluster import SECRET_ENV
-from headwater.errors import HeadwaterError
-from headwater.ports import free_port_block
+from headwater.shared.errors import HeadwaterError
+from headwater.tools.devcluster import SECRET_ENV
+from headwater.tools.ports import free_port_block
 from tests.node_process import wait_until
 
 
@@ -33,7 +33,7 @@ class DevCluster:
             [
                 sys.executable,
                 "-m",
-                "headwater.cli",
+                "headwater.cli.main",
                 "dev-cluster",
                 "--nodes",
                 str(nodes),

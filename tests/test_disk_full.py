@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from headwater.client import Admin, Consumer, Producer
-from headwater.errors import HeadwaterError
+from headwater.shared.errors import HeadwaterError
 from tests.disk_faults import fill, small_filesystem
 from tests.local_cluster import LocalCluster
 from tests.node_process import NodeProcess, run_cli, wait_until

@@ -60,7 +60,7 @@ def test_a_client_program_runs_without_the_server_and_spark_packages(
     done = _run_blocked(
         "from headwater.client import Admin, Producer, Consumer, LogReader\n"
         "from headwater.client.aio import AsyncProducer, AsyncConsumer\n"
-        "import headwater.cli\n"
+        "import headwater.cli.main\n"
         f"with Admin({shared_node.address!r}) as admin:\n"
         "    admin.create_topic('extras-check', 1, 1)\n"
         f"with Producer({shared_node.address!r}, acks='all') as producer:\n"
@@ -71,9 +71,11 @@ def test_a_client_program_runs_without_the_server_and_spark_packages(
 
 
 def test_commands_without_their_extra_name_it() -> None:
-    done = _run_blocked("from headwater.cli import main\nmain(['serve'])\n")
+    done = _run_blocked("from headwater.cli.main import main\nmain(['serve'])\n")
     assert done.returncode != 0
     assert "needs the server extra: pip install 'headwater[server]'" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
-    spark = _run_blocked("from headwater.cli import main\nmain(['bench', 'spark', '--help'])\n")
+    spark = _run_blocked(
+        "from headwater.cli.main import main\nmain(['bench', 'spark', '--help'])\n"
+    )
     assert "pip install 'headwater[spark]'" in spark.stderr, spark.stderr

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as bf
 from headwater.log.api import FlushPolicy, LogConfig
 from headwater.log.file_log import (
@@ -21,6 +20,7 @@ from headwater.log.file_log import (
 from headwater.log.index import SegmentIndex
 from headwater.log.memory_log import MemoryLog
 from headwater.node.partition import HIGH_WATERMARK_FILE, Partition
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from tests.test_log_conformance import read_all
 
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256)

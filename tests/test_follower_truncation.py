@@ -19,12 +19,11 @@ from typing import Any
 
 import pytest
 
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
 from headwater.node import replication
+from headwater.node.config import NodeConfig
 from headwater.node.follower_fetcher import LeaderFetcher
 from headwater.node.follower_truncation import (
     TRUNCATION_ROUNDS_MAX,
@@ -36,6 +35,7 @@ from headwater.node.partition import Partition
 from headwater.node.replica_manager import ReplicaManager
 from headwater.node.replica_service import ReplicaService
 from headwater.raft.image import BrokerState, MetadataImage, PartitionState
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
 TOPIC = "t"

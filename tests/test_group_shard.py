@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log.api import LogConfig
 from headwater.log.file_log import FileLog
+from headwater.node.config import NodeConfig
 from headwater.node.groups import decisions as d
 from headwater.node.groups.coordinator import GroupShard
 from headwater.node.groups.records import OFFSETS_TOPIC
 from headwater.node.partition import Partition
 from headwater.raft.image import PartitionState
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 COUNTS = {"t": 8}
 LIMITS = d.GroupLimits()

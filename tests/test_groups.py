@@ -23,8 +23,8 @@ import pytest
 from headwater.client import Admin, Consumer, Producer
 from headwater.client.aio import AsyncConsumer
 from headwater.client.positions import TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import from_rpc_error
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import from_rpc_error
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.local_cluster import LocalCluster

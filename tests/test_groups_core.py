@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.groups import decisions
 from headwater.node.groups import records as r
 from headwater.node.groups.assignors import range_assignor, reconcile, uniform
 from headwater.node.groups.image import GroupsImage, GroupState, apply, replay
-from headwater.topics import check_group_id
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.topics import check_group_id
 
 G = "g"
 

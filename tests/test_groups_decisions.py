@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.groups import decisions as d
 from headwater.node.groups.image import GroupsImage, apply, apply_offsets
 from headwater.node.groups.records import GroupRecordError, OffsetCommitted, TopicPartitionKey
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 G = "g"
 LIMITS = d.GroupLimits(members_max=50, session_timeout_ms=45_000)

@@ -28,8 +28,6 @@ from headwater.client.accumulator import (
     record_size,
 )
 from headwater.client.retry import RetryPolicy
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import from_rpc_error
 from headwater.log import batch as batch_format
 from headwater.log import producer_state
 from headwater.log.api import LogConfig, PartitionLog
@@ -38,6 +36,8 @@ from headwater.log.memory_log import MemoryLog
 from headwater.raft import decisions
 from headwater.raft import records as r
 from headwater.raft.image import MetadataImage, apply, snapshot_records
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import from_rpc_error
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.local_cluster import LocalCluster

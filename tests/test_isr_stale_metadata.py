@@ -3,7 +3,7 @@
 What was seen after the stream and Raft floods: a partition's ISR stayed at the leader
 alone for minutes although both followers had lag 0, refusing acks=all until a later
 leader change. Two causes, each reproduced here on real processes in network namespaces
-the test makes and removes (``headwater.chaos.netns``), 3 nodes, a topic with replication
+the test makes and removes (``headwater.tools.chaos.netns``), 3 nodes, a topic with replication
 factor 3 and ``min_insync_replicas`` 3 (so one follower out of the ISR refuses acks=all):
 
 - **A follower fenced for longer than ``replica_lag_ms_max`` while it kept replicating**
@@ -40,15 +40,15 @@ from typing import Any
 
 import pytest
 
-from headwater.chaos import netns
-from headwater.chaos.cluster import (
+from headwater.client import Producer
+from headwater.shared.errors import HeadwaterError
+from headwater.tools.chaos import netns
+from headwater.tools.chaos.cluster import (
     NETNS_INTERNAL_PORT,
     NETNS_RAFT_PORT,
     ChaosCluster,
     wait_for,
 )
-from headwater.client import Producer
-from headwater.errors import HeadwaterError
 
 TOPIC = "isr"
 PARTITIONS = 3

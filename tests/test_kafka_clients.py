@@ -29,9 +29,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from headwater.client import Admin
 from headwater.client import Consumer as GrpcConsumer
 from headwater.client import Producer as GrpcProducer
-from headwater.config import NodeConfig
-from headwater.partitioning import partition_for_key
-from headwater.ports import free_port
+from headwater.node.config import NodeConfig
+from headwater.shared.partitioning import partition_for_key
+from headwater.tools.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess, run_cli

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headwater.client import Admin
-from headwater.ports import free_port
+from headwater.tools.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.local_cluster import LocalCluster

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from headwater.acls import parse_acl
 from headwater.client import Admin
-from headwater.ports import free_port
-from headwater.tls import ClientSecurity
-from headwater.tls_certs import NamedPki, create_named_pki
+from headwater.shared.acls import parse_acl
+from headwater.shared.tls import ClientSecurity
+from headwater.tools.ports import free_port
+from headwater.tools.tls_certs import NamedPki, create_named_pki
 from tests.node_process import NodeProcess
 
 DEADLINE_S = 30.0

@@ -25,10 +25,10 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_writer
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log import kafka_records as records
 from headwater.node.kafka import protocol
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from tests import fuzz_kafka
 
 NOW_MS = 1_767_225_600_000

@@ -1,11 +1,13 @@
 """The layer contract: which top-level folders may import which.
 
 Folders map to packages (``pyproject.toml``): ``client/`` is ``headwater.client``,
-``node/`` is ``headwater.node``, and so on. The rules:
+``node/`` is ``headwater.node``, and so on; under ``headwater/``, ``shared/`` is what
+clients and servers share, ``cli/`` the command line and ``tools/`` the tooling. The
+rules (a name matches that module and everything under it):
 
-- the client library (``client/``) imports no server code (``node``, ``raft``, the server's
-  ``config``), no Spark, no Raft library, no command-line or benchmark module: a user who
-  wants a client needs neither pysyncobj nor pyspark;
+- the client library (``client/``) imports no server code (``node``, with the server's
+  settings, ``raft``), no Spark, no Raft library, no command-line module and no tooling:
+  a user who wants a client needs neither pysyncobj nor pyspark;
 - the metadata core (``raft/``) and the log (``log/``) import no node code and no client;
 - the shared core (``SHARED_CORE``: errors, names, addresses, ACL, credential, quota and
   TLS rules, the partitioner, cancellation, log limits) imports only itself and the
@@ -14,8 +16,9 @@ Folders map to packages (``pyproject.toml``): ``client/`` is ``headwater.client`
   clusters, ports, throwaway certificates, doc generators, chaos, benchmarks);
 - the Spark connector imports no server code, no protobuf and no command-line module: it
   speaks the client API (its demo starts its cluster through the local-cluster harness);
-- the benchmarks (``headwater/benchmarks/``, ``scripts/bench_all.py``) and the local-cluster
-  harness (``headwater/devcluster.py``) import no server code and no protobuf either;
+- the benchmarks (``headwater/tools/benchmarks/``, ``scripts/bench_all.py``) and the
+  local-cluster harness (``headwater/tools/devcluster.py``) import no server code and no
+  protobuf either;
 - the node imports no client, no Spark connector and no command-line module (what both
   need, the key partitioner and the reconnect options, is in the shared package).
 
@@ -29,34 +32,27 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER = ("headwater.node", "headwater.raft", "headwater.config")
-COMMANDS = ("headwater.cli", "headwater.cli_*", "headwater.benchmarks", "headwater.chaos")
-"""Entries match a module and its submodules; one ending in ``*`` matches every module
-whose name starts with what comes before it (``headwater.cli_*``: each command module)."""
+SERVER = ("headwater.node", "headwater.raft")
+COMMANDS = ("headwater.cli",)
+"""Entries match a module and its submodules."""
 SHARED_CORE = (
-    "headwater/errors.py",
-    "headwater/grpc_errors.py",
-    "headwater/topics.py",
-    "headwater/addresses.py",
-    "headwater/acls.py",
-    "headwater/acl_messages.py",
-    "headwater/credentials.py",
-    "headwater/scram.py",
-    "headwater/quotas.py",
-    "headwater/tls.py",
-    "headwater/cancellation.py",
-    "headwater/partitioning.py",
-    "headwater/log_limits.py",
+    "headwater/shared/errors.py",
+    "headwater/shared/grpc_errors.py",
+    "headwater/shared/topics.py",
+    "headwater/shared/addresses.py",
+    "headwater/shared/acls.py",
+    "headwater/shared/acl_messages.py",
+    "headwater/shared/credentials.py",
+    "headwater/shared/scram.py",
+    "headwater/shared/quotas.py",
+    "headwater/shared/tls.py",
+    "headwater/shared/cancellation.py",
+    "headwater/shared/partitioning.py",
+    "headwater/shared/log_limits.py",
+    "headwater/shared/runtime_tuning.py",
 )
 """What clients and nodes both use: each imports only these (and the generated stubs)."""
-TOOLING = (
-    "headwater.devcluster",
-    "headwater.ports",
-    "headwater.tls_certs",
-    "headwater.error_table",
-    "headwater.chaos",
-    "headwater.benchmarks",
-)
+TOOLING = ("headwater.tools",)
 """Local clusters, free ports, throwaway certificates, doc generators, fault runs and
 benchmarks: no runtime layer imports them."""
 PROTOBUF = ("headwater.v1", "grpc_health", "google.protobuf")
@@ -68,8 +64,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "log": ("headwater.node", "headwater.raft", "headwater.client", *COMMANDS, *TOOLING),
     "sparkconnector": ("headwater.node", "headwater.raft", "pysyncobj", *PROTOBUF, *COMMANDS),
     "node": ("headwater.client", "headwater.sparkconnector", *COMMANDS, *TOOLING, "pyspark"),
-    "headwater/benchmarks": ("headwater.node", "headwater.raft", *PROTOBUF),
-    "headwater/devcluster.py": (*SERVER, "headwater.sparkconnector", *COMMANDS, *PROTOBUF),
+    "headwater/tools/benchmarks": ("headwater.node", "headwater.raft", *PROTOBUF),
+    "headwater/tools/devcluster.py": (*SERVER, "headwater.sparkconnector", *COMMANDS, *PROTOBUF),
     "scripts/bench_all.py": ("headwater.node", "headwater.raft", *PROTOBUF),
     # The container health probe, started as a new process at every check: gRPC only.
     "headwater/healthcheck.py": (
@@ -98,10 +94,7 @@ def imported_modules(source: str) -> set[str]:
 
 
 def _forbidden(module: str, prefixes: tuple[str, ...]) -> bool:
-    return any(
-        module.startswith(p[:-1]) if p.endswith("*") else module == p or module.startswith(p + ".")
-        for p in prefixes
-    )
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 def violations(root: Path) -> list[str]:
@@ -136,41 +129,64 @@ def test_a_deliberate_violation_is_caught(tmp_path: Path) -> None:
     (tmp_path / "client").mkdir()
     (tmp_path / "client" / "bad.py").write_text(
         "from typing import TYPE_CHECKING\n"
-        "from headwater.topics import check_partition\n"
+        "from headwater.shared.topics import check_partition\n"
         "from headwater.client_tools import fine\n"
         "if TYPE_CHECKING:\n"
         "    from headwater.node.partition import Partition\n"
     )
-    (tmp_path / "client" / "commands.py").write_text("import headwater.cli_cluster\n")
+    (tmp_path / "client" / "commands.py").write_text("import headwater.cli.cluster\n")
     (tmp_path / "raft").mkdir()
     (tmp_path / "raft" / "worse.py").write_text("import headwater.node.topics\n")
-    (tmp_path / "headwater").mkdir()
-    (tmp_path / "headwater" / "topics.py").write_text("from headwater.log import batch\n")
+    (tmp_path / "headwater" / "shared").mkdir(parents=True)
+    (tmp_path / "headwater" / "shared" / "topics.py").write_text(
+        "from headwater.log import batch\n"
+    )
     (tmp_path / "sparkconnector").mkdir()
     (tmp_path / "sparkconnector" / "raw.py").write_text(
-        "from headwater.v1 import headwater_pb2\nfrom headwater.cli_cluster import stop\n"
+        "from headwater.v1 import headwater_pb2\nfrom headwater.cli.cluster import stop\n"
     )
-    (tmp_path / "headwater" / "devcluster.py").write_text("import grpc_health.v1.health_pb2\n")
-    (tmp_path / "headwater" / "tls.py").write_text("from headwater.client import Admin\n")
+    (tmp_path / "headwater" / "tools").mkdir()
+    (tmp_path / "headwater" / "tools" / "devcluster.py").write_text(
+        "import grpc_health.v1.health_pb2\nfrom headwater.node.config import NodeConfig\n"
+    )
+    (tmp_path / "headwater" / "shared" / "tls.py").write_text(
+        "from headwater.client import Admin\n"
+    )
+    (tmp_path / "client" / "settings.py").write_text("from headwater.node.config import X\n")
+    (tmp_path / "client" / "cli_like.py").write_text("import headwater.client_cli\n")
     (tmp_path / "node").mkdir()
-    (tmp_path / "node" / "tooled.py").write_text("from headwater.ports import free_port\n")
+    (tmp_path / "node" / "tooled.py").write_text("from headwater.tools.ports import free_port\n")
     (tmp_path / "log").mkdir()
-    (tmp_path / "log" / "bench.py").write_text("import headwater.benchmarks.perf\n")
+    (tmp_path / "log" / "bench.py").write_text("import headwater.tools.benchmarks.perf\n")
     assert violations(tmp_path) == [
         "client/bad.py imports headwater.node.partition",
         "client/bad.py imports headwater.node.partition.Partition",
-        "client/commands.py imports headwater.cli_cluster",
+        "client/commands.py imports headwater.cli.cluster",
+        "client/settings.py imports headwater.node.config",
+        "client/settings.py imports headwater.node.config.X",
         "raft/worse.py imports headwater.node.topics",
-        "log/bench.py imports headwater.benchmarks.perf",
-        "sparkconnector/raw.py imports headwater.cli_cluster",
-        "sparkconnector/raw.py imports headwater.cli_cluster.stop",
+        "log/bench.py imports headwater.tools.benchmarks.perf",
+        "sparkconnector/raw.py imports headwater.cli.cluster",
+        "sparkconnector/raw.py imports headwater.cli.cluster.stop",
         "sparkconnector/raw.py imports headwater.v1",
         "sparkconnector/raw.py imports headwater.v1.headwater_pb2",
-        "node/tooled.py imports headwater.ports",
-        "node/tooled.py imports headwater.ports.free_port",
-        "headwater/devcluster.py imports grpc_health.v1.health_pb2",
-        "headwater/topics.py imports headwater.log",
-        "headwater/topics.py imports headwater.log.batch",
-        "headwater/tls.py imports headwater.client",
-        "headwater/tls.py imports headwater.client.Admin",
+        "node/tooled.py imports headwater.tools.ports",
+        "node/tooled.py imports headwater.tools.ports.free_port",
+        "headwater/tools/devcluster.py imports grpc_health.v1.health_pb2",
+        "headwater/tools/devcluster.py imports headwater.node.config",
+        "headwater/tools/devcluster.py imports headwater.node.config.NodeConfig",
+        "headwater/shared/topics.py imports headwater.log",
+        "headwater/shared/topics.py imports headwater.log.batch",
+        "headwater/shared/tls.py imports headwater.client",
+        "headwater/shared/tls.py imports headwater.client.Admin",
     ]
+
+
+def test_every_test_module_has_one_kind() -> None:
+    """``tests/kinds.py`` lists every test module once: unit, simulated or processes."""
+    from tests import kinds
+
+    modules = {path.stem for path in (ROOT / "tests").glob("test_*.py")}
+    assert not kinds.UNIT & kinds.SIMULATED and not kinds.UNIT & kinds.PROCESSES
+    assert not kinds.SIMULATED & kinds.PROCESSES
+    assert set(kinds.KIND_OF_MODULE) == modules

@@ -14,16 +14,16 @@ import pyarrow as pa
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from headwater.cli import describe_json
+from headwater.cli.main import describe_json
 from headwater.client import Admin, Consumer, Producer, TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log import kafka_records
 from headwater.log.api import LogConfig, ReadResult
 from headwater.log.cleaner import Throttle, clean
 from headwater.log.file_log import SWAP_DIR, FileLog
 from headwater.log.memory_log import MemoryLog
-from headwater.ports import free_port
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.tools.ports import free_port
 from tests.node_process import NodeProcess, wait_until
 
 NOW_MS = 1_700_000_000_000

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as bf
 from headwater.log.api import LogConfig, PartitionLog
 from headwater.log.file_log import FileLog
 from headwater.log.memory_log import MemoryLog
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 Factory = Callable[[LogConfig], PartitionLog]
 SMALL = LogConfig(segment_bytes=2048, index_interval_bytes=256)

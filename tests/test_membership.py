@@ -14,7 +14,7 @@ from headwater.client.membership import (
     topic_partitions,
 )
 from headwater.client.positions import TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
 A0, A1, A2 = (TopicPartition("a", p) for p in range(3))

@@ -15,8 +15,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from headwater.client import Admin, LogReader, Producer
-from headwater.errors import ErrorCode
-from headwater.grpc_errors import from_rpc_error
 from headwater.node.metrics import (
     SERIES_PER_FAMILY_MAX,
     GroupSample,
@@ -24,7 +22,9 @@ from headwater.node.metrics import (
     PartitionSample,
     state_families,
 )
-from headwater.ports import free_port, free_port_block
+from headwater.shared.errors import ErrorCode
+from headwater.shared.grpc_errors import from_rpc_error
+from headwater.tools.ports import free_port, free_port_block
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.local_cluster import LocalCluster

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from headwater.client.positions import FetchPositions, TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 A = TopicPartition("t", 0)
 B = TopicPartition("t", 1)

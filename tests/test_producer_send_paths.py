@@ -16,7 +16,7 @@ import pytest
 
 from headwater.client import Admin, Consumer, Producer, RecordFuture
 from headwater.client.accumulator import RECORD_BYTES_MAX
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from tests.node_process import NodeProcess
 
 MONTH_MS = 30 * 86_400_000

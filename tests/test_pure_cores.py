@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from headwater.client.partitioner import StickyPartitioner, murmur2, partition_for_key
 from headwater.client.retry import RetryPolicy
-from headwater.errors import GRPC_STATUS_OF, ErrorCode, HeadwaterError, is_retriable
 from headwater.log.retention import SegmentSummary, segments_to_delete
+from headwater.shared.errors import GRPC_STATUS_OF, ErrorCode, HeadwaterError, is_retriable
 from headwater.v1 import headwater_pb2 as pb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,12 +26,12 @@ PURE_MODULES = [
     "log/compaction.py",
     "log/api.py",
     "client/partitioner.py",
-    "headwater/partitioning.py",
+    "headwater/shared/partitioning.py",
     "client/retry.py",
     "client/accumulator.py",
     "client/positions.py",
-    "headwater/errors.py",
-    "headwater/topics.py",
+    "headwater/shared/errors.py",
+    "headwater/shared/topics.py",
     "raft/records.py",
     "raft/image.py",
     "raft/decisions.py",
@@ -47,9 +47,9 @@ PURE_MODULES = [
     "client/membership.py",
     "log/leader_epochs.py",
     "sparkconnector/planning.py",
-    "headwater/chaos/history.py",
-    "headwater/chaos/checker.py",
-    "headwater/chaos/nemesis.py",
+    "headwater/tools/chaos/history.py",
+    "headwater/tools/chaos/checker.py",
+    "headwater/tools/chaos/nemesis.py",
 ]
 FORBIDDEN = {
     "grpc",

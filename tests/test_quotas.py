@@ -15,7 +15,7 @@ import pytest
 from headwater.client import Admin, ClientSecurity
 from headwater.client.sessions import with_session
 from headwater.log import batch as batch_format
-from headwater.tls import open_channel
+from headwater.shared.tls import open_channel
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess, run_cli
@@ -140,8 +140,8 @@ def test_a_fetch_over_its_quota_is_held_back(quota_node: NodeProcess, tmp_path: 
 def test_new_connections_beyond_the_host_rate_are_refused(tmp_path: Path) -> None:
     import grpc
 
-    from headwater.devcluster import wait_until
-    from headwater.grpc_errors import from_rpc_error
+    from headwater.shared.grpc_errors import from_rpc_error
+    from headwater.tools.devcluster import wait_until
 
     node = NodeProcess(tmp_path / "data", env={"HEADWATER_CONNECTION_RATE_PER_HOST_MAX": "3"})
     node.start()
@@ -176,8 +176,8 @@ def test_new_connections_beyond_the_host_rate_are_refused(tmp_path: Path) -> Non
 def test_a_client_id_over_255_characters_is_refused(quota_node: NodeProcess) -> None:
     import grpc
 
-    from headwater.errors import ErrorCode, HeadwaterError
-    from headwater.grpc_errors import from_rpc_error
+    from headwater.shared.errors import ErrorCode, HeadwaterError
+    from headwater.shared.grpc_errors import from_rpc_error
 
     with pytest.raises(HeadwaterError, match="at most 255"):
         ClientSecurity(client_id="c" * 256)

@@ -25,7 +25,6 @@ import pytest
 from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, _bchr
 
-from headwater.ports import free_port_block
 from headwater.raft.follower_append import AppendAction, Entry, plan_append
 from headwater.raft.quorum import (
     HIGHER_TERM,
@@ -33,6 +32,7 @@ from headwater.raft.quorum import (
     MetadataQuorum,
     RaftFollowerGuard,
 )
+from headwater.tools.ports import free_port_block
 
 NOOP = _bchr(_COMMAND_TYPE.NO_OP)
 

@@ -26,10 +26,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from headwater.chaos.replicas import PartitionComparison, compare_replicas
 from headwater.client import Admin, Producer
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import from_rpc_error
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import from_rpc_error
+from headwater.tools.chaos.replicas import PartitionComparison, compare_replicas
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.local_cluster import LocalCluster

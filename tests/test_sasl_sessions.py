@@ -19,13 +19,10 @@ from typing import Any
 import grpc
 import pytest
 
-from headwater import scram
 from headwater.client import Admin, ClientSecurity, Consumer, Producer
 from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.client.sessions import ScramLogin, Session, SessionInterceptor
-from headwater.config import NodeConfig
-from headwater.credentials import credential_from_salted, new_salted_password
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.config import NodeConfig
 from headwater.node.password_checks import FAILED_LOGIN_DELAY_S, PasswordChecks
 from headwater.node.sasl_service import (
     EXCHANGE_TTL_S,
@@ -35,7 +32,10 @@ from headwater.node.sasl_service import (
     ScramLogins,
 )
 from headwater.node.sessions import Sessions
-from headwater.tls import open_channel
+from headwater.shared import scram
+from headwater.shared.credentials import credential_from_salted, new_salted_password
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.tls import open_channel
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess, wait_until

@@ -1,4 +1,4 @@
-"""SCRAM-SHA-256's messages (``headwater.scram``): RFC 7677's example exchange byte for
+"""SCRAM-SHA-256's messages (``headwater.shared.scram``): RFC 7677's example exchange byte for
 byte, every wrong proof refused alike, and malformed messages refused with a typed error
 (a seeded fuzz of the parsers)."""
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater import scram
-from headwater.credentials import credential_from_salted, salted_password
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared import scram
+from headwater.shared.credentials import credential_from_salted, salted_password
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 # RFC 7677, section 3.
 USER = "user"

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
 from headwater.log import sealed_files
 from headwater.log.api import LogConfig
 from headwater.log.file_log import CLEAN_SHUTDOWN_FILE, FileLog
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 SEGMENTS = 120
 CAPACITY = 4

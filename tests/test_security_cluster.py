@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from headwater.benchmarks import login_flood
 from headwater.client import Admin
+from headwater.tools.benchmarks import login_flood
 from tests.local_cluster import LocalCluster
 from tests.node_process import NodeProcess
 

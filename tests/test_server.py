@@ -13,8 +13,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from headwater.client import Admin, Consumer, Producer, TopicPartition
 from headwater.client.partitioner import partition_for_key
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess, wait_until

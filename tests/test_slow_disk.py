@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from headwater.chaos.slow_disk import SlowDisk, SlowDiskUnavailableError, build
 from headwater.client import Admin, Producer
+from headwater.tools.chaos.slow_disk import SlowDisk, SlowDiskUnavailableError, build
 from tests.local_cluster import ControllerWatch, LocalCluster
 from tests.node_process import wait_until
 from tests.test_disk_full import check_read_back, read_batches, send_batch

@@ -21,9 +21,9 @@ import pytest
 
 from headwater.client import Admin, Consumer, Producer
 from headwater.client.positions import TopicPartition
-from headwater.ports import free_port, free_port_block
 from headwater.sparkconnector import planning, sink
 from headwater.sparkconnector.session import local_session
+from headwater.tools.ports import free_port, free_port_block
 from headwater.v1 import headwater_pb2 as pb
 from tests.local_cluster import LocalCluster
 from tests.node_process import NodeProcess, wait_until
@@ -899,8 +899,8 @@ def test_read_and_write_through_mutual_tls_with_kafka_option_names(
     and in the executors; a bad file path is
     refused before anything is read."""
     from headwater.client import ClientSecurity
-    from headwater.devcluster import LocalNode
-    from headwater.tls_certs import create_dev_pki
+    from headwater.tools.devcluster import LocalNode
+    from headwater.tools.tls_certs import create_dev_pki
 
     pki = create_dev_pki(tmp_path / "pki", (1,))
     secured = LocalNode(tmp_path / "data", tls=pki.nodes[1], tls_client_auth=True)

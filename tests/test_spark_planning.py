@@ -149,8 +149,8 @@ def test_sink_options_and_columns_are_checked_with_the_problem_named() -> None:
 
 
 def test_tls_options_take_kafka_and_headwater_names_over_the_environment() -> None:
+    from headwater.shared.tls import ClientSecurity
     from headwater.sparkconnector.planning import OptionError, security_options
-    from headwater.tls import ClientSecurity
 
     kafka = security_options(
         {
@@ -269,7 +269,7 @@ def test_each_supported_option_is_taken(row: planning.OptionRow) -> None:
     if row.name in ("assign", "subscribePattern"):
         base = {"bootstrap": "h:1"}
     if row.name.startswith(
-        ("kafka.ssl", "headwater.tls", "kafka.sasl", "headwater.user", "headwater.pass")
+        ("kafka.ssl", "headwater.shared.tls", "kafka.sasl", "headwater.user", "headwater.pass")
     ):
         base["headwater.security.protocol"] = "SSL"
     base |= COMPANIONS.get(row.name, {})

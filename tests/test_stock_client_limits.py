@@ -7,9 +7,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from headwater.errors import ErrorCode, is_retriable
-from headwater.grpc_errors import from_rpc_error
 from headwater.log import batch as batch_format
+from headwater.shared.errors import ErrorCode, is_retriable
+from headwater.shared.grpc_errors import from_rpc_error
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess

@@ -24,17 +24,17 @@ from pathlib import Path
 import grpc
 import pytest
 
-from headwater.cli_security import apply_client_settings
+from headwater.cli.security import apply_client_settings
 from headwater.client import Admin, ClientSecurity, Consumer, Producer, RecordFuture
-from headwater.config import NodeConfig
-from headwater.devcluster import LocalCluster, LocalNode
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.grpc_errors import from_rpc_error
+from headwater.node.config import NodeConfig
 from headwater.node.peers import peer_error
 from headwater.node.tls_setup import load_node_tls
-from headwater.ports import free_port_block
-from headwater.tls import handshake_failure
-from headwater.tls_certs import DevPki, Issued, create_ca, create_dev_pki, issue, write
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_errors import from_rpc_error
+from headwater.shared.tls import handshake_failure
+from headwater.tools.devcluster import LocalCluster, LocalNode
+from headwater.tools.ports import free_port_block
+from headwater.tools.tls_certs import DevPki, Issued, create_ca, create_dev_pki, issue, write
 from tests.node_process import HEADWATER, run_cli, wait_until
 
 # ------------------------------------------------------------------------------ pure

@@ -24,12 +24,12 @@ from typing import Any, TypeVar
 
 import click
 
-from headwater.acls import CLUSTER_RESOURCE, Acl, parse_acl, parse_filter
-from headwater.cli import bootstrap_option, fail, json_option
-from headwater.cli_output import Table, echo, print_table
+from headwater.cli.main import bootstrap_option, fail, json_option
+from headwater.cli.output import Table, echo, print_table
 from headwater.client import Admin
-from headwater.credentials import ITERATIONS_DEFAULT, ITERATIONS_MAX, ITERATIONS_MIN
-from headwater.quotas import (
+from headwater.shared.acls import CLUSTER_RESOURCE, Acl, parse_acl, parse_filter
+from headwater.shared.credentials import ITERATIONS_DEFAULT, ITERATIONS_MAX, ITERATIONS_MIN
+from headwater.shared.quotas import (
     CLIENT_ID,
     CONSUMER_BYTE_RATE,
     DEFAULT_NAME,

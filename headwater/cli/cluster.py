@@ -7,7 +7,7 @@ Raft on the port after it, keeps its data in ``DIR/node-i`` and its log in
 else the one kept in ``DIR/cluster-secret`` (mode 0600, made on first use), so that a
 node can be restarted by hand with the command printed for it. With ``--restart``, a node
 that exits is started again after RESTART_DELAY_S, unless it exited RESTART_LIMIT times
-within RESTART_WINDOW_S. The nodes are ``headwater.devcluster``'s, as the tests' and the
+within RESTART_WINDOW_S. The nodes are ``headwater.tools.devcluster``'s, as the tests' and the
 benchmarks' are. Ctrl-C (or SIGTERM) stops them all with SIGTERM (controlled shutdown)
 and waits for them.
 """
@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import click
 
-from headwater.cli_output import Table, echo, print_table
-from headwater.devcluster import (
+from headwater.cli.output import Table, echo, print_table
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.tools.devcluster import (
     CLIENT_SECURITY_ENV,
     SECRET_ENV,
     LocalCluster,
@@ -37,7 +38,6 @@ from headwater.devcluster import (
     start_dev_cluster,
     stop_dev_cluster,
 )
-from headwater.errors import ErrorCode, HeadwaterError
 
 if TYPE_CHECKING:
     pass

@@ -20,10 +20,10 @@ from typing import Any, BinaryIO, Final
 
 import click
 
-from headwater.cli_output import WAIT_NOTE_S
+from headwater.cli.output import WAIT_NOTE_S
 from headwater.client.consumer import Consumer, ConsumerRecord
 from headwater.client.positions import TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 
 def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from headwater.client.admin import Admin
 from headwater.client.positions import TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
 

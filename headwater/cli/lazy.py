@@ -2,7 +2,7 @@
 
 ``headwater serve`` must not import the benchmarks, and through them pyspark: the ``bench``
 group and its Spark and cluster commands are registered by name and ``module:attribute``
-(``LazyGroup(lazy_subcommands={"spark": "headwater.benchmarks.spark:bench_spark"})``) and
+(``LazyGroup(lazy_subcommands={"spark": "headwater.tools.benchmarks.spark:bench_spark"})``) and
 loaded by ``get_command``, which click calls for the command being run and for help.
 """
 

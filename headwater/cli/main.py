@@ -21,11 +21,11 @@ from typing import Any, Final, NoReturn, TypeVar
 import click
 
 from headwater import __version__
-from headwater.cli_output import Table, echo, print_table
-from headwater.config import load as load_config
-from headwater.errors import HeadwaterError
-from headwater.lazy_commands import LazyGroup
-from headwater.tls import CLIENT_ID_ENV
+from headwater.cli.lazy import LazyGroup
+from headwater.cli.output import Table, echo, print_table
+from headwater.node.config import load as load_config
+from headwater.shared.errors import HeadwaterError
+from headwater.shared.tls import CLIENT_ID_ENV
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXTRA_OF_MODULE = {
@@ -187,7 +187,7 @@ def accept_client_settings(command: click.Command) -> None:
 
     @functools.wraps(callback)
     def with_client_settings(*args: Any, **kwargs: Any) -> Any:
-        from headwater.cli_security import apply_client_settings
+        from headwater.cli.security import apply_client_settings
 
         given = {name: kwargs.pop(name) for name in names}
         client_config = given.pop("client_config", None)
@@ -202,10 +202,10 @@ def accept_client_settings(command: click.Command) -> None:
     cls=ErrorReportingGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
     lazy_subcommands={
-        "bench": "headwater.benchmarks.perf:bench",
-        "acls": "headwater.cli_access:acls",
-        "users": "headwater.cli_access:users",
-        "quotas": "headwater.cli_access:quotas",
+        "bench": "headwater.tools.benchmarks.perf:bench",
+        "acls": "headwater.cli.access:acls",
+        "users": "headwater.cli.access:users",
+        "quotas": "headwater.cli.access:quotas",
     },
 )
 @click.version_option(__version__, prog_name="headwater")
@@ -233,7 +233,7 @@ def main(
     Client settings (--bootstrap, --security-protocol, --tls-*, --username,
     --client-id, --client-config) go before the command or after it: headwater
     --tls-ca-file ca.crt topics list, or headwater topics list --tls-ca-file ca.crt."""
-    from headwater.cli_security import apply_client_settings
+    from headwater.cli.security import apply_client_settings
 
     flags = {
         "security_protocol": security_protocol,
@@ -689,7 +689,7 @@ def cluster() -> None:
 @bootstrap_option
 def cluster_status(as_json: bool, bootstrap: str | None) -> None:
     """The active controller, the Raft term, and every broker's state."""
-    from headwater.cli_cluster import print_json, print_status, status_json
+    from headwater.cli.cluster import print_json, print_status, status_json
     from headwater.client import Admin
 
     with Admin(bootstrap) as admin:
@@ -758,7 +758,7 @@ def tls_init(
     """Make a throwaway CA and certificates in FOLDER (ca.crt, NAME.crt, NAME.key; keys
     readable by their owner only). For trying TLS: production certificates come from your
     own CA."""
-    from headwater.tls_certs import create_named_pki
+    from headwater.tools.tls_certs import create_named_pki
 
     if not nodes and not clients:
         fail("give at least one --node or --client")
@@ -826,7 +826,7 @@ def dev_cluster(
     """Run NODES combined nodes on loopback until Ctrl-C. The Raft secret is
     HEADWATER_CLUSTER_SECRET, else kept in DATA_DIR/cluster-secret; a command to restart
     each node by hand is printed."""
-    from headwater.cli_cluster import run_dev_cluster
+    from headwater.cli.cluster import run_dev_cluster
 
     run_dev_cluster(nodes, base_port, data_dir, metrics_base_port, tls, restart, kafka_base_port)
 
@@ -859,7 +859,7 @@ def produce(
 
     Exits with status 1 if any record was not acknowledged.
     """
-    from headwater.cli_produce import produce_lines
+    from headwater.cli.produce import produce_lines
 
     separator = key_separator.encode() if key_separator is not None else None
     sent, failed, first_error = produce_lines(
@@ -926,7 +926,7 @@ def consume(
 ) -> None:
     """Print TOPIC's records, one value per line (or as --print-key, --format or --json
     say)."""
-    from headwater.cli_consume import consume_lines, renderer
+    from headwater.cli.consume import consume_lines, renderer
 
     if sum((print_key, record_format is not None, as_json)) > 1:
         fail("--print-key, --format and --json do not mix: pick one", status=2)
@@ -966,7 +966,7 @@ def groups() -> None:
 @bootstrap_option
 def groups_list(as_json: bool, bootstrap: str | None) -> None:
     """List the cluster's consumer groups."""
-    from headwater.cli_groups import list_rows
+    from headwater.cli.groups import list_rows
     from headwater.client import Admin
 
     with Admin(bootstrap) as admin:
@@ -996,7 +996,7 @@ def groups_list(as_json: bool, bootstrap: str | None) -> None:
 def groups_describe(group: str, as_json: bool, bootstrap: str | None) -> None:
     """A group's state, members, assignments, and per partition its committed offset,
     log end and lag."""
-    from headwater.cli_groups import describe_json
+    from headwater.cli.groups import describe_json
     from headwater.client import Admin
 
     with Admin(bootstrap) as admin:
@@ -1065,7 +1065,7 @@ def groups_reset_offsets(
 ) -> None:
     """Reset GROUP's committed offsets of TOPIC (the group must have no members to
     --execute). Prints the plan; changes nothing without --execute."""
-    from headwater.cli_groups import clamp_warnings, execute_plan, reset_plan
+    from headwater.cli.groups import clamp_warnings, execute_plan, reset_plan
     from headwater.client import Admin
 
     chosen: list[tuple[str, int | str | None]] = [
@@ -1135,8 +1135,8 @@ def debug_compare_replicas(topic: str, as_json: bool, bootstrap: str | None) -> 
     log start, the smallest high watermark) over the replicas. Exits 1 when replicas
     differ or a replica cannot be asked.
     """
-    from headwater.chaos.replicas import compare_replicas, comparison_json
     from headwater.client import Admin
+    from headwater.tools.chaos.replicas import compare_replicas, comparison_json
 
     with Admin(bootstrap) as admin:
         comparisons = compare_replicas(admin, topic)
@@ -1203,8 +1203,8 @@ def debug_compare_metadata(wait: float, as_json: bool, bootstrap: str | None) ->
     Nodes at one offset must hold the same image. Waits up to --wait seconds for a change
     in flight to reach every node. Exits 1 when images differ or a node cannot be asked.
     """
-    from headwater.chaos.replicas import compare_metadata, metadata_comparison_json
     from headwater.client import Admin
+    from headwater.tools.chaos.replicas import compare_metadata, metadata_comparison_json
 
     with Admin(bootstrap) as admin:
         addresses = {b.node_id: b.address for b in admin.metadata().brokers}

@@ -7,10 +7,10 @@ from typing import BinaryIO, Final
 
 import click
 
-from headwater.cli_output import WAIT_NOTE_S
+from headwater.cli.output import WAIT_NOTE_S
 from headwater.client.accumulator import RECORD_BYTES_MAX
 from headwater.client.producer import Producer, RecordFuture
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 PENDING_FUTURES_MAX: Final = 65_536
 """Completed futures are pruned once this many are pending, bounding memory on long runs."""

@@ -22,7 +22,7 @@ then the environment's over them, then the flags' over both. A TLS file given in
 later layer implies SSL; a later ``PLAINTEXT`` drops the TLS files of earlier layers.
 The result is placed in this process's environment (``HEADWATER_BOOTSTRAP``,
 ``HEADWATER_SECURITY_PROTOCOL``, ``HEADWATER_TLS_*``), where every client the command
-builds reads it (``headwater.tls.ClientSecurity.from_env``), as do the processes it
+builds reads it (``headwater.shared.tls.ClientSecurity.from_env``), as do the processes it
 starts (benchmarks).
 """
 
@@ -34,8 +34,8 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Final
 
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.tls import (
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.tls import (
     CA_FILE_ENV,
     CERT_FILE_ENV,
     CLIENT_ID_ENV,

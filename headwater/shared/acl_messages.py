@@ -7,7 +7,7 @@ In a filter an empty field matches any value; in an ACL an empty ``permission``,
 
 from __future__ import annotations
 
-from headwater.acls import Acl, AclFilter, parse_acl, parse_filter
+from headwater.shared.acls import Acl, AclFilter, parse_acl, parse_filter
 from headwater.v1 import headwater_pb2 as pb
 
 

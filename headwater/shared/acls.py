@@ -45,7 +45,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 CLUSTER_RESOURCE: Final = "headwater-cluster"
 WILDCARD: Final = "*"

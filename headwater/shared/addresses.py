@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 DEFAULT_PORT: Final = 7700
 DEFAULT_LISTEN: Final = f"127.0.0.1:{DEFAULT_PORT}"

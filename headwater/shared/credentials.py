@@ -33,7 +33,7 @@ import os
 from dataclasses import dataclass
 from typing import Final
 
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 MECHANISM: Final = "SCRAM-SHA-256"
 AUTHORIZATION_KEY: Final = "authorization"

@@ -3,7 +3,7 @@
 Codes reuse Apache Kafka's names and numbers where Kafka has them, so that operators and
 client authors can carry their knowledge over. The mapping from a code to a gRPC status
 code lives here and nowhere else (``GRPC_STATUS_OF``; docs/errors.md is generated from it
-by ``headwater.error_table``); the server attaches the code and the retriable flag as a
+by ``headwater.tools.error_table``); the server attaches the code and the retriable flag as a
 ``google.rpc.ErrorInfo`` detail (reason = the code's name, metadata
 ``code`` and ``retriable``), which clients in any language can read from the standard
 ``grpc-status-details-bin`` trailer.

@@ -16,8 +16,14 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
-from headwater.errors import ERROR_DOMAIN, GRPC_STATUS_OF, ErrorCode, GrpcCode, HeadwaterError
-from headwater.tls import handshake_failure
+from headwater.shared.errors import (
+    ERROR_DOMAIN,
+    GRPC_STATUS_OF,
+    ErrorCode,
+    GrpcCode,
+    HeadwaterError,
+)
+from headwater.shared.tls import handshake_failure
 
 _TRANSPORT_CODES = {
     grpc.StatusCode.UNAVAILABLE: ErrorCode.NETWORK_EXCEPTION,

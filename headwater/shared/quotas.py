@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 USER: Final = "user"
 CLIENT_ID: Final = "client-id"

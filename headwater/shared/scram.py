@@ -14,7 +14,7 @@ the wire::
     ClientSignature = HMAC(StoredKey, AuthMessage);  ClientProof = ClientKey XOR ClientSignature
     ServerSignature = HMAC(ServerKey, AuthMessage)
 
-The server keeps StoredKey and ServerKey (``headwater.credentials.ScramCredential``); it
+The server keeps StoredKey and ServerKey (``headwater.shared.credentials.ScramCredential``); it
 checks a proof with two HMACs and a hash (SHA-256(proof XOR ClientSignature) must be
 StoredKey), so a login costs it microseconds, and the client pays the PBKDF2. The
 server's signature proves to the client that the server holds ServerKey.
@@ -23,7 +23,7 @@ Scope: no channel binding (the GS2 header is ``n,,``, or ``y,,`` from a client t
 could bind but believes the server cannot), no authorization identity, no extensions.
 Limits: a message of at most ``MESSAGE_CHARS_MAX`` characters; nonces of
 ``NONCE_CHARS_MIN``..``NONCE_CHARS_MAX`` printable characters without ``,``;
-iterations and salt within ``headwater.credentials``' bounds. Anything else is
+iterations and salt within ``headwater.shared.credentials``' bounds. Anything else is
 SASL_AUTHENTICATION_FAILED naming the part that is wrong.
 """
 
@@ -36,7 +36,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Final
 
-from headwater.credentials import (
+from headwater.shared.credentials import (
     ITERATIONS_MAX,
     ITERATIONS_MIN,
     KEY_BYTES,
@@ -46,7 +46,7 @@ from headwater.credentials import (
     authentication_failed,
     check_user_name,
 )
-from headwater.errors import HeadwaterError
+from headwater.shared.errors import HeadwaterError
 
 MECHANISM: Final = "SCRAM-SHA-256"
 MESSAGE_CHARS_MAX: Final = 1024

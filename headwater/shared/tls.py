@@ -18,10 +18,10 @@ the health probe) and every node calling another node builds its channels from o
   presented is ``sasl_mechanism``: ``SCRAM-SHA-256`` (the default) logs in on each node
   with a SCRAM exchange and presents the session token it yields (the password never
   travels; ``headwater.client.sessions``); ``PLAIN`` sends them with every call
-  (``headwater.credentials``: ``authorization: Basic``). Either way over TLS, since a
+  (``headwater.shared.credentials``: ``authorization: Basic``). Either way over TLS, since a
   password or a token on the network can be replayed.
 - ``client_id``: a name sent with every call (the ``client-id`` metadata), which quotas
-  by client id apply to (``headwater.quotas``).
+  by client id apply to (``headwater.shared.quotas``).
 
 Unset fields come from the environment, ``HEADWATER_SECURITY_PROTOCOL``,
 ``HEADWATER_TLS_CA_FILE``, ``HEADWATER_TLS_CERT_FILE``, ``HEADWATER_TLS_KEY_FILE``,
@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
-from headwater.credentials import AUTHORIZATION_KEY, authorization_value, check_user_name
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.credentials import AUTHORIZATION_KEY, authorization_value, check_user_name
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 PROTOCOL_ENV: Final = "HEADWATER_SECURITY_PROTOCOL"
 CA_FILE_ENV: Final = "HEADWATER_TLS_CA_FILE"

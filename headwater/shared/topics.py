@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from headwater.errors import ErrorCode, HeadwaterError, shown
+from headwater.shared.errors import ErrorCode, HeadwaterError, shown
 
 TOPIC_NAME_LENGTH_MAX: Final = 249
 _LEGAL_NAME: Final = re.compile(r"[a-zA-Z0-9._-]+")

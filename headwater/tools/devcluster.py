@@ -5,7 +5,7 @@ A ``LocalNode`` is one child process: node ``node_id`` serves clients on ``addre
 Raft on ``raft_address`` and, when given, the inter-broker services on
 ``internal_address``; it keeps its data in ``data_dir`` and appends its output to
 ``log_path`` (kept across restarts). A ``LocalCluster`` is ``size`` such nodes (ids
-1..size) sharing one quorum and one cluster secret. Ports come from ``headwater.ports``
+1..size) sharing one quorum and one cluster secret. Ports come from ``headwater.tools.ports``
 (below the ephemeral range, so that no outgoing connection takes one between the pick and
 the bind), or from a fixed plan (``PortPlan``) where users must know them in advance.
 
@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final, TypeVar
 
 from headwater.client import Admin, node_serving
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.ports import free_port
-from headwater.tls import (
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.tls import (
     CA_FILE_ENV,
     CERT_FILE_ENV,
     CLIENT_ID_ENV,
@@ -45,9 +44,10 @@ from headwater.tls import (
     USERNAME_ENV,
     ClientSecurity,
 )
+from headwater.tools.ports import free_port
 
 if TYPE_CHECKING:  # only the types: creating certificates needs the server extra
-    from headwater.tls_certs import DevPki, TlsFiles
+    from headwater.tools.tls_certs import DevPki, TlsFiles
 
 CLIENT_SECURITY_ENV: Final = frozenset(
     {
@@ -64,7 +64,7 @@ CLIENT_SECURITY_ENV: Final = frozenset(
 """A shell's client settings (TLS, credentials): not passed on to the nodes this harness
 starts (a node reads the TLS ones as its own settings)."""
 
-HEADWATER_CLI: Final = (sys.executable, "-m", "headwater.cli")
+HEADWATER_CLI: Final = (sys.executable, "-m", "headwater.cli.main")
 SECRET_ENV: Final = "HEADWATER_CLUSTER_SECRET"  # noqa: S105 (a variable name)
 START_DEADLINE_S: Final = 60.0
 STOP_DEADLINE_S: Final = 30.0
@@ -323,7 +323,7 @@ class LocalCluster:
         ``root/n<i>/data`` and ``root/n<i>.log``; ``secret`` defaults to a random one
         (``env`` may set HEADWATER_CLUSTER_SECRET instead); with ``metrics_base_port``
         node i serves metrics on 127.0.0.1:(metrics_base_port + i). ``tls``: every node
-        speaks TLS with its certificate from this PKI (``headwater.tls_certs``), clients
+        speaks TLS with its certificate from this PKI (``headwater.tools.tls_certs``), clients
         of ``admin`` and ``client_security`` present its client certificate."""
         if ports is not None:
             ports.check(size)
@@ -506,7 +506,7 @@ def dev_pki(folder: Path, nodes: int) -> DevPki:
     """The development PKI under ``folder``: kept from an earlier run when every file is
     there and the certificates are still valid for a day, so that exported client
     settings keep working across restarts; made anew otherwise."""
-    from headwater.tls_certs import create_dev_pki, load_dev_pki  # noqa: PLC0415 (server extra)
+    from headwater.tools.tls_certs import create_dev_pki, load_dev_pki  # noqa: PLC0415 (server extra)
 
     node_ids = tuple(range(1, nodes + 1))
     kept = load_dev_pki(folder.resolve(), node_ids)

@@ -1,7 +1,7 @@
 """docs/errors.md: every ErrorCode with its gRPC status, retriability and what a client
-does about it, generated from ``headwater.errors`` and ``CLIENT_ACTION`` below.
+does about it, generated from ``headwater.shared.errors`` and ``CLIENT_ACTION`` below.
 
-    python -m headwater.error_table > docs/errors.md
+    python -m headwater.tools.error_table > docs/errors.md
 
 This module is pure: no I/O.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from headwater.errors import GRPC_STATUS_OF, ErrorCode, is_retriable
+from headwater.shared.errors import GRPC_STATUS_OF, ErrorCode, is_retriable
 
 _REFRESH = "refresh metadata (Metadata), then send again to the partition's leader"
 _FIND_COORDINATOR = "find the coordinator again (FindCoordinator), then retry"
@@ -123,8 +123,8 @@ def render_markdown() -> str:
     lines = [
         "# Errors",
         "",
-        "Generated from `headwater/errors.py` and `headwater/error_table.py` by",
-        "`python -m headwater.error_table`; do not edit.",
+        "Generated from `headwater/shared/errors.py` and `headwater/tools/error_table.py` by",
+        "`python -m headwater.tools.error_table`; do not edit.",
         "",
         "A failed call ends with the gRPC status below. Its details (the standard",
         "`grpc-status-details-bin` trailer, a serialized `google.rpc.Status`) carry one",

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from headwater.errors import ErrorCode
+from headwater.shared.errors import ErrorCode
 
 EMPTY: Final = "Empty"
 PREPARING: Final = "PreparingRebalance"

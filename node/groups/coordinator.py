@@ -39,9 +39,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.log import batch as batch_format
+from headwater.node.config import NodeConfig
 from headwater.node.groups import decisions
 from headwater.node.groups.image import GroupsImage, replay
 from headwater.node.groups.records import (
@@ -53,6 +52,7 @@ from headwater.node.groups.records import (
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
 from headwater.raft.image import MetadataImage
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)

@@ -28,7 +28,6 @@ from typing import Final, Generic, TypeVar
 
 import re2  # type: ignore[import-untyped]
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, reconcile
 from headwater.node.groups.image import GroupsImage, GroupState, apply, apply_offsets
 from headwater.node.groups.records import (
@@ -44,7 +43,8 @@ from headwater.node.groups.records import (
     TargetAssignment,
     TopicPartitionKey,
 )
-from headwater.topics import INTERNAL_PREFIX, TOPIC_NAME_LENGTH_MAX, check_group_id
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.topics import INTERNAL_PREFIX, TOPIC_NAME_LENGTH_MAX, check_group_id
 
 T = TypeVar("T")
 JOIN_EPOCH: Final = 0

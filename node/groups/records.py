@@ -36,7 +36,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from headwater.partitioning import murmur2
+from headwater.shared.partitioning import murmur2
 
 RECORD_VERSION: Final = 1
 RECORD_BYTES_MAX: Final = 16 << 20

@@ -20,11 +20,9 @@ from typing import Any, Final, Protocol
 
 import grpc
 
-from headwater.acls import CLUSTER_RESOURCE, WILDCARD, Operation, ResourceType
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.authorizer import Authorizer, current_caller
 from headwater.node.cluster_state import ClusterState
+from headwater.node.config import NodeConfig
 from headwater.node.controller import ControllerDriver
 from headwater.node.groups import decisions
 from headwater.node.groups.coordinator import GroupCoordinator
@@ -46,7 +44,9 @@ from headwater.node.peers import (
 from headwater.node.service import rpc_handler
 from headwater.raft.image import MetadataImage
 from headwater.raft.records import NO_LEADER
-from headwater.topics import check_group_id
+from headwater.shared.acls import CLUSTER_RESOURCE, WILDCARD, Operation, ResourceType
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.topics import check_group_id
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 

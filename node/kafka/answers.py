@@ -9,9 +9,9 @@ import uuid
 from collections.abc import Awaitable, Mapping
 from typing import Any, Final
 
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.groups.classic import GroupProtocolError
 from headwater.raft.image import MetadataImage
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 UNKNOWN_SERVER_ERROR: Final = -1
 _OWN_CODES: Final = {

@@ -17,8 +17,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from headwater.acls import CLUSTER_RESOURCE, Operation, ResourceType
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.node.authorizer import Authorizer, current_caller
 from headwater.node.groups.classic import GroupProtocolError
 from headwater.node.groups.decisions import CommitItem
@@ -26,6 +24,8 @@ from headwater.node.groups.service import GroupsService
 from headwater.node.kafka import consumer_heartbeat, protocol
 from headwater.node.kafka.answers import code_of, names_by_id, ready, topic_uuid
 from headwater.node.kafka.groups import ClassicGroups
+from headwater.shared.acls import CLUSTER_RESOURCE, Operation, ResourceType
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 GROUP_KEY_TYPE: Final = 0
 PROTOCOL_TYPE: Final = "consumer"

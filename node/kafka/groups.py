@@ -30,8 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from headwater.config import NodeConfig
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.node.config import NodeConfig
 from headwater.node.groups import classic
 from headwater.node.groups.classic import ClassicError, ClassicGroup, GroupProtocolError
 from headwater.node.groups.coordinator import GroupCoordinator
@@ -39,6 +38,7 @@ from headwater.node.groups.decisions import SESSION_TIMEOUT_RANGE_MS, CommitItem
 from headwater.node.groups.records import ClassicGeneration
 from headwater.node.groups.service import ClassicView, GroupsService
 from headwater.node.kafka.consumer_protocol import assigned_partitions, subscribed_topics
+from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
 _log = logging.getLogger(__name__)

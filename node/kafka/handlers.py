@@ -22,20 +22,20 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from headwater.acls import Operation, ResourceType
-from headwater.config import KAFKA_TOPIC_CONFIG_NAMES, topic_setting_name
-from headwater.errors import ErrorCode, HeadwaterError, shown
 from headwater.log.kafka_records import to_kafka, to_stored
 from headwater.node.broker_core import Appended, BrokerCore, FoundOffset, OffsetSpec
+from headwater.node.config import KAFKA_TOPIC_CONFIG_NAMES, topic_setting_name
 from headwater.node.kafka import protocol
 from headwater.node.kafka.answers import kafka_code, names_by_id, ready
 from headwater.node.kafka.group_handlers import GroupHandlers
 from headwater.node.log_manager import now_ms
 from headwater.node.partition import Partition
 from headwater.node.throttling import Quotas
-from headwater.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_RATE
 from headwater.raft.image import MetadataImage
-from headwater.topics import INTERNAL_PREFIX
+from headwater.shared.acls import Operation, ResourceType
+from headwater.shared.errors import ErrorCode, HeadwaterError, shown
+from headwater.shared.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_RATE
+from headwater.shared.topics import INTERNAL_PREFIX
 from headwater.v1 import headwater_pb2 as pb
 
 _log = logging.getLogger(__name__)

@@ -44,12 +44,12 @@ import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, cast
 
-from headwater.errors import HeadwaterError
-from headwater.log_limits import LogEvery
 from headwater.node.authorizer import ANONYMOUS, CALLER, Caller
 from headwater.node.kafka import protocol
 from headwater.node.kafka.handlers import CLOSE_CONNECTION, KafkaHandlers
 from headwater.node.kafka.sasl import KafkaSasl, SaslState
+from headwater.shared.errors import HeadwaterError
+from headwater.shared.log_limits import LogEvery
 
 _log = logging.getLogger(__name__)
 REQUEST_BYTES_MAX: Final = 4 << 20

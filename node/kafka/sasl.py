@@ -22,12 +22,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from headwater.credentials import ScramCredential, authentication_failed
-from headwater.errors import HeadwaterError
 from headwater.node.authorizer import Caller
 from headwater.node.kafka import protocol
 from headwater.node.password_checks import PasswordChecks
 from headwater.node.sasl_service import ScramLogins
+from headwater.shared.credentials import ScramCredential, authentication_failed
+from headwater.shared.errors import HeadwaterError
 
 PLAIN: Final = "PLAIN"
 UNSUPPORTED_SASL_MECHANISM: Final = 33

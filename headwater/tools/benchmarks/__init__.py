@@ -6,5 +6,5 @@ command runs (``headwater serve`` never imports them).
 - ``spark``: ``bench spark``, the connector against Parquet on a node it starts.
 
 They talk to nodes through the client API only (``headwater.client``) and start nodes with
-``headwater.devcluster``.
+``headwater.tools.devcluster``.
 """

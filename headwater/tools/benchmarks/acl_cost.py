@@ -2,7 +2,7 @@
 ``--acls`` ACLs stored) against off, in one run.
 
 Each round starts two fresh single-node clusters in turn, the order alternating between
-rounds; both speak mutual TLS (a throwaway CA from ``headwater.tls_certs``), so that the
+rounds; both speak mutual TLS (a throwaway CA from ``headwater.tools.tls_certs``), so that the
 only difference is the authorizer:
 
 - ``authorizer = acl``, with ``User:admin`` a super user, which stores ``--acls`` ACLs:
@@ -33,12 +33,12 @@ from typing import Any, Final
 
 import click
 
-from headwater.acls import AclIndex, Operation, ResourceType, parse_acl
-from headwater.benchmarks.cluster import median_ratio, paired_ratios, throughput_workloads
 from headwater.client import Admin, ClientSecurity
-from headwater.devcluster import LocalCluster
-from headwater.tls import CA_FILE_ENV, CERT_FILE_ENV, KEY_FILE_ENV, PROTOCOL_ENV, TLS
-from headwater.tls_certs import DevPki, create_named_pki
+from headwater.shared.acls import AclIndex, Operation, ResourceType, parse_acl
+from headwater.shared.tls import CA_FILE_ENV, CERT_FILE_ENV, KEY_FILE_ENV, PROTOCOL_ENV, TLS
+from headwater.tools.benchmarks.cluster import median_ratio, paired_ratios, throughput_workloads
+from headwater.tools.devcluster import LocalCluster
+from headwater.tools.tls_certs import DevPki, create_named_pki
 
 THROUGHPUT: Final = ("batch", "record", "consume")
 PRINCIPAL: Final = "User:bench"

@@ -32,10 +32,10 @@ from typing import Any, Final, TypeVar
 
 import click
 
-from headwater.benchmarks.perf import percentile
 from headwater.client import Admin, NewTopic, Producer
-from headwater.devcluster import LocalCluster, WaitTimeoutError, wait_until
-from headwater.errors import HeadwaterError
+from headwater.shared.errors import HeadwaterError
+from headwater.tools.benchmarks.perf import percentile
+from headwater.tools.devcluster import LocalCluster, WaitTimeoutError, wait_until
 
 T = TypeVar("T")
 POLL_S: Final = 0.005
@@ -230,7 +230,16 @@ def run_bench(bootstrap: str, *args: str, env: Mapping[str, str] | None = None) 
     """One ``headwater bench`` run in its own process (as a user would run it), with
     ``env`` added to this process's environment (a client's TLS settings)."""
     done = subprocess.run(
-        [sys.executable, "-m", "headwater.cli", "bench", *args, "--json", "--bootstrap", bootstrap],
+        [
+            sys.executable,
+            "-m",
+            "headwater.cli.main",
+            "bench",
+            *args,
+            "--json",
+            "--bootstrap",
+            bootstrap,
+        ],
         capture_output=True,
         check=False,
         text=True,

@@ -1,6 +1,6 @@
 """One consumer group member as its own process, for ``headwater bench groups``.
 
-    python -m headwater.benchmarks.group_member BOOTSTRAP TOPIC GROUP SESSION_MS MODE [--wait]
+    python -m headwater.tools.benchmarks.group_member BOOTSTRAP TOPIC GROUP SESSION_MS MODE [--wait]
 
 MODE ``track``: after each poll, prints one line ``PARTITION UNIX_MS COUNT AGE_MS`` per
 partition it got records of: when, how many, and how long the oldest of them took from

@@ -2,7 +2,7 @@
 
 It starts its own nodes (as ``bench cluster`` does), a topic of ``--partitions``
 partitions (RF 3, min_insync_replicas 2) fed at ``--rate`` records/s, and a group of
-``--members`` member processes (``headwater.benchmarks.group_member``), then measures:
+``--members`` member processes (``headwater.tools.benchmarks.group_member``), then measures:
 
 - **a member joins**: from the moment the coordinator has the new member (its join is
   committed: ``describe`` shows it) until the group is stable again (every member at its
@@ -37,13 +37,13 @@ from typing import IO, Any, Final
 
 import click
 
-from headwater.benchmarks.cluster import bench_cluster_of, wait_all_running
-from headwater.benchmarks.perf import percentile
 from headwater.client import Admin, NewTopic, Producer
 from headwater.client.aio import AsyncConsumer
 from headwater.client.positions import TopicPartition
-from headwater.devcluster import LocalCluster, WaitTimeoutError, wait_until
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.tools.benchmarks.cluster import bench_cluster_of, wait_all_running
+from headwater.tools.benchmarks.perf import percentile
+from headwater.tools.devcluster import LocalCluster, WaitTimeoutError, wait_until
 
 STALL_MS: Final = 500
 STEADY_S: Final = 5.0
@@ -78,7 +78,7 @@ class MemberProcess:
             [
                 sys.executable,
                 "-m",
-                "headwater.benchmarks.group_member",
+                "headwater.tools.benchmarks.group_member",
                 bootstrap,
                 topic,
                 group,

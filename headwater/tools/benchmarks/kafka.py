@@ -1,7 +1,7 @@
 """``headwater bench kafka``: Kafka clients against the Kafka listener, beside the gRPC
 client on the same records in the same run.
 
-It starts its own node(s) (``headwater.devcluster``): one node for the single-node
+It starts its own node(s) (``headwater.tools.devcluster``): one node for the single-node
 figures; with ``--cluster``, three nodes and a replication factor 3 topic for acks=all.
 Each round, in this order, on a fresh topic of ``--partitions`` partitions:
 
@@ -48,9 +48,9 @@ from typing import Any, Final
 import click
 
 from headwater.client import Admin, Consumer, Producer
-from headwater.devcluster import LocalCluster, LocalNode
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.ports import free_port
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.tools.devcluster import LocalCluster, LocalNode
+from headwater.tools.ports import free_port
 
 DEADLINE_S: Final = 300.0
 FETCH_QUEUE_BACKOFF_MS: Final = 10

@@ -4,7 +4,7 @@ A 3-node cluster (users log in over plaintext on loopback) with a topic of one
 partition and 3 replicas. Each round measures acks=all produce latency to the
 partition's leader, quiet (``--sends`` records sent one at a time), then again while
 another host (127.0.0.2) floods one of the partition's followers with logins: a
-process of its own (``python -m headwater.benchmarks.login_flood``) holding
+process of its own (``python -m headwater.tools.benchmarks.login_flood``) holding
 ``--connections`` HTTP/2 connections, each calling with a new wrong password for a
 65,536-iteration user and giving the call up after ``--give-up-ms`` (grpc-timeout, then
 RST_STREAM). Meanwhile a user logs in on that follower for the first time with a
@@ -39,9 +39,9 @@ import h2.config
 import h2.connection
 import h2.events
 
-from headwater.benchmarks.cluster import median_ratio
 from headwater.client import Admin, ClientSecurity, Producer
-from headwater.devcluster import LocalCluster, wait_until
+from headwater.tools.benchmarks.cluster import median_ratio
+from headwater.tools.devcluster import LocalCluster, wait_until
 
 EMPTY_MESSAGE: Final = b"\x00\x00\x00\x00\x00"
 """A gRPC frame holding an empty message (no compression, length 0)."""
@@ -188,7 +188,7 @@ def start_flood(
         [
             sys.executable,
             "-m",
-            "headwater.benchmarks.login_flood",
+            "headwater.tools.benchmarks.login_flood",
             address,
             "--user",
             user,

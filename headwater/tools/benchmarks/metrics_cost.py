@@ -30,16 +30,16 @@ from typing import Any, Final
 
 import click
 
-from headwater.benchmarks.cluster import (
+from headwater.tools.benchmarks.cluster import (
     median_ratio,
     paired_ratios,
     produce_batch,
     produce_per_record,
     run_bench,
 )
-from headwater.benchmarks.perf import percentile
-from headwater.devcluster import LocalNode
-from headwater.ports import free_port
+from headwater.tools.benchmarks.perf import percentile
+from headwater.tools.devcluster import LocalNode
+from headwater.tools.ports import free_port
 
 WORKLOADS: Final = ("batch", "record", "small", "consume")
 

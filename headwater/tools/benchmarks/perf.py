@@ -23,9 +23,9 @@ import pyarrow.compute as pc
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from headwater.errors import ErrorCode, HeadwaterError
-from headwater.lazy_commands import LazyGroup
-from headwater.runtime_tuning import tune_runtime
+from headwater.cli.lazy import LazyGroup
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.runtime_tuning import tune_runtime
 
 _err = Console(stderr=True, highlight=False)
 E2E_DRAIN_S = 30.0
@@ -171,16 +171,16 @@ def with_produce_options(function: Any) -> Any:
 @click.group(
     cls=LazyGroup,
     lazy_subcommands={
-        "cluster": "headwater.benchmarks.cluster:bench_cluster",
-        "replication": "headwater.benchmarks.cluster:bench_replication",
-        "groups": "headwater.benchmarks.groups:bench_groups",
-        "clean": "headwater.benchmarks.compaction:bench_clean",
-        "metrics": "headwater.benchmarks.metrics_cost:bench_metrics",
-        "tls": "headwater.benchmarks.tls_cost:bench_tls",
-        "acls": "headwater.benchmarks.acl_cost:bench_acls",
-        "login-flood": "headwater.benchmarks.login_flood:bench_login_flood",
-        "spark": "headwater.benchmarks.spark:bench_spark",
-        "kafka": "headwater.benchmarks.kafka:bench_kafka",
+        "cluster": "headwater.tools.benchmarks.cluster:bench_cluster",
+        "replication": "headwater.tools.benchmarks.cluster:bench_replication",
+        "groups": "headwater.tools.benchmarks.groups:bench_groups",
+        "clean": "headwater.tools.benchmarks.compaction:bench_clean",
+        "metrics": "headwater.tools.benchmarks.metrics_cost:bench_metrics",
+        "tls": "headwater.tools.benchmarks.tls_cost:bench_tls",
+        "acls": "headwater.tools.benchmarks.acl_cost:bench_acls",
+        "login-flood": "headwater.tools.benchmarks.login_flood:bench_login_flood",
+        "spark": "headwater.tools.benchmarks.spark:bench_spark",
+        "kafka": "headwater.tools.benchmarks.kafka:bench_kafka",
     },
 )
 def bench() -> None:

@@ -38,11 +38,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from headwater.benchmarks.cluster import bench_cluster_of, run_bench, wait_all_running
-from headwater.benchmarks.perf import percentile
 from headwater.client import NewTopic
 from headwater.sparkconnector.session import local_session
 from headwater.sparkconnector.source import output_schema, read_schema_ddl
+from headwater.tools.benchmarks.cluster import bench_cluster_of, run_bench, wait_all_running
+from headwater.tools.benchmarks.perf import percentile
 
 LATENCY_INTERVAL_S = 0.1
 AGGREGATE = (

@@ -2,7 +2,7 @@
 
 Each round starts two fresh clusters in turn (``--nodes`` combined nodes, data in a
 temporary folder), one with mutual TLS on both listeners (a throwaway CA from
-``headwater.tls_certs``; clients present a certificate, nodes verify each other) and one
+``headwater.tools.tls_certs``; clients present a certificate, nodes verify each other) and one
 in plaintext, the order alternating between rounds, and runs the same workloads against
 each as separate ``headwater bench`` processes, whose client TLS settings come from the
 environment as a user's would:
@@ -29,15 +29,21 @@ from typing import Any, Final
 
 import click
 
-from headwater.benchmarks.cluster import (
+from headwater.shared.tls import (
+    CA_FILE_ENV,
+    CERT_FILE_ENV,
+    KEY_FILE_ENV,
+    PROTOCOL_ENV,
+    SERVER_NAME_ENV,
+)
+from headwater.tools.benchmarks.cluster import (
     median_ratio,
     paired_ratios,
     run_bench,
     throughput_workloads,
 )
-from headwater.devcluster import LocalCluster
-from headwater.tls import CA_FILE_ENV, CERT_FILE_ENV, KEY_FILE_ENV, PROTOCOL_ENV, SERVER_NAME_ENV
-from headwater.tls_certs import create_dev_pki
+from headwater.tools.devcluster import LocalCluster
+from headwater.tools.tls_certs import create_dev_pki
 
 THROUGHPUT: Final = ("batch", "record", "consume")
 

@@ -1,6 +1,6 @@
 """The chaos checker: the anomalies of Jepsen's Kafka workload, found in a history (pure).
 
-Input: a history (``headwater.chaos.history``) of sends with unique values and their
+Input: a history (``headwater.tools.chaos.history``) of sends with unique values and their
 outcomes, consumers' polls and seeks in the order they happened, and a final read of
 every partition taken after the faults healed. Output: a ``Report`` listing each case.
 
@@ -55,7 +55,7 @@ Anomalies (names as in Jepsen's ``jepsen.tests.kafka``, where it has them):
 - ``final-read-gap``: a final read whose offsets are not each offset from its first to
   its high watermark exactly once (Headwater's offsets are contiguous).
 
-Consumers in a group (the Kafka-client workload, ``headwater.chaos.kafka_workload``)
+Consumers in a group (the Kafka-client workload, ``headwater.tools.chaos.kafka_workload``)
 read only the partitions the group assigns them, from the group's committed offset, and
 lose partitions in rebalances. No rule changes for them, because of what they record: a
 ``Seek`` per partition at each assignment, to the offset the client was told to start
@@ -82,7 +82,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Final
 
-from headwater.chaos.history import (
+from headwater.tools.chaos.history import (
     Event,
     FinalRead,
     Outcome,

@@ -1,8 +1,8 @@
 """The nodes of a chaos run: real ``headwater serve`` processes that it kills, pauses and
 restarts by their own process ids.
 
-On loopback, node i listens on 127.0.0.1 with ports from ``headwater.ports``; in network
-namespaces (``headwater.chaos.netns``), node i runs inside ``<prefix>-n<i>`` and listens on
+On loopback, node i listens on 127.0.0.1 with ports from ``headwater.tools.ports``; in network
+namespaces (``headwater.tools.chaos.netns``), node i runs inside ``<prefix>-n<i>`` and listens on
 its namespace's address: gRPC for clients on 7700, Raft on 7701, the inter-broker
 listener on 7702 and, when the cluster serves Kafka's protocol (``kafka=True``, for the
 Kafka-client workload), the Kafka listener on 7703. The Kafka listener's advertised
@@ -11,7 +11,7 @@ the address it listens on: 127.0.0.1 on loopback, the node's namespace address
 otherwise, which the clients reach from the hub namespace as they reach the gRPC
 listener. Each node keeps its data in
 ``ROOT/n<i>/data`` (on its own file system, ``ROOT/n<i>/disk/data``, when the run has
-disk faults: ``headwater.chaos.disks``) and appends its output to ``ROOT/n<i>.log`` (kept
+disk faults: ``headwater.tools.chaos.disks``) and appends its output to ``ROOT/n<i>.log`` (kept
 across restarts).
 
 Metadata questions (who leads a partition, which node is the controller, are the ISRs
@@ -36,11 +36,11 @@ from typing import Final, TypeVar
 
 import grpc
 
-from headwater.chaos.disks import Disks
-from headwater.chaos.netns import Topology
 from headwater.client import Admin, node_serving
-from headwater.errors import HeadwaterError
-from headwater.ports import free_port
+from headwater.shared.errors import HeadwaterError
+from headwater.tools.chaos.disks import Disks
+from headwater.tools.chaos.netns import Topology
+from headwater.tools.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
 
 NETNS_CLIENT_PORT: Final = 7700
@@ -181,7 +181,7 @@ class ChaosCluster:
                     *prefix,
                     sys.executable,
                     "-m",
-                    "headwater.cli",
+                    "headwater.cli.main",
                     "serve",
                     "--node-id",
                     str(node_id),

@@ -3,7 +3,7 @@
 ``full``: node i keeps its data in ``ROOT/n<i>/disk/data``, on a tmpfs of ``DISK_BYTES``
 mounted at ``ROOT/n<i>/disk`` (root only); ``fill(i)`` writes ``disk/ballast`` until the
 file system refuses more, ``empty(i)`` removes it. ``slow``: every node runs with the
-slow-disk library (``headwater.chaos.slow_disk``) and its own control file,
+slow-disk library (``headwater.tools.chaos.slow_disk``) and its own control file,
 ``ROOT/n<i>/slow-disk``; ``slow(i, write_ms, fsync_ms)`` delays node i's writes and
 fsyncs to its data folder, ``slow(i, 0, 0)`` ends it. ``close`` unmounts what was
 mounted. Runs on the runner's main thread.
@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Final
 
-from headwater.chaos.slow_disk import SlowDisk, SlowDiskUnavailableError, build
+from headwater.tools.chaos.slow_disk import SlowDisk, SlowDiskUnavailableError, build
 
 DISK_BYTES: Final = 256 << 20
 BALLAST_CHUNK_BYTES: Final = 1 << 20

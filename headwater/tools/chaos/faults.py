@@ -1,4 +1,4 @@
-"""Carry out the fault cycles of ``headwater.chaos.nemesis`` on a ``ChaosCluster``.
+"""Carry out the fault cycles of ``headwater.tools.chaos.nemesis`` on a ``ChaosCluster``.
 
 ``FaultInjector.run(cycle)`` picks the targets with the run's seeded rng (who leads what is
 asked of the cluster at that moment), injects the fault, holds it, undoes it and records
@@ -18,11 +18,11 @@ import time
 from datetime import datetime
 from typing import Final
 
-from headwater.chaos import netns
-from headwater.chaos.cluster import ChaosCluster, wait_for
-from headwater.chaos.history import Nemesis
-from headwater.chaos.nemesis import Cycle, Fault
-from headwater.chaos.workload import Recorder
+from headwater.tools.chaos import netns
+from headwater.tools.chaos.cluster import ChaosCluster, wait_for
+from headwater.tools.chaos.history import Nemesis
+from headwater.tools.chaos.nemesis import Cycle, Fault
+from headwater.tools.chaos.workload import Recorder
 
 SUCCESSOR_DEADLINE_S: Final = 15.0
 NO_CONTROLLER_S_MAX: Final = 5.0

@@ -1,7 +1,7 @@
 """The history of a chaos run: what the workload did and saw, as frozen values (pure).
 
 A history is a sequence of events in the order the runner recorded them. The checker
-(``headwater.chaos.checker``) reads four kinds:
+(``headwater.tools.chaos.checker``) reads four kinds:
 
 - ``Send``: one record a producer sent, with a value unique in the run, and its outcome:
   ``ok`` with the (partition, offset) the broker acknowledged, ``fail`` when the record

@@ -1,7 +1,7 @@
 """The Kafka-client workload of a chaos run (``--client kafka``): librdkafka (the
 ``confluent_kafka`` package) idempotent acks=all producers and consumers in one consumer
 group, through the nodes' Kafka listeners, recorded in the same history as the gRPC
-workload (``headwater.chaos.workload``) and checked by the same checker.
+workload (``headwater.tools.chaos.workload``) and checked by the same checker.
 
 Producers. Each is a ``confluent_kafka.Producer`` with ``enable.idempotence=true`` and
 ``acks=all``; it sends one record at a time to a partition drawn from its seeded rng
@@ -65,7 +65,7 @@ before any seek or revocation is recorded. A position that moves back without an
 assignment (librdkafka's reset after ``OFFSET_OUT_OF_RANGE``) therefore shows as a
 non-monotonic poll, as in the gRPC workload.
 
-The final read stays on the gRPC client (``headwater.chaos.workload.final_read``): it
+The final read stays on the gRPC client (``headwater.tools.chaos.workload.final_read``): it
 reads the log, which is what must hold everything acknowledged.
 
 librdkafka's own log lines go to ``kafka-clients.log`` in the run's directory, not to the
@@ -87,8 +87,8 @@ from typing import Final
 
 import confluent_kafka as ck
 
-from headwater.chaos.history import Outcome, Poll, Record, Seek, Send
-from headwater.chaos.workload import Recorder
+from headwater.tools.chaos.history import Outcome, Poll, Record, Seek, Send
+from headwater.tools.chaos.workload import Recorder
 
 GROUP: Final = "chaos"
 LOG_FILE: Final = "kafka-clients.log"
@@ -131,7 +131,7 @@ _COMMON: Final[dict[str, object]] = {
 def client_logger(run_dir: Path) -> logging.Logger:
     """The logger librdkafka's log lines of one run go to (``run_dir / LOG_FILE``); close
     it with ``close_logger``."""
-    logger = logging.getLogger(f"headwater.chaos.kafka.{id(run_dir)}.{time.monotonic_ns()}")
+    logger = logging.getLogger(f"headwater.tools.chaos.kafka.{id(run_dir)}.{time.monotonic_ns()}")
     logger.propagate = False
     logger.setLevel(logging.DEBUG)
     handler = logging.FileHandler(run_dir / LOG_FILE, encoding="utf-8")

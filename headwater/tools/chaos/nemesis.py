@@ -34,9 +34,9 @@ Faults (``Fault``):
   controller's half the time) are delayed by hundreds of milliseconds to seconds; the
   delays go after the duration.
 
-The network faults need the nodes in network namespaces (``headwater.chaos.netns``); the
+The network faults need the nodes in network namespaces (``headwater.tools.chaos.netns``); the
 disk faults need their own file systems (root, to mount them) and a slow-disk library
-(``headwater.chaos.slow_disk``, built with cc) (``headwater.chaos.disks``).
+(``headwater.tools.chaos.slow_disk``, built with cc) (``headwater.tools.chaos.disks``).
 """
 
 from __future__ import annotations

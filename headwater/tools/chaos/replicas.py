@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from headwater.client import Admin
-from headwater.errors import ErrorCode, HeadwaterError
+from headwater.shared.errors import ErrorCode, HeadwaterError
 
 HASH_BUSY_RETRIES: Final = 10
 HASH_BUSY_PAUSE_S: Final = 0.2

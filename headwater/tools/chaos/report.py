@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from headwater.chaos.checker import TOLERATED_DEFAULT, Report, case_json, summary_lines
-from headwater.chaos.history import Event, Poll, Send
-from headwater.chaos.replicas import (
+from headwater.tools.chaos.checker import TOLERATED_DEFAULT, Report, case_json, summary_lines
+from headwater.tools.chaos.history import Event, Poll, Send
+from headwater.tools.chaos.replicas import (
     MetadataComparison,
     PartitionComparison,
     comparison_json,

@@ -1,19 +1,19 @@
-"""``python -m headwater.chaos``: a Jepsen-style fault-injection run against 3 real nodes.
+"""``python -m headwater.tools.chaos``: a Jepsen-style fault-injection run against 3 real nodes.
 
 A run: start 3 ``headwater serve`` processes; create topic ``chaos`` (RF 3,
 ``min_insync_replicas=2``); start acks=all producers of unique values and consumers of
-every partition (``headwater.chaos.workload``), or with ``--client kafka`` librdkafka's
+every partition (``headwater.tools.chaos.workload``), or with ``--client kafka`` librdkafka's
 idempotent producers and a consumer group through the nodes' Kafka listeners
-(``headwater.chaos.kafka_workload``); run the planned fault cycles
-(``headwater.chaos.nemesis``, ``faults``); then heal, restart whatever is down, wait for
+(``headwater.tools.chaos.kafka_workload``); run the planned fault cycles
+(``headwater.tools.chaos.nemesis``, ``faults``); then heal, restart whatever is down, wait for
 full ISRs, stop the producers, read every partition whole, run the checker
-(``headwater.chaos.checker``) and compare the replicas byte for byte below the high
-watermark (``headwater.chaos.replicas``). Exit status 0 when the checker finds no anomaly
+(``headwater.tools.chaos.checker``) and compare the replicas byte for byte below the high
+watermark (``headwater.tools.chaos.replicas``). Exit status 0 when the checker finds no anomaly
 and the replicas are identical, 1 otherwise, 130 on Ctrl-C.
 
 Network partitions need the nodes in network namespaces. When a network nemesis is
 chosen and the machine allows it (root, ``ip``, ``iptables``), this process makes the
-namespaces (``headwater.chaos.netns``), runs the whole run again inside the hub namespace
+namespaces (``headwater.tools.chaos.netns``), runs the whole run again inside the hub namespace
 as a child (``ip netns exec``; the child gets ``--inside-netns``), forwards Ctrl-C and
 SIGTERM to it, and removes the namespaces afterwards, whatever happened. Otherwise it
 prints why, drops the network nemeses and runs on loopback.
@@ -21,7 +21,7 @@ prints why, drops the network nemeses and runs on loopback.
 Every process a run starts is stopped by its own process id. The seed is printed first;
 the same seed gives the same fault plan, targets and workload choices (timing still
 varies). A failing run keeps its directory (printed): ``history.jsonl`` (one event per
-line, ``headwater.chaos.history``; ``--check-history`` checks it again) and ``n<i>.log``,
+line, ``headwater.tools.chaos.history``; ``--check-history`` checks it again) and ``n<i>.log``,
 each node's output.
 """
 
@@ -47,14 +47,16 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import click
 
-from headwater.chaos import nemesis, netns
-from headwater.chaos.checker import check
-from headwater.chaos.cluster import ChaosCluster, wait_for
-from headwater.chaos.disks import Disks, DisksUnavailableError
-from headwater.chaos.faults import FaultInjector, wall_clock
-from headwater.chaos.history import parse_lines
-from headwater.chaos.replicas import compare_metadata, compare_replicas, replicas_behind
-from headwater.chaos.report import (
+from headwater.client import Admin
+from headwater.shared.errors import HeadwaterError
+from headwater.tools.chaos import nemesis, netns
+from headwater.tools.chaos.checker import check
+from headwater.tools.chaos.cluster import ChaosCluster, wait_for
+from headwater.tools.chaos.disks import Disks, DisksUnavailableError
+from headwater.tools.chaos.faults import FaultInjector, wall_clock
+from headwater.tools.chaos.history import parse_lines
+from headwater.tools.chaos.replicas import compare_metadata, compare_replicas, replicas_behind
+from headwater.tools.chaos.report import (
     RunResult,
     build_examples,
     invariant_alarms,
@@ -62,13 +64,11 @@ from headwater.chaos.report import (
     text_lines,
     to_json,
 )
-from headwater.chaos.workload import ConsumerWorker, ProducerWorker, Recorder, final_read
-from headwater.client import Admin
-from headwater.errors import HeadwaterError
+from headwater.tools.chaos.workload import ConsumerWorker, ProducerWorker, Recorder, final_read
 from headwater.v1 import headwater_pb2 as pb
 
 if TYPE_CHECKING:
-    from headwater.chaos.kafka_workload import KafkaConsumerWorker, KafkaProducerWorker
+    from headwater.tools.chaos.kafka_workload import KafkaConsumerWorker, KafkaProducerWorker
 
 TOPIC: Final = "chaos"
 NODES: Final = 3
@@ -264,7 +264,7 @@ class Workload:
             if not consumer.stopped:
                 consumer.stop()
         if self.kafka_log is not None:
-            from headwater.chaos.kafka_workload import close_logger  # noqa: PLC0415
+            from headwater.tools.chaos.kafka_workload import close_logger  # noqa: PLC0415
 
             close_logger(self.kafka_log)
             self.kafka_log = None
@@ -281,7 +281,7 @@ def _start_workload(
     """Make and start the consumers, then the producers, of ``options.client``."""
     seeds = [rng.randrange(1 << 62) for _ in range(options.producers)]
     if options.client == "kafka":
-        from headwater.chaos import kafka_workload as kw  # noqa: PLC0415 (a dev dependency)
+        from headwater.tools.chaos import kafka_workload as kw  # noqa: PLC0415 (a dev dependency)
 
         servers = cluster.kafka_bootstrap
         workload.kafka_log = kw.client_logger(run_dir)
@@ -544,7 +544,7 @@ def _run_in_namespaces(topology: netns.Topology, options: Options) -> int:
                 *topology.exec_prefix(topology.hub),
                 sys.executable,
                 "-m",
-                "headwater.chaos",
+                "headwater.tools.chaos",
                 *options.argv(),
                 f"--inside-netns={topology.prefix}",
             ],
@@ -588,7 +588,7 @@ def _check_history(path: Path, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"valid": report.valid(), "anomalies": report.counts()}))
     else:
-        from headwater.chaos.checker import summary_lines  # noqa: PLC0415
+        from headwater.tools.chaos.checker import summary_lines  # noqa: PLC0415
 
         print("\n".join(summary_lines(report)))
     return 0 if report.valid() else 1
@@ -702,7 +702,7 @@ def main(
         topology = netns.Topology(inside_netns, tuple(range(1, NODES + 1)))
         skipped = []
     _stop_on_sigterm()
-    say(f"seed {options.seed} (python -m headwater.chaos {' '.join(options.argv())})")
+    say(f"seed {options.seed} (python -m headwater.tools.chaos {' '.join(options.argv())})")
     try:
         result = run(options, topology, skipped)
     except KeyboardInterrupt:

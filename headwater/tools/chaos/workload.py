@@ -1,6 +1,6 @@
 """The workload of a chaos run: acks=all producers of unique values, consumers reading
 every partition from the beginning, and the final read; all through
-``headwater.client``, all recorded in the history (``headwater.chaos.history``).
+``headwater.client``, all recorded in the history (``headwater.tools.chaos.history``).
 
 Producers. Each sends one record at a time to a partition drawn from its seeded rng,
 about ``rate_per_s`` a second, with at most ``in_flight_max`` unanswered. Values are
@@ -35,7 +35,9 @@ import time
 from pathlib import Path
 from typing import IO, Final
 
-from headwater.chaos.history import (
+from headwater.client import Admin, Consumer, Producer, RecordFuture, TopicPartition
+from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.tools.chaos.history import (
     Event,
     FinalRead,
     Note,
@@ -46,8 +48,6 @@ from headwater.chaos.history import (
     Send,
     to_json,
 )
-from headwater.client import Admin, Consumer, Producer, RecordFuture, TopicPartition
-from headwater.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 
 DEFINITE_FAILURES: Final = frozenset(
