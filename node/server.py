@@ -117,6 +117,7 @@ class Node:
         self._reconciled_ready = False
         self._roles_allowed = False  # the leadership allowance the roles were set with
         self._serving_watch: asyncio.Task[None] | None = None
+        self._kafka_gate: asyncio.Task[None] | None = None
         self.metrics = NodeMetrics() if config.metrics_listen else None
         self.metrics_endpoint = metrics_endpoint
 
@@ -191,6 +192,8 @@ class Node:
             self.groups.start()
         self._ready_watch = loop.create_task(self._watch_roles())
         self._serving_watch = loop.create_task(self._serve_when_ready())
+        if self.kafka is not None:
+            self._kafka_gate = loop.create_task(self._open_kafka_when_registered(self.kafka))
         _log.info(
             "node %d (%s) serving clients on %s, nodes on %s (data in %s)",
             config.node_id,
@@ -551,15 +554,7 @@ class Node:
         while True:
             image = self.state.image
             broker = image.brokers.get(self.config.node_id)
-            registered = (
-                broker is not None
-                and self.lifecycle is not None
-                and broker.broker_epoch == self.lifecycle.broker_epoch
-                and self.state.reconciled_offset >= image.offset
-            )
-            if registered and self.kafka is not None:
-                # Metadata now names this broker and what it leads: Kafka clients in.
-                self.kafka.open_requests()
+            registered = self._registered_and_reconciled(image)
             if image.controller_id >= 0 and (
                 not self.config.is_broker
                 or (
@@ -572,12 +567,39 @@ class Node:
                 )
             ):
                 break
-            await self.state.wait_for_offset(image.offset + 1, 0.2)
+            await self._next_image(image)
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.serving = True
         _log.info("node %d is ready", self.config.node_id)
+
+    def _registered_and_reconciled(self, image: MetadataImage) -> bool:
+        """Does ``image`` hold this process's registration, with the hosted logs following
+        it (what a Metadata answer naming this broker and its partitions needs)?"""
+        broker = image.brokers.get(self.config.node_id)
+        return (
+            broker is not None
+            and self.lifecycle is not None
+            and broker.broker_epoch == self.lifecycle.broker_epoch
+            and self.state.reconciled_offset >= image.offset
+        )
+
+    async def _next_image(self, image: MetadataImage) -> None:
+        """Wait (at most 0.2 s) for an image past ``image``, and then for the hosted logs
+        to follow it: a check made at once would find every new image not yet reconciled,
+        and metadata that changes more often than that would never be found caught up."""
+        if await self.state.wait_for_offset(image.offset + 1, 0.2):
+            await self.state.wait_reconciled(self.state.image.offset, 0.2)
+
+    async def _open_kafka_when_registered(self, kafka: KafkaListener) -> None:
+        """Let Kafka clients in once this broker is registered and its logs follow the
+        image (``KafkaListener.open_requests``), whatever the data folder or health do
+        meanwhile: a broker whose folder is offline still answers Metadata and
+        FindCoordinator, as before it went offline."""
+        while not self._registered_and_reconciled(self.state.image):
+            await self._next_image(self.state.image)
+        kafka.open_requests()
 
     def _on_log_dir_change(self) -> None:
         """The data folder went offline or came back (``LogManager``): tell the
@@ -710,8 +732,9 @@ class Node:
             if part is not None:
                 await part.stop()
         self._ready_watch.cancel()
-        if self._serving_watch is not None:
-            self._serving_watch.cancel()
+        for watch in (self._serving_watch, self._kafka_gate):
+            if watch is not None:
+                watch.cancel()
         if self.kafka is not None:
             await self.kafka.close()
         if self.classic_groups is not None:

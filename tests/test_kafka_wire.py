@@ -338,6 +338,22 @@ def test_tagged_fields_a_schema_does_not_know_are_skipped() -> None:
         protocol.decode_request(header + body[:-1])  # the last one's bytes cut short
 
 
+def test_a_request_of_many_unknown_tagged_fields_is_refused_before_it_is_rebuilt() -> None:
+    """Each unknown tagged field costs the broker a note and a copy: past
+    UNKNOWN_TAGS_MAX the request is refused, however small its fields (a 4 MiB frame holds
+    two million empty ones)."""
+    limit = protocol.UNKNOWN_TAGS_MAX
+
+    def api_versions(tags: int) -> bytes:
+        fields = b"".join(bytes([0x80 | (100 + i) & 0x7F, (100 + i) >> 7, 0]) for i in range(tags))
+        count = bytes([tags]) if tags < 0x80 else bytes([tags & 0x7F | 0x80, tags >> 7])
+        return struct.pack(">hhih", 18, 3, 1, 1) + b"c" + count + fields + b"\x02a\x02b\x00"
+
+    assert protocol.decode_request(api_versions(limit - 1)).body.client_software_name == "a"
+    with pytest.raises(protocol.MalformedRequestError, match=f"more than {limit} tagged"):
+        protocol.decode_request(api_versions(limit + 1))
+
+
 def test_a_produce_of_many_tiny_entries_is_refused_before_it_is_decoded() -> None:
     """A million one-partition entries in 9 MB would take seconds to decode: the walk of
     its lengths refuses it at once."""

@@ -223,6 +223,9 @@ _FIXED_SIZES: Final = {
     "uuid": 16,
 }
 _VARINT_BYTES_MAX: Final = 5
+UNKNOWN_TAGS_MAX: Final = 64
+"""Most tagged fields a request may carry that its schema does not know (Kafka's own
+requests carry none that a broker of their version does not know)."""
 
 
 class _Shape:
@@ -237,14 +240,16 @@ class _Shape:
         self.unknown_tags: list[tuple[int, int, bytes]] = []
 
     def without_unknown_tags(self) -> bytes:
-        """The frame with every unknown tagged field taken out (``unknown_tags``)."""
-        pieces: list[bytes | memoryview] = []
+        """The frame with every unknown tagged field taken out (``unknown_tags``, at most
+        UNKNOWN_TAGS_MAX and the count rewrites that go with them)."""
+        out = bytearray()
         copied = 0
         for start, end, replacement in sorted(self.unknown_tags):
-            pieces += [self.frame[copied:start], replacement]
+            out += self.frame[copied:start]
+            out += replacement
             copied = end
-        pieces.append(self.frame[copied:])
-        return b"".join(pieces)
+        out += self.frame[copied:]
+        return bytes(out)
 
     def fail(self, what: str) -> MalformedRequestError:
         return MalformedRequestError(
@@ -322,9 +327,17 @@ class _Shape:
                 inner = _Shape(self.frame[:end])
                 inner.position = end - size
                 inner.field(known, True, False)
-                self.unknown_tags += inner.unknown_tags
+                if inner.unknown_tags:  # its size would have to be rewritten too
+                    raise MalformedRequestError(
+                        f"{schema.__name__}'s tagged field {tag_number} holds tagged fields "
+                        "this broker does not know"
+                    )
             else:
                 unknown += 1
+                if len(self.unknown_tags) >= UNKNOWN_TAGS_MAX:
+                    raise MalformedRequestError(
+                        f"more than {UNKNOWN_TAGS_MAX} tagged fields this broker does not know"
+                    )
                 self.unknown_tags.append((field_start, end, b""))
         if unknown:
             self.unknown_tags.append((count_start, count_end, _uvarint(number - unknown)))
