@@ -28,7 +28,7 @@ from headwater.client.connection import (
     RETRY_BACKOFF_MIN_S,
     resolve_bootstrap,
 )
-from headwater.client.consumer import FetchedBatch, PollResult, fetched_from
+from headwater.client.consumer import ARRIVALS_MAX, FetchedBatch, PollResult, fetched_from
 from headwater.client.membership import (
     Membership,
     RebalanceListener,
@@ -44,7 +44,6 @@ from headwater.shared.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
 _log = logging.getLogger(__name__)
-ARRIVALS_MAX: Final = 64
 GROUP_STEP_S: Final = 0.05
 """In a group, how often a poll acts on revocations and assignments while it waits."""
 # How long a partition's reader retries a stream that keeps failing without progress.

@@ -103,8 +103,12 @@ class BrokerSession:
         """May this broker act as a leader at ``now_ms`` as far as its lease goes?"""
         return now_ms < self.lease_until_ms
 
+    def registered_in(self, image: MetadataImage, node_id: int) -> bool:
+        """Does ``image`` hold this process's registration (not an earlier one's)?"""
+        broker = image.brokers.get(node_id)
+        return broker is not None and broker.broker_epoch == self.broker_epoch
+
     def leadership_allowed(self, image: MetadataImage, node_id: int) -> bool:
         """Does ``image`` show this process's registration unfenced? What roles are taken
         with (a restarted node must not lead by an old registration)."""
-        broker = image.brokers.get(node_id)
-        return broker is not None and not broker.fenced and broker.broker_epoch == self.broker_epoch
+        return self.registered_in(image, node_id) and not image.brokers[node_id].fenced

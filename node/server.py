@@ -554,11 +554,10 @@ class Node:
         while True:
             image = self.state.image
             broker = image.brokers.get(self.config.node_id)
-            registered = self._registered_and_reconciled(image)
             if image.controller_id >= 0 and (
                 not self.config.is_broker
                 or (
-                    registered
+                    self._registered_and_reconciled(image)
                     and broker is not None
                     and not broker.fenced
                     and not broker.log_dir_problem
@@ -577,11 +576,9 @@ class Node:
     def _registered_and_reconciled(self, image: MetadataImage) -> bool:
         """Does ``image`` hold this process's registration, with the hosted logs following
         it (what a Metadata answer naming this broker and its partitions needs)?"""
-        broker = image.brokers.get(self.config.node_id)
         return (
-            broker is not None
-            and self.lifecycle is not None
-            and broker.broker_epoch == self.lifecycle.broker_epoch
+            self.lifecycle is not None
+            and self.lifecycle.session.registered_in(image, self.config.node_id)
             and self.state.reconciled_offset >= image.offset
         )
 

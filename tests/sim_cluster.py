@@ -771,24 +771,33 @@ class Simulation:
             return False
 
         first, second, third = state().replicas
-        ran = False
-        if state().leader == first and len(state().isr) == 3:
+
+        def schedule() -> bool:
+            if state().leader != first or len(state().isr) != 3:
+                return False
             self.isolate(first, [CONTROLLER])
-            if reached(lambda: state().leader == second):
-                self.network.cut.clear()
-                self.isolate(second, [CLIENT])
-                if reached(lambda: first in state().isr, 3000):
-                    self.network.cut.clear()
-                    self.isolate(first, [second])
-                    start = log_end(second)
-                    if reached(lambda: log_end(third) > start):
-                        self.isolate(second, [CONTROLLER, third])
-                        self.isolate(third, [first])
-                        if reached(lambda: state().leader == first):
-                            start = log_end(first)
-                            if reached(lambda: log_end(first) > start):
-                                self.isolate(first, [CONTROLLER])
-                                ran = reached(lambda: state().leader == third)
+            if not reached(lambda: state().leader == second):
+                return False
+            self.network.cut.clear()
+            self.isolate(second, [CLIENT])
+            if not reached(lambda: first in state().isr, 3000):
+                return False
+            self.network.cut.clear()
+            self.isolate(first, [second])
+            start = log_end(second)
+            if not reached(lambda: log_end(third) > start):
+                return False
+            self.isolate(second, [CONTROLLER, third])
+            self.isolate(third, [first])
+            if not reached(lambda: state().leader == first):
+                return False
+            start = log_end(first)
+            if not reached(lambda: log_end(first) > start):
+                return False
+            self.isolate(first, [CONTROLLER])
+            return reached(lambda: state().leader == third)
+
+        ran = schedule()
         self.network.cut.clear()
         self.metrics.diverged += ran
         return ran
