@@ -82,9 +82,9 @@ class BrokerLifecycle:
         """This process's broker epoch (-1 until registered)."""
         return self.session.broker_epoch
 
-    def lease_valid(self) -> bool:
-        """Does this broker hold a leadership lease now (``BrokerSession``)?"""
-        return self.session.lease_valid(_now_ms())
+    def may_lead(self, image: MetadataImage, node_id: int) -> bool:
+        """May this broker act as a partition leader now (``BrokerSession.may_lead``)?"""
+        return self.session.may_lead(image, node_id, _now_ms())
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())

@@ -112,3 +112,10 @@ class BrokerSession:
         """Does ``image`` show this process's registration unfenced? What roles are taken
         with (a restarted node must not lead by an old registration)."""
         return self.registered_in(image, node_id) and not image.brokers[node_id].fenced
+
+    def may_lead(self, image: MetadataImage, node_id: int, now_ms: float) -> bool:
+        """May this broker act as a partition leader at ``now_ms`` (serve produce,
+        consumer and replica fetches, epoch questions; propose ISR changes)? Leadership
+        allowed by ``image`` and the lease held: a leader that was paused or cut off
+        stops answering as leader before the controller can have elected another."""
+        return self.leadership_allowed(image, node_id) and self.lease_valid(now_ms)

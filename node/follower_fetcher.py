@@ -88,11 +88,7 @@ class LeaderFetcher:
     def follow(self, partition: Partition, leader_epoch: int) -> None:
         key = (partition.topic, partition.index)
         current = self.following.get(key)
-        if (
-            current is not None
-            and current.partition is partition
-            and current.leader_epoch == leader_epoch
-        ):
+        if current is not None and current.steps.is_for(partition, self.leader_id, leader_epoch):
             return
         self.following[key] = _Following(Following(partition, self.leader_id, leader_epoch))
         self.removed.discard(key)

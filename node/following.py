@@ -40,6 +40,16 @@ class Following:
         self.ready = False
         self._truncation: FollowerTruncation | None = None
 
+    def is_for(self, partition: Partition, leader_id: int, leader_epoch: int) -> bool:
+        """Are these the steps of ``partition`` following ``leader_id`` at
+        ``leader_epoch``? A driver starts new steps for anything else (a new leadership,
+        or a replica reopened as a new ``Partition``)."""
+        return (
+            self.partition is partition
+            and self.leader_id == leader_id
+            and self.leader_epoch == leader_epoch
+        )
+
     def begin_truncation(self) -> None:
         """Start the truncation exchange afresh (a driver that lost the previous one)."""
         self.ready = False

@@ -74,7 +74,11 @@ from headwater.log.sealed_files import SEALED_FILES
 from headwater.log.segment import Segment
 from headwater.node.config import NodeConfig
 from headwater.node.partition import Partition
-from headwater.raft.decisions import UNCLEAN_ELECTION_KEY
+from headwater.node.replica_roles import (
+    apply_topic_configs,
+    assigned_replicas,
+    maybe_record_leader_epoch,
+)
 from headwater.raft.image import MetadataImage, PartitionState
 from headwater.shared.errors import HeadwaterError
 
@@ -368,11 +372,7 @@ class LogManager:
             if self.offline_problem:
                 self._close_all()
                 return []
-            wanted = {
-                (topic.name, p.partition): (topic, p)
-                for topic, p in image.partitions()
-                if node_id in p.replicas
-            }
+            wanted = assigned_replicas(image, node_id)
             current = dict(self._partitions)
             changed = False
             roles: list[tuple[Partition, PartitionState]] = []
@@ -397,9 +397,6 @@ class LogManager:
                         continue
                     current[key] = hosted
                     changed = True
-                hosted.unclean_leader_election = (
-                    topic.configs.get(UNCLEAN_ELECTION_KEY, "false") == "true"
-                )
                 log_config = log_configs.get(topic.topic_id)
                 if log_config is None:
                     log_config = log_configs[topic.topic_id] = self.config.log_config(topic.configs)
@@ -408,15 +405,8 @@ class LogManager:
                     hosted.max_message_bytes = log_config.max_message_bytes
                     hosted.log.config = log_config
                     hosted.fsync_on_append = log_config.flush_policy is FlushPolicy.ACK
-                hosted.min_insync_replicas = int(
-                    topic.configs.get("min_insync_replicas", self.config.min_insync_replicas)
-                )
-                if (
-                    may_lead
-                    and state.leader == node_id
-                    and state.leader_epoch > hosted.log.latest_epoch
-                ):
-                    hosted.log.assign_epoch(state.leader_epoch)
+                apply_topic_configs(hosted, topic.configs, self.config.min_insync_replicas)
+                maybe_record_leader_epoch(hosted, state, node_id, may_lead)
                 roles.append((hosted, state))
             if changed:
                 self._partitions = current

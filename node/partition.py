@@ -337,12 +337,21 @@ class Partition:
             finally:
                 with self._lock:
                     self._hw_waiters = [w for w in self._hw_waiters if w[1] is not waiter]
-        if len(self.isr) < self.min_insync_replicas:
-            raise HeadwaterError(
-                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                f"the batch is committed but the ISR {list(self.isr)} shrank below "
-                f"min_insync_replicas={self.min_insync_replicas}",
-            )
+        shrank = self.committed_ack_error()
+        if shrank is not None:
+            raise shrank
+
+    def committed_ack_error(self) -> HeadwaterError | None:
+        """The answer to an acks=all batch the high watermark has passed:
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR is below ``min_insync_replicas``
+        (the batch is committed, on fewer copies than asked), else None (acknowledged)."""
+        if len(self.isr) >= self.min_insync_replicas:
+            return None
+        return HeadwaterError(
+            ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            f"the batch is committed but the ISR {list(self.isr)} shrank below "
+            f"min_insync_replicas={self.min_insync_replicas}",
+        )
 
     def _fail_hw_waiters(self, error: HeadwaterError) -> None:
         with self._lock:

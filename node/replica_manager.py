@@ -39,6 +39,7 @@ from headwater.node.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
 from headwater.node.peers import Peers
+from headwater.node.replica_roles import leader_to_follow
 from headwater.node.tasks import cancel_and_wait
 from headwater.raft.image import MetadataImage, PartitionState
 from headwater.shared.errors import ErrorCode, HeadwaterError
@@ -118,7 +119,7 @@ class ReplicaManager:
             return
         me = self.config.node_id
         wanted: dict[Key, tuple[Partition, PartitionState]] = {
-            (p.topic, p.index): (p, s) for p, s in roles if s.leader not in (me, -1)
+            (p.topic, p.index): (p, s) for p, s in roles if leader_to_follow(s, me) is not None
         }
         for key, leader in list(self._followed.items()):
             entry = wanted.get(key)

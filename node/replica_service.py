@@ -33,6 +33,12 @@ from headwater.node.cluster_state import ClusterState
 from headwater.node.config import NodeConfig
 from headwater.node.log_manager import LogManager, now_ms
 from headwater.node.partition import Partition
+from headwater.node.replica_checks import (
+    fetch_position_error,
+    leader_partition,
+    may_not_lead,
+    stale_registration,
+)
 from headwater.node.service import rpc_handler
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
@@ -49,33 +55,6 @@ HW_NEWS_LINGER_S: Final = 0.02
 # report (see ReplicaService._refresh_session); well within replica_lag_ms_max.
 SESSION_REFRESH_MS: Final = 1000
 _log = logging.getLogger(__name__)
-
-
-def _leader_partition(
-    logs: LogManager, topic: str, index: int, leader_epoch: int, replica_id: int
-) -> Partition:
-    """The local leader replica that ``replica_id`` may fetch at ``leader_epoch``."""
-    partition = logs.partition(topic, index)
-    if partition is None or not partition.is_leader or partition.state is None:
-        raise HeadwaterError(
-            ErrorCode.NOT_LEADER_OR_FOLLOWER, f"this node does not lead {topic}-{index}"
-        )
-    if leader_epoch < partition.leader_epoch:
-        raise HeadwaterError(
-            ErrorCode.FENCED_LEADER_EPOCH,
-            f"{topic}-{index}: leader epoch {leader_epoch} is older than {partition.leader_epoch}",
-        )
-    if leader_epoch > partition.leader_epoch:
-        raise HeadwaterError(
-            ErrorCode.UNKNOWN_LEADER_EPOCH,
-            f"{topic}-{index}: leader epoch {leader_epoch} is newer than {partition.leader_epoch}",
-        )
-    if replica_id not in partition.state.replicas:
-        raise HeadwaterError(
-            ErrorCode.NOT_LEADER_OR_FOLLOWER,
-            f"node {replica_id} is not a replica of {topic}-{index}",
-        )
-    return partition
 
 
 @dataclass(slots=True)
@@ -104,33 +83,14 @@ class ReplicaService(pb_grpc.ReplicaServicer):
         self.state = state
         self.may_lead = may_lead
 
-    def _stale_registration(self, replica_id: int, broker_epoch: int) -> HeadwaterError | None:
-        """STALE_BROKER_EPOCH unless ``broker_epoch`` is ``replica_id``'s current
-        registration in this node's image (None when it is): a fetch from an old process of
-        that node (or from anything that is not its current registration) never counts as
-        the replica's progress, so it can neither hold up nor advance the high watermark,
-        nor bring the replica into the ISR. (Joining the ISR also needs the controller,
-        which admits only registered, unfenced brokers.)"""
-        broker = self.state.image.brokers.get(replica_id)
-        if broker is not None and broker.broker_epoch == broker_epoch:
-            return None
-        current = "none" if broker is None else str(broker.broker_epoch)
-        return HeadwaterError(
-            ErrorCode.STALE_BROKER_EPOCH,
-            f"node {replica_id} fetched with broker epoch {broker_epoch}; its current "
-            f"registration here has {current}",
-        )
-
     def _leader_partition(
         self, topic: str, index: int, leader_epoch: int, replica_id: int
     ) -> Partition:
         if not self.may_lead():
-            raise HeadwaterError(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                f"node {self.config.node_id} may not act as a leader now (starting, fenced, "
-                f"or no recent heartbeat answer from the controller); {topic}-{index}",
-            )
-        return _leader_partition(self.logs, topic, index, leader_epoch, replica_id)
+            raise may_not_lead(self.config.node_id, topic, index)
+        return leader_partition(
+            self.logs.partition(topic, index), topic, index, leader_epoch, replica_id
+        )
 
     @rpc_handler
     async def OffsetForLeaderEpoch(
@@ -204,7 +164,7 @@ class ReplicaService(pb_grpc.ReplicaServicer):
             if gone is not None:
                 gone.partition.replica_listeners.discard(listener)
         # The same for every position of the request: checked once.
-        stale = self._stale_registration(request.replica_id, request.broker_epoch)
+        stale = stale_registration(self.state.image, request.replica_id, request.broker_epoch)
         for position in request.positions:
             key = (position.topic, position.partition)
             error = stale
@@ -219,15 +179,7 @@ class ReplicaService(pb_grpc.ReplicaServicer):
                 except HeadwaterError as refused:
                     error = refused
                 else:
-                    if position.fetch_offset > partition.log.log_end_offset:
-                        # A replica cannot hold records its leader does not have: it must
-                        # truncate (OffsetForLeaderEpoch) before it fetches, and never
-                        # counts as caught up.
-                        error = HeadwaterError(
-                            ErrorCode.OFFSET_OUT_OF_RANGE,
-                            f"fetch offset {position.fetch_offset} is past the leader's log "
-                            f"end offset {partition.log.log_end_offset}; truncate first",
-                        )
+                    error = fetch_position_error(partition, position.fetch_offset)
             if error is not None:
                 old = session.pop(key, None)
                 if old is not None:

@@ -435,13 +435,11 @@ class Node:
         """May this node act as a partition leader right now (serve produce, consumer
         fetches and replica fetches for the partitions it leads)? Only while leadership
         is allowed (``_leadership_allowed``) and the broker holds its leadership lease
-        (``BrokerLifecycle.lease_valid``): a leader that was paused or cut off stops
+        (``BrokerSession.may_lead``): a leader that was paused or cut off stops
         answering as leader before the controller can have elected another."""
-        return (
-            self._leadership_allowed()
-            and self.lifecycle is not None
-            and self.lifecycle.lease_valid()
-        )
+        if self.lifecycle is None or not self._reconciled_ready:
+            return False
+        return self.lifecycle.may_lead(self.state.image, self.config.node_id)
 
     def _leadership_allowed(self) -> bool:
         """May partitions take the leader role the image gives this node? Only once the

@@ -26,6 +26,7 @@ UNIT: Final = frozenset(
         "test_controller",
         "test_file_log_recovery",
         "test_follower_truncation",
+        "test_replica_roles",
         "test_generated_code",
         "test_group_shard",
         "test_groups_core",

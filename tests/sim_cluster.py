@@ -9,13 +9,14 @@ What is the project's code and what is the simulation's:
   (``raft.image.apply``); each replica's ``node.partition.Partition`` over a
   ``log.memory_log.MemoryLog`` (roles, leader epochs, the high watermark and its
   checkpoint, follower progress, the follower's fencing check, the refusal to truncate
-  below the high watermark); the leader's check of a replica fetch
-  (``node.replica_service._leader_partition``); the follower's steps, its truncation
-  exchange (rule, rounds, checks) and what it does with each fetch answer
-  (``node.following.Following``); the ISR proposals and the handling of their answers
-  (``node.isr_proposals.IsrProposals``); the registration, heartbeat answers and
-  leadership lease (``node.broker_session.BrokerSession``) and the node defaults
-  (``NodeConfig``).
+  below the high watermark, the acks=all answer); what the image asks of the replicas
+  (``node.replica_roles``: which are hosted, their settings, when a leadership's epoch
+  is recorded, whom to follow); the leader's checks of a replica's request
+  (``node.replica_checks``); the follower's steps, its truncation exchange (rule,
+  rounds, checks) and what it does with each fetch answer (``node.following.Following``);
+  the ISR proposals and the handling of their answers (``node.isr_proposals.IsrProposals``);
+  the registration, heartbeat answers, leadership lease and whether the node may lead
+  (``node.broker_session.BrokerSession``) and the node defaults (``NodeConfig``).
 - **Simulated**: the transport (each call is a message with a delivery time; a reply is a
   message back; a call with no reply within ``CALL_TIMEOUT_MS`` failed with an unknown
   outcome), the loops that make the calls (heartbeats, metadata, follower fetches, ISR
@@ -62,10 +63,21 @@ from headwater.node.config import NodeConfig
 from headwater.node.following import Following
 from headwater.node.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
 from headwater.node.partition import Partition
-from headwater.node.replica_service import _leader_partition
+from headwater.node.replica_checks import (
+    fetch_position_error,
+    leader_partition,
+    may_not_lead,
+    stale_registration,
+)
+from headwater.node.replica_roles import (
+    apply_topic_configs,
+    assigned_replicas,
+    leader_to_follow,
+    maybe_record_leader_epoch,
+)
 from headwater.raft import decisions
 from headwater.raft import records as r
-from headwater.raft.image import MetadataImage, apply
+from headwater.raft.image import MetadataImage, PartitionState, apply
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 STEP_MS: Final = 10
@@ -303,65 +315,46 @@ class Broker(Endpoint):
 
     def leadership_allowed(self) -> bool:
         """This process's registration unfenced in the node's image, as
-        ``NodeServer._leadership_allowed``: what roles are taken with."""
+        ``Node._leadership_allowed``: what roles are taken with."""
         return self.session.leadership_allowed(self.image, self.id)
 
     def may_lead(self) -> bool:
-        """Leadership allowed and the lease held, as ``NodeServer.may_lead``: what serving
+        """Leadership allowed and the lease held (``BrokerSession.may_lead``): what serving
         as a leader (produce, replica fetches, epoch queries) and ISR changes need."""
-        return self.leadership_allowed() and self.session.lease_valid(self.sim.now_ms)
+        return self.session.may_lead(self.image, self.id, self.sim.now_ms)
 
     def reconcile(self) -> None:
-        """Host the partitions the image assigns here and take their roles, as
-        ``LogManager.reconcile`` and ``Partition.become`` with ``_leadership_allowed``."""
+        """Host the partitions the image assigns here and take their roles, with the
+        node's rules (``node.replica_roles``) as ``LogManager.reconcile`` and
+        ``Node._reconcile`` apply them."""
         may_lead = self.leadership_allowed()
-        for topic, state in self.image.partitions():
-            if self.id not in state.replicas:
-                continue
-            key = (topic.name, state.partition)
+        for key, (topic, state) in assigned_replicas(self.image, self.id).items():
             partition = self.partitions.get(key)
             if partition is None:
-                partition = self._open(key, topic.topic_id, topic.configs)
-            partition.unclean_leader_election = (
-                topic.configs.get(decisions.UNCLEAN_ELECTION_KEY, "false") == "true"
-            )
-            if (
-                may_lead
-                and state.leader == self.id
-                and state.leader_epoch > partition.log.latest_epoch
-            ):
-                partition.log.assign_epoch(state.leader_epoch)
+                partition = self._open(key, topic.topic_id)
+            apply_topic_configs(partition, topic.configs, CONFIG.min_insync_replicas)
+            maybe_record_leader_epoch(partition, state, self.id, may_lead)
             partition.become(state, self.id, self.sim.now_ms, may_lead)
-            self._follow(key, partition)
+            self._follow(key, partition, state)
 
-    def _open(self, key: tuple[str, int], topic_id: str, configs: Any) -> Partition:
+    def _open(self, key: tuple[str, int], topic_id: str) -> Partition:
         log = self.disk.logs.setdefault(key, MemoryLog())
         assert self.disk.folder is not None
         folder = self.disk.folder / f"{key[0]}-{key[1]}"
         folder.mkdir(parents=True, exist_ok=True)
-        partition = Partition(
-            key[0],
-            key[1],
-            log,
-            LogConfig(),
-            topic_id=topic_id,
-            min_insync_replicas=int(configs.get("min_insync_replicas", "1")),
-            directory=folder,
-        )
+        partition = Partition(key[0], key[1], log, LogConfig(), topic_id=topic_id, directory=folder)
         self.partitions[key] = partition
         return partition
 
-    def _follow(self, key: tuple[str, int], partition: Partition) -> None:
-        state = partition.state
-        if partition.is_leader or state is None or state.leader < 0 or state.leader == self.id:
+    def _follow(self, key: tuple[str, int], partition: Partition, state: PartitionState) -> None:
+        """Follow as ``ReplicaManager.reconcile`` and ``LeaderFetcher.follow`` do."""
+        leader = leader_to_follow(state, self.id)
+        if leader is None:
             self.following.pop(key, None)
             return
         current = self.following.get(key)
-        if current is None or (current.steps.leader_id, current.steps.leader_epoch) != (
-            state.leader,
-            state.leader_epoch,
-        ):
-            self.following[key] = Fetching(Following(partition, state.leader, state.leader_epoch))
+        if current is None or not current.steps.is_for(partition, leader, state.leader_epoch):
+            self.following[key] = Fetching(Following(partition, leader, state.leader_epoch))
 
     # ------------------------------------------------------------------ loops
 
@@ -514,10 +507,6 @@ class Broker(Endpoint):
 
     # ------------------------------------------------------------------ serving
 
-    def partition(self, topic: str, index: int) -> Partition | None:
-        """For ``_leader_partition`` (the LogManager method it calls)."""
-        return self.partitions.get((topic, index))
-
     def handle(self, source: int, call: Call) -> Reply | None:
         a = call.args
         try:
@@ -532,18 +521,22 @@ class Broker(Endpoint):
         except HeadwaterError as error:
             return Reply(call.call_id, None, error)
 
-    def _leading(self, source: int, a: dict[str, Any]) -> Partition:
+    def _leading(self, source: int, topic: str, index: int, leader_epoch: int) -> Partition:
+        """The replica checks of ``ReplicaService`` (``node.replica_checks``)."""
         if not self.may_lead():
-            raise HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "may not lead now")
-        return _leader_partition(self, a["topic"], a["partition"], a["leader_epoch"], source)  # type: ignore[arg-type]
+            raise may_not_lead(self.id, topic, index)
+        partition = self.partitions.get((topic, index))
+        return leader_partition(partition, topic, index, leader_epoch, source)
 
     def _serve_fetch(self, source: int, a: dict[str, Any]) -> tuple[bytes, int]:
-        broker = self.image.brokers.get(source)
-        if broker is None or broker.broker_epoch != a["broker_epoch"]:
-            raise HeadwaterError(ErrorCode.STALE_BROKER_EPOCH, "stale registration")
-        partition = self._leading(source, a)
-        if a["fetch_offset"] > partition.log.log_end_offset:
-            raise HeadwaterError(ErrorCode.OFFSET_OUT_OF_RANGE, "past the leader's end")
+        """One fetch position of a replica fetch session, as ``ReplicaService`` serves it."""
+        stale = stale_registration(self.image, source, a["broker_epoch"])
+        if stale is not None:
+            raise stale
+        partition = self._leading(source, a["topic"], a["partition"], a["leader_epoch"])
+        beyond = fetch_position_error(partition, a["fetch_offset"])
+        if beyond is not None:
+            raise beyond
         partition.on_follower_fetch(source, a["fetch_offset"], self.sim.now_ms)
         data = b""
         if a["fetch_offset"] < partition.log.log_end_offset:
@@ -551,7 +544,7 @@ class Broker(Endpoint):
         return data, partition.high_watermark
 
     def _serve_epoch(self, source: int, a: dict[str, Any]) -> tuple[int, int, int]:
-        partition = self._leading(source, {**a, "leader_epoch": a["current_leader_epoch"]})
+        partition = self._leading(source, a["topic"], a["partition"], a["current_leader_epoch"])
         epoch, end = partition.log.end_offset_for_epoch(a["leader_epoch"])
         return epoch, end, partition.log.log_start_offset
 
@@ -581,11 +574,8 @@ class Broker(Endpoint):
                     call_id, None, HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved")
                 )
             elif partition.high_watermark >= end:
-                if len(partition.isr) < partition.min_insync_replicas:
-                    error = HeadwaterError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, "shrank")
-                    reply = Reply(call_id, None, error)
-                else:
-                    reply = Reply(call_id, offset)
+                shrank = partition.committed_ack_error()
+                reply = Reply(call_id, offset) if shrank is None else Reply(call_id, None, shrank)
             elif self.sim.now_ms >= deadline:
                 reply = Reply(call_id, None, HeadwaterError(ErrorCode.REQUEST_TIMED_OUT, "slow"))
             else:

@@ -80,3 +80,15 @@ def test_leadership_needs_this_registration_unfenced_in_the_image() -> None:
 def test_the_lease_ends_before_the_controller_may_fence() -> None:
     config = NodeConfig()
     assert 0 < leadership_lease_s(config) * 1000 < config.broker_session_timeout_ms
+
+
+def test_leading_needs_leadership_allowed_and_the_lease_both() -> None:
+    session = registered(epoch=7)
+    broker = BrokerState(1, "incarnation", 7, "127.0.0.1:7700", "", fenced=False)
+    image = dataclasses.replace(MetadataImage(), brokers={1: broker})
+    assert not session.may_lead(image, 1, 0)  # no heartbeat answered yet: no lease
+    session.answered(session.heartbeat(0), fenced=False)
+    assert session.may_lead(image, 1, LEASE_MS - 1)
+    assert not session.may_lead(image, 1, LEASE_MS)  # the lease ran out
+    fenced = dataclasses.replace(image, brokers={1: dataclasses.replace(broker, fenced=True)})
+    assert not session.may_lead(fenced, 1, 1)  # lease held, registration fenced

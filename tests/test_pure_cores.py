@@ -37,6 +37,8 @@ PURE_MODULES = [
     "raft/decisions.py",
     "node/replication.py",
     "node/broker_session.py",
+    "node/replica_roles.py",
+    "node/replica_checks.py",
     "node/groups/records.py",
     "node/groups/image.py",
     "node/groups/assignors.py",
