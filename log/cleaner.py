@@ -19,8 +19,9 @@ A pass (``clean``):
    A tombstone (null value) is dropped once its segment is wholly older than
    ``delete_retention_ms``;
 4. hands the rewritten segments to ``FileLog.swap_cleaned``, which replaces the
-   originals atomically (see there) unless the log changed meanwhile (retention, a
-   truncation, deletion), in which case the pass is dropped whole.
+   originals atomically (``headwater.log.segment_swap``) unless the log changed
+   meanwhile (retention, a truncation, deletion), in which case the pass is dropped
+   whole.
 
 A batch that cannot be decoded drops the pass with DamagedSegmentError, naming the
 segment; the caller (``LogManager``) leaves the log uncleaned while that segment is in it.
@@ -47,16 +48,16 @@ from headwater.log import batch as batch_format
 from headwater.log.compaction import OffsetMap, kept
 from headwater.log.kafka_records import decode_stored
 from headwater.log.segment import GapBound, Segment
+from headwater.log.segment_swap import CLEANING_DIR, CleanPlan, SegmentView
 from headwater.shared.errors import HeadwaterError
 
 if TYPE_CHECKING:
-    from headwater.log.file_log import CleanPlan, FileLog, SegmentView
+    from headwater.log.file_log import FileLog
 
 CHUNK_BYTES: Final = 1 << 20
 KEY_BYTES_MAX: Final = 256 << 20
 """Most bytes of keys one pass's map holds (with ``keys_max`` keys, its memory bound)."""
 SEQUENCE_SPACE: Final = 1 << 31
-CLEANING_DIR: Final = "cleaning"
 
 
 class CleaningStoppedError(Exception):

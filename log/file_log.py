@@ -1,4 +1,5 @@
-"""A partition log on disk: a directory of segments, recovery, retention and flushing.
+"""A partition log on disk: a directory of segments, appends, reads, truncation,
+retention and flushing (``FileLog``).
 
 Directory layout (one directory per partition)::
 
@@ -6,9 +7,10 @@ Directory layout (one directory per partition)::
     00000000000000000000.index
     00000000000000000000.timeindex
     recovery-point                  offset below which everything was fsynced (checked
-                                    offset format: ``write_checked_offset``)
+                                    offset format: ``checkpoint_files``)
     clean-shutdown                  present only between a clean close and the next open
     leader-epoch-checkpoint         the leader-epoch cache (see leader_epochs.py)
+    damaged/<time>/                 what recovery cut from the log (see log_loader.py)
     cleaner-offset                  compacted topics: offset below which the log is
                                     clean (checked offset format)
     compacted-below                 compacted topics: offsets below it may have gaps
@@ -16,23 +18,19 @@ Directory layout (one directory per partition)::
     cleaning/                       a cleaning pass's output, being written
     swap/                           a finished pass's output, being swapped in
     00000000000000000000.producers  idempotent producers' state as of that offset
-                                    (``producer_state.encode_snapshot``)
+                                    (see producer_snapshots.py)
 
-Opening: without the clean-shutdown marker, every segment that may hold data past the
-recovery point is scanned with CRC checks and base-offset contiguity; at the first torn
-or corrupt batch, or a gap or overlap of offsets, the log is cut: the bytes from there,
-and every later segment, are moved (never deleted) into ``damaged/<time>/`` in the
-partition's folder and reported at ERROR, and the index files of scanned segments are
-rebuilt. A follower then fetches what it lost from its leader; an operator can read what
-was set aside with ``headwater.log.batch`` (the files are segments as written). Segments
-wholly below the recovery point, and all segments after a clean shutdown, are trusted:
-their index files are loaded (rebuilt if missing or inconsistent) and only the tail
-after the last index entry is walked; a read checks the base offset of every batch it
-walks or returns (``Segment.read_from``), so a batch whose base offset changed on disk
-(outside the CRC) is refused with KAFKA_STORAGE_ERROR, never served at a wrong offset.
+Who owns what: ``log_loader`` opens the directory (recovery, damaged tails, index
+rebuilds, the recovery point and the clean-shutdown marker); ``producer_snapshots`` the
+``.producers`` files and the producer state's rebuild; ``segment_swap`` the cleaner's
+``cleaning/`` and ``swap/`` and the compaction offsets; ``checkpoint_files`` atomic
+replacement and the checked offset format; ``segment`` one segment's files. This module
+is the log that uses them.
 
 The recovery point advances on every flush: before each ack (flush_policy ``ack``), every
-flush_interval_ms (``interval``), when a segment rolls, and on close.
+flush_interval_ms (``interval``), when a segment rolls, and on close. Close writes the
+clean-shutdown marker last, and only when everything was written; a log whose writes
+failed, or whose reads found damage, closes without it, so the next open scans it.
 
 Replication: a leader appends with ``append`` (offsets and its leader epoch are stamped
 here); a follower appends the leader's batches unchanged with ``append_replicated``, and
@@ -44,25 +42,8 @@ change, and rebuilt from the batch headers when missing or unreadable.
 Idempotent producers: the log keeps their state (``producer_state``) as of its end,
 checks every batch with a producer id against it in the same locked step as the append,
 and updates it on every append, leader's and follower's alike. It is snapshotted when a
-segment rolls (at the new segment's base offset) and on close (at the log end), and
-rebuilt on open and after every truncation from the newest snapshot at or below the log
-end, followed by the batch headers after it (one pread per batch; no snapshot: every
-batch of the log). Snapshots above the log end (a truncated tail's) are deleted before
-the rebuild, so a state never holds a batch the log does not; snapshots below the log
-start go with retention. Invariant: the state is always the one the log's batches give,
-which is what lets a follower that becomes leader answer a retried batch with the
-offsets it was first appended at, and never with offsets a truncation removed.
-
-Compaction (``headwater.log.cleaner``): a pass writes cleaned copies of segments into
-``cleaning/``, then ``swap_cleaned`` makes them the log's, atomically: it renames
-``cleaning/`` to ``swap/`` (the commit point, after every file was fsynced), then moves
-each file over the original of the same name and removes ``swap/``. Opening a log first
-finishes a ``swap/`` left by a crash and deletes a ``cleaning/``: a crash at any point
-leaves either the original segments or the cleaned ones, never a mix, and loses nothing.
-Cleaned segments keep their base offsets (a segment the cleaner emptied is deleted, but
-the first); their batches keep their offsets, with gaps where records were removed (base
-offsets grow along a segment, by one batch's records or more; a segment may end before
-the next one's base offset, and the first may hold nothing at all).
+segment rolls and on close, and rebuilt on open and after every truncation
+(``producer_snapshots``); retention deletes the snapshots below the log start.
 
 Thread-safety: all public methods take the log's lock; appends and reads serialize per
 partition (reads are one pread each, so the lock is held briefly).
@@ -71,19 +52,15 @@ partition (reads are one pread each, so the lock is held briefly).
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
 import logging
 import os
-import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-import crc32c
 import pyarrow.compute as pc
 
 from headwater.log import batch as batch_format
@@ -96,83 +73,43 @@ from headwater.log.api import (
     answer_to_producer,
     offset_out_of_range,
 )
+from headwater.log.checkpoint_files import (
+    fsync_directory,
+    write_atomically,
+)
 from headwater.log.compaction import cleanable_ratio
 from headwater.log.kafka_records import decode_stored
-from headwater.log.leader_epochs import EpochCheckpointError, LeaderEpochCache
-from headwater.log.producer_state import ProducerEntry, ProducerStates
+from headwater.log.leader_epochs import LeaderEpochCache
+from headwater.log.log_loader import (
+    CLEAN_SHUTDOWN_FILE,
+    load_log,
+    write_epoch_checkpoint,
+    write_recovery_point,
+)
+from headwater.log.producer_snapshots import (
+    delete_all_snapshots,
+    delete_snapshots_below,
+    load_producers,
+    write_snapshot,
+)
+from headwater.log.producer_state import ProducerStates
 from headwater.log.retention import SegmentSummary, segments_to_delete
-from headwater.log.segment import LOG_SUFFIX, GapBound, Segment
+from headwater.log.segment import Segment, create_segment
+from headwater.log.segment_swap import (
+    CleaningAbortedError,
+    CleanPlan,
+    SegmentView,
+    plan_cleaning,
+    raise_gap_bound,
+    swap_in,
+    write_cleaned_offset,
+)
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
-RECOVERY_POINT_FILE: Final = "recovery-point"
-CLEAN_SHUTDOWN_FILE: Final = "clean-shutdown"
-EPOCH_CHECKPOINT_FILE: Final = "leader-epoch-checkpoint"
-DAMAGED_DIR: Final = "damaged"
-CLEANER_OFFSET_FILE: Final = "cleaner-offset"
-GAP_BOUND_FILE: Final = "compacted-below"
-CLEANING_DIR: Final = "cleaning"
-SWAP_DIR: Final = "swap"
-PRODUCER_SNAPSHOT_SUFFIX: Final = ".producers"
-PRODUCER_SNAPSHOT_BYTES_MAX: Final = 256 << 20
-PRODUCER_SNAPSHOTS_KEPT: Final = 3
 NO_DAMAGE: Final = 1 << 63
-"""Where recovery sets aside what it cannot keep in the log: never deleted by the node."""
+"""``_damaged_from`` while no read found damage."""
 
 _log = logging.getLogger(__name__)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: write a temporary file, fsync it, rename, fsync dir."""
-    temporary = path.with_name(path.name + ".tmp")
-    try:
-        with open(temporary, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):  # give its blocks back (a full disk)
-            temporary.unlink(missing_ok=True)
-        raise
-    fsync_directory(path.parent)
-
-
-def write_checked_offset(path: Path, value: int) -> None:
-    """Write an offset checkpoint atomically as ``"<value> <crc>\\n"``: the decimal value
-    and the CRC32C of its digits in 8 hex digits."""
-    digits = str(value).encode()
-    write_atomically(path, digits + b" %08x\n" % crc32c.crc32c(digits))
-
-
-def read_checked_offset(path: Path) -> int | None:
-    """The offset of a checkpoint written by ``write_checked_offset``; None when the file
-    is missing or damaged (its checksum does not match, or it holds no offset), logged
-    when damaged. A bare decimal offset (the format before checksums) is read as is."""
-    try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        _log.error("cannot read %s: %s", path, exc)
-        return None
-    parts = text.split()
-    digits = parts[0] if parts else b""
-    if (
-        digits.isdigit()
-        and len(digits) <= 19
-        and (len(parts) == 1 or (len(parts) == 2 and parts[1] == b"%08x" % crc32c.crc32c(digits)))
-    ):
-        return int(digits)
-    _log.error("%s is damaged (%r): it is ignored", path, text[:64])
-    return None
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _WritePath:
@@ -195,41 +132,6 @@ class _WritePath:
             raise self.log._fail(self.what, exc) from exc
 
 
-class CleaningAbortedError(Exception):
-    """The log changed under a cleaning pass (retention, truncation, deletion)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentView:
-    """A closed segment as a cleaning pass saw it."""
-
-    segment: Segment
-    base_offset: int
-    next_offset: int
-    size: int
-    max_timestamp: int
-
-
-@dataclass(frozen=True, slots=True)
-class CleanPlan:
-    """The cleanable part of a log: ``segments`` (closed, below the bound, past the
-    compaction lag), from the log start to ``end_offset``; ``first_dirty``: where the
-    last pass stopped."""
-
-    segments: tuple[SegmentView, ...]
-    log_start_offset: int
-    first_dirty: int
-    end_offset: int
-
-    @property
-    def clean_bytes(self) -> int:
-        return sum(v.size for v in self.segments if v.next_offset <= self.first_dirty)
-
-    @property
-    def dirty_bytes(self) -> int:
-        return sum(v.size for v in self.segments if v.next_offset > self.first_dirty)
-
-
 class FileLog:
     """See the module docstring."""
 
@@ -239,10 +141,6 @@ class FileLog:
         self._lock = threading.RLock()
         self._closed = False
         directory.mkdir(parents=True, exist_ok=True)
-        self._segments: list[Segment] = []
-        self._recovery_point = 0
-        self.damage = ""
-        """What recovery cut and set aside at open ("" when nothing)."""
         self.failure = ""
         """Why the log stopped taking writes ("" while it takes them): a write to its
         files failed (see ``_fail``)."""
@@ -257,185 +155,35 @@ class FileLog:
         node takes the folder offline); it must not block or take other logs' locks."""
         self._damaged_from = NO_DAMAGE
         self._last_flush_ms = now_ms
-        self._epochs = LeaderEpochCache()
-        self._producers: dict[int, ProducerEntry] = {}
-        self._cleaned_offset = 0
-        # Gaps go below the offset the cleaner reached, and below the bound raised before
-        # each swap and each copied gap (either file may be lost: the larger counts).
-        self.gaps = GapBound(
-            max(
-                read_checked_offset(directory / GAP_BOUND_FILE) or 0,
-                read_checked_offset(directory / CLEANER_OFFSET_FILE) or 0,
-            )
-        )
-        """Offsets below it may have gaps (compaction); contiguous elsewhere."""
         with self._lock:  # the bounded set of sealed handles takes it before closing one
-            try:
-                self._finish_swap()
-                self._load(now_ms)
-                self._load_epochs()
-                self._load_producers()
-                found = read_checked_offset(self.directory / CLEANER_OFFSET_FILE)
-                self._cleaned_offset = min(
-                    max(found or 0, self.log_start_offset), self.log_end_offset
-                )
-            except BaseException:
-                for segment in self._segments:
-                    segment.close()
-                raise
-
-    # ------------------------------------------------------------------ opening
-
-    def _read_recovery_point(self) -> int:
-        """0 when unknown: everything is scanned again."""
-        found = read_checked_offset(self.directory / RECOVERY_POINT_FILE)
-        return 0 if found is None else found
-
-    def _load(self, now_ms: int) -> None:
-        for stray in self.directory.glob("*.tmp"):
-            stray.unlink()
-        marker = self.directory / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        recovery_point = self._read_recovery_point() if not clean else None
-        bases = sorted(
-            int(p.stem) for p in self.directory.glob(f"*{LOG_SUFFIX}") if p.stem.isdigit()
-        )
-        for orphan in self.directory.glob("*.index"):
-            if orphan.stem.isdigit() and int(orphan.stem) not in bases:
-                orphan.unlink()
-                orphan.with_suffix(".timeindex").unlink(missing_ok=True)
-        for i, base in enumerate(bases):
-            segment = Segment(
-                self.directory, base, self.config.index_interval_bytes, self._lock, self.gaps
-            )
-            segment.created_ms = now_ms
-            next_base = bases[i + 1] if i + 1 < len(bases) else None
-            trusted = clean or (
-                recovery_point is not None and next_base is not None and next_base <= recovery_point
-            )
-            result = segment.load(trust_index=trusted)
-            if self._segments:
-                # Sealed as soon as a later one is open: opening a log of many segments
-                # never holds more than two of their files open at once, and the handles
-                # go to the bounded set.
-                self._segments[-1].seal()
-            self._segments.append(segment)
-            # A segment ends at the next one's base (before it, below the gap bound, when
-            # compaction removed its last records).
-            expected_next = next_base if next_base is not None else result.next_offset
-            if result.problem is None and self.gaps.allows(result.next_offset, expected_next):
-                if next_base is not None:
-                    segment.next_offset = next_base
-                continue
-            problem = result.problem or (
-                f"segment {base} ends at offset {result.next_offset} but the next segment "
-                f"starts at {next_base}"
-            )
-            aside = self._set_aside(segment, result.valid_bytes, bases[i + 1 :], now_ms)
-            _log.error(
-                "log %s: cut at offset %d (segment %d, byte %d of %d); the rest of that "
-                "segment and %d later segment(s) are set aside in %s: %s",
-                self.directory,
-                result.next_offset,
-                base,
-                result.valid_bytes,
-                segment.size,
-                len(bases) - i - 1,
-                aside,
-                problem,
-            )
-            self.damage = f"cut at offset {result.next_offset}: {problem}; set aside in {aside}"
-            segment.truncate(result.valid_bytes)
-            segment.next_offset = result.next_offset
-            break
-        if not self._segments:
-            start = self._read_recovery_point() if not bases else 0
-            self._segments.append(self._new_segment(start, now_ms))
-        if clean:
-            marker.unlink()
-            fsync_directory(self.directory)
-        self._recovery_point = min(
-            self.log_end_offset,
-            recovery_point if recovery_point is not None else self.log_end_offset,
-        )
-
-    def _set_aside(
-        self, segment: Segment, valid_bytes: int, later_bases: list[int], now_ms: int
-    ) -> Path:
-        """Copy ``segment``'s bytes from ``valid_bytes`` on, and move every later segment's
-        files, into a new folder under ``damaged/``; return it. (Only the copy's tail is
-        then truncated from the live segment.)"""
-        aside = self.directory / DAMAGED_DIR / str(now_ms)
-        suffix = 0
-        while aside.exists():
-            suffix += 1
-            aside = self.directory / DAMAGED_DIR / f"{now_ms}-{suffix}"
-        aside.mkdir(parents=True)
-        if valid_bytes < segment.size:
-            tail = os.pread(segment.fd, segment.size - valid_bytes, valid_bytes)
-            name = f"{segment.base_offset:020d}-from-byte-{valid_bytes}{LOG_SUFFIX}"
-            write_atomically(aside / name, tail)
-        for base in later_bases:
-            for path in self.directory.glob(f"{base:020d}.*"):
-                path.rename(aside / path.name)
-        fsync_directory(aside)
-        fsync_directory(self.directory)
-        return aside
-
-    def _load_epochs(self) -> None:
-        path = self.directory / EPOCH_CHECKPOINT_FILE
-        try:
-            self._epochs = LeaderEpochCache.from_text(path.read_text())
-        except (OSError, EpochCheckpointError) as exc:
-            if self.log_end_offset > self.log_start_offset:
-                _log.warning("log %s: rebuilding the leader-epoch cache: %s", self.directory, exc)
-            self._epochs = self._scan_epochs()
-            self._write_epochs()
-            return
-        changed = self._epochs.truncate_from_end(self.log_end_offset)
-        changed |= self._epochs.truncate_from_start(self.log_start_offset)
-        if changed:
-            self._write_epochs()
-
-    def _scan_epochs(self) -> LeaderEpochCache:
-        """The cache rebuilt from every batch header (one pread per batch; the segments
-        passed recovery, so their headers are sound)."""
-        cache = LeaderEpochCache()
-        for header in self._headers_from(self.log_start_offset):
-            cache.assign(header.leader_epoch, header.base_offset)
-        return cache
-
-    def _write_epochs(self) -> None:
-        write_atomically(self.directory / EPOCH_CHECKPOINT_FILE, self._epochs.to_text().encode())
+            loaded = load_log(directory, config.index_interval_bytes, self._lock, now_ms)
+        self._segments = loaded.segments
+        self._recovery_point = loaded.recovery_point
+        self.damage = loaded.damage
+        """What recovery cut and set aside at open ("" when nothing)."""
+        self.gaps = loaded.gaps
+        """Offsets below it may have gaps (compaction); contiguous elsewhere."""
+        self._epochs = loaded.epochs
+        self._producers = loaded.producers
+        self._cleaned_offset = loaded.cleaned_offset
 
     def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
-        segment = Segment(
-            self.directory, base_offset, self.config.index_interval_bytes, self._lock, self.gaps
+        return create_segment(
+            self.directory,
+            base_offset,
+            self.config.index_interval_bytes,
+            self._lock,
+            self.gaps,
+            now_ms,
         )
-        segment.created_ms = now_ms
-        segment.next_offset = base_offset
-        fsync_directory(self.directory)
-        return segment
+
+    def _write_epochs(self) -> None:
+        write_epoch_checkpoint(self.directory, self._epochs)
+
+    def _write_recovery_point(self) -> None:
+        write_recovery_point(self.directory, self._recovery_point)
 
     # ------------------------------------------------------------------ compaction
-
-    def _finish_swap(self) -> None:
-        """Complete a swap a crash interrupted (``swap/`` is whole: move what is left of
-        it), and drop an unfinished pass (``cleaning/``)."""
-        swap = self.directory / SWAP_DIR
-        if swap.is_dir():
-            for path in sorted(swap.iterdir()):
-                os.replace(path, self.directory / path.name)
-            fsync_directory(self.directory)
-            swap.rmdir()
-            fsync_directory(self.directory)
-            _log.info("log %s: swapped in cleaned segments", self.directory)
-        shutil.rmtree(self.directory / CLEANING_DIR, ignore_errors=True)
-
-    def _raise_gap_bound(self, offset: int) -> None:
-        if offset > self.gaps.offset:
-            write_checked_offset(self.directory / GAP_BOUND_FILE, offset)
-            self.gaps.offset = offset
 
     def cleaning_plan(self, now_ms: int, upper_bound: int) -> CleanPlan | None:
         """The cleanable part of the log (see CleanPlan): closed segments wholly below
@@ -444,25 +192,13 @@ class FileLog:
         with self._lock:
             if self._closed:
                 return None
-            lag_cut = now_ms - self.config.min_compaction_lag_ms
-            views = []
-            for segment in self._segments[:-1]:
-                if segment.next_offset > upper_bound or segment.max_timestamp > lag_cut:
-                    break
-                views.append(
-                    SegmentView(
-                        segment,
-                        segment.base_offset,
-                        segment.next_offset,
-                        segment.size,
-                        segment.max_timestamp,
-                    )
-                )
-            if not views:
-                return None
-            start = self.log_start_offset
-            first_dirty = min(max(self._cleaned_offset, start), views[-1].next_offset)
-            return CleanPlan(tuple(views), start, first_dirty, views[-1].next_offset)
+            return plan_cleaning(
+                self._segments,
+                self._cleaned_offset,
+                now_ms,
+                upper_bound,
+                self.config.min_compaction_lag_ms,
+            )
 
     def cleanable_ratio(self, now_ms: int, upper_bound: int) -> float:
         """The dirty share of the cleanable bytes (0 when nothing is cleanable)."""
@@ -499,135 +235,40 @@ class FileLog:
         self, cleaned: list[tuple[SegmentView, Segment]], cleaning_dir: Path, cleaned_offset: int
     ) -> bool:
         """Make the cleaned copies (written and fsynced in ``cleaning_dir``) the log's
-        segments, atomically (see the module docstring), and record that the log is clean
+        segments, atomically (``segment_swap.swap_in``), and record that the log is clean
         below ``cleaned_offset``. False, and nothing changed, when a segment cleaned is
         no longer the log's as the pass saw it (or the log is closed or failed)."""
         with self._lock:
             if self._closed or self.failure:
                 return False
             try:
-                return self._swap_cleaned_locked(cleaned, cleaning_dir, cleaned_offset)
+                swapped = swap_in(
+                    self.directory,
+                    self._segments,
+                    cleaned,
+                    cleaning_dir,
+                    cleaned_offset,
+                    self.gaps,
+                    self.config.index_interval_bytes,
+                    self._lock,
+                )
+                if swapped:
+                    self._cleaned_offset = max(self._cleaned_offset, cleaned_offset)
+                    write_cleaned_offset(self.directory, self._cleaned_offset)
+                return swapped
             except OSError as exc:
                 # A crash here would leave swap/ for the next open to finish: so does this.
                 raise self._fail("cleaning swap", exc) from exc
 
-    def _swap_cleaned_locked(
-        self, cleaned: list[tuple[SegmentView, Segment]], cleaning_dir: Path, cleaned_offset: int
-    ) -> bool:
-        places = []
-        for view, _output in cleaned:
-            place = next((i for i, s in enumerate(self._segments) if s is view.segment), None)
-            if place is None or place == len(self._segments) - 1 or view.segment.size != view.size:
-                return False
-            places.append(place)
-        self._raise_gap_bound(cleaned_offset)
-        os.rename(cleaning_dir, self.directory / SWAP_DIR)
-        fsync_directory(self.directory)
-        self._finish_swap()
-        for place, (view, _output) in zip(places, cleaned, strict=True):
-            original = self._segments[place]
-            replacement = Segment(
-                self.directory,
-                view.base_offset,
-                self.config.index_interval_bytes,
-                self._lock,
-                self.gaps,
-            )
-            replacement.created_ms = original.created_ms
-            replacement.load(trust_index=True)
-            replacement.next_offset = original.next_offset  # it covers its gap
-            original.close()  # its files were replaced; the old handle goes
-            replacement.seal()
-            self._segments[place] = replacement
-        # A segment the cleaner emptied goes (but the first: it holds the log start
-        # offset); the one before it covers its offsets.
-        for place in sorted(places, reverse=True):
-            emptied = self._segments[place]
-            if place > 0 and emptied.size == 0:
-                self._segments[place - 1].next_offset = emptied.next_offset
-                emptied.delete()
-                del self._segments[place]
-        fsync_directory(self.directory)
-        self._cleaned_offset = max(self._cleaned_offset, cleaned_offset)
-        write_checked_offset(self.directory / CLEANER_OFFSET_FILE, self._cleaned_offset)
-        return True
-
     # ------------------------------------------------------------------ producers
 
-    def _producer_snapshots(self) -> list[tuple[int, Path]]:
-        """(offset, path) of every producer snapshot file, in offset order."""
-        return sorted(
-            (int(path.stem), path)
-            for path in self.directory.glob(f"*{PRODUCER_SNAPSHOT_SUFFIX}")
-            if path.stem.isdigit()
-        )
-
     def _write_producer_snapshot(self) -> None:
-        """Snapshot the producer state at the log end; keep the newest
-        PRODUCER_SNAPSHOTS_KEPT (a truncation below all of them replays the log)."""
-        end = self.log_end_offset
-        path = self.directory / f"{end:020d}{PRODUCER_SNAPSHOT_SUFFIX}"
-        write_atomically(path, producer_state.encode_snapshot(self._producers, end))
-        for _offset, old in self._producer_snapshots()[:-PRODUCER_SNAPSHOTS_KEPT]:
-            old.unlink(missing_ok=True)
-
-    def _read_producer_snapshot(self, path: Path, offset: int) -> ProducerStates | None:
-        """The snapshot's state, or None (logged) when it cannot be used."""
-        try:
-            if path.stat().st_size > PRODUCER_SNAPSHOT_BYTES_MAX:
-                raise producer_state.SnapshotError(
-                    f"larger than {PRODUCER_SNAPSHOT_BYTES_MAX} bytes"
-                )
-            states, end = producer_state.decode_snapshot(path.read_bytes())
-        except (OSError, producer_state.SnapshotError) as exc:
-            _log.warning("log %s: producer snapshot %s ignored: %s", self.directory, path.name, exc)
-            return None
-        if end != offset:
-            _log.warning(
-                "log %s: producer snapshot %s says offset %d; ignored",
-                self.directory,
-                path.name,
-                end,
-            )
-            return None
-        return states
+        """Snapshot the producer state at the log end (``producer_snapshots``)."""
+        write_snapshot(self.directory, self._producers, self.log_end_offset)
 
     def _load_producers(self) -> None:
-        """Rebuild the producer state as of the log end: delete snapshots above it, take
-        the newest readable one at or below it, and replay the batch headers after it."""
-        end = self.log_end_offset
-        states: ProducerStates = producer_state.EMPTY
-        replay_from = self.log_start_offset
-        for offset, path in reversed(self._producer_snapshots()):
-            if offset > end:
-                path.unlink(missing_ok=True)
-                continue
-            loaded = self._read_producer_snapshot(path, offset)
-            if loaded is not None:
-                states, replay_from = loaded, offset
-                break
-        producers = dict(states)
-        for header in self._headers_from(replay_from):
-            if header.producer_id != producer_state.NO_PRODUCER:
-                producer_state.record_header(producers, header)
-        self._producers = producers
-
-    def _headers_from(self, offset: int) -> Iterator[batch_format.BatchHeader]:
-        """The header of every batch that starts at or after ``offset`` (the segments
-        passed recovery, so their headers are sound)."""
-        for segment in self._segments:
-            if segment.next_offset <= offset:
-                continue
-            position = 0
-            while position < segment.size:
-                header = batch_format.BatchHeader(
-                    *batch_format.HEADER_STRUCT.unpack(
-                        os.pread(segment.fd, batch_format.HEADER_BYTES, position)
-                    )
-                )
-                if header.base_offset >= offset:
-                    yield header
-                position += header.total_size
+        """Rebuild the producer state as of the log end (``producer_snapshots``)."""
+        self._producers = load_producers(self.directory, self._segments)
 
     @property
     def producer_states(self) -> ProducerStates:
@@ -710,7 +351,7 @@ class FileLog:
             if header.base_offset > end:
                 # The leader compacted these offsets away: recorded before the append,
                 # so that the gap is never taken for damage.
-                self._raise_gap_bound(header.base_offset)
+                raise_gap_bound(self.directory, self.gaps, header.base_offset)
             self._maybe_roll(len(batch), now_ms)
             return self._append_locked(bytes(batch[:16]), batch, header)
 
@@ -834,8 +475,7 @@ class FileLog:
         self._segments = [self._new_segment(offset, now_ms)]
         _log.warning("log %s: emptied, starting at offset %d", self.directory, offset)
         self._epochs = LeaderEpochCache()
-        for _offset, path in self._producer_snapshots():
-            path.unlink(missing_ok=True)
+        delete_all_snapshots(self.directory)
         self._after_truncation()
 
     def _after_truncation(self) -> None:
@@ -846,7 +486,7 @@ class FileLog:
         self._write_recovery_point()
         if not self.log_start_offset <= self._cleaned_offset <= self.log_end_offset:
             self._cleaned_offset = self.log_start_offset
-            write_checked_offset(self.directory / CLEANER_OFFSET_FILE, self._cleaned_offset)
+            write_cleaned_offset(self.directory, self._cleaned_offset)
 
     def _maybe_roll(self, incoming_bytes: int, now_ms: int) -> None:
         active = self._segments[-1]
@@ -867,9 +507,6 @@ class FileLog:
         self._recovery_point = self._segments[-1].base_offset
         self._write_recovery_point()
         self._write_producer_snapshot()
-
-    def _write_recovery_point(self) -> None:
-        write_checked_offset(self.directory / RECOVERY_POINT_FILE, self._recovery_point)
 
     def _flush_locked(self, closing: bool = False) -> None:
         """Write out every segment past the recovery point, then move it. ``closing``: a
@@ -946,9 +583,7 @@ class FileLog:
             fsync_directory(self.directory)
             if self._epochs.truncate_from_start(self.log_start_offset):
                 self._write_epochs()
-            for offset, path in self._producer_snapshots():
-                if offset < self.log_start_offset:
-                    path.unlink(missing_ok=True)
+            delete_snapshots_below(self.directory, self.log_start_offset)
             return count
 
     # ------------------------------------------------------------------ reading

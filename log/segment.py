@@ -43,12 +43,14 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from headwater.log import batch as batch_format
 from headwater.log import preallocation
+from headwater.log.checkpoint_files import fsync_directory
 from headwater.log.index import IndexCorruptError, SegmentIndex, parse_index_files
 from headwater.log.sealed_files import SEALED_FILES
 from headwater.shared.errors import ErrorCode, HeadwaterError
@@ -631,3 +633,40 @@ class Segment:
     @property
     def disk_bytes(self) -> int:
         return self.size + 8 * len(self.index.positions) + 12 * len(self.index.timestamps)
+
+
+def create_segment(
+    directory: Path,
+    base_offset: int,
+    index_interval_bytes: int,
+    owner_lock: threading.RLock,
+    gaps: GapBound,
+    now_ms: int,
+) -> Segment:
+    """A new, empty segment at ``base_offset``, created at ``now_ms``, whose directory
+    entry is durable (``directory`` fsynced)."""
+    segment = Segment(directory, base_offset, index_interval_bytes, owner_lock, gaps)
+    segment.created_ms = now_ms
+    fsync_directory(directory)
+    return segment
+
+
+def batch_headers_from(
+    segments: Sequence[Segment], offset: int
+) -> Iterator[batch_format.BatchHeader]:
+    """The header of every batch of ``segments`` (a log's, in offset order) that starts at
+    or after ``offset``: one pread per batch. The segments passed recovery, so their
+    headers are sound."""
+    for segment in segments:
+        if segment.next_offset <= offset:
+            continue
+        position = 0
+        while position < segment.size:
+            header = batch_format.BatchHeader(
+                *batch_format.HEADER_STRUCT.unpack(
+                    os.pread(segment.fd, batch_format.HEADER_BYTES, position)
+                )
+            )
+            if header.base_offset >= offset:
+                yield header
+            position += header.total_size

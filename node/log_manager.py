@@ -62,6 +62,7 @@ from typing import Final
 import crc32c
 
 from headwater.log.api import FlushPolicy, LogConfig
+from headwater.log.checkpoint_files import write_atomically
 from headwater.log.cleaner import (
     CleaningStoppedError,
     CleanResult,
@@ -69,9 +70,10 @@ from headwater.log.cleaner import (
     Throttle,
     clean,
 )
-from headwater.log.file_log import CleaningAbortedError, FileLog, write_atomically
+from headwater.log.file_log import FileLog
 from headwater.log.sealed_files import SEALED_FILES
 from headwater.log.segment import Segment
+from headwater.log.segment_swap import CleaningAbortedError
 from headwater.node.config import NodeConfig
 from headwater.node.partition import Partition
 from headwater.node.replica_roles import (

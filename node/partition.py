@@ -33,7 +33,7 @@ from typing import Final
 
 from headwater.log import batch as batch_format
 from headwater.log.api import AppendInfo, LogConfig, PartitionLog, ReadResult
-from headwater.log.file_log import read_checked_offset, write_checked_offset
+from headwater.log.checkpoint_files import read_checked_offset, write_checked_offset
 from headwater.node import replication
 from headwater.raft.image import PartitionState
 from headwater.shared.errors import ErrorCode, HeadwaterError

@@ -9,15 +9,15 @@ import pytest
 
 from headwater.log import batch as bf
 from headwater.log.api import FlushPolicy, LogConfig
-from headwater.log.file_log import (
+from headwater.log.checkpoint_files import read_checked_offset, write_checked_offset
+from headwater.log.file_log import FileLog
+from headwater.log.index import SegmentIndex
+from headwater.log.log_loader import (
     CLEAN_SHUTDOWN_FILE,
     DAMAGED_DIR,
+    EPOCH_CHECKPOINT_FILE,
     RECOVERY_POINT_FILE,
-    FileLog,
-    read_checked_offset,
-    write_checked_offset,
 )
-from headwater.log.index import SegmentIndex
 from headwater.log.memory_log import MemoryLog
 from headwater.node.partition import HIGH_WATERMARK_FILE, Partition
 from headwater.shared.errors import ErrorCode, HeadwaterError
@@ -329,8 +329,6 @@ def test_write_all_survives_short_writes(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_leader_epoch_checkpoint_survives_restart_and_is_rebuilt_when_lost(tmp_path: Path) -> None:
-    from headwater.log.file_log import EPOCH_CHECKPOINT_FILE
-
     log = FileLog(tmp_path / "p", LogConfig(segment_bytes=1024), now_ms=0)
     for epoch in (0, 0, 3, 3, 4):
         log.assign_epoch(epoch)

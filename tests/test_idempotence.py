@@ -31,8 +31,9 @@ from headwater.client.retry import RetryPolicy
 from headwater.log import batch as batch_format
 from headwater.log import producer_state
 from headwater.log.api import LogConfig, PartitionLog
-from headwater.log.file_log import PRODUCER_SNAPSHOTS_KEPT, FileLog
+from headwater.log.file_log import FileLog
 from headwater.log.memory_log import MemoryLog
+from headwater.log.producer_snapshots import PRODUCER_SNAPSHOTS_KEPT
 from headwater.raft import decisions
 from headwater.raft import records as r
 from headwater.raft.image import MetadataImage, apply, snapshot_records

@@ -17,11 +17,12 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from headwater.cli.main import describe_json
 from headwater.client import Admin, Consumer, Producer, TopicPartition
 from headwater.log import batch as batch_format
-from headwater.log import kafka_records
+from headwater.log import kafka_records, segment_swap
 from headwater.log.api import LogConfig, ReadResult
 from headwater.log.cleaner import Throttle, clean
-from headwater.log.file_log import SWAP_DIR, FileLog
+from headwater.log.file_log import FileLog
 from headwater.log.memory_log import MemoryLog
+from headwater.log.segment_swap import CLEANING_DIR, SWAP_DIR
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.tools.ports import free_port
 from tests.node_process import NodeProcess, wait_until
@@ -292,28 +293,28 @@ def test_a_crash_during_cleaning_loses_nothing(
     log = FileLog(tmp_path, config(), NOW_MS)
     fill(log, 6, batches=120, keys=8)
     history = rows(log)
-    original_finish = FileLog._finish_swap
+    original_finish = segment_swap.finish_swap
 
-    def crashing_finish(self: FileLog) -> None:
-        swap = self.directory / SWAP_DIR
+    def crashing_finish(directory: Path) -> None:
+        swap = directory / SWAP_DIR
         if crash == "inside_swap" and swap.is_dir():
             first = sorted(swap.iterdir())[0]  # one file moved, then the crash
-            first.rename(self.directory / first.name)
+            first.rename(directory / first.name)
         raise OSError("crash")
 
     def crashing_rename(*_args: object) -> None:
         raise OSError("crash")
 
     if crash == "before_swap":
-        monkeypatch.setattr("headwater.log.file_log.os.rename", crashing_rename)
+        monkeypatch.setattr(segment_swap.os, "rename", crashing_rename)
     else:
-        monkeypatch.setattr(FileLog, "_finish_swap", crashing_finish)
+        monkeypatch.setattr(segment_swap, "finish_swap", crashing_finish)
     with pytest.raises(HeadwaterError, match="cleaning swap failed: crash") as failed:
         clean(log, NOW_MS, log.log_end_offset, 1000, Throttle(1 << 40))
     assert failed.value.code is ErrorCode.KAFKA_STORAGE_ERROR and log.failure
     log.abandon()
     monkeypatch.undo()
-    assert FileLog._finish_swap is original_finish
+    assert segment_swap.finish_swap is original_finish
     recovered = FileLog(tmp_path, config(), NOW_MS)
     found = rows(recovered)
     if crash == "before_swap":
@@ -321,7 +322,7 @@ def test_a_crash_during_cleaning_loses_nothing(
     else:  # the swap was committed: the open finished it
         cleaned = recovered._segments[-1].base_offset
         assert found == expected(history, cleaned, tombstones_expired=False)
-    assert not (tmp_path / SWAP_DIR).exists() and not (tmp_path / "cleaning").exists()
+    assert not (tmp_path / SWAP_DIR).exists() and not (tmp_path / CLEANING_DIR).exists()
     recovered.close()
 
 

@@ -19,7 +19,8 @@ import pytest
 from headwater.log import batch as batch_format
 from headwater.log import sealed_files
 from headwater.log.api import LogConfig
-from headwater.log.file_log import CLEAN_SHUTDOWN_FILE, FileLog
+from headwater.log.file_log import FileLog
+from headwater.log.log_loader import CLEAN_SHUTDOWN_FILE
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 SEGMENTS = 120

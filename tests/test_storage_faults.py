@@ -13,7 +13,8 @@ import pytest
 
 from headwater.log import batch as bf
 from headwater.log.api import FlushPolicy, LogConfig
-from headwater.log.file_log import CLEAN_SHUTDOWN_FILE, FileLog
+from headwater.log.file_log import FileLog
+from headwater.log.log_loader import CLEAN_SHUTDOWN_FILE
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from tests.disk_faults import ext4_filesystem, fill, free_bytes, small_filesystem
 from tests.test_log_conformance import read_all
