@@ -426,6 +426,65 @@ def test_the_command_loads_the_benchmarks_and_spark_only_for_bench() -> None:
         assert b"  " + command + b" " in listed.stdout, command
 
 
+COMMAND_LOADS = """
+import sys, click
+from headwater.cli.main import main
+command = main.get_command(click.Context(main), sys.argv[1])
+print(command.name)
+print(" ".join(sorted(m for m in sys.modules if m.startswith(("headwater.cli.", "headwater.node")))))
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [
+        ("serve", "serve"),
+        ("produce", "produce"),
+        ("dev-cluster", "dev_cluster"),
+        ("acls", "access"),
+    ],
+)
+def test_a_command_loads_its_own_module_and_no_other_commands(name: str, module: str) -> None:
+    """The root group names each command's module (COMMAND_MODULES) and imports it when
+    the command is called: `headwater serve` loads no client command, a client command
+    no server code."""
+    done = subprocess.run(
+        [sys.executable, "-c", COMMAND_LOADS, name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    loaded_name, loaded = done.stdout.splitlines()
+    assert loaded_name == name
+    shared = {"lazy", "main", "options", "output", "security"}
+    node = {"headwater.node", "headwater.node.config"} if name == "serve" else set()
+    assert set(loaded.split()) == {f"headwater.cli.{m}" for m in (*shared, module)} | node
+
+
+def test_every_command_loads_and_no_command_module_imports_the_root() -> None:
+    """Each entry of the root's table is a command of that name, and the command modules
+    import the root group nowhere (it imports them, so an import back would be a cycle)."""
+    import click
+
+    from headwater.cli.main import COMMAND_MODULES, main
+    from tests.test_layers import imported_modules
+
+    context = click.Context(main)
+    assert main.list_commands(context) == sorted(COMMAND_MODULES)
+    for name in COMMAND_MODULES:
+        command = main.get_command(context, name)
+        assert command is not None
+        assert command.name == name
+    package = Path(__file__).resolve().parent.parent / "headwater" / "cli"
+    importers = [
+        path.name
+        for path in sorted(package.glob("*.py"))
+        if "headwater.cli.main" in imported_modules(path.read_text())
+    ]
+    assert importers == []
+
+
 def test_bench_kafka_reports_every_path_beside_grpc() -> None:
     """A small run of the Kafka bench on its own node: each path read back every record
     (the bench raises otherwise) and reported a rate, the node's CPU and the ratios."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from headwater.cli.cluster import SECRET_FILE, RestartPolicy, dev_secret
+from headwater.cli.dev_cluster import SECRET_FILE, RestartPolicy, dev_secret
 from headwater.client import Admin, node_serving
 from headwater.shared.errors import HeadwaterError
 from headwater.tools.devcluster import SECRET_ENV

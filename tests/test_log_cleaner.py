@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from headwater.cli.main import describe_json
+from headwater.cli.topics import describe_json
 from headwater.client import Admin, Consumer, Producer, TopicPartition
 from headwater.log import batch as batch_format
 from headwater.log import kafka_records, segment_swap

@@ -1,5 +1,5 @@
-"""``headwater acls`` and ``headwater users``: ACLs and user credentials, kept in the
-metadata quorum (docs/security.md).
+"""``headwater acls``, ``headwater users`` and ``headwater quotas``: ACLs, user credentials
+and quotas, kept in the metadata quorum (docs/security.md).
 
     headwater acls add --principal User:alice --operation read --topic orders
     headwater acls add --principal User:etl --operation write --topic logs- --prefixed
@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from headwater.cli.main import bootstrap_option, fail, json_option
-from headwater.cli.output import Table, echo, print_table
+from headwater.cli.options import bootstrap_option, json_and_bootstrap_options, option_stack
+from headwater.cli.output import Table, echo, fail, print_table
 from headwater.client import Admin
 from headwater.shared.acls import CLUSTER_RESOURCE, Acl, parse_acl, parse_filter
 from headwater.shared.credentials import ITERATIONS_DEFAULT, ITERATIONS_MAX, ITERATIONS_MIN
@@ -39,23 +38,15 @@ from headwater.shared.quotas import (
     USER,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
 OPERATIONS = ("read", "write", "create", "delete", "alter", "describe", "all")
 
 
-def _resource_options(function: F) -> F:
-    for option in reversed(
-        (
-            click.option("--topic", metavar="NAME", help="A topic ('*': every topic)."),
-            click.option("--group", metavar="NAME", help="A consumer group ('*': every group)."),
-            click.option("--cluster", is_flag=True, help=f"The cluster ({CLUSTER_RESOURCE})."),
-            click.option(
-                "--prefixed", is_flag=True, help="The name is a prefix: every name it starts."
-            ),
-        )
-    ):
-        function = option(function)
-    return function
+_resource_options = option_stack(
+    click.option("--topic", metavar="NAME", help="A topic ('*': every topic)."),
+    click.option("--group", metavar="NAME", help="A consumer group ('*': every group)."),
+    click.option("--cluster", is_flag=True, help=f"The cluster ({CLUSTER_RESOURCE})."),
+    click.option("--prefixed", is_flag=True, help="The name is a prefix: every name it starts."),
+)
 
 
 def _resource(topic: str | None, group: str | None, cluster: bool) -> tuple[str, str] | None:
@@ -121,8 +112,7 @@ def acls() -> None:
 @click.option("--host", default="*", show_default=True, help="Client IP address, or * for any.")
 @click.option("--deny", is_flag=True, help="A deny ACL (deny wins over any allow).")
 @_resource_options
-@json_option
-@bootstrap_option
+@json_and_bootstrap_options
 def acls_add(
     principal: str,
     operations: tuple[str, ...],
@@ -180,18 +170,18 @@ def _filter_from(
     )
 
 
-def _filter_options(function: F) -> F:
-    function = _resource_options(function)
-    function = click.option(
+_filter_options = option_stack(
+    click.option("--principal", metavar="User:NAME", help="Only this principal's."),
+    click.option(
         "--operation", type=click.Choice(OPERATIONS, case_sensitive=False), help="Only this one."
-    )(function)
-    return click.option("--principal", metavar="User:NAME", help="Only this principal's.")(function)
+    ),
+    _resource_options,
+)
 
 
 @acls.command("list")
 @_filter_options
-@json_option
-@bootstrap_option
+@json_and_bootstrap_options
 def acls_list(
     principal: str | None,
     operation: str | None,
@@ -213,8 +203,7 @@ def acls_list(
 @acls.command("remove")
 @_filter_options
 @click.option("--all", "remove_all", is_flag=True, help="Remove every ACL of the cluster.")
-@json_option
-@bootstrap_option
+@json_and_bootstrap_options
 def acls_remove(
     principal: str | None,
     operation: str | None,
@@ -270,8 +259,7 @@ def users_add(name: str, password_stdin: bool, iterations: int, bootstrap: str |
 
 
 @users.command("list")
-@json_option
-@bootstrap_option
+@json_and_bootstrap_options
 def users_list(as_json: bool, bootstrap: str | None) -> None:
     """List users (names, mechanism and iterations; never a key)."""
     with Admin(bootstrap) as admin:
@@ -303,19 +291,12 @@ def quotas() -> None:
     """Produce and fetch byte rates and request rates per user or client id."""
 
 
-def _entity_options(function: F) -> F:
-    for option in reversed(
-        (
-            click.option("--user", metavar="NAME", help="A user (the principal User:NAME)."),
-            click.option("--default-user", is_flag=True, help="Every user without its own."),
-            click.option("--client-id", "client_id", metavar="ID", help="A client id."),
-            click.option(
-                "--default-client-id", is_flag=True, help="Every client id without its own."
-            ),
-        )
-    ):
-        function = option(function)
-    return function
+_entity_options = option_stack(
+    click.option("--user", metavar="NAME", help="A user (the principal User:NAME)."),
+    click.option("--default-user", is_flag=True, help="Every user without its own."),
+    click.option("--client-id", "client_id", metavar="ID", help="A client id."),
+    click.option("--default-client-id", is_flag=True, help="Every client id without its own."),
+)
 
 
 def _entity(
@@ -404,8 +385,7 @@ def quotas_remove(
 
 
 @quotas.command("list")
-@json_option
-@bootstrap_option
+@json_and_bootstrap_options
 def quotas_list(as_json: bool, bootstrap: str | None) -> None:
     """List every quota (an empty name: the type's default)."""
     with Admin(bootstrap) as admin:

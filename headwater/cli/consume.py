@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -20,10 +21,91 @@ from typing import Any, BinaryIO, Final
 
 import click
 
-from headwater.cli.output import WAIT_NOTE_S
+from headwater.cli.options import bootstrap_option, json_flag
+from headwater.cli.output import WAIT_NOTE_S, fail
 from headwater.client.consumer import Consumer, ConsumerRecord
 from headwater.client.positions import TopicPartition
 from headwater.shared.errors import ErrorCode, HeadwaterError
+
+
+@click.command()
+@click.argument("topic")
+@click.option(
+    "--from-beginning", is_flag=True, help="Start at the earliest offset (default: the end)."
+)
+@click.option(
+    "--partition", type=click.IntRange(min=0), default=None, help="Read only this partition."
+)
+@click.option(
+    "--offset", type=click.IntRange(min=0), default=None, help="Start offset (needs --partition)."
+)
+@click.option(
+    "--max-messages", type=click.IntRange(min=1), default=None, help="Exit after this many records."
+)
+@click.option(
+    "--timeout-ms",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Exit when no record arrives for this long.",
+)
+@click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
+@click.option(
+    "--format",
+    "record_format",
+    default=None,
+    metavar="FMT",
+    help="Print each record in FMT, kcat's -f placeholders: %t topic, %p partition, "
+    "%o offset, %k key, %s (or %v) value, %T timestamp (ms), %h headers (k=v,...), "
+    "%K and %S key and value lengths; escapes \\n \\t; no newline is added.",
+)
+@json_flag("Print each record as one JSON object a line.")
+@click.option(
+    "--group",
+    default=None,
+    metavar="GROUP",
+    help="Read as a member of consumer group GROUP: its share of the partitions, from the "
+    "group's committed offsets (else per --from-beginning); commits what it printed, and on "
+    "exit (Ctrl-C too) commits and leaves.",
+)
+@bootstrap_option
+def consume(
+    topic: str,
+    from_beginning: bool,
+    partition: int | None,
+    offset: int | None,
+    max_messages: int | None,
+    timeout_ms: int | None,
+    print_key: bool,
+    record_format: str | None,
+    as_json: bool,
+    group: str | None,
+    bootstrap: str | None,
+) -> None:
+    """Print TOPIC's records, one value per line (or as --print-key, --format or --json
+    say)."""
+    if sum((print_key, record_format is not None, as_json)) > 1:
+        fail("--print-key, --format and --json do not mix: pick one", status=2)
+    try:
+        render = renderer(print_key, record_format, as_json)
+    except ValueError as error:
+        fail(str(error), status=2)
+    if offset is not None and partition is None:
+        fail("--offset needs --partition", status=2)
+    if group is not None and partition is not None:
+        fail("--group and --partition do not mix: the group assigns the partitions", status=2)
+    consume_lines(
+        sys.stdout.buffer,
+        topic,
+        from_beginning,
+        partition,
+        offset,
+        max_messages,
+        timeout_ms,
+        print_key,
+        bootstrap,
+        group,
+        render,
+    )
 
 
 def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:

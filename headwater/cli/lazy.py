@@ -1,9 +1,12 @@
 """A click group whose subcommands are imported only when one of them is asked for.
 
-``headwater serve`` must not import the benchmarks, and through them pyspark: the ``bench``
-group and its Spark and cluster commands are registered by name and ``module:attribute``
+A command imports its own module and no other: ``headwater serve`` loads no client
+command, and no benchmark (through them pyspark). The ``headwater`` group's commands, and
+the ``bench`` group's Spark and cluster commands, are registered by name and
+``module:attribute``
 (``LazyGroup(lazy_subcommands={"spark": "headwater.tools.benchmarks.spark:bench_spark"})``) and
-loaded by ``get_command``, which click calls for the command being run and for help.
+loaded by ``get_command``, which click calls for the command being run and for help (the
+group's help lists every command's short help, so ``headwater --help`` loads them all).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Tables for the command line that read the same in a terminal, a pipe and a script.
+"""What the command line prints: tables that read the same in a terminal, a pipe and a
+script, lines, and one-line errors.
 
 A table is printed as plain columns, as rpk and Kafka's own tools print theirs::
 
@@ -11,11 +12,16 @@ columns are separated by two spaces and padded to their widest cell; nothing is 
 wrapped or drawn, whatever the terminal's width (a long member id stays whole in
 ``| less -S`` and in ``grep``). The last column is not padded, so lines carry no
 trailing blanks.
+
+An error is one line on stderr, ``error: CODE: message`` (``fail``), and the command
+exits with status 1 (2 for usage errors); never a traceback.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 import click
 
@@ -69,3 +75,9 @@ def print_table(table: Table) -> None:
 def echo(text: str) -> None:
     """One line of text on stdout, as given: never wrapped to the terminal's width."""
     click.echo(text)
+
+
+def fail(message: str, status: int = 1) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``status``."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(status)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, Final
 
 import click
 
-from headwater.cli.output import WAIT_NOTE_S
+from headwater.cli.options import bootstrap_option
+from headwater.cli.output import WAIT_NOTE_S, fail
 from headwater.client.accumulator import RECORD_BYTES_MAX
 from headwater.client.producer import Producer, RecordFuture
 from headwater.shared.errors import ErrorCode, HeadwaterError
@@ -17,6 +19,39 @@ PENDING_FUTURES_MAX: Final = 65_536
 
 
 SKIP_CHUNK_BYTES: Final = 1 << 20
+
+
+@click.command()
+@click.argument("topic")
+@click.option(
+    "--key-separator", metavar="SEP", help="Split each line at the first SEP into key and value."
+)
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
+@click.option("--partition", type=int, default=None, help="Send every record to this partition.")
+@click.option(
+    "--compression", type=click.Choice(["none", "lz4", "zstd"]), default="none", show_default=True
+)
+@click.option("--linger-ms", type=click.IntRange(0, 60_000), default=5, show_default=True)
+@bootstrap_option
+def produce(
+    topic: str,
+    key_separator: str | None,
+    acks: str,
+    partition: int | None,
+    compression: str,
+    linger_ms: int,
+    bootstrap: str | None,
+) -> None:
+    """Send one record per line of standard input to TOPIC.
+
+    Exits with status 1 if any record was not acknowledged.
+    """
+    separator = key_separator.encode() if key_separator is not None else None
+    sent, failed, first_error = produce_lines(
+        sys.stdin.buffer, topic, separator, acks, partition, compression, linger_ms, bootstrap
+    )
+    if failed:
+        fail(f"{failed} of {sent + failed} records not acknowledged; first error: {first_error}")
 
 
 def bounded_lines(stream: BinaryIO, limit: int) -> Iterator[bytes | None]:
