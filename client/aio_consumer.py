@@ -28,7 +28,13 @@ from headwater.client.connection import (
     RETRY_BACKOFF_MIN_S,
     resolve_bootstrap,
 )
-from headwater.client.consumer import ARRIVALS_MAX, FetchedBatch, PollResult, fetched_from
+from headwater.client.consumer import (
+    ARRIVALS_MAX,
+    GROUP_POLL_STEP_S,
+    FetchedBatch,
+    PollResult,
+    fetched_from,
+)
 from headwater.client.membership import (
     Membership,
     RebalanceListener,
@@ -44,8 +50,6 @@ from headwater.shared.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
 _log = logging.getLogger(__name__)
-GROUP_STEP_S: Final = 0.05
-"""In a group, how often a poll acts on revocations and assignments while it waits."""
 # How long a partition's reader retries a stream that keeps failing without progress.
 READ_RETRY_S: Final = 30.0
 CONSUMER_CALL_TIMEOUT_S: Final = 30.0
@@ -258,13 +262,13 @@ class AsyncConsumer:
             await self._group_step()
             now = time.monotonic()
             if self._positions:
-                result = await self._poll_until(min(deadline, now + GROUP_STEP_S))
+                result = await self._poll_until(min(deadline, now + GROUP_POLL_STEP_S))
                 if result.batches or time.monotonic() >= deadline:
                     return result
             elif now >= deadline:
                 return PollResult([])
             else:
-                await asyncio.sleep(min(GROUP_STEP_S, deadline - now))
+                await asyncio.sleep(min(GROUP_POLL_STEP_S, deadline - now))
 
     async def _poll_until(self, deadline: float) -> PollResult:
         await self._start_readers()

@@ -51,8 +51,9 @@ from headwater.shared.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
 _log = logging.getLogger(__name__)
-GROUP_IDLE_POLL_S: Final = 0.05
-"""In a group, how often a poll with nothing to read checks for new assignments."""
+GROUP_POLL_STEP_S: Final = 0.05
+"""In a group, how often a waiting poll acts on revocations and new assignments (both
+engines)."""
 ARRIVALS_MAX: Final = 64
 """Fetch responses waiting for ``poll``, across partitions; full, the streams pause."""
 
@@ -411,7 +412,7 @@ class Consumer:
         if self._group is not None:
             self._group_step()
             while not self._positions and time.monotonic() < deadline:
-                time.sleep(min(GROUP_IDLE_POLL_S, max(deadline - time.monotonic(), 0)))
+                time.sleep(min(GROUP_POLL_STEP_S, max(deadline - time.monotonic(), 0)))
                 self._group_step()
         elif not self._positions:
             raise HeadwaterError(
@@ -424,7 +425,7 @@ class Consumer:
                     self._subscribe(tp)
             remaining = deadline - time.monotonic()
             if self._group is not None:
-                remaining = min(remaining, GROUP_IDLE_POLL_S)  # react to revocations soon
+                remaining = min(remaining, GROUP_POLL_STEP_S)  # react to revocations soon
             try:
                 arrival = (
                     self._arrivals.get(timeout=max(remaining, 0))
