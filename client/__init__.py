@@ -13,6 +13,28 @@ with Consumer("127.0.0.1:7700", auto_offset_reset="earliest") as consumer:
 """
 
 from headwater.client.admin import Admin, NewTopic
+from headwater.client.admin_types import (
+    BrokerDescription,
+    ClusterMetadata,
+    CommittedOffset,
+    GroupDescription,
+    GroupListing,
+    GroupSummary,
+    MemberDescription,
+    OffsetSpec,
+    PartitionDescription,
+    PartitionLag,
+    PartitionMetadata,
+    ProducerState,
+    ReplicaDamage,
+    ReplicaLogDescription,
+    ReplicaProgress,
+    TopicDescription,
+    TopicMetadata,
+    TopicPartitions,
+    TopicSummary,
+    UserDescription,
+)
 from headwater.client.consumer import (
     Consumer,
     ConsumerRecord,
@@ -30,6 +52,7 @@ from headwater.client.producer import (
     RecordFuture,
     RecordMetadata,
 )
+from headwater.client.producer_settings import ProducerOptions, ProducerSettings
 from headwater.client.reader import FetchedRange, LogReader
 from headwater.shared.tls import ClientSecurity
 
@@ -37,19 +60,41 @@ __all__ = [
     "Admin",
     "BatchFuture",
     "BatchMetadata",
+    "BrokerDescription",
     "ClientSecurity",
+    "ClusterMetadata",
     "CommitFailedError",
+    "CommittedOffset",
     "Consumer",
     "ConsumerRecord",
     "FetchedBatch",
     "FetchedRange",
+    "GroupDescription",
+    "GroupListing",
+    "GroupSummary",
     "LogReader",
+    "MemberDescription",
     "NewTopic",
+    "OffsetSpec",
+    "PartitionDescription",
+    "PartitionLag",
+    "PartitionMetadata",
     "PollResult",
     "Producer",
+    "ProducerOptions",
+    "ProducerSettings",
+    "ProducerState",
     "RebalanceListener",
     "RecordFuture",
     "RecordMetadata",
+    "ReplicaDamage",
+    "ReplicaLogDescription",
+    "ReplicaProgress",
+    "TopicDescription",
+    "TopicMetadata",
     "TopicPartition",
+    "TopicPartitions",
+    "TopicSummary",
+    "UserDescription",
     "node_serving",
 ]

@@ -1,7 +1,10 @@
-"""Admin client: create, delete, list and describe topics; offsets; cluster metadata.
+"""Admin client: create, delete, list and describe topics; offsets; cluster metadata;
+users, quotas and ACLs; consumer groups.
 
 Every method raises HeadwaterError with the broker's code and message on failure.
-Results are the protobuf messages of headwater.v1 (documented in the .proto file).
+Results are the client's own frozen values (headwater.client.admin_types, each field
+documented there), built from the gRPC answers by headwater.client.admin_messages: no
+method takes or returns a protobuf message (tests/test_layers.py checks the signatures).
 """
 
 from __future__ import annotations
@@ -10,7 +13,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from headwater.client import offsets
+from headwater.client import admin_messages, offsets
+from headwater.client.admin_types import (
+    ClusterMetadata,
+    GroupDescription,
+    GroupListing,
+    OffsetSpec,
+    PartitionLag,
+    ReplicaLogDescription,
+    TopicDescription,
+    TopicSummary,
+    UserDescription,
+)
 from headwater.client.connection import Cluster, call
 from headwater.client.groups import GroupCalls
 from headwater.client.positions import TopicPartition
@@ -24,19 +38,6 @@ from headwater.v1 import headwater_pb2 as pb
 CONTROLLER_ANSWERS: Final = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 """Answers of the active controller to a change of a topic (it is the metadata's source,
 so "no such topic" is final there, not metadata still on its way): not retried."""
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLag:
-    """A group's progress on one partition: ``committed`` is None without a commit;
-    ``lag`` = ``log_end`` (the high watermark) - ``committed`` (None without a commit)."""
-
-    topic: str
-    partition: int
-    committed: int | None
-    log_end: int
-    lag: int | None
-    member_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,10 +230,11 @@ class Admin:
     def delete_user(self, name: str) -> None:
         self._admin_call("AlterUserCredentials", pb.AlterUserCredentialsRequest(deletions=[name]))
 
-    def list_users(self) -> list[pb.UserDescription]:
+    def list_users(self) -> list[UserDescription]:
+        """Every user with SCRAM credentials: name, mechanism and iterations (no keys)."""
         response = self._admin_call("DescribeUsers", pb.DescribeUsersRequest())
         assert isinstance(response, pb.DescribeUsersResponse)
-        return list(response.users)
+        return [admin_messages.user_of(user) for user in response.users]
 
     def alter_quotas(
         self,
@@ -261,35 +263,41 @@ class Admin:
 
     # ------------------------------------------------------------------ topics
 
-    def list_topics(self, include_internal: bool = False) -> list[pb.TopicSummary]:
+    def list_topics(self, include_internal: bool = False) -> list[TopicSummary]:
+        """Every topic, sorted by name; internal ones (names starting with "__") only with
+        ``include_internal``."""
         response: pb.ListTopicsResponse = self.cluster.call_any(
             lambda a: self.cluster.admin(a).ListTopics(
                 pb.ListTopicsRequest(include_internal=include_internal), timeout=self._timeout
             )
         )
-        return list(response.topics)
+        return [admin_messages.topic_summary_of(t) for t in response.topics]
 
-    def describe_topics(self, names: Sequence[str] = ()) -> list[pb.TopicDescription]:
+    def describe_topics(self, names: Sequence[str] = ()) -> list[TopicDescription]:
+        """The topics ``names`` in that order (every topic, by name, when empty): configs,
+        partitions with their replicas and the leaders' logs."""
         response: pb.DescribeTopicsResponse = self.cluster.call_any(
             lambda a: self.cluster.admin(a).DescribeTopics(
                 pb.DescribeTopicsRequest(names=list(names)), timeout=self._timeout
             )
         )
-        return list(response.topics)
+        return [admin_messages.topic_description_of(t) for t in response.topics]
 
     def list_offsets(
         self,
         topic: str,
-        spec: pb.OffsetSpec.ValueType = pb.OFFSET_SPEC_LATEST,
+        spec: OffsetSpec = OffsetSpec.LATEST,
         timestamp_ms: int = 0,
         partitions: Sequence[int] = (),
     ) -> dict[int, int]:
-        """{partition: offset} for earliest, latest (high watermark) or a timestamp, of
-        ``partitions`` (every partition of the topic when empty)."""
+        """{partition: offset} for earliest, latest (high watermark) or a timestamp
+        (``timestamp_ms``, ms since the epoch), of ``partitions`` (every partition of the
+        topic when empty)."""
         wanted = partitions or range(self.cluster.layout(topic).partitions)
         keys = [(topic, p) for p in wanted]
-        stamps = offsets.one_timestamp(keys, spec, timestamp_ms)
-        found = offsets.list_offsets(self.cluster, keys, spec, stamps, retry_s=self._timeout)
+        wire_spec = admin_messages.OFFSET_SPECS[spec]
+        stamps = offsets.one_timestamp(keys, wire_spec, timestamp_ms)
+        found = offsets.list_offsets(self.cluster, keys, wire_spec, stamps, retry_s=self._timeout)
         return {partition: offset for (_topic, partition), offset in found.items()}
 
     def beginning_offsets(
@@ -321,12 +329,14 @@ class Admin:
         response = self.cluster.refresh(topics, retry_s=self._timeout)
         return {t.name: len(t.partitions) for t in response.topics}
 
-    def metadata(self, topics: Sequence[str] = ()) -> pb.MetadataResponse:
-        return self.cluster.refresh(topics)
+    def metadata(self, topics: Sequence[str] = ()) -> ClusterMetadata:
+        """The cluster's metadata from any node: brokers, controller, and ``topics`` (every
+        topic when empty) with their partitions' leaders and replicas."""
+        return admin_messages.cluster_metadata_of(self.cluster.refresh(topics))
 
     def describe_replica_log(
         self, address: str, topic: str, partition: int, start_offset: int = 0, end_offset: int = 0
-    ) -> pb.DescribeReplicaLogResponse:
+    ) -> ReplicaLogDescription:
         """The replica of ``topic``/``partition`` held by the node at ``address`` (asked of
         that node only, never forwarded): its log start, high watermark, log end and
         leader epoch, and a SHA-256 of its stored batches holding offsets in
@@ -339,9 +349,9 @@ class Admin:
             lambda: self.cluster.admin(address).DescribeReplicaLog(request, timeout=self._timeout),
             address,
         )
-        return response
+        return admin_messages.replica_log_of(response)
 
-    def node_metadata(self, address: str, include_digest: bool = True) -> pb.MetadataResponse:
+    def node_metadata(self, address: str, include_digest: bool = True) -> ClusterMetadata:
         """The metadata as the node at ``address`` holds it (asked of that node only): its
         image's offset and, with ``include_digest``, the image's SHA-256
         (``metadata_digest``), for checking that nodes applied the same metadata."""
@@ -350,11 +360,11 @@ class Admin:
             lambda: self.cluster.broker(address).Metadata(request, timeout=self._timeout),
             address,
         )
-        return response
+        return admin_messages.cluster_metadata_of(response)
 
     # ------------------------------------------------------------------ groups
 
-    def list_groups(self) -> pb.ListGroupsResponse:
+    def list_groups(self) -> GroupListing:
         """Every consumer group of the cluster (``unreachable_nodes``: brokers that did not
         answer, whose groups are missing)."""
         response: pb.ListGroupsResponse = self.cluster.call_any(
@@ -363,17 +373,17 @@ class Admin:
             ),
             retry_s=self._timeout,
         )
-        return response
+        return admin_messages.group_listing_of(response)
 
-    def describe_group(self, group_id: str) -> pb.DescribeGroupResponse:
+    def describe_group(self, group_id: str) -> GroupDescription:
         """The group's state, members with their assignments, and committed offsets
         (GROUP_ID_NOT_FOUND when it does not exist)."""
         response: pb.DescribeGroupResponse = GroupCalls(self.cluster, group_id).call(
             "DescribeGroup", pb.DescribeGroupRequest(group_id=group_id)
         )
-        return response
+        return admin_messages.group_description_of(response)
 
-    def group_lag(self, description: pb.DescribeGroupResponse) -> list[PartitionLag]:
+    def group_lag(self, description: GroupDescription) -> list[PartitionLag]:
         """Per partition the group reads or has committed: committed offset, log end and
         lag (the partitions of its members' assignments and of its commits)."""
         committed = {(o.topic, o.partition): o.offset for o in description.offsets}

@@ -20,6 +20,8 @@ from typing import Final
 
 import grpc
 
+from headwater.client.admin_messages import OFFSET_SPECS
+from headwater.client.admin_types import OffsetSpec
 from headwater.client.aio_groups import AsyncGroupCalls, HeartbeatTask
 from headwater.client.aio_router import LeaderRouter
 from headwater.client.connection import (
@@ -122,12 +124,17 @@ class AsyncConsumer:
         await self._stop_readers()
         self._positions.assign(wanted)
 
-    async def assign_at(
-        self, topic: str, spec: pb.OffsetSpec.ValueType = pb.OFFSET_SPEC_LATEST
-    ) -> None:
-        """Consume every partition of ``topic`` from its earliest or latest offset."""
+    async def assign_at(self, topic: str, spec: OffsetSpec = OffsetSpec.LATEST) -> None:
+        """Consume every partition of ``topic`` from its earliest or latest offset
+        (``OffsetSpec.EARLIEST`` or ``OffsetSpec.LATEST``)."""
+        if spec is OffsetSpec.TIMESTAMP:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST,
+                "assign_at starts at OffsetSpec.EARLIEST or OffsetSpec.LATEST; to start at "
+                "a time, assign and seek to Admin.offsets_for_times",
+            )
         await self.assign(topic)
-        await self._seek_spec(None, spec)
+        await self._seek_spec(None, OFFSET_SPECS[spec])
 
     def assignment(self) -> list[TopicPartition]:
         return self._positions.assignment()

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 import grpc
 
@@ -43,18 +43,19 @@ from headwater.client.producer import (
     RecordMetadata,
     buffer_full,
     check_batch_lengths,
-    check_in_flight,
     encoded_record_count,
-    idempotence_for,
     parse_acks,
-    producer_settings,
+)
+from headwater.client.producer_settings import (
+    ASYNC_LINGER_MS_DEFAULT,
+    ProducerOptions,
+    ProducerSettings,
 )
 from headwater.client.retry import ANSWER_GRACE_S
-from headwater.log.batch import Compression, HeaderPairs, encode_batch
+from headwater.log.batch import HeaderPairs, encode_batch
 from headwater.shared.cancellation import task_is_stopping
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.shared.grpc_errors import from_rpc_error
-from headwater.shared.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
 # flush() wakes the pump every 20 such periods while it waits (a partition may be waiting
@@ -122,62 +123,37 @@ class AsyncProducer:
     answered (up to ``batch_bytes`` each)."""
 
     def __init__(
-        self,
-        bootstrap: str | Sequence[str] | None = None,
-        *,
-        acks: str | int = "all",
-        linger_ms: int = 0,
-        compression: str = "none",
-        batch_bytes: int = 1 << 20,
-        retries: int = 10,
-        retry_backoff_ms: int = 100,
-        retry_backoff_max_ms: int = 1000,
-        delivery_timeout_ms: int = 120_000,
-        request_timeout_ms: int = 30_000,
-        buffer_bytes_max: int = 256 << 20,
-        max_block_ms: int = 60_000,
-        append_timeout_ms: int = 5_000,
-        enable_idempotence: bool | None = None,
-        max_in_flight_per_partition: int = 5,
-        security: ClientSecurity | None = None,
+        self, bootstrap: str | Sequence[str] | None = None, **options: Unpack[ProducerOptions]
     ) -> None:
-        check_in_flight(max_in_flight_per_partition)
-        settings = producer_settings(
-            append_timeout_ms=append_timeout_ms,
-            linger_ms=linger_ms,
-            batch_bytes=batch_bytes,
-            retries=retries,
-            retry_backoff_ms=retry_backoff_ms,
-            retry_backoff_max_ms=retry_backoff_max_ms,
-            request_timeout_ms=request_timeout_ms,
-            delivery_timeout_ms=delivery_timeout_ms,
-            buffer_bytes_max=buffer_bytes_max,
-            max_block_ms=max_block_ms,
-        )
+        """``options``: the settings of ``ProducerSettings`` (headwater.client.
+        producer_settings), as ``Producer`` takes them, but for ``linger_ms``, which is
+        ``ASYNC_LINGER_MS_DEFAULT`` (0) unless given."""
+        options.setdefault("linger_ms", ASYNC_LINGER_MS_DEFAULT)
+        settings = self.settings = ProducerSettings(**options)
+        accumulator_settings = settings.accumulator_settings()
         self.address = resolve_bootstrap(bootstrap)[0]
-        self.settings = settings
-        self.acks = parse_acks(acks)
-        self.idempotent = idempotence_for(enable_idempotence, self.acks)
-        self.compression = Compression.parse(compression)
-        self.timeout_s = request_timeout_ms / 1000
-        self.batch_bytes = batch_bytes
-        self.delivery_timeout_s = settings.delivery_timeout_s
-        self.buffer_bytes_max = buffer_bytes_max
-        self.max_block_s = max_block_ms / 1000
-        self._router = LeaderRouter(self.address, self.timeout_s, security)
+        self.acks = parse_acks(settings.acks)
+        self.idempotent = settings.idempotent
+        self.compression = settings.codec
+        self.timeout_s = settings.request_timeout_ms / 1000
+        self.batch_bytes = settings.batch_bytes
+        self.delivery_timeout_s = accumulator_settings.delivery_timeout_s
+        self.buffer_bytes_max = settings.buffer_bytes_max
+        self.max_block_s = settings.max_block_ms / 1000
+        self._router = LeaderRouter(self.address, self.timeout_s, settings.security)
         self._streams: dict[str, _ProduceStream] = {}
         self._rng = random.Random()
         # Keyless records stick to a partition until its batch leaves (Kafka's KIP-480).
         self._sticky = StickyPartitioner(self._rng)
         self._partition_counts: dict[str, int] = {}
         self._acc: RecordAccumulator[_Completion] = RecordAccumulator(
-            settings,
+            accumulator_settings,
             self._rng,
             new_completion=lambda _slot: _Completion(),
             clock=time.monotonic,
             on_batch_closed=self._advance_sticky,
             idempotent=self.idempotent,
-            max_in_flight=max_in_flight_per_partition,
+            max_in_flight=settings.max_in_flight_per_partition,
         )
         self._initializing: asyncio.Task[None] | None = None
         self._room = asyncio.Event()
@@ -378,7 +354,7 @@ class AsyncProducer:
                         pb.InitProducerIdRequest(), timeout=self.timeout_s
                     )
                 except grpc.RpcError:
-                    await asyncio.sleep(self.settings.retry.backoff_base_ms / 1000)
+                    await asyncio.sleep(self.settings.retry_backoff_ms / 1000)
                     self._schedule_pump()  # expire what waited too long
                     continue
                 self._acc.producer_id = answer.producer_id

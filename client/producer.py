@@ -53,12 +53,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Unpack
 
 from headwater.client.accumulator import (
     RECORD_BYTES_MAX,
     RECORD_OVERHEAD_BYTES,
-    AccumulatorSettings,
     Drained,
     OpenBatch,
     ProducerBatch,
@@ -71,82 +70,29 @@ from headwater.client.accumulator import (
 from headwater.client.connection import Cluster
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
 from headwater.client.produce_stream import ProduceStream
-from headwater.client.retry import ANSWER_GRACE_S, RetryPolicy
+from headwater.client.producer_settings import (
+    AcksLevel,
+    ProducerOptions,
+    ProducerSettings,
+    acks_level,
+)
+from headwater.client.retry import ANSWER_GRACE_S
 from headwater.log.batch import (
-    Compression,
     CorruptBatchError,
     HeaderPairs,
     encode_batch,
     read_header,
 )
 from headwater.shared.errors import ErrorCode, HeadwaterError
-from headwater.shared.tls import ClientSecurity
 from headwater.v1 import headwater_pb2 as pb
 
 STREAM_CHECK_S: Final = 0.5
 """Longest the sender sleeps between checks for streams that stopped answering."""
-_ACKS: Final[dict[str, pb.Acks.ValueType]] = {
+_ACKS: Final[dict[AcksLevel, pb.Acks.ValueType]] = {
     "0": pb.ACKS_NONE,
     "1": pb.ACKS_LEADER,
     "all": pb.ACKS_ALL,
-    "-1": pb.ACKS_ALL,
 }
-
-
-_SETTING_MINIMUM: Final = {
-    "append_timeout_ms": 1,
-    "linger_ms": 0,
-    "batch_bytes": 1,
-    "retries": 0,
-    "retry_backoff_ms": 0,
-    "request_timeout_ms": 1,
-    "delivery_timeout_ms": 1,
-    "buffer_bytes_max": 1,
-    "max_block_ms": 0,
-}
-
-
-def check_producer_limits(**settings: int) -> None:
-    """Raise INVALID_CONFIG naming the first producer setting below its minimum."""
-    for name, value in settings.items():
-        low = _SETTING_MINIMUM[name]
-        if value < low:
-            raise HeadwaterError(ErrorCode.INVALID_CONFIG, f"{name} is {value}; must be >= {low}")
-
-
-def producer_settings(
-    *,
-    linger_ms: int,
-    batch_bytes: int,
-    retries: int,
-    retry_backoff_ms: int,
-    retry_backoff_max_ms: int,
-    request_timeout_ms: int,
-    delivery_timeout_ms: int,
-    append_timeout_ms: int,
-    buffer_bytes_max: int,
-    max_block_ms: int,
-) -> AccumulatorSettings:
-    """Check the settings both producer engines take (INVALID_CONFIG naming the first
-    one out of range) and turn them into the accumulator's."""
-    check_producer_limits(
-        append_timeout_ms=append_timeout_ms,
-        linger_ms=linger_ms,
-        batch_bytes=batch_bytes,
-        retries=retries,
-        retry_backoff_ms=retry_backoff_ms,
-        request_timeout_ms=request_timeout_ms,
-        delivery_timeout_ms=delivery_timeout_ms,
-        buffer_bytes_max=buffer_bytes_max,
-        max_block_ms=max_block_ms,
-    )
-    return AccumulatorSettings(
-        batch_bytes=batch_bytes,
-        linger_s=linger_ms / 1000,
-        delivery_timeout_s=delivery_timeout_ms / 1000,
-        append_timeout_ms=min(append_timeout_ms, request_timeout_ms),
-        retry=RetryPolicy(retries, retry_backoff_ms, retry_backoff_max_ms),
-    )
 
 
 def check_batch_lengths(
@@ -184,41 +130,9 @@ def buffer_full(buffered_bytes: int, buffer_bytes_max: int, max_block_s: float) 
     )
 
 
-MAX_IN_FLIGHT_LIMIT: Final = 5
-
-
-def check_in_flight(max_in_flight_per_partition: int) -> None:
-    """INVALID_CONFIG unless in [1, MAX_IN_FLIGHT_LIMIT] (the leader keeps the offsets of
-    a producer's last 5 batches: more in flight could not all be answered as duplicates)."""
-    if not 1 <= max_in_flight_per_partition <= MAX_IN_FLIGHT_LIMIT:
-        raise HeadwaterError(
-            ErrorCode.INVALID_CONFIG,
-            f"max_in_flight_per_partition is {max_in_flight_per_partition}; valid range is "
-            f"[1, {MAX_IN_FLIGHT_LIMIT}]",
-        )
-
-
-def idempotence_for(enable_idempotence: bool | None, acks: pb.Acks.ValueType) -> bool:
-    """Whether a producer is idempotent: ``enable_idempotence`` when given, else (the
-    default) whenever acks is "all", as Kafka. Idempotence asked for with acks 0 or 1 is
-    INVALID_CONFIG: deduplication covers only what the in-sync replicas hold."""
-    if enable_idempotence is None:
-        return acks == pb.ACKS_ALL
-    if enable_idempotence and acks != pb.ACKS_ALL:
-        raise HeadwaterError(
-            ErrorCode.INVALID_CONFIG,
-            "enable_idempotence=True needs acks='all'; with acks 0 or 1 pass "
-            "enable_idempotence=False (or leave it unset)",
-        )
-    return enable_idempotence
-
-
 def parse_acks(acks: str | int) -> pb.Acks.ValueType:
     """0, 1 or "all" (also -1) to the protobuf Acks value; INVALID_REQUIRED_ACKS otherwise."""
-    value = _ACKS.get(str(acks).strip().lower())
-    if value is None:
-        raise HeadwaterError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks is {acks!r}; valid: 0, 1, all")
-    return value
+    return _ACKS[acks_level(acks)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,49 +287,24 @@ class Producer:
     sends; answers arrive on the streams' reader threads."""
 
     def __init__(
-        self,
-        bootstrap: str | Sequence[str] | None = None,
-        *,
-        acks: str | int = "all",
-        linger_ms: int = 5,
-        batch_bytes: int = 1 << 20,
-        compression: str = "none",
-        retries: int = 10,
-        retry_backoff_ms: int = 100,
-        retry_backoff_max_ms: int = 1000,
-        delivery_timeout_ms: int = 120_000,
-        request_timeout_ms: int = 30_000,
-        buffer_bytes_max: int = 256 << 20,
-        max_block_ms: int = 60_000,
-        append_timeout_ms: int = 5_000,
-        enable_idempotence: bool | None = None,
-        max_in_flight_per_partition: int = 5,
-        security: ClientSecurity | None = None,
+        self, bootstrap: str | Sequence[str] | None = None, **options: Unpack[ProducerOptions]
     ) -> None:
-        check_in_flight(max_in_flight_per_partition)
-        settings = producer_settings(
-            append_timeout_ms=append_timeout_ms,
-            linger_ms=linger_ms,
-            batch_bytes=batch_bytes,
-            retries=retries,
-            retry_backoff_ms=retry_backoff_ms,
-            retry_backoff_max_ms=retry_backoff_max_ms,
-            request_timeout_ms=request_timeout_ms,
-            delivery_timeout_ms=delivery_timeout_ms,
-            buffer_bytes_max=buffer_bytes_max,
-            max_block_ms=max_block_ms,
-        )
-        self.acks = parse_acks(acks)
-        self.idempotent = idempotence_for(enable_idempotence, self.acks)
-        self.compression = Compression.parse(compression)
-        self.settings = settings
-        self.batch_bytes = batch_bytes
-        self.delivery_timeout_s = settings.delivery_timeout_s
-        self.request_timeout_s = request_timeout_ms / 1000
-        self.buffer_bytes_max = buffer_bytes_max
-        self.max_block_s = max_block_ms / 1000
+        """``options``: the settings of ``ProducerSettings`` (headwater.client.
+        producer_settings), with their defaults, units and ranges; INVALID_CONFIG (or
+        INVALID_REQUIRED_ACKS, UNSUPPORTED_COMPRESSION_TYPE) names the first one out of
+        range."""
+        settings = self.settings = ProducerSettings(**options)
+        accumulator_settings = settings.accumulator_settings()
+        self.acks = parse_acks(settings.acks)
+        self.idempotent = settings.idempotent
+        self.compression = settings.codec
+        self.batch_bytes = settings.batch_bytes
+        self.delivery_timeout_s = accumulator_settings.delivery_timeout_s
+        self.request_timeout_s = settings.request_timeout_ms / 1000
+        self.buffer_bytes_max = settings.buffer_bytes_max
+        self.max_block_s = settings.max_block_ms / 1000
         self.cluster = Cluster(
-            bootstrap, request_timeout_s=self.request_timeout_s, security=security
+            bootstrap, request_timeout_s=self.request_timeout_s, security=settings.security
         )
         self._rng = random.Random()
         self._sticky = StickyPartitioner(self._rng)
@@ -426,13 +315,13 @@ class Producer:
         """Per topic, the open batch of its sticky slot and the layout change count it
         was found under: ``send``'s direct path (``OpenBatch``)."""
         self._acc: RecordAccumulator[BatchResult] = RecordAccumulator(
-            settings,
+            accumulator_settings,
             self._rng,
             new_completion=self._new_result,
             clock=time.monotonic,
             on_batch_closed=self._advance_sticky,
             idempotent=self.idempotent,
-            max_in_flight=max_in_flight_per_partition,
+            max_in_flight=settings.max_in_flight_per_partition,
         )
         # The hot path (send) takes the C-level lock directly; waiting and notifying go
         # through the condition built on the same lock.
@@ -718,7 +607,7 @@ class Producer:
                 retry_s=self.request_timeout_s,
             )
         except HeadwaterError:
-            time.sleep(self.settings.retry.backoff_base_ms / 1000)
+            time.sleep(self.settings.retry_backoff_ms / 1000)
             return
         with self._cond:
             self._acc.producer_id = answer.producer_id

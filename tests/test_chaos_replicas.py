@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from headwater.client import ReplicaLogDescription
 from headwater.log.api import LogConfig, PartitionLog
 from headwater.log.batch import encode_batch
 from headwater.log.file_log import FileLog
@@ -22,7 +23,6 @@ from headwater.tools.chaos.replicas import (
     fold_pages,
     metadata_differences,
 )
-from headwater.v1 import headwater_pb2 as pb
 
 LogFactory = Callable[[str], PartitionLog]
 
@@ -89,13 +89,19 @@ def test_a_capped_hash_stops_at_the_same_batch_and_the_pages_fold_into_one_view(
         offset = page.covered_end_offset
     assert len(pages) == 4
     answers = [
-        pb.DescribeReplicaLogResponse(
+        ReplicaLogDescription(
             node_id=1,
+            log_start_offset=0,
+            high_watermark=7,
+            log_end_offset=7,
+            leader_epoch=1,
+            is_leader=True,
             covered_start_offset=p.covered_start_offset,
             covered_end_offset=p.covered_end_offset,
             batch_count=p.batch_count,
             size_bytes=p.size_bytes,
             sha256=p.sha256,
+            damage="",
         )
         for p in pages
     ]

@@ -9,11 +9,11 @@ import grpc
 import pytest
 
 from headwater.client import Admin
+from headwater.client.admin_types import OffsetSpec
 from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.client.partitioner import partition_for_key
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.shared.grpc_errors import from_rpc_error
-from headwater.v1 import headwater_pb2 as pb
 from tests.node_process import NodeProcess
 
 
@@ -23,7 +23,7 @@ def test_async_round_trip_in_order_with_keys(shared_node: NodeProcess) -> None:
 
     async def run() -> list:
         async with AsyncConsumer(shared_node.address) as consumer:
-            await consumer.assign_at("aio-keys", pb.OFFSET_SPEC_EARLIEST)
+            await consumer.assign_at("aio-keys", OffsetSpec.EARLIEST)
             async with AsyncProducer(shared_node.address, acks="all") as producer:
                 futures = [
                     await producer.send("aio-keys", f"v{i}".encode(), key=f"k{i % 7}".encode())
@@ -178,7 +178,7 @@ def test_async_consumer_resumes_after_the_node_restarts(node: NodeProcess) -> No
 
     async def run() -> list:
         async with AsyncConsumer(node.address) as consumer:
-            await consumer.assign_at("aio-resume", pb.OFFSET_SPEC_EARLIEST)
+            await consumer.assign_at("aio-resume", OffsetSpec.EARLIEST)
             await produce(0, 100)
             records = await consume(consumer, 100)
             node.kill()

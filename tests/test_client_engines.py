@@ -30,12 +30,12 @@ from headwater.client import (
     Producer,
     RecordMetadata,
 )
+from headwater.client.admin_types import OffsetSpec
 from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.client.partitioner import partition_for_key
 from headwater.client.positions import TopicPartition
 from headwater.log.batch import HeaderPairs, encode_batch, iter_headers
 from headwater.shared.errors import ErrorCode, HeadwaterError
-from headwater.v1 import headwater_pb2 as pb
 from tests.node_process import NodeProcess
 
 ENGINES = ("threaded", "asyncio")
@@ -210,7 +210,7 @@ class AsyncEngine:
     def read(self, topic: str, count: int) -> list[Any]:
         async def run() -> list[Any]:
             async with AsyncConsumer(self.address) as consumer:
-                await consumer.assign_at(topic, pb.OFFSET_SPEC_EARLIEST)
+                await consumer.assign_at(topic, OffsetSpec.EARLIEST)
                 records: list[Any] = []
                 deadline = time.monotonic() + 30
                 while len(records) < count and time.monotonic() < deadline:

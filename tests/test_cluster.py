@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from headwater.client import Admin, Consumer, Producer
+from headwater.client.admin_types import OffsetSpec
 from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.tools.ports import free_port
@@ -426,7 +427,7 @@ def test_async_clients_talk_to_the_leader_not_the_bootstrap_node(cluster3: Local
             AsyncConsumer(bootstrap) as consumer,
             AsyncProducer(bootstrap, acks=1) as producer,
         ):
-            await consumer.assign_at("direct", pb.OFFSET_SPEC_EARLIEST)
+            await consumer.assign_at("direct", OffsetSpec.EARLIEST)
             await (await producer.send("direct", b"0"))
             cluster3.pause(bootstrap_id)
             try:

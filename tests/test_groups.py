@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from headwater.client import Admin, Consumer, Producer
+from headwater.client import Admin, Consumer, GroupDescription, Producer
 from headwater.client.aio import AsyncConsumer
 from headwater.client.positions import TopicPartition
 from headwater.shared.errors import ErrorCode, HeadwaterError
@@ -113,7 +113,7 @@ def stop_members(members: list[subprocess.Popen[bytes]]) -> None:
             member.wait()
 
 
-def described(admin: Admin, group: str) -> pb.DescribeGroupResponse | None:
+def described(admin: Admin, group: str) -> GroupDescription | None:
     try:
         return admin.describe_group(group)
     except HeadwaterError as error:
@@ -122,7 +122,7 @@ def described(admin: Admin, group: str) -> pb.DescribeGroupResponse | None:
         raise
 
 
-def assigned_counts(description: pb.DescribeGroupResponse | None) -> list[int]:
+def assigned_counts(description: GroupDescription | None) -> list[int]:
     if description is None:
         return []
     return sorted(sum(len(t.partitions) for t in m.assigned) for m in description.members)

@@ -20,7 +20,14 @@ rules (a name matches that module and everything under it):
   local-cluster harness (``headwater/tools/devcluster.py``) import no server code and no
   protobuf either;
 - the node imports no client, no Spark connector and no command-line module (what both
-  need, the key partitioner and the reconnect options, is in the shared package).
+  need, the key partitioner and the reconnect options, is in the shared package);
+- the client's own values (``client/admin_types.py``, what Admin answers, and
+  ``client/producer_settings.py``) import no protobuf: messages are read in
+  ``client/admin_messages.py`` and in the producer engines, at the gRPC edge.
+
+And one rule on signatures rather than imports: no public method of the clients
+(``Admin``, the producers and consumers of both engines, ``LogReader``) takes or returns
+a protobuf message or enum (``protobuf_in_signatures`` reads the annotations).
 
 ``violations`` reads imports with ``ast`` (``if TYPE_CHECKING:`` blocks included: an
 annotation import still ties the layers), so a new import that breaks a rule fails here.
@@ -29,6 +36,9 @@ annotation import still ties the layers), so a new import that breaks a rule fai
 from __future__ import annotations
 
 import ast
+import inspect
+import types
+import typing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +77,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "headwater/tools/benchmarks": ("headwater.node", "headwater.raft", *PROTOBUF),
     "headwater/tools/devcluster.py": (*SERVER, "headwater.sparkconnector", *COMMANDS, *PROTOBUF),
     "scripts/bench_all.py": ("headwater.node", "headwater.raft", *PROTOBUF),
+    "client/admin_types.py": PROTOBUF,
+    "client/producer_settings.py": PROTOBUF,
     # The container health probe, started as a new process at every check: gRPC only.
     "headwater/healthcheck.py": (
         *SERVER,
@@ -118,6 +130,41 @@ def violations(root: Path) -> list[str]:
                 if module.startswith("headwater")
                 and not _forbidden(module, (*core, "headwater.v1"))
             )
+    return found
+
+
+def _is_protobuf(value: object) -> bool:
+    """Whether ``value`` (what a name in an annotation stands for) is a protobuf module, a
+    message or enum class, or a generic alias over one (``list[pb.TopicSummary]``)."""
+    if isinstance(value, types.ModuleType):
+        return _forbidden(value.__name__, (*PROTOBUF, "google"))
+    args = typing.get_args(value)
+    if args:
+        return any(_is_protobuf(arg) for arg in args)
+    module = getattr(value, "__module__", None) or type(value).__module__
+    return _forbidden(module, (*PROTOBUF, "google"))
+
+
+def protobuf_in_signatures(cls: type) -> list[str]:
+    """One line per parameter or return annotation of a public method of ``cls`` that
+    names protobuf: each name in the annotation (``pb`` of ``pb.OffsetSpec.ValueType``,
+    which is plain ``int`` once evaluated) is looked up in the method's module."""
+    found = []
+    for name, method in inspect.getmembers(cls, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        for argument, annotation in inspect.get_annotations(method).items():
+            if isinstance(annotation, str):
+                names = [
+                    node.id
+                    for node in ast.walk(ast.parse(annotation, mode="eval"))
+                    if isinstance(node, ast.Name)
+                ]
+                values = [method.__globals__.get(n) for n in names]
+            else:
+                values = [annotation]
+            if any(_is_protobuf(value) for value in values):
+                found.append(f"{cls.__name__}.{name} {argument}: {annotation}")
     return found
 
 
@@ -179,6 +226,41 @@ def test_a_deliberate_violation_is_caught(tmp_path: Path) -> None:
         "headwater/shared/topics.py imports headwater.log.batch",
         "headwater/shared/tls.py imports headwater.client",
         "headwater/shared/tls.py imports headwater.client.Admin",
+    ]
+
+
+def test_the_clients_take_and_return_their_own_types() -> None:
+    from headwater.client import Admin, Consumer, LogReader, Producer
+    from headwater.client.aio import AsyncConsumer, AsyncProducer
+
+    for client in (Admin, Producer, Consumer, AsyncProducer, AsyncConsumer, LogReader):
+        assert protobuf_in_signatures(client) == [], client.__name__
+
+
+def test_a_protobuf_signature_is_caught() -> None:
+    deliberate = types.ModuleType("deliberate")
+    exec(
+        "from __future__ import annotations\n"
+        "from headwater.v1 import headwater_pb2 as pb\n"
+        "from headwater.v1.headwater_pb2 import TopicSummary\n"
+        "from google.protobuf.message import Message\n"
+        "Listing = list[pb.GroupListing]\n"
+        "class LeakyAdmin:\n"
+        "    def topics(self) -> list[pb.TopicDescription]: ...\n"
+        "    def summary(self) -> TopicSummary | None: ...\n"
+        "    def offsets(self, spec: pb.OffsetSpec.ValueType) -> dict[int, int]: ...\n"
+        "    def groups(self) -> Listing: ...\n"
+        "    def raw(self, message: Message) -> None: ...\n"
+        "    def fine(self, names: list[str]) -> dict[str, int]: ...\n"
+        "    def _private(self) -> pb.MetadataResponse: ...\n",
+        deliberate.__dict__,
+    )
+    assert protobuf_in_signatures(deliberate.LeakyAdmin) == [
+        "LeakyAdmin.groups return: Listing",
+        "LeakyAdmin.offsets spec: pb.OffsetSpec.ValueType",
+        "LeakyAdmin.raw message: Message",
+        "LeakyAdmin.summary return: TopicSummary | None",
+        "LeakyAdmin.topics return: list[pb.TopicDescription]",
     ]
 
 

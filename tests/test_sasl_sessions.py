@@ -20,6 +20,7 @@ import grpc
 import pytest
 
 from headwater.client import Admin, ClientSecurity, Consumer, Producer
+from headwater.client.admin_types import OffsetSpec
 from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.client.sessions import ScramLogin, Session, SessionInterceptor
 from headwater.node.config import NodeConfig
@@ -337,7 +338,7 @@ def test_the_asyncio_clients_log_in_and_renew_too(scram_only: NodeProcess) -> No
                 await asyncio.sleep(0.5)
                 await (await producer.send("aio", b"again", partition=0))
         async with AsyncConsumer(scram_only.address, security=ALICE) as consumer:
-            await consumer.assign_at("aio", pb.OFFSET_SPEC_EARLIEST)
+            await consumer.assign_at("aio", OffsetSpec.EARLIEST)
             values: list[bytes] = []
             while len(values) < 2:
                 result = await consumer.poll(timeout_ms=10_000)

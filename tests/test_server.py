@@ -11,7 +11,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from headwater.client import Admin, Consumer, Producer, TopicPartition
+from headwater.client import Admin, Consumer, OffsetSpec, Producer, TopicPartition
 from headwater.client.partitioner import partition_for_key
 from headwater.log import batch as batch_format
 from headwater.shared.errors import ErrorCode, HeadwaterError
@@ -145,10 +145,10 @@ def test_list_offsets_and_seek(shared_node: NodeProcess) -> None:
         with Producer(shared_node.address) as producer:
             for i in range(10):
                 producer.send(topic, b"x", timestamp_ms=1_000 * (i + 1)).result(timeout=30)
-        assert admin.list_offsets(topic, pb.OFFSET_SPEC_EARLIEST) == {0: 0}
-        assert admin.list_offsets(topic, pb.OFFSET_SPEC_LATEST) == {0: 10}
-        assert admin.list_offsets(topic, pb.OFFSET_SPEC_TIMESTAMP, 4_500) == {0: 4}
-        assert admin.list_offsets(topic, pb.OFFSET_SPEC_TIMESTAMP, 99_000) == {0: 10}
+        assert admin.list_offsets(topic, OffsetSpec.EARLIEST) == {0: 0}
+        assert admin.list_offsets(topic, OffsetSpec.LATEST) == {0: 10}
+        assert admin.list_offsets(topic, OffsetSpec.TIMESTAMP, 4_500) == {0: 4}
+        assert admin.list_offsets(topic, OffsetSpec.TIMESTAMP, 99_000) == {0: 10}
     with Consumer(shared_node.address) as consumer:
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])

@@ -19,12 +19,11 @@ from typing import Any
 
 import pytest
 
-from headwater.client import Admin, Consumer, Producer
+from headwater.client import Admin, Consumer, OffsetSpec, Producer
 from headwater.client.positions import TopicPartition
 from headwater.sparkconnector import planning, sink
 from headwater.sparkconnector.session import local_session
 from headwater.tools.ports import free_port, free_port_block
-from headwater.v1 import headwater_pb2 as pb
 from tests.local_cluster import LocalCluster
 from tests.node_process import NodeProcess, wait_until
 
@@ -313,7 +312,7 @@ def test_fail_on_data_loss_when_retention_deletes_unread_records(
         produce(node.address, "lossy", [b"y" * 100 for _ in range(10)], keyed=False)
     with Admin(node.address) as admin:
         wait_until(
-            lambda: admin.list_offsets("lossy", pb.OFFSET_SPEC_EARLIEST)[0] > read_before + 10,
+            lambda: admin.list_offsets("lossy", OffsetSpec.EARLIEST)[0] > read_before + 10,
             30,
             "retention to delete unread records",
         )
@@ -570,7 +569,7 @@ def _roll_back_sink_state(address: str, checkpoint: Path) -> None:
     The sink is named by its checkpoint location."""
     topic = sink.state_topic(str(checkpoint))
     with Admin(address) as admin:
-        end = admin.list_offsets(topic, pb.OFFSET_SPEC_LATEST)[0]
+        end = admin.list_offsets(topic, OffsetSpec.LATEST)[0]
     with Consumer(address) as consumer:
         consumer.assign([(topic, 0)])
         consumer.seek(TopicPartition(topic, 0), end - 2)

@@ -11,7 +11,7 @@ import click
 
 from headwater.cli.options import json_and_bootstrap_options
 from headwater.cli.output import Table, echo, fail, print_table
-from headwater.client import Admin
+from headwater.client import Admin, ClusterMetadata
 from headwater.healthcheck import node_serving
 
 
@@ -54,7 +54,7 @@ def cluster_health(address: str | None, timeout_ms: int) -> None:
     click.echo(f"node at {address} is serving")
 
 
-def status_json(metadata: Any) -> dict[str, Any]:
+def status_json(metadata: ClusterMetadata) -> dict[str, Any]:
     """The JSON of ``cluster status``: controller, quorum view, brokers, partition health."""
     # Internal topics (names starting with "__", as topics list hides them) are counted
     # apart from the users' own.

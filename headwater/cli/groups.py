@@ -19,9 +19,9 @@ import click
 from headwater.cli.options import bootstrap_option, json_and_bootstrap_options
 from headwater.cli.output import Table, echo, fail, print_table
 from headwater.client.admin import Admin
+from headwater.client.admin_types import GroupListing, TopicPartitions
 from headwater.client.positions import TopicPartition
 from headwater.shared.errors import ErrorCode, HeadwaterError
-from headwater.v1 import headwater_pb2 as pb
 
 
 @click.group()
@@ -170,7 +170,7 @@ def groups_delete(group: str, bootstrap: str | None) -> None:
     echo(f"deleted group {group}")
 
 
-def _partitions(items: Any) -> list[dict[str, Any]]:
+def _partitions(items: tuple[TopicPartitions, ...]) -> list[dict[str, Any]]:
     return [{"topic": i.topic, "partitions": list(i.partitions)} for i in items]
 
 
@@ -287,7 +287,7 @@ def execute_plan(admin: Admin, group_id: str, plan: list[dict[str, Any]]) -> Non
     )
 
 
-def list_rows(response: pb.ListGroupsResponse) -> list[dict[str, Any]]:
+def list_rows(response: GroupListing) -> list[dict[str, Any]]:
     return [
         {
             "group_id": g.group_id,

@@ -15,7 +15,7 @@ import click
 
 from headwater.cli.options import F, bootstrap_option, json_and_bootstrap_options
 from headwater.cli.output import Table, echo, print_table
-from headwater.client import Admin
+from headwater.client import Admin, TopicDescription
 
 
 @click.group()
@@ -94,7 +94,7 @@ def topics_list(internal: bool, as_json: bool, bootstrap: str | None) -> None:
     print_table(table)
 
 
-def describe_json(description: Any) -> dict[str, Any]:
+def describe_json(description: TopicDescription) -> dict[str, Any]:
     return {
         "name": description.name,
         "topic_id": description.topic_id,

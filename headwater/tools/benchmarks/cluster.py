@@ -32,7 +32,7 @@ from typing import Any, Final, TypeVar
 
 import click
 
-from headwater.client import Admin, NewTopic, Producer
+from headwater.client import Admin, ClusterMetadata, NewTopic, Producer, TopicDescription
 from headwater.shared.errors import HeadwaterError
 from headwater.tools.benchmarks.perf import percentile
 from headwater.tools.devcluster import LocalCluster, WaitTimeoutError, wait_until
@@ -54,7 +54,7 @@ def bench_cluster_of(size: int, root: Path) -> LocalCluster:
     return LocalCluster(root, size)
 
 
-def metadata(cluster: LocalCluster, node_id: int) -> Any:
+def metadata(cluster: LocalCluster, node_id: int) -> ClusterMetadata:
     """Node ``node_id``'s own view of the cluster (its Metadata answer)."""
     return cluster.admin(node_id).node_metadata(
         cluster.nodes[node_id].address, include_digest=False
@@ -365,7 +365,7 @@ class LagSampler:
                     continue
                 self._note(described)
 
-    def _note(self, described: Any) -> None:
+    def _note(self, described: TopicDescription) -> None:
         for partition in described.partitions:
             for follower in partition.followers:
                 if follower.lag_records >= 0:

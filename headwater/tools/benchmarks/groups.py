@@ -37,7 +37,7 @@ from typing import IO, Any, Final
 
 import click
 
-from headwater.client import Admin, NewTopic, Producer
+from headwater.client import Admin, GroupDescription, NewTopic, Producer
 from headwater.client.aio import AsyncConsumer
 from headwater.client.positions import TopicPartition
 from headwater.shared.errors import ErrorCode, HeadwaterError
@@ -139,11 +139,11 @@ def stalled(members: list[MemberProcess], start_ms: int, end_ms: int) -> set[int
     return found
 
 
-def owners(description: Any) -> dict[int, str]:
+def owners(description: GroupDescription) -> dict[int, str]:
     return {p: m.member_id for m in description.members for t in m.assigned for p in t.partitions}
 
 
-def settled(description: Any, members: int, partitions: int) -> bool:
+def settled(description: GroupDescription, members: int, partitions: int) -> bool:
     if description.state != "stable" or len(description.members) != members:
         return False
     return len(owners(description)) == partitions
@@ -191,7 +191,7 @@ def watch_change(
     began_ms = time.time_ns() // 1_000_000
     change()
 
-    def learned() -> Any:
+    def learned() -> GroupDescription | None:
         now = admin.describe_group(GROUP)
         ids = {m.member_id for m in now.members}
         return now if ids != previous_ids and len(ids) == expected_members else None
@@ -199,7 +199,7 @@ def watch_change(
     _until(learned, SETTLE_DEADLINE_S, "the coordinator to learn of the change")
     learned_at = time.monotonic()
 
-    def stable() -> Any:
+    def stable() -> GroupDescription | None:
         now = admin.describe_group(GROUP)
         return now if settled(now, expected_members, partitions) else None
 

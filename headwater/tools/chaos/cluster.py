@@ -36,12 +36,11 @@ from typing import Final, TypeVar
 
 import grpc
 
-from headwater.client import Admin, node_serving
+from headwater.client import Admin, ClusterMetadata, node_serving
 from headwater.shared.errors import HeadwaterError
 from headwater.tools.chaos.disks import Disks
 from headwater.tools.chaos.netns import Topology
 from headwater.tools.ports import free_port
-from headwater.v1 import headwater_pb2 as pb
 
 NETNS_CLIENT_PORT: Final = 7700
 NETNS_RAFT_PORT: Final = 7701
@@ -315,7 +314,7 @@ class ChaosCluster:
 
     def metadata(
         self, topic: str | None = None, via: Iterable[int] | None = None
-    ) -> pb.MetadataResponse | None:
+    ) -> ClusterMetadata | None:
         """The first answer of the nodes ``via`` (default: every node up), or None."""
         for node_id in via if via is not None else self.up():
             try:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from headwater.client import Admin
+from headwater.client import Admin, ReplicaLogDescription
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 HASH_BUSY_RETRIES: Final = 10
@@ -103,14 +103,14 @@ def differences(views: Sequence[ReplicaView]) -> tuple[str, ...]:
     )
 
 
-def fold_pages(answers: Sequence[Any]) -> ReplicaView:
+def fold_pages(answers: Sequence[ReplicaLogDescription]) -> ReplicaView:
     """One view of a range a node hashed in pages (a DescribeReplicaLog call hashes at most
     256 MiB): offsets and damage from the last answer, the covered range from the first
     page's start to the last page's end, batches and bytes summed, and the digest of the
     one page, or else the SHA-256 of the pages' digests in order (replicas that agree
     page at the same batches, so they fold to the same view)."""
     first, last = answers[0], answers[-1]
-    digests = [bytes(a.sha256) for a in answers]
+    digests = [a.sha256 for a in answers]
     digest = digests[0] if len(digests) == 1 else hashlib.sha256(b"".join(digests)).digest()
     return ReplicaView(
         node_id=last.node_id,
@@ -135,7 +135,7 @@ def hash_replica(
     covered range reaches ``end`` (or the node's log ends first: a page that covers
     nothing ends it). A node hashing as many ranges as it allows at once is asked again
     after a pause, up to HASH_BUSY_RETRIES times."""
-    answers: list[Any] = []
+    answers: list[ReplicaLogDescription] = []
     offset = start
     busy = 0
     while True:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import click
 
-from headwater.client import Admin
+from headwater.client import Admin, OffsetSpec
 from headwater.shared.errors import HeadwaterError
 from headwater.tools.chaos import nemesis, netns
 from headwater.tools.chaos.checker import check
@@ -65,7 +65,6 @@ from headwater.tools.chaos.report import (
     to_json,
 )
 from headwater.tools.chaos.workload import ConsumerWorker, ProducerWorker, Recorder, final_read
-from headwater.v1 import headwater_pb2 as pb
 
 if TYPE_CHECKING:
     from headwater.tools.chaos.kafka_workload import KafkaConsumerWorker, KafkaProducerWorker
@@ -336,7 +335,7 @@ def _start_workload(
 def _high_watermarks(bootstrap: str, partitions: int) -> dict[int, int]:
     with Admin(bootstrap, request_timeout_s=10.0) as admin:
         return {
-            p: admin.list_offsets(TOPIC, pb.OFFSET_SPEC_LATEST, partitions=[p])[p]
+            p: admin.list_offsets(TOPIC, OffsetSpec.LATEST, partitions=[p])[p]
             for p in range(partitions)
         }
 

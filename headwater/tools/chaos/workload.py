@@ -35,7 +35,14 @@ import time
 from pathlib import Path
 from typing import IO, Final
 
-from headwater.client import Admin, Consumer, Producer, RecordFuture, TopicPartition
+from headwater.client import (
+    Admin,
+    Consumer,
+    OffsetSpec,
+    Producer,
+    RecordFuture,
+    TopicPartition,
+)
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.tools.chaos.history import (
     Event,
@@ -48,7 +55,6 @@ from headwater.tools.chaos.history import (
     Send,
     to_json,
 )
-from headwater.v1 import headwater_pb2 as pb
 
 DEFINITE_FAILURES: Final = frozenset(
     {
@@ -298,7 +304,7 @@ def final_read(
     problems: list[str] = []
     with Admin(bootstrap, request_timeout_s=10.0) as admin:
         ends = {
-            p: admin.list_offsets(topic, pb.OFFSET_SPEC_LATEST, partitions=[p])[p]
+            p: admin.list_offsets(topic, OffsetSpec.LATEST, partitions=[p])[p]
             for p in range(partitions)
         }
     assignment = [TopicPartition(topic, p) for p in range(partitions)]
