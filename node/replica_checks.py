@@ -29,15 +29,6 @@ if TYPE_CHECKING:
     from headwater.node.partition import Partition
 
 
-def may_not_lead(node_id: int, topic: str, index: int) -> HeadwaterError:
-    """The refusal of a node that may not act as a leader now."""
-    return HeadwaterError(
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        f"node {node_id} may not act as a leader now (starting, fenced, or no recent "
-        f"heartbeat answer from the controller); {topic}-{index}",
-    )
-
-
 def stale_registration(
     image: MetadataImage, replica_id: int, broker_epoch: int
 ) -> HeadwaterError | None:
@@ -56,10 +47,24 @@ def stale_registration(
 
 
 def leader_partition(
-    partition: Partition | None, topic: str, index: int, leader_epoch: int, replica_id: int
+    partition: Partition | None,
+    topic: str,
+    index: int,
+    leader_epoch: int,
+    replica_id: int,
+    *,
+    node_id: int,
+    may_lead: bool,
 ) -> Partition:
-    """``partition`` (the local replica of ``topic``-``index``, None if not hosted) if
-    ``replica_id`` may fetch from it at ``leader_epoch``; raises otherwise."""
+    """``partition`` (node ``node_id``'s replica of ``topic``-``index``, None if not
+    hosted) if ``replica_id`` may fetch from it at ``leader_epoch``; raises otherwise.
+    ``may_lead``: may the node act as a leader now (``BrokerSession.may_lead``)."""
+    if not may_lead:
+        raise HeadwaterError(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            f"node {node_id} may not act as a leader now (starting, fenced, or no recent "
+            f"heartbeat answer from the controller); {topic}-{index}",
+        )
     if partition is None or not partition.is_leader or partition.state is None:
         raise HeadwaterError(
             ErrorCode.NOT_LEADER_OR_FOLLOWER, f"this node does not lead {topic}-{index}"

@@ -36,7 +36,6 @@ from headwater.node.partition import Partition
 from headwater.node.replica_checks import (
     fetch_position_error,
     leader_partition,
-    may_not_lead,
     stale_registration,
 )
 from headwater.node.service import rpc_handler
@@ -86,10 +85,14 @@ class ReplicaService(pb_grpc.ReplicaServicer):
     def _leader_partition(
         self, topic: str, index: int, leader_epoch: int, replica_id: int
     ) -> Partition:
-        if not self.may_lead():
-            raise may_not_lead(self.config.node_id, topic, index)
         return leader_partition(
-            self.logs.partition(topic, index), topic, index, leader_epoch, replica_id
+            self.logs.partition(topic, index),
+            topic,
+            index,
+            leader_epoch,
+            replica_id,
+            node_id=self.config.node_id,
+            may_lead=self.may_lead(),
         )
 
     @rpc_handler

@@ -66,7 +66,6 @@ from headwater.node.partition import Partition
 from headwater.node.replica_checks import (
     fetch_position_error,
     leader_partition,
-    may_not_lead,
     stale_registration,
 )
 from headwater.node.replica_roles import (
@@ -523,10 +522,10 @@ class Broker(Endpoint):
 
     def _leading(self, source: int, topic: str, index: int, leader_epoch: int) -> Partition:
         """The replica checks of ``ReplicaService`` (``node.replica_checks``)."""
-        if not self.may_lead():
-            raise may_not_lead(self.id, topic, index)
         partition = self.partitions.get((topic, index))
-        return leader_partition(partition, topic, index, leader_epoch, source)
+        return leader_partition(
+            partition, topic, index, leader_epoch, source, node_id=self.id, may_lead=self.may_lead()
+        )
 
     def _serve_fetch(self, source: int, a: dict[str, Any]) -> tuple[bytes, int]:
         """One fetch position of a replica fetch session, as ``ReplicaService`` serves it."""

@@ -95,12 +95,16 @@ def test_a_fetch_counts_only_from_the_replicas_current_registration() -> None:
 def test_a_replica_may_fetch_only_from_the_leader_at_its_exact_epoch() -> None:
     leader = partition()
     leader.become(state(leader=1, epoch=3), node_id=1, now_ms=NOW_MS)
-    assert leader_partition(leader, "t", 0, 3, replica_id=2) is leader
+    assert leader_partition(leader, "t", 0, 3, 2, node_id=1, may_lead=True) is leader
 
-    def refusal(candidate: Partition | None, epoch: int, replica_id: int = 2) -> ErrorCode:
+    def refusal(
+        candidate: Partition | None, epoch: int, replica_id: int = 2, may_lead: bool = True
+    ) -> ErrorCode:
         with pytest.raises(HeadwaterError) as refused:
-            leader_partition(candidate, "t", 0, epoch, replica_id)
+            leader_partition(candidate, "t", 0, epoch, replica_id, node_id=1, may_lead=may_lead)
         return refused.value.code
+
+    assert refusal(leader, 3, may_lead=False) is ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     assert refusal(None, 3) is ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert refusal(leader, 2) is ErrorCode.FENCED_LEADER_EPOCH
