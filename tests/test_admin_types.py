@@ -130,3 +130,26 @@ def test_empty_answers_are_empty_values() -> None:
 def test_every_offset_spec_has_its_wire_value() -> None:
     assert set(convert.OFFSET_SPECS) == set(OffsetSpec)
     assert sorted(convert.OFFSET_SPECS.values()) == sorted(pb.OffsetSpec.values())
+
+
+def test_assign_at_a_timestamp_is_refused_naming_what_to_do_instead() -> None:
+    """``AsyncConsumer.assign_at`` starts at the earliest or latest offset; a time needs a
+    timestamp it does not take, so OffsetSpec.TIMESTAMP is refused before any call."""
+    import asyncio
+
+    from headwater.client.aio import AsyncConsumer
+    from headwater.shared.errors import ErrorCode, HeadwaterError
+
+    async def scenario() -> HeadwaterError:
+        consumer = AsyncConsumer("127.0.0.1:1")  # nothing listens: no call may be made
+        try:
+            with pytest.raises(HeadwaterError) as refused:
+                await consumer.assign_at("t", OffsetSpec.TIMESTAMP)
+            return refused.value
+        finally:
+            await consumer.close()
+
+    refused = asyncio.run(scenario())
+    assert refused.code is ErrorCode.INVALID_REQUEST
+    assert "OffsetSpec.EARLIEST or OffsetSpec.LATEST" in refused.message
+    assert "offsets_for_times" in refused.message
