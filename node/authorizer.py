@@ -56,6 +56,7 @@ from typing import Any, Final
 
 from headwater.node.call_hooks import HooksInterceptor, service_and_method
 from headwater.node.config import NodeConfig
+from headwater.node.host_rates import HostRates
 from headwater.node.password_checks import PasswordChecks
 from headwater.node.sessions import Sessions
 from headwater.raft.image import MetadataImage
@@ -165,28 +166,25 @@ SEEN_CONNECTION_IDLE_S: Final = 300.0
 
 class ConnectionRate:
     """New connections a second per client host, at most ``per_host_max`` (see
-    ``connection_rate_per_host_max``). A connection is known by its gRPC peer (address
-    and port); it is new at its first call. A refused connection is not remembered, so
-    each of its calls is refused until the host's next second has room. Connections idle
-    for ``SEEN_CONNECTION_IDLE_S`` are forgotten once ``SEEN_CONNECTIONS_MAX`` are known
-    (such a connection counts as new again at its next call)."""
+    ``connection_rate_per_host_max``; ``HostRates``, as on the Kafka listener). A
+    connection is known by its gRPC peer (address and port); it is new at its first call.
+    A refused connection is not remembered, so each of its calls is refused until the
+    host has room again. Connections idle for ``SEEN_CONNECTION_IDLE_S`` are forgotten
+    once ``SEEN_CONNECTIONS_MAX`` are known (such a connection counts as new again at its
+    next call)."""
 
     def __init__(self, per_host_max: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.per_host_max = per_host_max
         self.clock = clock
         self.seen: dict[str, float] = {}
-        self.opened: dict[str, tuple[int, int]] = {}  # host -> (second, new connections)
+        self.opened = HostRates(per_host_max)
 
     def admit(self, peer: str, host: str) -> None:
         now = self.clock()
         if peer in self.seen:
             self.seen[peer] = now
             return
-        second = int(now)
-        start, count = self.opened.get(host, (second, 0))
-        if start != second:
-            count = 0
-        if count >= self.per_host_max:
+        if self.opened.take(host, now) > 0:
             raise HeadwaterError(
                 ErrorCode.THROTTLING_QUOTA_EXCEEDED,
                 f"host {host} opened more than {self.per_host_max} connections this second "
@@ -194,9 +192,6 @@ class ConnectionRate:
             )
         if len(self.seen) >= SEEN_CONNECTIONS_MAX:
             self.seen = {p: t for p, t in self.seen.items() if now - t < SEEN_CONNECTION_IDLE_S}
-            if len(self.opened) >= SEEN_CONNECTIONS_MAX:
-                self.opened.clear()
-        self.opened[host] = (second, count + 1)
         self.seen[peer] = now
 
 

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from headwater.log.api import FlushPolicy, LogConfig
 from headwater.log.batch import HEADER_BYTES, MESSAGE_BYTES_DEFAULT
+from headwater.shared.acls import normalize_host
 from headwater.shared.addresses import DEFAULT_LISTEN, format_address, parse_address
 from headwater.shared.errors import ErrorCode, HeadwaterError, shown
 
@@ -58,6 +59,28 @@ def parse_quorum(text: str, node_id: int, listen: str) -> dict[int, str]:
     if not voters:
         raise _invalid(f"quorum {text!r} lists no voter")
     return voters
+
+
+def parse_host_counts(text: str) -> dict[str, int]:
+    """``ADDRESS:COUNT,ADDRESS:COUNT`` (Kafka's ``max.connections.per.ip.overrides``; an
+    IPv6 address as written, its count after the last colon) as {canonical address:
+    count}. INVALID_CONFIG names an entry that is not of that form."""
+    overrides: dict[str, int] = {}
+    for entry in (e.strip() for e in text.split(",") if e.strip()):
+        address, colon, count = entry.rpartition(":")
+        try:
+            if not colon or not (count.isascii() and count.isdigit()) or address == "*":
+                raise ValueError(entry)
+            host = normalize_host(address)
+        except (ValueError, HeadwaterError):
+            raise _invalid(
+                f"kafka_connections_per_host_overrides entry {entry[:80]!r} is not "
+                "ADDRESS:COUNT (an IP address and a whole number, e.g. 10.0.0.5:4000)"
+            ) from None
+        if host in overrides:
+            raise _invalid(f"kafka_connections_per_host_overrides names {host} twice")
+        overrides[host] = int(count)
+    return overrides
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +239,44 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "SASL_SSL: TLS, then a SASL login. A node with TLS takes SSL or SASL_SSL only, one "
         "without TLS PLAINTEXT or SASL_PLAINTEXT only.",
         choices=("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"),
+    ),
+    Setting(
+        "kafka_connections_max",
+        4096,
+        "Most connections the Kafka listener keeps open, every accepted socket counted from "
+        "its accept (TLS handshakes and logins under way included). At the limit a new "
+        "connection takes the place of the oldest one that has not yet logged in (on a "
+        "listener without logins: that has had no request answered); it is closed at once "
+        "when every open connection has.",
+        unit="connections",
+        low=1,
+        high=1_000_000,
+    ),
+    Setting(
+        "kafka_connections_per_host_max",
+        1024,
+        "Most connections one client address may hold open on the Kafka listener (Kafka's "
+        "max.connections.per.ip); more are closed at once.",
+        unit="connections",
+        low=1,
+        high=1_000_000,
+    ),
+    Setting(
+        "kafka_connections_per_host_overrides",
+        "",
+        "Other limits for some addresses, ADDRESS:COUNT separated by commas "
+        "(10.0.0.5:4000,::1:64; Kafka's max.connections.per.ip.overrides).",
+    ),
+    Setting(
+        "kafka_prelogin_request_rate_per_host_max",
+        200,
+        "Requests a second one client address may send before logging in, over all its "
+        "connections, on a Kafka listener that asks for logins (a login is 3 or 4: "
+        "ApiVersions, SaslHandshake, SaslAuthenticate); past it, its connections wait before "
+        "reading their next request.",
+        unit="requests/s",
+        low=1,
+        high=1_000_000,
     ),
     Setting(
         "raft_listen",
@@ -427,9 +488,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "connection_rate_per_host_max",
         0,
-        "New client connections a second one client host may open (counted at each "
-        "connection's first call); the calls of connections beyond it are refused with "
-        "THROTTLING_QUOTA_EXCEEDED (retriable) for the rest of that second. 0: no limit.",
+        "New client connections a second one client host may open, on the gRPC and the "
+        "Kafka listener each (gRPC: counted at each connection's first call, and the calls "
+        "of connections beyond it are refused with THROTTLING_QUOTA_EXCEEDED, retriable; "
+        "Kafka: counted at accept, and connections beyond it are closed at once). 0: no "
+        "limit.",
         unit="connections/s",
         low=0,
         high=1_000_000,
@@ -856,6 +919,10 @@ class NodeConfig:
     kafka_advertised_address: str = ""
     kafka_auto_create_topics: str = "false"
     kafka_security_protocol: str = "PLAINTEXT"
+    kafka_connections_max: int = 4096
+    kafka_connections_per_host_max: int = 1024
+    kafka_connections_per_host_overrides: str = ""
+    kafka_prelogin_request_rate_per_host_max: int = 200
     raft_listen: str = ""
     metrics_listen: str = ""
     data_dir: str = "./data"
@@ -985,6 +1052,7 @@ class NodeConfig:
                 "certificate (tls_cert_file, tls_key_file): set them, or use PLAINTEXT or "
                 "SASL_PLAINTEXT"
             )
+        parse_host_counts(self.kafka_connections_per_host_overrides)
         for principal in self.super_user_set:
             kind, _, name = principal.partition(":")
             if kind != "User" or not name or name == "*":

@@ -19,7 +19,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -34,6 +33,7 @@ from headwater.shared.partitioning import partition_for_key
 from headwater.tools.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
+from tests.kafka_raw import exchange
 from tests.node_process import NodeProcess, run_cli
 
 DEADLINE_S = 30.0
@@ -273,7 +273,7 @@ def test_a_client_that_connects_while_the_node_starts_is_answered_once_it_can_be
                 assert time.monotonic() < deadline, "the Kafka port never accepted"
                 time.sleep(0.01)
         with sock:
-            answer = _exchange(sock, protocol.METADATA, 12, topics=[])
+            answer = exchange(sock, protocol.METADATA, 12, topics=[])
         assert [(b.node_id, b.host, b.port) for b in answer.brokers] == [(1, host, int(port))]
         admin = AdminClient({"bootstrap.servers": kafka(node)})
         admin.create_topics([NewTopic("early", 2, 1)])["early"].result(DEADLINE_S)
@@ -529,38 +529,11 @@ def test_consumer_protocol_members_share_partitions_commit_and_rebalance(
             consumer.close()
 
 
-def _exchange(sock: socket.socket, api_key: int, version: int, **fields: object) -> Any:
-    """One raw request on ``sock`` (its body built from ``fields``): the decoded answer."""
-    from kio.index import load_request_schema, load_response_schema
-    from kio.serial import entity_reader, entity_writer
-
-    from headwater.node.kafka import protocol
-
-    schema = load_request_schema(api_key, version)
-    header = protocol.build(
-        schema.__header_schema__,
-        request_api_key=api_key,
-        request_api_version=version,
-        correlation_id=1,
-        client_id="raw",
-    )
-    out = io.BytesIO()
-    entity_writer(type(header))(out, header)
-    entity_writer(schema)(out, protocol.build(schema, **fields))
-    sock.sendall(struct.pack(">i", len(out.getvalue())) + out.getvalue())
-    (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
-    answer = sock.recv(size, socket.MSG_WAITALL)
-    response = load_response_schema(api_key, version)
-    _, used = entity_reader(response.__header_schema__)(answer, 0)
-    decoded, _ = entity_reader(response)(answer, used)
-    return decoded
-
-
 def _join_group(sock: socket.socket, group: str, member_id: str) -> tuple[int, str]:
     """A raw JoinGroup v5 on ``sock``: (error code, member id) of its answer."""
     from headwater.node.kafka import protocol
 
-    decoded = _exchange(
+    decoded = exchange(
         sock,
         protocol.JOIN_GROUP,
         5,
@@ -581,11 +554,11 @@ def test_metadata_names_topics_by_id_and_looks_them_up_by_id(node: NodeProcess) 
 
     create(node, "by-id", partitions=2)
     with _raw(node) as sock:
-        by_name = _exchange(sock, protocol.METADATA, 12, topics=[{"name": "by-id"}])
+        by_name = exchange(sock, protocol.METADATA, 12, topics=[{"name": "by-id"}])
         (topic,) = by_name.topics
         assert int(topic.error_code) == 0 and topic.topic_id is not None
         stranger = uuid.uuid4()
-        by_id = _exchange(
+        by_id = exchange(
             sock,
             protocol.METADATA,
             12,
@@ -987,7 +960,6 @@ def test_admin_alters_configs_incrementally_and_wholly(node: NodeProcess) -> Non
 def test_a_failed_acks_0_produce_closes_its_connection(node: NodeProcess) -> None:
     """acks=0 has no answer to carry an error: the connection closes, so that the client
     asks for metadata again rather than keep writing where nothing is appended."""
-    import io
 
     from kio.schema.produce.v7.request import (
         PartitionProduceData,
@@ -1045,7 +1017,7 @@ def test_a_node_stopping_with_kafka_connections_open_stops_cleanly(tmp_path: Pat
         with _raw(node) as sock:
             from headwater.node.kafka import protocol
 
-            _exchange(sock, protocol.METADATA, 12, topics=None)
+            exchange(sock, protocol.METADATA, 12, topics=None)
             assert node.stop() == 0
     finally:
         node.kill()

@@ -45,6 +45,8 @@ PURE_MODULES = [
     "node/groups/decisions.py",
     "node/groups/classic.py",
     "node/kafka/protocol.py",
+    "node/kafka/admission.py",
+    "node/host_rates.py",
     "log/kafka_records.py",
     "client/membership.py",
     "log/leader_epochs.py",

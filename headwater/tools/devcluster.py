@@ -264,6 +264,13 @@ class LocalNode:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def rss_bytes(self) -> int:
+        """The node process's resident memory now (Linux: /proc/PID/status, VmRSS)."""
+        assert self.process is not None
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
+        return int(kib) * 1024
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` (SIGKILL by default) and wait for the process to end."""
         if self.running:

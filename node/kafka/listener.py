@@ -1,23 +1,34 @@
 """The Kafka listener: TCP connections speaking Kafka's wire protocol, on the node's event
 loop, answered by ``KafkaHandlers``.
 
-Per connection, requests are read one frame at a time and handled in arrival order; a
-request's answer may wait (acks=all, a fetch's long poll) while the next requests are
-read and handled, and answers are written in request order, as Kafka's protocol
-requires. Bounds, each checked before the bytes are used:
-- a frame's size in [8, ``REQUEST_BYTES_MAX``], a Produce's up to ``request_bytes_max``
-  (its records are a few long byte strings, walked by their lengths before decoding:
-  at most ``topics_max`` topics and ``partitions_max`` partitions); outside these the
-  connection is closed (so a request of tiny array entries costs at most a fraction of a
-  second to decode);
-- at most ``HELD_BYTES_MAX`` of request frames being read and handled on the node at
-  once: past it, connections wait before reading the next frame;
+Sockets are accepted, counted and (with TLS) handshaken by ``Sockets``
+(``headwater.node.kafka.sockets``, ``headwater.node.kafka.admission``). Per connection,
+requests are read one frame at a time and handled in arrival order; a request's answer
+may wait (acks=all, a fetch's long poll) while the next requests are read and handled,
+and answers are written in request order, as Kafka's protocol requires. Bounds, each
+checked before the bytes are used:
+
+- a frame's size in [8, ``REQUEST_BYTES_MAX``], a Produce's up to ``request_bytes_max``;
+  before a login on a listener that asks for one, at most 512 KiB and only ApiVersions,
+  SaslHandshake and SaslAuthenticate (``KafkaSasl.refusal_before_login``), checked on the
+  first 12 bytes, before the rest is read; outside these the connection is closed;
+- the body is read as it arrives, and its bytes count against ``HELD_BYTES_MAX`` for the
+  node (``ByteBudget``) only once they have arrived: a connection that announces a frame
+  and stalls holds nothing that others wait on. A frame of up to ``SMALL_FRAME_BYTES``
+  never waits for room; a larger one waits for room before its next chunk is read, except
+  the oldest frame that holds bytes, which always goes on (so frames read together can
+  never hold each other up for good): at most ``HELD_BYTES_MAX`` plus one request are held;
+- every count in a request is checked while its frame is walked, before it is decoded
+  (``protocol.check_shape``, ``RequestLimits``);
 - at most ``IN_FLIGHT_MAX`` requests per connection answered-but-unwritten or waiting:
   the connection stops reading until one is written;
 - a frame whose bytes do not all arrive within ``FRAME_TIMEOUT_S`` closes the
   connection, as does one idle for ``IDLE_TIMEOUT_S`` (Kafka's
-  ``connections.max.idle.ms``);
-- at most ``CONNECTIONS_MAX`` connections; more are closed at once.
+  ``connections.max.idle.ms``), and, on a listener that asks for logins, one that has not
+  logged in within ``LOGIN_TIMEOUT_S``;
+- before a login, a client address may send ``kafka_prelogin_request_rate_per_host_max``
+  requests a second over all its connections (``HostRates``); past it a connection waits,
+  once the first bytes of its next request have come, before it reads the request.
 Requests are read only once the node opens them (``open_requests``: it is a registered
 broker whose metadata has caught up, so Metadata names it and its partitions, as a Kafka
 broker enables request processing only after startup). Until then a connection is
@@ -41,13 +52,18 @@ import dataclasses
 import logging
 import ssl
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, cast
 
 from headwater.node.authorizer import ANONYMOUS, CALLER, Caller
+from headwater.node.config import parse_host_counts
+from headwater.node.host_rates import HostRates
 from headwater.node.kafka import protocol
+from headwater.node.kafka.admission import ConnectionAdmission, ConnectionLimits
 from headwater.node.kafka.handlers import CLOSE_CONNECTION, KafkaHandlers
 from headwater.node.kafka.sasl import KafkaSasl, SaslState
+from headwater.node.kafka.sockets import Sockets
 from headwater.shared.errors import HeadwaterError
 from headwater.shared.log_limits import LogEvery
 
@@ -55,12 +71,31 @@ _log = logging.getLogger(__name__)
 REQUEST_BYTES_MAX: Final = 4 << 20
 """Largest request but Produce (a Metadata of 10,000 topics is about 300 KB)."""
 HELD_BYTES_MAX: Final = 256 << 20
+SMALL_FRAME_BYTES: Final = 64 << 10
+CHUNK_BYTES: Final = 64 << 10
 IN_FLIGHT_MAX: Final = 16
 FRAME_TIMEOUT_S: Final = 30.0
 IDLE_TIMEOUT_S: Final = 600.0
-CONNECTIONS_MAX: Final = 4096
+LOGIN_TIMEOUT_S: Final = 30.0
 _SIZE: Final = struct.Struct(">i")
 _refusals = LogEvery(_log, 10.0)
+
+Answers = asyncio.Queue[Awaitable[bytes | None] | None]
+
+
+class _ClosedError(Exception):
+    """The connection is closed for the reason given (one log line, rate-limited)."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Connection:
+    """One connection's state while its requests are read."""
+
+    id: int
+    host: str
+    anonymous: Caller
+    login: SaslState = dataclasses.field(default_factory=SaslState)
+    proven: bool = False
 
 
 class KafkaListener:
@@ -72,6 +107,7 @@ class KafkaListener:
         sasl: KafkaSasl | None = None,
         tls: ssl.SSLContext | None = None,
         certificate_principal: Callable[[bytes], str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``sasl``: connections log in first (SASL_PLAINTEXT, SASL_SSL); ``tls``:
         connections speak TLS (SSL, SASL_SSL); ``certificate_principal``: the caller a
@@ -81,13 +117,20 @@ class KafkaListener:
         self.sasl = sasl
         self.tls = tls
         self.certificate_principal = certificate_principal
+        self.clock = clock
         config = handlers.core.config
         self.produce_bytes_max = config.request_bytes_max
-        self.topics_max, self.partitions_max = config.topics_max, config.partitions_max
+        self.admission = ConnectionAdmission(
+            ConnectionLimits(
+                connections_max=config.kafka_connections_max,
+                per_host_max=config.kafka_connections_per_host_max,
+                per_host_overrides=parse_host_counts(config.kafka_connections_per_host_overrides),
+                rate_per_host_max=config.connection_rate_per_host_max,
+            )
+        )
+        self.prelogin_rates = HostRates(config.kafka_prelogin_request_rate_per_host_max)
+        self.sockets = Sockets(self.admission, tls, clock)
         self.held = ByteBudget(HELD_BYTES_MAX)
-        self._server: asyncio.Server | None = None
-        self._closing = False
-        self._connections: set[asyncio.Task[None]] = set()
         self._requests_open = asyncio.Event()
 
     def open_requests(self) -> None:
@@ -95,170 +138,186 @@ class KafkaListener:
         self._requests_open.set()
 
     async def start(self, host: str, port: int) -> int:
-        """Bind ``host:port``; the port bound (``port`` 0: a free one)."""
-        self._server = await asyncio.start_server(
-            self._serve, host, port, reuse_address=True, ssl=self.tls
-        )
-        bound: int = self._server.sockets[0].getsockname()[1]
+        """Bind ``host:port`` and accept; the port bound (``port`` 0: a free one)."""
+        bound = await self.sockets.bind(host, port)
+        self.sockets.serve(self._serve)
         return bound
 
     async def close(self) -> None:
         """Stop accepting, and end every connection now (answers still waiting are
         dropped: their clients retry elsewhere)."""
-        self._closing = True
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        if self._connections:
-            await asyncio.wait(list(self._connections))
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+        await self.sockets.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One connection, until it ends or the listener closes (which cancels it: the
-        task then ends cleanly, as asyncio's streams expect of a connection callback)."""
-        try:
-            await self._serve_connection(reader, writer)
-        except asyncio.CancelledError:
-            if not self._closing:
-                raise
-
-    async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        peer = writer.get_extra_info("peername")
-        host = str(peer[0]) if peer else ""
-        if len(self._connections) >= CONNECTIONS_MAX:
-            _refusals.log("refused a Kafka connection from %s: %d open", host, CONNECTIONS_MAX)
-            writer.close()
-            return
-        self._connections.add(task)
-        answers: asyncio.Queue[Awaitable[bytes | None] | None] = asyncio.Queue(IN_FLIGHT_MAX)
-        sending = asyncio.ensure_future(_send_in_order(answers, writer))
-        try:
-            await asyncio.wait_for(self._requests_open.wait(), IDLE_TIMEOUT_S)
-            await self._read_requests(reader, writer, answers, host)
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
-            pass
-        finally:
-            self._connections.discard(task)
-            with contextlib.suppress(Exception):
-                if not sending.done() and not self._closing:
-                    await asyncio.wait_for(answers.put(None), FRAME_TIMEOUT_S)
-                    await asyncio.wait_for(sending, FRAME_TIMEOUT_S)
-            sending.cancel()
-            writer.close()
-
-    async def _read_requests(
+    async def _serve(
         self,
+        connection_id: int,
+        host: str,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        answers: asyncio.Queue[Awaitable[bytes | None] | None],
-        host: str,
     ) -> None:
-        sasl = self.sasl
-        login = SaslState()
+        """One connection, until it ends (``Sockets`` closes and uncounts it)."""
+        connection = self._connection(connection_id, host, writer)
+        if connection is None:
+            return
+        answers: Answers = asyncio.Queue(IN_FLIGHT_MAX)
+        sending = asyncio.ensure_future(_send_in_order(answers, writer))
+        ended = False
+        try:
+            async with asyncio.timeout(IDLE_TIMEOUT_S):
+                await self._requests_open.wait()
+            await self._read_requests(connection, reader, answers)
+            ended = True
+        except _ClosedError as closed:
+            _refusals.log("closed a Kafka connection from %s: %s", host, closed)
+            ended = True
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            ended = True
+        finally:
+            with contextlib.suppress(Exception):
+                if ended and not sending.done():
+                    async with asyncio.timeout(FRAME_TIMEOUT_S):
+                        await answers.put(None)
+                        await sending
+            sending.cancel()
+
+    def _connection(
+        self, connection_id: int, host: str, writer: asyncio.StreamWriter
+    ) -> _Connection | None:
+        """The connection's state, its caller named by its client certificate when that
+        is how this listener names callers; None when the certificate names nobody."""
         anonymous = Caller(ANONYMOUS, host)
         tls_object = writer.get_extra_info("ssl_object") if self.tls is not None else None
         der = tls_object.getpeercert(binary_form=True) if tls_object is not None else None
-        if der and self.certificate_principal is not None and sasl is None:
+        if der and self.certificate_principal is not None and self.sasl is None:
             try:
                 anonymous = Caller(self.certificate_principal(der), host)
             except HeadwaterError as refused:
                 _refusals.log("closed a Kafka connection from %s: %s", host, refused.message)
-                return
+                return None
+        return _Connection(connection_id, host, anonymous)
+
+    def _prove(self, connection: _Connection) -> None:
+        if not connection.proven:
+            connection.proven = True
+            self.admission.prove(connection.id)
+
+    async def _read_requests(
+        self, connection: _Connection, reader: asyncio.StreamReader, answers: Answers
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        login_deadline = loop.time() + LOGIN_TIMEOUT_S
         while True:
-            prefix = await asyncio.wait_for(reader.readexactly(_SIZE.size), IDLE_TIMEOUT_S)
+            before_login = self.sasl is not None and connection.login.caller is None
+            wait_s = login_deadline - loop.time() if before_login else IDLE_TIMEOUT_S
+            if wait_s <= 0:
+                raise _ClosedError(f"no login within {LOGIN_TIMEOUT_S:.0f} s")
+            async with asyncio.timeout(wait_s):
+                prefix = await reader.readexactly(_SIZE.size)
+            if before_login:
+                await self._wait_for_prelogin_room(connection.host, login_deadline)
             (size,) = _SIZE.unpack(prefix)
             if not protocol.FRAME_HEADER.size <= size <= self.produce_bytes_max:
-                _refusals.log(
-                    "closed a Kafka connection from %s: a request of %d bytes (valid: %d to %d)",
-                    host,
-                    size,
-                    protocol.FRAME_HEADER.size,
-                    self.produce_bytes_max,
+                raise _ClosedError(
+                    f"a request of {size} bytes (valid: {protocol.FRAME_HEADER.size} to "
+                    f"{self.produce_bytes_max})"
                 )
-                return
-            start = await asyncio.wait_for(
-                reader.readexactly(protocol.FRAME_HEADER.size), FRAME_TIMEOUT_S
-            )
+            async with asyncio.timeout(FRAME_TIMEOUT_S):
+                start = await reader.readexactly(protocol.FRAME_HEADER.size)
             fixed = protocol.read_frame_header(start)
             if fixed.api_key != protocol.PRODUCE and size > REQUEST_BYTES_MAX:
-                _refusals.log(
-                    "closed a Kafka connection from %s: api key %d in %d bytes (at most %d)",
-                    host,
-                    fixed.api_key,
-                    size,
-                    REQUEST_BYTES_MAX,
+                raise _ClosedError(
+                    f"api key {fixed.api_key} in {size} bytes (at most {REQUEST_BYTES_MAX})"
                 )
-                return
-            async with self.held.hold(size):
-                rest = await asyncio.wait_for(
-                    reader.readexactly(size - len(start)), FRAME_TIMEOUT_S
-                )
-                frame = start + rest
-                if not await self._handle_frame(
-                    frame, fixed, answers, host, sasl, login, anonymous
-                ):
+            if before_login:
+                assert self.sasl is not None
+                refusal = self.sasl.refusal_before_login(connection.login, fixed.api_key, size)
+                if refusal is not None:
+                    raise _ClosedError(refusal)
+            frame_id = object()
+            try:
+                frame = await self._read_frame(reader, frame_id, size, start)
+                if not await self._handle_frame(frame, fixed, answers, connection):
                     return
+            finally:
+                self.held.release(frame_id)
+            if self.sasl is None:
+                self._prove(connection)
+
+    async def _wait_for_prelogin_room(self, host: str, login_deadline: float) -> None:
+        """Until ``host`` may send another request before a login (``prelogin_rates``)."""
+        loop = asyncio.get_running_loop()
+        while (wait_s := self.prelogin_rates.take(host, self.clock())) > 0:
+            if loop.time() + wait_s > login_deadline:
+                raise _ClosedError(f"no login within {LOGIN_TIMEOUT_S:.0f} s")
+            await asyncio.sleep(wait_s)
+
+    async def _read_frame(
+        self, reader: asyncio.StreamReader, frame_id: object, size: int, start: bytes
+    ) -> bytes:
+        """The whole frame of ``size`` bytes that begins with ``start``, its bytes held in
+        the node's budget as they arrive (see the module doc)."""
+        left = size - len(start)
+        if size <= SMALL_FRAME_BYTES:
+            async with asyncio.timeout(FRAME_TIMEOUT_S):
+                rest = await reader.readexactly(left)
+            self.held.add(frame_id, size)
+            return start + rest
+        self.held.add(frame_id, len(start))
+        chunks = [start]
+        async with asyncio.timeout(FRAME_TIMEOUT_S):
+            while left:
+                chunk = await reader.read(min(left, CHUNK_BYTES))
+                if not chunk:
+                    raise asyncio.IncompleteReadError(b"".join(chunks), size)
+                await self.held.take(frame_id, len(chunk))
+                chunks.append(chunk)
+                left -= len(chunk)
+        return b"".join(chunks)
 
     async def _handle_frame(
         self,
         frame: bytes,
         fixed: protocol.FrameHeader,
-        answers: asyncio.Queue[Awaitable[bytes | None] | None],
-        host: str,
-        sasl: KafkaSasl | None,
-        login: SaslState,
-        anonymous: Caller,
+        answers: Answers,
+        connection: _Connection,
     ) -> bool:
         """Handle one request (its answer queued in order); False: close the connection.
-        ``login.caller`` (or ``anonymous``) is the caller its handler sees."""
-        if (
-            sasl is not None
-            and login.caller is None
-            and not sasl.allowed_before_login(fixed.api_key)
-        ):
-            _refusals.log(
-                "closed a Kafka connection from %s: api key %d before a SASL login",
-                host,
-                fixed.api_key,
-            )
-            return False
+        ``connection.login.caller`` (or its anonymous caller) is the caller its handler
+        sees."""
+        sasl = self.sasl
+        host = connection.host
         if not protocol.is_supported(fixed.api_key, fixed.api_version, sasl is not None):
             unsupported = protocol.unsupported_answer(fixed, sasl is not None)
             if unsupported is None:
-                _refusals.log(
-                    "closed a Kafka connection from %s: api key %d version %d is not one of "
-                    "Kafka's",
-                    host,
-                    fixed.api_key,
-                    fixed.api_version,
+                raise _ClosedError(
+                    f"api key {fixed.api_key} version {fixed.api_version} is not one of Kafka's"
                 )
-                return False
             await answers.put(_ready(unsupported))
             return True
         try:
             if fixed.api_key == protocol.PRODUCE:
-                protocol.check_produce_shape(frame, self.topics_max, self.partitions_max)
+                config = self.handlers.core.config
+                protocol.check_produce_shape(frame, config.topics_max, config.partitions_max)
             request = protocol.decode_request(frame)
         except protocol.MalformedRequestError as problem:
-            _refusals.log("closed a Kafka connection from %s: %s", host, problem)
-            return False
+            raise _ClosedError(str(problem)) from None
+        login = connection.login
         if sasl is not None and request.api_key in protocol.SASL_APIS:
             if request.api_key == protocol.SASL_HANDSHAKE:
-                body, close = sasl.handshake(login, request), False
+                body, close = sasl.handshake(login, request)
             else:
                 body, close = await sasl.authenticate(login, request, host)
             await answers.put(_ready(protocol.encode_response(request.correlation_id, body)))
+            if login.caller is not None:
+                self._prove(connection)
             if close:
-                _refusals.log("a Kafka login from %s failed; its connection is closed", host)
+                _refusals.log(
+                    "a Kafka login from %s failed (api key %d); its connection is closed",
+                    host,
+                    request.api_key,
+                )
             return not close
-        caller = anonymous if login.caller is None else login.caller
+        caller = connection.anonymous if login.caller is None else login.caller
         token = CALLER.set(dataclasses.replace(caller, client_id=request.client_id))
         try:
             answer = await self.handlers.handle(request)
@@ -270,8 +329,7 @@ class KafkaListener:
                 else _encoded(request, cast(Awaitable[Any], answer))
             )
         except HeadwaterError as refused:  # a request no answer can carry
-            _refusals.log("closed a Kafka connection from %s: %s", host, refused.message)
-            return False
+            raise _ClosedError(refused.message) from None
         except Exception:
             _log.exception(
                 "Kafka api key %d version %d failed", request.api_key, request.api_version
@@ -287,27 +345,43 @@ class KafkaListener:
 
 
 class ByteBudget:
-    """Bytes held across connections: ``hold(n)`` waits until ``n`` more fit (a hold
-    larger than the whole budget waits until nothing else is held)."""
+    """Bytes of request frames held across connections (see the module doc). Each frame
+    is known by an object of its own; ``add`` counts bytes at once, ``take`` waits until
+    they fit or the frame is the oldest that holds bytes, ``release`` frees a frame's
+    bytes. Used on one event loop."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.held = 0
-        self._changed = asyncio.Condition()
+        self._frames: dict[object, int] = {}  # in the order each frame first held bytes
+        self._waiters: list[asyncio.Future[None]] = []
 
-    @contextlib.asynccontextmanager
-    async def hold(self, size: int) -> AsyncIterator[None]:
-        async with self._changed:
-            await self._changed.wait_for(
-                lambda: self.held == 0 or self.held + size <= self.capacity
-            )
-            self.held += size
-        try:
-            yield
-        finally:
-            async with self._changed:
-                self.held -= size
-                self._changed.notify_all()
+    def add(self, frame: object, size: int) -> None:
+        self._frames[frame] = self._frames.get(frame, 0) + size
+        self.held += size
+
+    def _fits(self, frame: object, size: int) -> bool:
+        return self.held + size <= self.capacity or next(iter(self._frames), frame) is frame
+
+    async def take(self, frame: object, size: int) -> None:
+        while not self._fits(frame, size):
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+        self.add(frame, size)
+
+    def release(self, frame: object) -> None:
+        freed = self._frames.pop(frame, 0)
+        self.held -= freed
+        if freed and self._waiters:
+            for waiter in self._waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._waiters.clear()
 
 
 def _ready(frame: bytes) -> Awaitable[bytes | None]:
@@ -335,9 +409,7 @@ def _encoded(request: protocol.Request, answer: Awaitable[Any]) -> Awaitable[byt
     return asyncio.ensure_future(encode())
 
 
-async def _send_in_order(
-    answers: asyncio.Queue[Awaitable[bytes | None] | None], writer: asyncio.StreamWriter
-) -> None:
+async def _send_in_order(answers: Answers, writer: asyncio.StreamWriter) -> None:
     """Write each answer in request order; an answer that failed ends the connection
     (the client then retries on a new one)."""
     try:

@@ -10,8 +10,13 @@ with the same limits as the gRPC listener's logins.
   unknown users refused like wrong passwords).
 
 Before a login succeeds a connection may send only ApiVersions, SaslHandshake and
-SaslAuthenticate; anything else closes it, as Kafka does. A failed login is answered
-SASL_AUTHENTICATION_FAILED (58) and the connection is closed. The caller is then
+SaslAuthenticate, at most ``PRELOGIN_REQUESTS_MAX`` of them, each frame at most
+``PRELOGIN_FRAME_BYTES_MAX`` (Kafka's ``sasl.server.max.receive.size``); anything else
+closes it, as Kafka does (``refusal_before_login``). One SaslHandshake per connection: an
+unsupported mechanism is answered UNSUPPORTED_SASL_MECHANISM (33), a second handshake
+ILLEGAL_SASL_STATE (34), and either closes the connection after its answer, as Kafka
+does. A failed login is answered SASL_AUTHENTICATION_FAILED (58) and the connection is
+closed. The caller is then
 ``User:<name>`` with the credential it proved, so changing or removing the user ends what
 the connection may do at its next request (the authorizer compares credentials).
 """
@@ -35,6 +40,15 @@ ILLEGAL_SASL_STATE: Final = 34
 SASL_AUTHENTICATION_FAILED: Final = 58
 PLAIN_BYTES_MAX: Final = 4096
 """Longest PLAIN message taken (a user name and a password)."""
+PRELOGIN_FRAME_BYTES_MAX: Final = 512 << 10
+"""Largest request frame before a login (Kafka's ``sasl.server.max.receive.size``)."""
+PRELOGIN_REQUESTS_MAX: Final = 8
+"""Most requests a connection may send before its login succeeds (a login takes 3 or 4:
+ApiVersions, perhaps again at a lower version, SaslHandshake, one or two
+SaslAuthenticate)."""
+_BEFORE_LOGIN: Final = frozenset(
+    {protocol.API_VERSIONS, protocol.SASL_HANDSHAKE, protocol.SASL_AUTHENTICATE}
+)
 
 
 @dataclass(slots=True)
@@ -45,6 +59,8 @@ class SaslState:
     mechanism: str = ""
     exchange_id: str = ""
     caller: Caller | None = None
+    requests_before_login: int = 0
+    handshakes: int = 0
 
 
 @dataclass(slots=True)
@@ -57,21 +73,35 @@ class KafkaSasl:
     scram_logins: ScramLogins
 
     @staticmethod
-    def allowed_before_login(api_key: int) -> bool:
-        return api_key in (
-            protocol.API_VERSIONS,
-            protocol.SASL_HANDSHAKE,
-            protocol.SASL_AUTHENTICATE,
-        )
+    def refusal_before_login(state: SaslState, api_key: int, size: int) -> str | None:
+        """Why a request of ``api_key`` in a frame of ``size`` bytes closes a connection
+        that has not logged in (counting it), or None when it may be read."""
+        if api_key not in _BEFORE_LOGIN:
+            return f"api key {api_key} before a SASL login"
+        if size > PRELOGIN_FRAME_BYTES_MAX:
+            return (
+                f"a request of {size} bytes before a SASL login (at most "
+                f"{PRELOGIN_FRAME_BYTES_MAX})"
+            )
+        state.requests_before_login += 1
+        if state.requests_before_login > PRELOGIN_REQUESTS_MAX:
+            return f"more than {PRELOGIN_REQUESTS_MAX} requests before a SASL login"
+        return None
 
-    def handshake(self, state: SaslState, request: protocol.Request) -> Any:
+    def handshake(self, state: SaslState, request: protocol.Request) -> tuple[Any, bool]:
+        """(the answer, whether the connection must close after it)."""
         mechanism = request.body.mechanism
         schema = protocol.response_schema(request.api_key, request.api_version)
-        if state.caller is not None or mechanism not in self.mechanisms:
-            code = ILLEGAL_SASL_STATE if state.caller is not None else UNSUPPORTED_SASL_MECHANISM
-            return protocol.build(schema, error_code=code, mechanisms=list(self.mechanisms))
-        state.mechanism = mechanism
-        return protocol.build(schema, error_code=0, mechanisms=list(self.mechanisms))
+        state.handshakes += 1
+        code = 0
+        if state.caller is not None or state.handshakes > 1:
+            code = ILLEGAL_SASL_STATE
+        elif mechanism not in self.mechanisms:
+            code = UNSUPPORTED_SASL_MECHANISM
+        else:
+            state.mechanism = mechanism
+        answer = protocol.build(schema, error_code=code, mechanisms=list(self.mechanisms))
+        return answer, code != 0
 
     async def authenticate(
         self, state: SaslState, request: protocol.Request, host: str

@@ -1,0 +1,320 @@
+"""The Kafka listener under attack, on a node with SASL_PLAINTEXT logins and ACLs (alice
+may use topic ``a``; bob may do nothing): nothing a stranger or a user without rights
+sends before or after a login holds up other clients, and one host cannot take every
+connection. Strangers connect from 127.0.0.2 and 127.0.0.3 (loopback addresses too), the
+clients that must keep working from 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from headwater.client import Admin
+from headwater.node.kafka import protocol
+from headwater.shared.acls import parse_acl
+from headwater.shared.tls import ClientSecurity
+from headwater.tools.ports import free_port
+from headwater.tools.tls_certs import create_named_pki
+from tests import kafka_raw
+from tests.node_process import NodeProcess, wait_until
+
+DEADLINE_S = 30.0
+CONNECTIONS_MAX = 120
+PER_HOST_MAX = 80
+PRELOGIN_RATE = 50
+STRANGER = "127.0.0.2"
+OTHER_STRANGER = "127.0.0.3"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    node = NodeProcess(
+        tmp_path_factory.mktemp("kafka-attacks") / "data",
+        env={"HEADWATER_CREDENTIALS_OVER_PLAINTEXT": "allow"},
+        kafka_port=free_port(),
+    )
+    node.start()
+    try:
+        with Admin(node.address) as admin:
+            for user in ("admin", "alice", "bob"):
+                admin.upsert_user(user, f"{user}-secret")
+            for topic in ("a", "b"):
+                admin.create_topic(topic, 1)
+            admin.create_acls(
+                [parse_acl("topic", "a", "User:alice", op) for op in ("read", "write", "describe")]
+            )
+        node.stop()
+        node.env.update(
+            {
+                "HEADWATER_AUTHORIZER": "acl",
+                "HEADWATER_SUPER_USERS": "User:admin",
+                "HEADWATER_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                "HEADWATER_KAFKA_CONNECTIONS_MAX": str(CONNECTIONS_MAX),
+                "HEADWATER_KAFKA_CONNECTIONS_PER_HOST_MAX": str(PER_HOST_MAX),
+                "HEADWATER_KAFKA_PRELOGIN_REQUEST_RATE_PER_HOST_MAX": str(PRELOGIN_RATE),
+            }
+        )
+        node.start()
+        yield node
+    finally:
+        node.kill()
+
+
+def alice(node: NodeProcess) -> AdminClient:
+    """A librdkafka client logged in as alice, its connections made (from 127.0.0.1)."""
+    assert node.kafka_address is not None
+    client = AdminClient(
+        {
+            "bootstrap.servers": node.kafka_address,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": "alice-secret",
+        }
+    )
+    client.list_topics(timeout=DEADLINE_S)
+    return client
+
+
+def metadata_latencies_ms(client: AdminClient, seconds: float) -> list[float]:
+    """Metadata through ``client`` every 50 ms for ``seconds``: each call's milliseconds
+    (a call that fails counts as 5,000)."""
+    found = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        started = time.perf_counter()
+        try:
+            client.list_topics(timeout=5)
+            found.append((time.perf_counter() - started) * 1000)
+        except Exception:
+            found.append(5000.0)
+        time.sleep(0.05)
+    return found
+
+
+def raw(node: NodeProcess, source: str | None = None) -> socket.socket:
+    assert node.kafka_address is not None
+    return kafka_raw.connect(node.kafka_address, source)
+
+
+def bob(node: NodeProcess, source: str = STRANGER) -> socket.socket:
+    """A raw connection logged in as bob (who may do nothing). The node checks at most 8
+    passwords of one host at once and refuses more, so a refused login is tried again."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        sock = raw(node, source)
+        if kafka_raw.plain_login(sock, "bob", "bob-secret") == 0:
+            return sock
+        sock.close()
+        assert time.monotonic() < deadline, "bob could not log in"
+        time.sleep(0.1)
+
+
+class Repeating:
+    """``attack(stop)`` run over and over in a thread of its own, until the block ends."""
+
+    def __init__(self, attack: object, threads: int = 1) -> None:
+        self.attack = attack
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+        self.rounds = 0
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.attack(self.stop)  # type: ignore[operator]
+                self.rounds += 1
+            except OSError:
+                time.sleep(0.05)
+
+    def __enter__(self) -> Repeating:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(DEADLINE_S)
+
+
+def _hold_until_closed(sock: socket.socket, stop: threading.Event) -> None:
+    sock.settimeout(0.5)
+    while not stop.is_set():
+        try:
+            if not sock.recv(1):
+                return
+        except TimeoutError:
+            continue
+
+
+@pytest.mark.parametrize(
+    ("api_key", "size", "connections"),
+    [(protocol.PRODUCE, 256 << 20, 1), (protocol.METADATA, 4 << 20, 64)],
+    ids=["one-256MiB-produce", "64-4MiB-metadata"],
+)
+def test_a_stalled_frame_of_a_user_without_rights_holds_up_nobody(
+    node: NodeProcess, api_key: int, size: int, connections: int
+) -> None:
+    """bob logs in on ``connections`` connections, each announcing a frame of ``size``
+    bytes and sending nothing more, again each time it is closed. Nothing of those frames
+    is held in the node's budget of 256 MiB, so alice's Metadata is answered as fast as
+    before. (Each frame was reserved whole as it was announced: every other client
+    waited out the 30 s frame timeout.)"""
+    client = alice(node)
+    quiet = metadata_latencies_ms(client, 2)
+    announced = threading.Semaphore(0)
+
+    def stall(stop: threading.Event) -> None:
+        with bob(node) as sock:
+            version = 3 if api_key == protocol.PRODUCE else 1
+            sock.sendall(struct.pack(">ihhi", size, api_key, version, 1))
+            announced.release()
+            _hold_until_closed(sock, stop)
+
+    with Repeating(stall, threads=connections):
+        for _ in range(connections):
+            assert announced.acquire(timeout=DEADLINE_S)
+        attacked = metadata_latencies_ms(client, 5)
+    assert max(attacked) < 1000, attacked
+    assert statistics.median(attacked) < max(100.0, 2 * statistics.median(quiet)), (
+        quiet,
+        attacked,
+    )
+
+
+def test_before_a_login_a_large_frame_is_refused_on_its_first_bytes(node: NodeProcess) -> None:
+    """A SaslAuthenticate announced at 1 MiB before any login closes its connection after
+    its first 12 bytes, as Kafka caps such frames at 512 KiB; one at 512 KiB is read."""
+    with raw(node, STRANGER) as sock:
+        sock.sendall(struct.pack(">ihhi", 1 << 20, protocol.SASL_AUTHENTICATE, 1, 1))
+        assert kafka_raw.closed(sock, timeout=5)
+    with raw(node, STRANGER) as sock:
+        sock.sendall(struct.pack(">ihhi", 512 << 10, protocol.SASL_AUTHENTICATE, 1, 1))
+        assert not kafka_raw.closed(sock, timeout=1)
+
+
+def test_a_connection_gets_one_handshake_and_a_few_requests_before_its_login(
+    node: NodeProcess,
+) -> None:
+    """An unsupported mechanism and a second handshake are answered and close the
+    connection, as Kafka does; so does a ninth request before a login."""
+    with raw(node, STRANGER) as sock:
+        refused = kafka_raw.exchange(sock, protocol.SASL_HANDSHAKE, 1, mechanism="GSSAPI")
+        assert refused.error_code == 33  # UNSUPPORTED_SASL_MECHANISM
+        assert kafka_raw.closed(sock, timeout=5)
+    with raw(node, STRANGER) as sock:
+        first = kafka_raw.exchange(sock, protocol.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+        assert first.error_code == 0
+        again = kafka_raw.exchange(sock, protocol.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+        assert again.error_code == 34  # ILLEGAL_SASL_STATE
+        assert kafka_raw.closed(sock, timeout=5)
+    with raw(node, STRANGER) as sock:
+        for _ in range(8):
+            assert kafka_raw.exchange(sock, protocol.API_VERSIONS, 0).error_code == 0
+        sock.sendall(kafka_raw.frame(protocol.API_VERSIONS, 0))
+        assert kafka_raw.closed(sock, timeout=5)
+
+
+def test_one_host_cannot_take_every_connection(node: NodeProcess) -> None:
+    """One host holds at most ``PER_HOST_MAX`` connections; past the node's cap, idle
+    sockets that never logged in give way to new connections, so a client logs in while
+    two hosts keep the node full. (Without these, 4,200 idle sockets from one host shut
+    everyone else out.)"""
+    with ExitStack() as held:
+        socks = [held.enter_context(raw(node, STRANGER)) for _ in range(PER_HOST_MAX + 10)]
+        refused = [s for s in socks[PER_HOST_MAX:] if kafka_raw.closed(s, timeout=5)]
+        assert len(refused) == 10
+        for _ in range(CONNECTIONS_MAX - PER_HOST_MAX + 10):
+            held.enter_context(raw(node, OTHER_STRANGER))
+        client = alice(node)  # its connections take the place of the oldest idle ones
+        assert max(metadata_latencies_ms(client, 1)) < 1000
+        assert kafka_raw.closed(socks[0], timeout=5)
+
+
+def test_requests_before_a_login_are_rate_limited_per_host(node: NodeProcess) -> None:
+    """16 connections from one host flood ApiVersions before any login, reconnecting as
+    they are closed: the host gets about ``PRELOGIN_RATE`` answers a second, and alice's
+    Metadata is not slowed. (Unlimited, the flood took 2,800 answers a second and most of
+    the node's CPU.)"""
+    answered = [0]
+    lock = threading.Lock()
+
+    def flood(stop: threading.Event) -> None:
+        with raw(node, STRANGER) as sock:
+            for _ in range(8):
+                if stop.is_set():
+                    return
+                kafka_raw.exchange(sock, protocol.API_VERSIONS, 0)
+                with lock:
+                    answered[0] += 1
+
+    client = alice(node)
+    with Repeating(flood, threads=16):
+        time.sleep(1)
+        before = answered[0]
+        attacked = metadata_latencies_ms(client, 4)
+        during = answered[0] - before
+    assert during <= PRELOGIN_RATE * 6, during  # 4 s at the rate, and slack for the burst
+    assert max(attacked) < 1000, attacked
+
+
+def test_silent_tls_sockets_hold_no_tls_state_and_are_closed_after_the_handshake_timeout(
+    tmp_path: Path,
+) -> None:
+    """1,000 sockets connect to a SASL_SSL listener and say nothing: the node's memory
+    grows by far less than a TLS connection each (asyncio's TLS protocol allocates 256 KiB
+    per connection at once; each was about 300 KB), logins keep working, and a silent
+    socket is closed when its handshake time is up."""
+    pki = create_named_pki(tmp_path / "pki", ("node-1",), ("admin",))
+    node = NodeProcess(
+        tmp_path / "data",
+        env={
+            "HEADWATER_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "HEADWATER_KAFKA_CONNECTIONS_PER_HOST_MAX": "2000",
+        },
+        kafka_port=free_port(),
+        tls=pki.nodes["node-1"],
+    )
+    node.start()
+    try:
+        admin_files = pki.clients["admin"]
+        security = ClientSecurity(
+            "SSL", str(pki.ca_file), str(admin_files.cert_file), str(admin_files.key_file)
+        )
+        with Admin(node.address, security=security) as admin:
+            admin.upsert_user("carol", "carol-secret")
+        assert node.kafka_address is not None
+        login = {
+            "bootstrap.servers": node.kafka_address,
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(pki.ca_file),
+            "ssl.endpoint.identification.algorithm": "none",
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": "carol",
+            "sasl.password": "carol-secret",
+        }
+        AdminClient(login).list_topics(timeout=DEADLINE_S)
+        before = node.rss_bytes()
+        with ExitStack() as held:
+            first = held.enter_context(raw(node, STRANGER))
+            started = time.monotonic()
+            for _ in range(999):
+                held.enter_context(raw(node, STRANGER))
+            wait_until(lambda: node.rss_bytes() > before, 5, "the node to take the sockets")
+            AdminClient(login).list_topics(timeout=DEADLINE_S)
+            grown = node.rss_bytes() - before
+            assert grown < 30 << 20, f"{grown} bytes for 1,000 silent sockets"
+            assert kafka_raw.closed(first, timeout=20)
+            assert 9 < time.monotonic() - started < 20
+    finally:
+        node.stop()
