@@ -287,8 +287,11 @@ class FileLog:
 
     @property
     def size_bytes(self) -> int:
-        with self._lock:
-            return sum(s.disk_bytes for s in self._segments)
+        """The bytes of its segments and their indexes on disk, read without the log's
+        lock, like ``log_end_offset`` (for metrics and descriptions: an append or a
+        retention pass under way on another thread may or may not be counted; the
+        event loop never waits for the lock to say how large a log is)."""
+        return sum(s.disk_bytes for s in tuple(self._segments))
 
     @property
     def reserve_bytes(self) -> int:

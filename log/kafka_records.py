@@ -536,17 +536,22 @@ def kafka_size_bound(header: batch_format.BatchHeader) -> int:
     )
 
 
-def to_kafka(data: bytes | memoryview, budget: int) -> bytes:
+def to_kafka(data: bytes | memoryview, budget: int, whole_first: bool = True) -> bytes:
     """Stored batches (a read's bytes, whole batches, CRC checked when written) as
     Kafka batches, control batches left out (see the module doc). Batches are taken in
     order while the output stays within ``budget`` bytes (measured before any is
-    decompressed, ``kafka_size_bound``), and always the first: a small stored batch
+    decompressed, ``kafka_size_bound``), and the first whatever its size when
+    ``whole_first`` (KIP-74: the first batch of the first partition of a fetch that has
+    any is sent whole, so that a consumer always makes progress; in the partitions after
+    it, a batch past what is left of the fetch's bytes is not): a small stored batch
     that decompresses to much more never makes an answer larger than asked."""
-    return b"".join(_kafka_batches(data, budget))
+    return b"".join(_kafka_batches(data, budget, whole_first))
 
 
-def _kafka_batches(data: bytes | memoryview, budget: int) -> Iterator[bytes | memoryview]:
-    first = True
+def _kafka_batches(
+    data: bytes | memoryview, budget: int, whole_first: bool
+) -> Iterator[bytes | memoryview]:
+    first = whole_first
     for position, header in batch_format.iter_headers(data, verify_crc=False):
         if header.is_control:
             continue

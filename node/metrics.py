@@ -31,7 +31,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -82,6 +82,23 @@ LATENCY_BUCKETS_S: Final = (
 """Request latency buckets: produce and fetch answer in 1-10 ms on a quiet machine
 (BENCHMARKS.md: end-to-end p50 2.4 ms, p99 6.4 ms), acks=all waits up to the request
 timeout (30 s by default), long polls up to their max_wait_ms."""
+
+STALL_BUCKETS_S: Final = (
+    0.005,
+    0.01,
+    0.02,
+    0.03,
+    0.04,
+    0.05,
+    0.075,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+"""Event-loop stall buckets: a node should never hold its loop past 50 ms."""
 
 ACKS_LABELS: Final = {0: "all", 1: "0", 2: "1", 3: "all"}
 """The produce request's acks (proto enum: 0 unspecified = all, 1 none, 2 leader, 3 all)
@@ -161,6 +178,14 @@ class NodeMetrics:
             ["rpc", "acks"],
             registry=registry,
             buckets=LATENCY_BUCKETS_S,
+        )
+        self.event_loop_stall = Histogram(
+            "headwater_event_loop_stall_seconds",
+            "Each time the node's event loop was held for 5 ms or more (heartbeats, "
+            "replication and every client wait meanwhile), measured by a task that wakes "
+            "every 10 ms (so to within 10 ms below).",
+            registry=registry,
+            buckets=STALL_BUCKETS_S,
         )
         self._in: dict[str, tuple[Counter, Counter]] = {}
         self._out: dict[str, tuple[Counter, Counter]] = {}
@@ -567,7 +592,9 @@ class NodeStateCollector(Collector):
     """Collects ``state_families`` of a snapshot taken on ``loop`` by ``snapshot``."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, snapshot: Callable[[], NodeSnapshot]
+        self,
+        loop: asyncio.AbstractEventLoop,
+        snapshot: Callable[[], Coroutine[Any, Any, NodeSnapshot]],
     ) -> None:
         self.loop = loop
         self.snapshot = snapshot
@@ -586,15 +613,14 @@ class NodeStateCollector(Collector):
         return ()  # no fixed set: the registry must not collect the node's state to describe
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop, function: Callable[[], Any], timeout_s: float) -> Any:
+def _on_loop(
+    loop: asyncio.AbstractEventLoop,
+    function: Callable[[], Coroutine[Any, Any, Any]],
+    timeout_s: float,
+) -> Any:
     """``function()`` run on ``loop`` from another thread, waiting up to ``timeout_s``."""
-    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-    def run() -> None:
-        try:
-            done.set_result(function())
-        except BaseException as exc:
-            done.set_exception(exc)
-
-    loop.call_soon_threadsafe(run)
-    return done.result(timeout_s)
+    done = asyncio.run_coroutine_threadsafe(function(), loop)
+    try:
+        return done.result(timeout_s)
+    finally:
+        done.cancel()

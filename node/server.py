@@ -31,13 +31,16 @@ from headwater.node.config import NodeConfig
 from headwater.node.controller import LEADER_FALLBACK_ELECTIONS, ControllerDriver
 from headwater.node.controller_service import ControllerService
 from headwater.node.groups.coordinator import GroupCoordinator
+from headwater.node.groups.image import GroupState
 from headwater.node.groups.service import GroupsService
 from headwater.node.kafka.group_handlers import GroupHandlers
 from headwater.node.kafka.groups import ClassicGroups
 from headwater.node.kafka.handlers import KafkaHandlers
 from headwater.node.kafka.listener import KafkaListener
 from headwater.node.kafka.sasl import KafkaSasl
+from headwater.node.limits import yield_every
 from headwater.node.log_manager import DataDirError, LogManager, now_ms
+from headwater.node.loop_watch import LoopWatch
 from headwater.node.metrics import (
     GroupSample,
     NodeMetrics,
@@ -66,12 +69,15 @@ from headwater.raft.quorum import (
 from headwater.raft.records import NO_LEADER
 from headwater.shared.addresses import parse_address
 from headwater.shared.quotas import REQUEST_RATE
-from headwater.shared.runtime_tuning import tune_runtime
+from headwater.shared.runtime_tuning import freeze_long_lived, tune_runtime
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 SHUTDOWN_GRACE_S: Final = 5.0
 ROLE_CHECK_S: Final = 0.2
+SNAPSHOT_SLICE_PARTITIONS: Final = 500
+"""Partitions (or committed offsets) a metrics snapshot samples before it gives the event
+loop back."""
 HEALTH_SERVICES: Final = ("", "headwater.v1.Broker", "headwater.v1.Admin", "headwater.v1.Groups")
 STORAGE_HEALTH_SERVICES: Final = ("", "headwater.v1.Broker", "headwater.v1.Groups")
 """NOT_SERVING while the data folder is offline (Admin, which needs no log, serves on)."""
@@ -118,8 +124,14 @@ class Node:
         self._roles_allowed = False  # the leadership allowance the roles were set with
         self._serving_watch: asyncio.Task[None] | None = None
         self._kafka_gate: asyncio.Task[None] | None = None
+        self._frozen = False
+        """Whether the objects alive when the node first served were frozen
+        (``freeze_long_lived``)."""
         self.metrics = NodeMetrics() if config.metrics_listen else None
         self.metrics_endpoint = metrics_endpoint
+        self.loop_watch = LoopWatch(
+            None if self.metrics is None else self.metrics.event_loop_stall.observe
+        )
 
     async def start(self) -> None:
         config = self.config
@@ -175,6 +187,7 @@ class Node:
             self.logs.close()
             raise
         self._add_services()
+        self.loop_watch.start()
         self.state.add_listener(self._on_image)
         await self.server.start()
         await self.internal_server.start()
@@ -567,6 +580,9 @@ class Node:
             await self._next_image(image)
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        if not self._frozen:
+            self._frozen = True
+            freeze_long_lived()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.serving = True
         _log.info("node %d is ready", self.config.node_id)
@@ -621,13 +637,16 @@ class Node:
 
     # ------------------------------------------------------------------ metrics
 
-    def metrics_snapshot(self) -> NodeSnapshot:
+    async def metrics_snapshot(self) -> NodeSnapshot:
         """The node's state for a metrics scrape (on the event loop: see
-        ``headwater.node.metrics``); drops the series of deleted topics."""
+        ``headwater.node.metrics``), a slice of partitions and groups at a time, so a
+        node of thousands of partitions never holds its loop for a scrape (each
+        partition's series is of one moment, the scrape's of a few milliseconds); drops
+        the series of deleted topics."""
         image = self.state.image
         hosted = self.logs.hosted() if self.logs is not None else []
         partitions = []
-        for partition in hosted:
+        async for partition in yield_every(hosted, SNAPSHOT_SLICE_PARTITIONS):
             state = partition.state
             log = partition.log
             end = log.log_end_offset
@@ -681,7 +700,7 @@ class Node:
             else 0,
             fenced_brokers=sum(1 for b in image.brokers.values() if b.fenced) if active else 0,
             registered_brokers=len(image.brokers) if active else 0,
-            groups=self._group_samples(),
+            groups=await self._group_samples(),
             uncleanable_partitions=self.logs.uncleanable_partitions() if self.logs else 0,
             log_dir_offline=bool(self.logs and self.logs.offline_problem),
             raft_journal_failed=bool(quorum and quorum.journal_problem),
@@ -693,14 +712,15 @@ class Node:
             else 0,
         )
 
-    def _group_samples(self) -> list[GroupSample]:
+    async def _group_samples(self) -> list[GroupSample]:
         if self.groups is None or self.logs is None:
             return []
         samples = []
         for shard in list(self.groups.shards.values()):
             if not shard.loaded:
                 continue
-            for group in shard.image.groups.values():
+            groups = list(shard.image.groups.values())
+            async for group in yield_every(groups, SNAPSHOT_SLICE_PARTITIONS, _offsets_held):
                 lag = {}
                 for (topic, index), committed in group.offsets.items():
                     replica = self.logs.partition(topic, index)
@@ -744,7 +764,12 @@ class Node:
         await self.peers.close()
         if self.logs is not None:
             self.logs.close()
+        await self.loop_watch.stop()
         _log.info("node %d stopped", self.config.node_id)
+
+
+def _offsets_held(group: GroupState) -> int:
+    return 1 + len(group.offsets)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:

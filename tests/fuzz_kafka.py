@@ -19,6 +19,7 @@ a finding, raised with the case in hex.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import random
 import struct
@@ -31,7 +32,8 @@ from kio.serial import entity_writer
 
 from headwater.log import batch as batch_format
 from headwater.log import kafka_records as records
-from headwater.node.kafka import consumer_protocol, protocol
+from headwater.node.kafka import consumer_protocol, protocol, request_shape
+from headwater.node.kafka.request_shape import MalformedRequestError, RequestLimits
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 ALLOWED_CODES = frozenset(
@@ -146,15 +148,125 @@ def fuzz_requests(seed: int, cases: int) -> None:
     for _ in range(cases):
         case = _mutate(rng, rng.choice(frames), frames)
         try:
-            if protocol.read_frame_header(case).api_key == protocol.PRODUCE:
-                protocol.check_produce_shape(case, 10_000, 10_000)
-            protocol.decode_request(case)
-        except protocol.MalformedRequestError:
+            protocol.decode_request(case, RequestLimits())
+        except MalformedRequestError:
             pass
         except Exception as exc:
             raise AssertionError(
                 f"request {case.hex()} raised {type(exc).__name__}: {exc}"
             ) from exc
+
+
+SMALL_LIMITS = RequestLimits(topics_max=6, partitions_max=9, members_max=4, entries_max=10**6)
+"""Limits small enough for seeds to hold arrays just under, at and just over each."""
+
+
+def _sized_request(rng: random.Random, api_key: int, version: int, batch: bytes) -> bytes:
+    """A frame of ``api_key`` at ``version`` whose every array holds a count drawn near
+    its bound in ``SMALL_LIMITS``: 0, 1, or the bound -1, +0 or +1 (a cumulative bound
+    split over the arrays that share it)."""
+
+    def count(owner: str, field: str) -> int:
+        kind = request_shape.ARRAY_KINDS.get((owner, field))
+        if kind is None:
+            return rng.choice((0, 1, 2))
+        bound = SMALL_LIMITS.bound(kind)[0]
+        if kind in request_shape.CUMULATIVE_KINDS:
+            bound = max(1, bound // 3)
+        return rng.choice((0, 1, bound - 1, bound, bound, bound + 1, bound + 1))
+
+    def filled(schema: type[Any]) -> Any:
+        values: dict[str, Any] = {}
+        for field, kind, nested in protocol._fields(schema):
+            base = kind.removeprefix("nullable ")
+            if base == "entities":
+                values[field.name] = [
+                    filled(nested) for _ in range(count(schema.__name__, field.name))
+                ]
+            elif base == "array":
+                item = "t" if field.metadata.get("kafka_type") == "string" else 3
+                values[field.name] = [item] * count(schema.__name__, field.name)
+            elif base == "records":
+                values[field.name] = batch
+            elif base == "string" and field.name.endswith("name"):
+                values[field.name] = "topic-a"
+        return protocol.build(schema, **values)
+
+    schema = load_request_schema(api_key, version)
+    header_schema = schema.__header_schema__
+    header = protocol.build(
+        header_schema,
+        request_api_key=api_key,
+        request_api_version=version,
+        correlation_id=7,
+        client_id="fuzz",
+    )
+    out = io.BytesIO()
+    entity_writer(header_schema)(out, header)
+    entity_writer(schema)(out, filled(schema))
+    return out.getvalue()
+
+
+def over_limits(body: Any, limits: RequestLimits) -> list[str]:
+    """What a decoded request holds past ``limits``, counted on the decoded message
+    itself (the oracle for the walk's bounds): each array against its kind's bound,
+    partitions over the whole request."""
+    found: list[str] = []
+    totals: dict[str, int] = {}
+
+    def visit(message: Any) -> None:
+        for field in dataclasses.fields(message):
+            value = getattr(message, field.name)
+            if dataclasses.is_dataclass(value):
+                visit(value)
+            if not isinstance(value, tuple):
+                continue
+            kind = request_shape.ARRAY_KINDS.get((type(message).__name__, field.name))
+            if kind is not None:
+                bound = limits.bound(kind)[0]
+                if kind in request_shape.CUMULATIVE_KINDS:
+                    totals[kind] = totals.get(kind, 0) + len(value)
+                elif len(value) > bound:
+                    found.append(f"{field.name}: {len(value)} {kind}")
+            for item in value:
+                if dataclasses.is_dataclass(item):
+                    visit(item)
+
+    visit(body)
+    found += [
+        f"{total} {kind} in all" for kind, total in totals.items() if total > limits.bound(kind)[0]
+    ]
+    return found
+
+
+def fuzz_request_limits(seed: int, cases: int) -> None:
+    """Requests of every API and version served with arrays near and over their bounds:
+    each is refused exactly when the decoded request would hold more than the bounds
+    allow (``over_limits``), and a refusal names the bound."""
+    rng = random.Random(seed)
+    batch = _batch(rng, 0)
+    served = [
+        (key, version)
+        for key, (low, high) in sorted(protocol.SUPPORTED_VERSIONS.items())
+        for version in range(low, high + 1)
+    ]
+    refused = 0
+    for _ in range(cases):
+        api_key, version = rng.choice(served)
+        frame = _sized_request(rng, api_key, version, batch)
+        over = over_limits(protocol.decode_request(frame).body, SMALL_LIMITS)
+        try:
+            protocol.decode_request(frame, SMALL_LIMITS)
+        except MalformedRequestError as error:
+            if not over or "at most" not in str(error):
+                raise AssertionError(
+                    f"request {frame.hex()} refused ({error}) within its bounds"
+                ) from error
+            refused += 1
+            continue
+        if over:
+            raise AssertionError(f"request {frame.hex()} taken holding {over}")
+    assert refused, "no case went over a bound"
 
 
 def fuzz_batches(seed: int, cases: int) -> None:
@@ -252,11 +364,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     fuzz_requests(args.seed, args.cases)
+    fuzz_request_limits(args.seed + 3, args.cases // 10)
     fuzz_batches(args.seed + 1, args.cases)
     fuzz_consumer_protocol(args.seed + 2, args.cases)
     print(
-        f"{args.cases} request frames, {args.cases} batches and {args.cases} consumer "
-        "protocol payloads: no finding"
+        f"{args.cases} request frames, {args.cases // 10} near the limits, {args.cases} "
+        f"batches and {args.cases} consumer protocol payloads: no finding"
     )
 
 

@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from headwater.client import Admin
+from headwater.tools.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.local_cluster import ControllerWatch, LocalCluster
@@ -134,3 +135,90 @@ def refusals_answer_at_once(address: str) -> None:
         assert echoed.value.code() is grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
         details = echoed.value.details()  # type: ignore[attr-defined]
         assert details.startswith("UNKNOWN_TOPIC_OR_PARTITION: "), details
+
+
+def worst_kafka_requests(address: str) -> None:
+    """Three 4 MiB requests of a few hundred thousand entries each (closed on their walk),
+    then the largest legal request of each Kafka API (``headwater bench
+    kafka-requests``'s), one connection each, to the node at ``address``."""
+    from headwater.tools.benchmarks.kafka_requests import (
+        array,
+        i32,
+        i64,
+        request,
+        send,
+        string,
+        worst_requests,
+    )
+
+    over = [
+        request(15, 0, array(string("g") for _ in range(1_300_000))),  # DescribeGroups
+        request(
+            8,
+            2,
+            string("g")
+            + i32(-1)
+            + string("")
+            + i64(-1)
+            + array([string("t") + array(i32(p) + i64(0) + string("") for p in range(250_000))]),
+        ),  # OffsetCommit
+        request(
+            2, 1, i32(-1) + array([string("t") + array(i32(p) + i64(-1) for p in range(300_000))])
+        ),
+    ]
+    for frame in over:
+        _seconds, outcome = send(address, "127.0.0.1", frame)
+        assert outcome == "closed", "a request past the limits was answered"
+    for worst in worst_requests(["t"]):
+        _seconds, outcome = send(address, "127.0.0.1", worst.frame)
+        assert outcome == "answered", worst.api
+
+
+def test_the_worst_kafka_requests_neither_fence_a_broker_nor_move_the_controller(
+    tmp_path: Path,
+) -> None:
+    """4 MiB requests of hundreds of thousands of entries, then every Kafka API's largest
+    legal request (10,000 topics, partitions, group ids or configs; 1,000 members; 32
+    protocols of 100 KiB), to one node of three: no broker is fenced, the controller
+    stays, and a small Kafka request on another connection is answered at once meanwhile.
+    (One 4 MiB request of 400,000 group ids held a node's loop for 12 s; three of them
+    fenced it.)"""
+    from tests import kafka_raw
+
+    kafka_ports = {i: free_port() for i in (1, 2, 3)}
+    cluster = LocalCluster(tmp_path, 3, kafka_ports=kafka_ports)
+    cluster.start()
+    try:
+        with Admin(cluster.bootstrap()) as admin:
+            admin.create_topic("t", partitions=3, replication_factor=3)
+        controller = cluster.wait_controller()
+        target = next(i for i in cluster.nodes if i != controller)
+        others = tuple(i for i in cluster.nodes if i != target)
+        watch = ControllerWatch(cluster, others)
+        watch.start()
+        kafka_address = f"127.0.0.1:{kafka_ports[target]}"
+        latencies: list[float] = []
+        attack = multiprocessing.get_context("spawn").Process(
+            target=worst_kafka_requests, args=(kafka_address,), daemon=True
+        )
+        with kafka_raw.connect(kafka_address) as probe:
+            attack.start()
+            while attack.is_alive():
+                began = time.monotonic()
+                kafka_raw.exchange(probe, 3, 1, topics=[{"name": "t"}])
+                latencies.append(time.monotonic() - began)
+                time.sleep(0.05)
+            attack.join()
+        assert attack.exitcode == 0, f"the attacker saw an unexpected answer ({attack.exitcode})"
+        watch.stop.set()
+        watch.join()
+        assert not watch.fenced, f"brokers fenced: {watch.fenced}"
+        assert {c for _t, c in watch.named} == {controller}, "the controller moved"
+        latencies.sort()
+        p95 = latencies[int(len(latencies) * 0.95)]
+        assert p95 < SMALL_CALL_S_P95, f"small Kafka requests p95 {p95 * 1000:.0f} ms"
+        for node in cluster.nodes.values():
+            log = node.log()
+            assert " ERROR " not in log and "Traceback" not in log, log[-3000:]
+    finally:
+        cluster.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 import pytest
 
@@ -164,3 +165,25 @@ def test_before_a_login_only_the_login_apis_in_small_frames_and_few_of_them() ->
     for _ in range(PRELOGIN_REQUESTS_MAX):
         assert refusal(state, protocol.API_VERSIONS, 10) is None
     assert "more than" in (refusal(state, protocol.API_VERSIONS, 10) or "")
+
+
+def test_the_loop_watch_counts_stalls_and_keeps_the_longest() -> None:
+    from headwater.node.loop_watch import STALL_REPORTED_S, LoopWatch
+
+    observed: list[float] = []
+    watch = LoopWatch(observed.append)
+    for late_s in (0.001, STALL_REPORTED_S, 0.2, 0.03):
+        watch.record(late_s)
+    assert (watch.stalls, watch.longest_s) == (3, 0.2)
+    assert observed == [STALL_REPORTED_S, 0.2, 0.03]
+
+    async def held() -> float:
+        watch = LoopWatch()
+        watch.start()
+        await asyncio.sleep(0.05)
+        time.sleep(0.12)  # the loop held by a callback that does not yield
+        await asyncio.sleep(0.05)
+        await watch.stop()
+        return watch.longest_s
+
+    assert 0.09 < asyncio.run(held()) < 0.5

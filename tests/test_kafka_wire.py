@@ -6,6 +6,7 @@ fuzz`` runs more (``tests/fuzz_kafka.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
 import subprocess
@@ -19,6 +20,7 @@ import lz4.frame
 import pytest
 import zstandard
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kio.index import load_request_schema
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v8.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -27,7 +29,8 @@ from kio.serial import entity_writer
 
 from headwater.log import batch as batch_format
 from headwater.log import kafka_records as records
-from headwater.node.kafka import protocol
+from headwater.node.kafka import protocol, request_shape
+from headwater.node.kafka.request_shape import RequestLimits
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from tests import fuzz_kafka
 
@@ -303,7 +306,7 @@ def test_bytes_after_a_body_are_ignored_as_kafka_ignores_them() -> None:
     )
     assert protocol.decode_request(frame).body.topics[0].name == "t"
     assert protocol.decode_request(frame + b"\0").body.topics[0].name == "t"
-    with pytest.raises(protocol.MalformedRequestError, match="runs past the request"):
+    with pytest.raises(request_shape.MalformedRequestError, match="runs past the request"):
         protocol.decode_request(frame[:-3])
 
 
@@ -334,7 +337,7 @@ def test_tagged_fields_a_schema_does_not_know_are_skipped() -> None:
     assert (request.api_key, request.api_version, request.correlation_id) == (3, 12, 5)
     assert request.client_id == "c"
     assert [t.name for t in request.body.topics] == ["t"]
-    with pytest.raises(protocol.MalformedRequestError, match="tagged field"):
+    with pytest.raises(request_shape.MalformedRequestError, match="tagged field"):
         protocol.decode_request(header + body[:-1])  # the last one's bytes cut short
 
 
@@ -342,7 +345,7 @@ def test_a_request_of_many_unknown_tagged_fields_is_refused_before_it_is_rebuilt
     """Each unknown tagged field costs the broker a note and a copy: past
     UNKNOWN_TAGS_MAX the request is refused, however small its fields (a 4 MiB frame holds
     two million empty ones)."""
-    limit = protocol.UNKNOWN_TAGS_MAX
+    limit = request_shape.UNKNOWN_TAGS_MAX
 
     def api_versions(tags: int) -> bytes:
         fields = b"".join(bytes([0x80 | (100 + i) & 0x7F, (100 + i) >> 7, 0]) for i in range(tags))
@@ -350,7 +353,7 @@ def test_a_request_of_many_unknown_tagged_fields_is_refused_before_it_is_rebuilt
         return struct.pack(">hhih", 18, 3, 1, 1) + b"c" + count + fields + b"\x02a\x02b\x00"
 
     assert protocol.decode_request(api_versions(limit - 1)).body.client_software_name == "a"
-    with pytest.raises(protocol.MalformedRequestError, match=f"more than {limit} tagged"):
+    with pytest.raises(request_shape.MalformedRequestError, match=f"more than {limit} tagged"):
         protocol.decode_request(api_versions(limit + 1))
 
 
@@ -361,11 +364,54 @@ def test_a_produce_of_many_tiny_entries_is_refused_before_it_is_decoded() -> Non
     entries = struct.pack(">ii", 0, -1) * 1_000_000
     frame = header + struct.pack(">i", 1) + struct.pack(">h", 1) + b"t"
     frame += struct.pack(">i", 1_000_000) + entries
-    with pytest.raises(protocol.MalformedRequestError, match="at most 10000"):
-        protocol.check_produce_shape(frame, 10_000, 10_000)
+    with pytest.raises(
+        request_shape.MalformedRequestError,
+        match=r"partition_data holds 1000000 partitions in one request; at most 10000",
+    ):
+        protocol.decode_request(frame, RequestLimits())
     cut = header + struct.pack(">i", 1) + struct.pack(">h", 1) + b"t" + struct.pack(">i", 2)
-    with pytest.raises(protocol.MalformedRequestError, match="run past"):
-        protocol.check_produce_shape(cut + struct.pack(">ii", 0, 50), 10_000, 10_000)
+    with pytest.raises(request_shape.MalformedRequestError, match="runs past"):
+        protocol.decode_request(cut + struct.pack(">ii", 0, 50), RequestLimits())
+
+
+def test_every_array_of_every_served_request_has_a_bound() -> None:
+    """A new API or version whose request has an array the walk does not know the kind
+    of would be bounded by the frame alone."""
+    unbounded = []
+
+    def visit(schema: type[object]) -> None:
+        for field, kind, nested in protocol._fields(schema):
+            base = kind.removeprefix("nullable ")
+            known = (schema.__name__, field.name) in request_shape.ARRAY_KINDS
+            if base in ("entities", "array") and not known:
+                unbounded.append(f"{schema.__name__}.{field.name}")
+            if nested is not None and dataclasses.is_dataclass(nested):
+                visit(nested)
+
+    for api_key, (low, high) in protocol.SUPPORTED_VERSIONS.items():
+        for version in range(low, high + 1):
+            visit(load_request_schema(api_key, version))
+    assert not unbounded, sorted(set(unbounded))
+
+
+def test_the_entries_walked_one_by_one_are_bounded_over_the_whole_request() -> None:
+    """A CreateTopics of 5 topics with 5 configs each: 30 entries walked, past a bound of
+    20 though every array is within its own."""
+    topics = [
+        {"name": f"t{i}", "configs": [{"name": f"c{j}", "value": "v"} for j in range(5)]}
+        for i in range(5)
+    ]
+    schema = load_request_schema(19, 4)
+    out = io.BytesIO()
+    header = protocol.build(
+        schema.__header_schema__, request_api_key=19, request_api_version=4, client_id="c"
+    )
+    entity_writer(type(header))(out, header)
+    entity_writer(schema)(out, protocol.build(schema, topics=topics, timeout=1000))
+    limits = RequestLimits(entries_max=20)
+    with pytest.raises(request_shape.MalformedRequestError, match="more than 20 entries"):
+        protocol.decode_request(out.getvalue(), limits)
+    assert len(protocol.decode_request(out.getvalue(), RequestLimits()).body.topics) == 5
 
 
 def test_an_unsupported_apiversions_is_answered_in_v0_with_the_list() -> None:
@@ -405,6 +451,10 @@ def test_fuzzed_request_frames_never_escape_the_decoders() -> None:
     fuzz_kafka.fuzz_requests(seed=1, cases=3000)
 
 
+def test_requests_near_and_over_their_limits_are_refused_exactly_when_over() -> None:
+    fuzz_kafka.fuzz_request_limits(seed=4, cases=300)
+
+
 def test_fuzzed_record_batches_never_escape_the_decoders() -> None:
     fuzz_kafka.fuzz_batches(seed=2, cases=1500)
 
@@ -423,11 +473,11 @@ entries: kio's native reader asked for 240 GB and aborted the whole process."""
 
 def test_a_count_past_the_frame_is_refused_before_kio_reads_it() -> None:
     script = (
-        "from headwater.node.kafka import protocol\n"
+        "from headwater.node.kafka import protocol, request_shape\n"
         f"frame = bytes.fromhex({STATED_COUNT_OF_2_31.hex()!r})\n"
         "try:\n"
         "    protocol.decode_request(frame)\n"
-        "except protocol.MalformedRequestError as error:\n"
+        "except request_shape.MalformedRequestError as error:\n"
         "    print('refused:', error)\n"
     )
     done = subprocess.run(
@@ -444,14 +494,14 @@ def test_every_count_and_length_of_every_request_is_checked_before_kio() -> None
     survives them all (a count kio trusted would abort it)."""
     script = (
         "from tests import fuzz_kafka\n"
-        "from headwater.node.kafka import protocol\n"
+        "from headwater.node.kafka import protocol, request_shape\n"
         "refused = 0\n"
         "for frame in fuzz_kafka._request_frames():\n"
         "    for varint in fuzz_kafka.LARGE_VARINTS:\n"
         "        for at in range(protocol.FRAME_HEADER.size, len(frame)):\n"
         "            try:\n"
         "                protocol.decode_request(frame[:at] + varint + frame[at + 1 :])\n"
-        "            except protocol.MalformedRequestError:\n"
+        "            except request_shape.MalformedRequestError:\n"
         "                refused += 1\n"
         "print(refused)\n"
     )

@@ -9,12 +9,20 @@
   ms, p50 1.29 -> 1.06 ms.
 - The soft limit on open files rises to the hard limit: a node keeps three files open per
   partition replica (segment, offset index, time index), so 3,000 partitions need ~9,000.
+- The cyclic garbage collector's youngest generation is collected every 20,000 new
+  objects instead of 700 (``GC_YOUNG_OBJECTS``), and ``freeze_long_lived`` (called by a
+  node once it serves) moves every object alive then, its partitions and metadata, out
+  of the collector's sight: a full collection walks every tracked object, and on a node
+  of 2,000 partitions each took 60-130 ms of its event loop, every few seconds under
+  load. Objects are still freed by their reference counts; only cycles among frozen
+  ones stay.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import resource
 import sys
 from typing import Final
@@ -24,6 +32,7 @@ M_MMAP_THRESHOLD: Final = -3
 MMAP_THRESHOLD_BYTES: Final = 32 << 20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit
 TRIM_THRESHOLD_BYTES: Final = 512 << 20
 SWITCH_INTERVAL_S: Final = 0.0005
+GC_YOUNG_OBJECTS: Final = 20_000
 
 
 def tune_runtime() -> None:
@@ -31,6 +40,15 @@ def tune_runtime() -> None:
     tune_malloc()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     raise_open_files_limit()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_OBJECTS, older, oldest)
+
+
+def freeze_long_lived() -> None:
+    """Collect once, then keep every object alive now out of later collections (see the
+    module doc)."""
+    gc.collect()
+    gc.freeze()
 
 
 def raise_open_files_limit() -> int:

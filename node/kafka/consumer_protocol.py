@@ -21,7 +21,7 @@ from kio.schema.consumer_protocol_subscription.v3 import ConsumerProtocolSubscri
 from kio.serial.errors import SerialError
 
 from headwater.node.groups.classic import ASSIGNMENT_BYTES_MAX, PROTOCOL_METADATA_BYTES_MAX
-from headwater.node.kafka import protocol
+from headwater.node.kafka import protocol, request_shape
 
 NEWEST_VERSION: Final = 3
 _VERSION: Final = struct.Struct(">h")
@@ -59,10 +59,10 @@ def _read(data: bytes, schema_name: str, newest: type[Any]) -> Any:
         module = importlib.import_module(f"kio.schema.{schema_name}.v{version}")
         schema = getattr(module, newest.__name__)
     try:
-        protocol.check_shape(schema, data, _VERSION.size)  # before kio's native reader
+        request_shape.check_shape(schema, data, _VERSION.size)  # before kio's native reader
         value, _used = protocol.reader_of(schema)(memoryview(data), _VERSION.size)
     except (
-        protocol.MalformedRequestError,
+        request_shape.MalformedRequestError,
         SerialError,
         KeyError,
         ValueError,

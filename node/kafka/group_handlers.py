@@ -24,6 +24,7 @@ from headwater.node.groups.service import GroupsService
 from headwater.node.kafka import consumer_heartbeat, protocol
 from headwater.node.kafka.answers import code_of, names_by_id, ready, topic_uuid
 from headwater.node.kafka.groups import ClassicGroups
+from headwater.node.limits import yield_every
 from headwater.shared.acls import CLUSTER_RESOURCE, Operation, ResourceType
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
@@ -92,7 +93,7 @@ class GroupHandlers:
             answer.update(error_code=0, node_id=leader, host=host, port=int(port))
         except (HeadwaterError, GroupProtocolError) as error:
             answer.update(error_code=code_of(error), error_message=str(error))
-        return ready(protocol.build(self._schema(request), **answer))
+        return ready(protocol.answer(self._schema(request), **answer))
 
     # ------------------------------------------------------------------ classic protocol
 
@@ -120,13 +121,13 @@ class GroupHandlers:
                 )
             except (HeadwaterError, GroupProtocolError) as error:
                 handed_out = isinstance(error, GroupProtocolError) and error.member_id
-                return protocol.build(
+                return protocol.answer(
                     self._schema(request),
                     error_code=code_of(error),
                     generation_id=-1,
                     member_id=handed_out or body.member_id,
                 )
-            return protocol.build(
+            return protocol.answer(
                 self._schema(request),
                 error_code=0,
                 generation_id=joined.generation,
@@ -152,8 +153,8 @@ class GroupHandlers:
                     getattr(body, "group_instance_id", None) or "",
                 )
             except (HeadwaterError, GroupProtocolError) as error:
-                return protocol.build(self._schema(request), error_code=code_of(error))
-            return protocol.build(self._schema(request), error_code=0, assignment=assignment)
+                return protocol.answer(self._schema(request), error_code=code_of(error))
+            return protocol.answer(self._schema(request), error_code=0, assignment=assignment)
 
         return asyncio.ensure_future(answer())
 
@@ -170,7 +171,7 @@ class GroupHandlers:
             code = 0
         except (HeadwaterError, GroupProtocolError) as error:
             code = code_of(error)
-        return ready(protocol.build(self._schema(request), error_code=code))
+        return ready(protocol.answer(self._schema(request), error_code=code))
 
     async def leave_group(self, request: protocol.Request) -> Any:
         body = request.body
@@ -185,7 +186,7 @@ class GroupHandlers:
             self.auth.require(Operation.READ, ResourceType.GROUP, body.group_id)
         except HeadwaterError as error:
             code = code_of(error)
-        for member_id, instance_id in leaving if code == 0 else []:
+        async for member_id, instance_id in yield_every(leaving if code == 0 else []):
             answer = {"member_id": member_id, "group_instance_id": instance_id or None}
             try:
                 answer["member_id"] = await self.groups.leave(body.group_id, member_id, instance_id)
@@ -194,7 +195,11 @@ class GroupHandlers:
                 results.append({**answer, "error_code": code_of(error)})
                 if len(leaving) == 1:
                     code = code_of(error)
-        return ready(protocol.build(self._schema(request), error_code=code, members=results))
+        return ready(
+            protocol.answer(
+                self._schema(request), entries=len(results), error_code=code, members=results
+            )
+        )
 
     # ------------------------------------------------------------------ KIP-848
 
@@ -224,13 +229,13 @@ class GroupHandlers:
                 )
                 joined, interval = await self.service.consumer_heartbeat(index, heartbeat)
             except consumer_heartbeat.HeartbeatShapeError as error:
-                return protocol.build(
+                return protocol.answer(
                     self._schema(request),
                     error_code=ErrorCode.INVALID_REQUEST,
                     error_message=str(error),
                 )
             except (HeadwaterError, GroupProtocolError) as error:
-                return protocol.build(
+                return protocol.answer(
                     self._schema(request), error_code=code_of(error), error_message=str(error)
                 )
             image = self.service.state.image
@@ -239,7 +244,7 @@ class GroupHandlers:
                 for topic, _ in joined.assigned
                 if (topic_id := topic_uuid(image, topic)) is not None
             }
-            return protocol.build(
+            return protocol.answer(
                 self._schema(request),
                 error_code=0,
                 member_id=joined.member_id,
@@ -312,8 +317,9 @@ class GroupHandlers:
                 }
             )
         return ready(
-            protocol.build(
+            protocol.answer(
                 self._schema(request),
+                entries=len(items),
                 topics=[{"name": name, "partitions": parts} for name, parts in topics.items()],
             )
         )
@@ -324,7 +330,7 @@ class GroupHandlers:
             self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, body.group_id)
             committed = await self.groups.committed(body.group_id)
         except (HeadwaterError, GroupProtocolError) as error:
-            return ready(protocol.build(self._schema(request), error_code=code_of(error)))
+            return ready(protocol.answer(self._schema(request), error_code=code_of(error)))
         if body.topics is None:  # every topic the caller may describe, as over gRPC
             wanted: dict[str, list[int]] = {}
             for topic, partition in sorted(committed):
@@ -358,7 +364,10 @@ class GroupHandlers:
                         }
                     )
             topics.append({"name": name, "partitions": answers})
-        return ready(protocol.build(self._schema(request), error_code=0, topics=topics))
+        entries = sum(len(t["partitions"]) for t in topics)
+        return ready(
+            protocol.answer(self._schema(request), entries=entries, error_code=0, topics=topics)
+        )
 
     # ------------------------------------------------------------------ listing
 
@@ -370,8 +379,9 @@ class GroupHandlers:
         if not self.auth.allows(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
             listed = set(self.auth.visible(ResourceType.GROUP, sorted(listed)))
         return ready(
-            protocol.build(
+            protocol.answer(
                 self._schema(request),
+                entries=len(listed),
                 error_code=0,
                 groups=[{"group_id": g, "protocol_type": PROTOCOL_TYPE} for g in sorted(listed)],
             )
@@ -379,7 +389,7 @@ class GroupHandlers:
 
     async def describe_groups(self, request: protocol.Request) -> Any:
         described = []
-        for group_id in request.body.groups:
+        async for group_id in yield_every(request.body.groups):
             entry: dict[str, Any] = {"group_id": group_id, "group_state": DEAD}
             try:
                 self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, group_id)
@@ -389,7 +399,8 @@ class GroupHandlers:
             except (HeadwaterError, GroupProtocolError) as error:
                 entry["error_code"] = code_of(error)
             described.append(entry)
-        return ready(protocol.build(self._schema(request), groups=described))
+        entries = sum(1 + len(g.get("members", ())) for g in described)
+        return ready(protocol.answer(self._schema(request), entries=entries, groups=described))
 
     def _describe(self, group_id: str) -> dict[str, Any]:
         group = self.groups.groups.get(group_id)
@@ -421,7 +432,7 @@ class GroupHandlers:
 
     async def delete_groups(self, request: protocol.Request) -> Any:
         results = []
-        for group_id in request.body.groups_names:
+        async for group_id in yield_every(request.body.groups_names):
             try:
                 self.auth.require(Operation.DELETE, ResourceType.GROUP, group_id)
                 await self.groups.delete(group_id)
@@ -429,4 +440,4 @@ class GroupHandlers:
             except (HeadwaterError, GroupProtocolError) as error:
                 code = code_of(error)
             results.append({"group_id": group_id, "error_code": code})
-        return ready(protocol.build(self._schema(request), results=results))
+        return ready(protocol.answer(self._schema(request), entries=len(results), results=results))

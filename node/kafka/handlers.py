@@ -17,6 +17,7 @@ NOT_LEADER_OR_FOLLOWER, and the client asks Metadata where the leader is.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,7 @@ from headwater.node.config import KAFKA_TOPIC_CONFIG_NAMES, topic_setting_name
 from headwater.node.kafka import protocol
 from headwater.node.kafka.answers import kafka_code, names_by_id, ready
 from headwater.node.kafka.group_handlers import GroupHandlers
+from headwater.node.limits import yield_every
 from headwater.node.log_manager import now_ms
 from headwater.node.partition import Partition
 from headwater.node.throttling import Quotas
@@ -55,6 +57,10 @@ CONFIG_APPEND: Final = 2
 CONFIG_SUBTRACT: Final = 3
 UNKNOWN_TOPIC_ID: Final = 100
 """Kafka's error for a topic id no topic has (Metadata v10+)."""
+TRANSCODE_INLINE_BYTES_MAX: Final = 1 << 20
+"""A partition's read of more bytes than this is made into Kafka batches in a worker
+thread (batches produced over gRPC are transcoded record by record, about 0.5 µs each:
+a 64 MiB read took 0.3 s)."""
 CLUSTER_OPERATIONS_UNKNOWN: Final = -(2**31)
 """Kafka's "authorized operations not asked for"."""
 
@@ -134,7 +140,7 @@ class KafkaHandlers:
 
     async def api_versions(self, request: protocol.Request) -> Answer:
         return ready(
-            protocol.build(
+            protocol.answer(
                 self._schema(request),
                 error_code=0,
                 api_keys=protocol.supported_api_keys(self.sasl),
@@ -146,26 +152,27 @@ class KafkaHandlers:
     async def metadata(self, request: protocol.Request) -> Answer:
         """Brokers and topics; a missing topic is created first when the node and the
         request allow it (``kafka_auto_create_topics``, ``allow_auto_topic_creation``,
-        absent before v4 and then true, as in Kafka)."""
+        absent before v4 and then true, as in Kafka). Every topic asked is authorized
+        before its existence is looked at; one asked by id that the caller may not
+        describe is answered TOPIC_AUTHORIZATION_FAILED without its name, as Kafka does.
+        The topics are looked at a slice at a time (``yield_every``)."""
         image = self.core.state.image
         auth = self.core.auth
-        asked = request.body.topics
-        names: list[str | uuid.UUID]
-        if asked is None:
-            names = list(
-                auth.visible(
-                    ResourceType.TOPIC,
-                    sorted(n for n in image.topics if not n.startswith(INTERNAL_PREFIX)),
-                )
+        every = request.body.topics is None
+        asked = self._asked_topics(image, request.body.topics)
+        async for topic in yield_every(asked):
+            topic.allowed = topic.name is not None and auth.allows(
+                Operation.DESCRIBE, ResourceType.TOPIC, topic.name
             )
-        else:
-            names = self._asked_names(image, asked)
+        if every:
+            asked = [topic for topic in asked if topic.allowed]
         missing = [
-            name
-            for name in names
-            if isinstance(name, str)
-            and name not in image.topics
-            and auth.allows(Operation.DESCRIBE, ResourceType.TOPIC, name)
+            topic.name
+            for topic in asked
+            if topic.allowed
+            and topic.name is not None
+            and topic.topic_id is None
+            and topic.name not in image.topics
         ]
         if (
             missing
@@ -176,10 +183,10 @@ class KafkaHandlers:
 
             async def created_first() -> Any:
                 refused = await self._auto_create(missing)
-                return self._metadata_answer(request, names, refused)
+                return await self._metadata_answer(request, asked, refused)
 
             return asyncio.ensure_future(created_first())
-        return ready(self._metadata_answer(request, names, {}))
+        return asyncio.ensure_future(self._metadata_answer(request, asked, {}))
 
     async def _auto_create(self, names: list[str]) -> dict[str, int]:
         """Create ``names`` with the node's defaults: name -> Kafka's error code of each
@@ -196,25 +203,34 @@ class KafkaHandlers:
             if result.error_code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS)
         }
 
-    def _metadata_answer(
-        self, request: protocol.Request, names: list[str | uuid.UUID], refused: dict[str, int]
-    ) -> Any:
-        """The Metadata answer for ``names`` from the current image (``refused``: topics
-        whose creation failed, with the code to answer)."""
+    async def _metadata_answer(
+        self, request: protocol.Request, asked: list[_AskedTopic], refused: dict[str, int]
+    ) -> protocol.Unbuilt:
+        """The Metadata answer for ``asked`` (authorized: ``_AskedTopic.allowed``) from
+        the current image (``refused``: topics whose creation failed, with the code to
+        answer), a slice of topics at a time by their partitions."""
         image = self.core.state.image
-        auth = self.core.auth
         brokers = [
             {"node_id": node_id, "host": host, "port": port, "rack": rack or None}
             for node_id, host, port, rack in self._kafka_brokers(image)
         ]
         live = set(image.live_broker_ids())
         topics: list[dict[str, Any]] = []
-        for name in names:
-            if isinstance(name, uuid.UUID):
-                topics.append({"name": None, "topic_id": name, "error_code": UNKNOWN_TOPIC_ID})
+        async for asked_topic in yield_every(asked, weight=lambda t: _partition_count(image, t)):
+            name = asked_topic.name
+            if name is None:  # an id no topic has
+                topics.append(
+                    {"name": None, "topic_id": asked_topic.topic_id, "error_code": UNKNOWN_TOPIC_ID}
+                )
                 continue
-            if not auth.allows(Operation.DESCRIBE, ResourceType.TOPIC, name):
-                topics.append({"name": name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+            if not asked_topic.allowed:
+                topics.append(
+                    {
+                        "name": None if asked_topic.topic_id is not None else name,
+                        "topic_id": asked_topic.topic_id,
+                        "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    }
+                )
                 continue
             topic = image.topics.get(name)
             if topic is None:
@@ -246,28 +262,34 @@ class KafkaHandlers:
                     "partitions": partitions,
                 }
             )
-        return protocol.build(
+        return protocol.answer(
             self._schema(request),
+            entries=len(topics) + sum(len(t.get("partitions", ())) for t in topics),
             brokers=brokers,
             cluster_id=image.cluster_id or None,
             controller_id=self.controller_id(),
             topics=topics,
         )
 
-    def _asked_names(self, image: MetadataImage, asked: Any) -> list[str | uuid.UUID]:
-        """The topics a Metadata request names, in order, once each (at most
-        ``topics_max``): by name, or from v10 by id (an id no topic has stays an id,
-        answered UNKNOWN_TOPIC_ID)."""
-        names: list[str | uuid.UUID] = []
+    def _asked_topics(self, image: MetadataImage, asked: Any) -> list[_AskedTopic]:
+        """The topics a Metadata request names, in order, once each (``asked`` None:
+        every topic but the internal ones): by name, or from v10 by id (an id no topic
+        has keeps no name, answered UNKNOWN_TOPIC_ID). The walk of the request bounds
+        them to ``topics_max``."""
+        if asked is None:
+            return [
+                _AskedTopic(name, None)
+                for name in sorted(n for n in image.topics if not n.startswith(INTERNAL_PREFIX))
+            ]
+        found: dict[str | uuid.UUID, _AskedTopic] = {}
         for topic in asked:
             if topic.name is not None:
-                names.append(topic.name)
+                found.setdefault(topic.name, _AskedTopic(topic.name, None))
                 continue
             topic_id = getattr(topic, "topic_id", None)
-            if topic_id is None:
-                continue
-            names.append(names_by_id(image).get(topic_id, topic_id))
-        return list(dict.fromkeys(names))[: self.core.config.topics_max]
+            if topic_id is not None:
+                found.setdefault(topic_id, _AskedTopic(names_by_id(image).get(topic_id), topic_id))
+        return list(found.values())
 
     # ------------------------------------------------------------------ Produce
 
@@ -289,16 +311,16 @@ class KafkaHandlers:
             )
         else:
             failure = None
-        for topic_data in body.topic_data:
-            for data in topic_data.partition_data:
-                name, index = topic_data.name, int(data.index)
-                try:
-                    if failure is not None:
-                        raise failure
-                    appended = await self._append(name, index, data.records, acks, timeout_ms)
-                    pending.append((name, index, appended))
-                except HeadwaterError as error:
-                    pending.append((name, index, error))
+        entries = [(t.name, data) for t in body.topic_data for data in t.partition_data]
+        async for name, data in yield_every(entries, weight=_produce_weight):
+            index = int(data.index)
+            try:
+                if failure is not None:
+                    raise failure
+                appended = await self._append(name, index, data.records, acks, timeout_ms)
+                pending.append((name, index, appended))
+            except HeadwaterError as error:
+                pending.append((name, index, error))
         if acks == 0:
             # Kafka's rule: no answer; a failure closes the connection, so that the
             # client asks Metadata again (a moved leader) instead of losing what follows.
@@ -338,7 +360,7 @@ class KafkaHandlers:
         produced_bytes: int,
     ) -> Any:
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for name, index, outcome in pending:
+        async for name, index, outcome in yield_every(pending):
             answer: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time": -1}
             try:
                 if isinstance(outcome, HeadwaterError):
@@ -355,8 +377,9 @@ class KafkaHandlers:
         throttle_ms = 0
         if self.quotas.active:  # over a quota the answer waits; the data is in
             throttle_ms = await self.quotas.hold((PRODUCER_BYTE_RATE, float(produced_bytes)))
-        return protocol.build(
+        return protocol.answer(
             self._schema(request),
+            entries=len(pending),
             throttle_time=throttle_ms,
             responses=[
                 {"name": name, "partition_responses": answers} for name, answers in by_topic.items()
@@ -379,7 +402,10 @@ class KafkaHandlers:
 
     async def fetch(self, request: protocol.Request) -> Answer:
         """Read every partition asked, waiting up to max_wait for min_bytes in all; the
-        answer holds at most max_bytes of records (at least one batch, as Kafka's)."""
+        answer holds at most max_bytes of records, and each partition at most its
+        partition_max_bytes, except that the first batch of the first partition with
+        records is sent whole whatever its size (KIP-74), so a consumer always makes
+        progress."""
         return asyncio.ensure_future(self._fetch(request))
 
     async def _fetch(self, request: protocol.Request) -> Any:
@@ -407,8 +433,9 @@ class KafkaHandlers:
         throttle_ms = 0
         if self.quotas.active:
             throttle_ms = await self.quotas.hold((CONSUMER_BYTE_RATE, float(found)))
-        return protocol.build(
+        return protocol.answer(
             self._schema(request),
+            entries=len(asked),
             throttle_time=throttle_ms,
             error_code=0,
             session_id=0,
@@ -419,18 +446,13 @@ class KafkaHandlers:
 
     def _fetch_plan(self, body: Any) -> list[tuple[str, int, int, int]]:
         """(topic, partition, offset, partition max bytes) of each partition asked, each
-        once (the first mention wins), at most ``partitions_max`` of them."""
+        once (the first mention wins; the walk of the request bounds them to
+        ``partitions_max``)."""
         plan: dict[tuple[str, int], tuple[str, int, int, int]] = {}
-        limit = self.core.config.partitions_max
         for topic in body.topics:
             for asked in topic.partitions:
                 key = (topic.topic, int(asked.partition))
                 if key not in plan:
-                    if len(plan) >= limit:
-                        raise HeadwaterError(
-                            ErrorCode.INVALID_REQUEST,
-                            f"a fetch names more than {limit} partitions (partitions_max)",
-                        )
                     plan[key] = (*key, int(asked.fetch_offset), int(asked.partition_max_bytes))
         return list(plan.values())
 
@@ -445,7 +467,7 @@ class KafkaHandlers:
         budget = max_bytes
         waiting: list[tuple[Partition, int]] = []
         failed = False
-        for name, index, offset, partition_max in asked:
+        async for name, index, offset, partition_max in yield_every(asked):
             answer: dict[str, Any] = {
                 "partition_index": index,
                 "error_code": 0,
@@ -473,7 +495,14 @@ class KafkaHandlers:
                 if not result.data:
                     waiting.append((partition, offset))
                     continue
-                records = to_kafka(result.data, limit)
+                # KIP-74: only the first partition with records may pass the limits.
+                records = (
+                    to_kafka(result.data, limit, not found)
+                    if len(result.data) <= TRANSCODE_INLINE_BYTES_MAX
+                    else await asyncio.to_thread(to_kafka, result.data, limit, not found)
+                )
+                if not records:
+                    continue
                 self.core.count_out(partition, result.next_offset - offset, len(records))
                 answer["records"] = records
                 found += len(records)
@@ -486,8 +515,9 @@ class KafkaHandlers:
     # ------------------------------------------------------------------ ListOffsets
 
     async def list_offsets(self, request: protocol.Request) -> Answer:
+        """Each partition's offset for the time asked, a slice of partitions at a time."""
         topics = []
-        for topic in request.body.topics:
+        async for topic in yield_every(request.body.topics, weight=lambda t: len(t.partitions)):
             partitions = []
             for asked in topic.partitions:
                 answer: dict[str, Any] = {"partition_index": int(asked.partition_index)}
@@ -518,7 +548,8 @@ class KafkaHandlers:
                     answer.update(error_code=kafka_code(error.code), offset=-1, timestamp=-1)
                 partitions.append(answer)
             topics.append({"name": topic.name, "partitions": partitions})
-        return ready(protocol.build(self._schema(request), topics=topics))
+        entries = sum(len(t["partitions"]) for t in topics)
+        return ready(protocol.answer(self._schema(request), entries=entries, topics=topics))
 
     # ------------------------------------------------------------------ producer ids
 
@@ -534,7 +565,7 @@ class KafkaHandlers:
             answer = {"error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
         except HeadwaterError as error:
             answer = {"error_code": kafka_code(error.code), "producer_id": -1, "producer_epoch": -1}
-        return ready(protocol.build(self._schema(request), **answer))
+        return ready(protocol.answer(self._schema(request), **answer))
 
     # ------------------------------------------------------------------ topics
 
@@ -545,7 +576,7 @@ class KafkaHandlers:
         body = request.body
         answers: dict[int, dict[str, Any]] = {}
         wanted: list[tuple[int, pb.NewTopic]] = []
-        for position, topic in enumerate(body.topics):
+        async for position, topic in yield_every(enumerate(body.topics)):
             if topic.assignments:
                 answers[position] = _refused(
                     topic.name,
@@ -573,30 +604,35 @@ class KafkaHandlers:
                         validate_only=bool(getattr(body, "validate_only", False)),
                     )
                 )
-                for (position, _), result in zip(wanted, created.results, strict=True):
+                outcomes = list(zip(wanted, created.results, strict=True))
+                async for (position, _), result in yield_every(outcomes):
                     answers[position] = _result(result)
             except HeadwaterError as error:
                 answers.update((position, _refused(spec.name, error)) for position, spec in wanted)
         results = [answers[position] for position in range(len(body.topics))]
-        return ready(protocol.build(self._schema(request), topics=results))
+        return ready(protocol.answer(self._schema(request), entries=len(results), topics=results))
 
     async def delete_topics_request(self, request: protocol.Request) -> Answer:
         """All the topics in one request to the controller, as over gRPC."""
         names = list(request.body.topic_names)
         try:
             deleted = await self.delete_topics(pb.DeleteTopicsRequest(names=names))
-            by_name = {r.name: _result(r) for r in deleted.results}
+            by_name = {}
+            async for result in yield_every(deleted.results):
+                by_name[result.name] = _result(result)
             results = [by_name[name] for name in names]
         except HeadwaterError as error:
             results = [_refused(name, error) for name in names]
-        return ready(protocol.build(self._schema(request), responses=results))
+        return ready(
+            protocol.answer(self._schema(request), entries=len(results), responses=results)
+        )
 
     async def create_partitions_request(self, request: protocol.Request) -> Answer:
         """Grow topics to ``count`` partitions, placed by the controller (manual
         assignments and validate_only are refused)."""
         body = request.body
         results = []
-        for topic in body.topics:
+        async for topic in yield_every(body.topics):
             answer: dict[str, Any] = {"name": topic.name}
             try:
                 if topic.assignments:
@@ -615,7 +651,7 @@ class KafkaHandlers:
             except HeadwaterError as error:
                 answer.update(error_code=kafka_code(error.code), error_message=error.message)
             results.append(answer)
-        return ready(protocol.build(self._schema(request), results=results))
+        return ready(protocol.answer(self._schema(request), entries=len(results), results=results))
 
     async def describe_configs(self, request: protocol.Request) -> Answer:
         """A topic's configs by Kafka's names (``retention.ms`` for ``retention_ms``):
@@ -624,7 +660,7 @@ class KafkaHandlers:
         image = self.core.state.image
         defaults = self.core.config.topic_defaults()
         results = []
-        for resource in request.body.resources:
+        async for resource in yield_every(request.body.resources):
             result: dict[str, Any] = {
                 "resource_type": int(resource.resource_type),
                 "resource_name": resource.resource_name,
@@ -663,16 +699,14 @@ class KafkaHandlers:
             except HeadwaterError as error:
                 result.update(error_code=kafka_code(error.code), error_message=error.message)
             results.append(result)
-        return ready(protocol.build(self._schema(request), results=results))
+        return ready(protocol.answer(self._schema(request), entries=len(results), results=results))
 
     async def alter_configs(self, request: protocol.Request) -> Answer:
         """AlterConfigs: each topic's overrides become exactly the ones given (the others
         are removed), as in Kafka. Broker configs are refused (the node's settings are
         not Kafka's and change only in its config file)."""
-        if (refused := self._too_many_resources(request.body.resources)) is not None:
-            return ready(protocol.build(self._schema(request), responses=refused))
         results = []
-        for resource in request.body.resources:
+        async for resource in yield_every(request.body.resources):
             changes = [
                 pb.TopicConfigChange(name=c.name, value=c.value)
                 if c.value is not None
@@ -682,17 +716,17 @@ class KafkaHandlers:
             results.append(
                 await self._alter_resource(resource, changes, True, request.body.validate_only)
             )
-        return ready(protocol.build(self._schema(request), responses=results))
+        return ready(
+            protocol.answer(self._schema(request), entries=len(results), responses=results)
+        )
 
     async def incremental_alter_configs(self, request: protocol.Request) -> Answer:
         """IncrementalAlterConfigs: SET and DELETE any topic config; APPEND and SUBTRACT
         the list config ``cleanup.policy`` (its current value and the given items, as a
         set in Kafka's order)."""
-        if (refused := self._too_many_resources(request.body.resources)) is not None:
-            return ready(protocol.build(self._schema(request), responses=refused))
         image = self.core.state.image
         results = []
-        for resource in request.body.resources:
+        async for resource in yield_every(request.body.resources):
             try:
                 changes = [
                     self._incremental_change(image, resource.resource_name, c)
@@ -704,19 +738,9 @@ class KafkaHandlers:
             results.append(
                 await self._alter_resource(resource, changes, False, request.body.validate_only)
             )
-        return ready(protocol.build(self._schema(request), responses=results))
-
-    def _too_many_resources(self, resources: tuple[Any, ...]) -> list[dict[str, Any]] | None:
-        """Every resource refused when a request names more than ``topics_max`` (each one
-        is a change the controller makes); None when they fit."""
-        limit = self.core.config.topics_max
-        if len(resources) <= limit:
-            return None
-        error = HeadwaterError(
-            ErrorCode.INVALID_REQUEST,
-            f"{len(resources)} resources in one request; at most {limit} (topics_max)",
+        return ready(
+            protocol.answer(self._schema(request), entries=len(results), responses=results)
         )
-        return [_resource_refused(resource, error) for resource in resources]
 
     def _incremental_change(
         self, image: MetadataImage, topic_name: str, config: Any
@@ -796,7 +820,7 @@ class KafkaHandlers:
             for node_id, host, port, rack in self._kafka_brokers(image)
         ]
         return ready(
-            protocol.build(
+            protocol.answer(
                 self._schema(request),
                 error_code=0,
                 cluster_id=image.cluster_id,
@@ -805,6 +829,28 @@ class KafkaHandlers:
                 cluster_authorized_operations=CLUSTER_OPERATIONS_UNKNOWN,
             )
         )
+
+
+@dataclasses.dataclass(slots=True)
+class _AskedTopic:
+    """A topic a Metadata request names: by name (``topic_id`` None) or by id (``name``
+    None when no topic has it), and whether the caller may describe it."""
+
+    name: str | None
+    topic_id: uuid.UUID | None
+    allowed: bool = False
+
+
+def _produce_weight(entry: tuple[str, Any]) -> int:
+    """A partition of a Produce, for ``yield_every``: 1, and 1 more for each 10 KiB of
+    its records (checked one by one), so the loop is given back every 100 partitions or
+    every MiB of records."""
+    return 1 + len(entry[1].records or b"") // 10_240
+
+
+def _partition_count(image: MetadataImage, asked: _AskedTopic) -> int:
+    topic = image.topics.get(asked.name) if asked.name is not None else None
+    return 1 + (len(topic.partitions) if topic is not None else 0)
 
 
 def _resource_refused(resource: Any, error: HeadwaterError) -> dict[str, Any]:

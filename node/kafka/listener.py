@@ -19,7 +19,11 @@ checked before the bytes are used:
   the oldest frame that holds bytes, which always goes on (so frames read together can
   never hold each other up for good): at most ``HELD_BYTES_MAX`` plus one request are held;
 - every count in a request is checked while its frame is walked, before it is decoded
-  (``protocol.check_shape``, ``RequestLimits``);
+  (``request_shape``: what one request may name, ``RequestLimits``, the same limits as
+  the gRPC front's); a frame of more than ``WALK_INLINE_BYTES_MAX`` is walked and
+  decoded, a request of more than ``INLINE_ENTRIES_MAX`` entries decoded, and an answer
+  of more built and encoded, in a worker thread (pure code: the loop gets the interpreter
+  back every few milliseconds);
 - at most ``IN_FLIGHT_MAX`` requests per connection answered-but-unwritten or waiting:
   the connection stops reading until one is written;
 - a frame whose bytes do not all arrive within ``FRAME_TIMEOUT_S`` closes the
@@ -62,6 +66,7 @@ from headwater.node.host_rates import HostRates
 from headwater.node.kafka import protocol
 from headwater.node.kafka.admission import ConnectionAdmission, ConnectionLimits
 from headwater.node.kafka.handlers import CLOSE_CONNECTION, KafkaHandlers
+from headwater.node.kafka.request_shape import MalformedRequestError, RequestLimits
 from headwater.node.kafka.sasl import KafkaSasl, SaslState
 from headwater.node.kafka.sockets import Sockets
 from headwater.shared.errors import HeadwaterError
@@ -74,6 +79,14 @@ HELD_BYTES_MAX: Final = 256 << 20
 SMALL_FRAME_BYTES: Final = 64 << 10
 CHUNK_BYTES: Final = 64 << 10
 IN_FLIGHT_MAX: Final = 16
+WALK_INLINE_BYTES_MAX: Final = 16 << 10
+"""A larger request frame is walked and decoded in a worker thread: 16 KiB holds at most
+a few thousand entries, a few milliseconds to walk."""
+INLINE_ENTRIES_MAX: Final = 1000
+"""A request with more entries than this is decoded in a worker thread, and an answer
+with more is built and encoded there (about 1 µs an entry to decode, 10-30 µs to build
+and encode: a 10,000-partition answer took 0.3 s), so the event loop is never held for
+long; fewer are done on the loop, where a thread's hand-over would cost more."""
 FRAME_TIMEOUT_S: Final = 30.0
 IDLE_TIMEOUT_S: Final = 600.0
 LOGIN_TIMEOUT_S: Final = 30.0
@@ -120,6 +133,9 @@ class KafkaListener:
         self.clock = clock
         config = handlers.core.config
         self.produce_bytes_max = config.request_bytes_max
+        self.limits = RequestLimits.of(
+            config.topics_max, config.partitions_max, config.group_members_max
+        )
         self.admission = ConnectionAdmission(
             ConnectionLimits(
                 connections_max=config.kafka_connections_max,
@@ -295,12 +311,17 @@ class KafkaListener:
             await answers.put(_ready(unsupported))
             return True
         try:
-            if fixed.api_key == protocol.PRODUCE:
-                config = self.handlers.core.config
-                protocol.check_produce_shape(frame, config.topics_max, config.partitions_max)
-            request = protocol.decode_request(frame)
-        except protocol.MalformedRequestError as problem:
-            raise _ClosedError(str(problem)) from None
+            if len(frame) > WALK_INLINE_BYTES_MAX:
+                request = await asyncio.to_thread(protocol.decode_request, frame, self.limits)
+            else:
+                walked = protocol.walk(frame, self.limits)
+                request = (
+                    protocol.decode_walked(walked)
+                    if walked.entries <= INLINE_ENTRIES_MAX
+                    else await asyncio.to_thread(protocol.decode_walked, walked)
+                )
+        except MalformedRequestError as problem:
+            raise _ClosedError(f"{_api_name(fixed)}: {problem}") from None
         login = connection.login
         if sasl is not None and request.api_key in protocol.SASL_APIS:
             if request.api_key == protocol.SASL_HANDSHAKE:
@@ -384,6 +405,10 @@ class ByteBudget:
             self._waiters.clear()
 
 
+def _api_name(fixed: protocol.FrameHeader) -> str:
+    return f"{protocol.api_name(fixed.api_key)} v{fixed.api_version}"
+
+
 def _ready(frame: bytes) -> Awaitable[bytes | None]:
     future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
     future.set_result(frame)
@@ -404,6 +429,8 @@ def _encoded(request: protocol.Request, answer: Awaitable[Any]) -> Awaitable[byt
                 "Kafka api key %d version %d failed", request.api_key, request.api_version
             )
             return None
+        if isinstance(body, protocol.Unbuilt) and body.entries > INLINE_ENTRIES_MAX:
+            return await asyncio.to_thread(protocol.encode_response, request.correlation_id, body)
         return protocol.encode_response(request.correlation_id, body)
 
     return asyncio.ensure_future(encode())

@@ -8,11 +8,10 @@ the response header (the correlation id; for flexible versions a tagged-field se
 except ApiVersions, whose response header is always version 0) and the body. Messages are
 the ones generated from Kafka's own JSON schemas by ``kio``; this module picks the right
 one for each API key and version, and checks that a body decodes within its frame
-(bytes after it are ignored, as Kafka ignores them). Before kio's reader (native code,
-which sizes its buffers from the counts a message states) sees a message, ``check_shape``
-walks it by its lengths and counts, each checked against the bytes left. A tagged field
-this schema does not know (a newer client's) is skipped, as Kafka's protocol requires:
-the walk notes it, and the frame kio reads is the request without it.
+(bytes after it are ignored, as Kafka ignores them). Before kio's reader sees a message,
+``request_shape`` walks it by its lengths and counts, each checked against the bytes left
+and against what one request may name; a tagged field this schema does not know (a newer
+client's) is skipped, as Kafka's protocol requires.
 
 ``SUPPORTED_VERSIONS`` is exactly what the broker answers (ApiVersions lists it). A
 request for another version of a listed API, or for an API Kafka defines and this broker
@@ -33,16 +32,14 @@ from typing import Any, Final
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KafkaErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.serial._introspect import (
-    EntityField,
-    PrimitiveField,
-    PrimitiveTupleField,
-    classify_field,
-    get_field_tag,
-    get_schema_field_type,
-    is_optional,
-)
 from kio.serial.errors import SerialError
+
+from headwater.node.kafka.request_shape import (
+    MalformedRequestError,
+    RequestLimits,
+    Walked,
+    walk_request,
+)
 
 API_VERSIONS: Final = 18
 PRODUCE: Final = 0
@@ -108,14 +105,44 @@ protocol's member epochs), DescribeCluster and ConsumerGroupHeartbeat (flexible 
 first versions). The SASL
 APIs (``SASL_APIS``) are served, and listed, only by a listener that asks for logins."""
 
+API_NAMES: Final = {
+    PRODUCE: "Produce",
+    FETCH: "Fetch",
+    LIST_OFFSETS: "ListOffsets",
+    METADATA: "Metadata",
+    OFFSET_COMMIT: "OffsetCommit",
+    OFFSET_FETCH: "OffsetFetch",
+    FIND_COORDINATOR: "FindCoordinator",
+    JOIN_GROUP: "JoinGroup",
+    HEARTBEAT: "Heartbeat",
+    LEAVE_GROUP: "LeaveGroup",
+    SYNC_GROUP: "SyncGroup",
+    DESCRIBE_GROUPS: "DescribeGroups",
+    LIST_GROUPS: "ListGroups",
+    SASL_HANDSHAKE: "SaslHandshake",
+    API_VERSIONS: "ApiVersions",
+    CREATE_TOPICS: "CreateTopics",
+    DELETE_TOPICS: "DeleteTopics",
+    INIT_PRODUCER_ID: "InitProducerId",
+    DESCRIBE_CONFIGS: "DescribeConfigs",
+    ALTER_CONFIGS: "AlterConfigs",
+    SASL_AUTHENTICATE: "SaslAuthenticate",
+    CREATE_PARTITIONS: "CreatePartitions",
+    DELETE_GROUPS: "DeleteGroups",
+    INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
+    DESCRIBE_CLUSTER: "DescribeCluster",
+    CONSUMER_GROUP_HEARTBEAT: "ConsumerGroupHeartbeat",
+}
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API this broker serves (``api key N`` for another)."""
+    return API_NAMES.get(api_key, f"api key {api_key}")
+
+
 UNSUPPORTED_VERSION: Final = 35
 FRAME_HEADER: Final = struct.Struct(">hhi")  # api key, api version, correlation id
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-
-
-class MalformedRequestError(Exception):
-    """The frame cannot be read as a request: the connection is closed (the message says
-    why, for the one log line)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -142,58 +169,6 @@ def is_supported(api_key: int, api_version: int, sasl: bool = True) -> bool:
     return versions is not None and versions[0] <= api_version <= versions[1]
 
 
-_I8: Final = struct.Struct(">b")
-_I16: Final = struct.Struct(">h")
-_I32: Final = struct.Struct(">i")
-
-
-def check_produce_shape(frame: bytes | memoryview, topics_max: int, partitions_max: int) -> None:
-    """Walk a Produce frame (versions 3-8, not flexible) by its lengths before it is
-    decoded: at most ``topics_max`` topics and ``partitions_max`` partitions in all, every
-    length inside the frame; MalformedRequestError otherwise. The walk touches only the
-    lengths, so a frame of many tiny entries is refused before any is built."""
-    position = FRAME_HEADER.size
-
-    def take(size: int) -> int:
-        nonlocal position
-        if size < 0 or position + size > len(frame):
-            raise MalformedRequestError(
-                f"a Produce request's lengths run past its {len(frame)} bytes"
-            )
-        start = position
-        position += size
-        return start
-
-    def string() -> None:
-        (length,) = _I16.unpack_from(frame, take(2))
-        if length >= 0:
-            take(length)
-
-    def count(what: str, limit: int) -> int:
-        found = int(_I32.unpack_from(frame, take(4))[0])
-        if not 0 <= found <= limit:
-            raise MalformedRequestError(f"a Produce request names {found} {what}; at most {limit}")
-        return found
-
-    string()  # client id
-    string()  # transactional id
-    take(2 + 4)  # acks, timeout
-    partitions = 0
-    for _ in range(count("topics", topics_max)):
-        string()
-        entries = count("partitions", partitions_max)
-        partitions += entries
-        if partitions > partitions_max:
-            raise MalformedRequestError(
-                f"a Produce request names more than {partitions_max} partitions"
-            )
-        for _ in range(entries):
-            take(4)  # the partition index
-            (length,) = _I32.unpack_from(frame, take(4))
-            if length >= 0:
-                take(length)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Request:
     """A decoded request: its header fields and the body message."""
@@ -205,196 +180,34 @@ class Request:
     body: Any
 
 
-_FIXED_SIZES: Final = {
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-    "int16": 2,
-    "uint16": 2,
-    "error_code": 2,
-    "int32": 4,
-    "uint32": 4,
-    "timedelta_i32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "float64": 8,
-    "timedelta_i64": 8,
-    "datetime_i64": 8,
-    "uuid": 16,
-}
-_VARINT_BYTES_MAX: Final = 5
-UNKNOWN_TAGS_MAX: Final = 64
-"""Most tagged fields a request may carry that its schema does not know (Kafka's own
-requests carry none that a broker of their version does not know)."""
+def decode_request(frame: bytes | memoryview, limits: RequestLimits | None = None) -> Request:
+    """A supported request, walked (``request_shape.walk_request``: every length and
+    count checked, against ``limits`` too) and decoded. Bytes after the body are ignored,
+    as Kafka's broker ignores them: librdkafka's Metadata request for every topic (v9 and
+    later) ends with three (the rest of the int32 it reserves for the topic count and
+    leaves as a one-byte null compact array)."""
+    return decode_walked(walk(frame, limits))
 
 
-class _Shape:
-    """Walks a request by its schema, reading only lengths and counts, each checked
-    against the bytes left: ``check_shape``. ``unknown_tags``: (start, end, replacement)
-    of each byte range to change so that the tagged fields the schema does not know are
-    gone (a section's count rewritten, each unknown field removed)."""
-
-    def __init__(self, frame: bytes | memoryview) -> None:
-        self.frame = memoryview(frame)
-        self.position = 0
-        self.unknown_tags: list[tuple[int, int, bytes]] = []
-
-    def without_unknown_tags(self) -> bytes:
-        """The frame with every unknown tagged field taken out (``unknown_tags``, at most
-        UNKNOWN_TAGS_MAX and the count rewrites that go with them)."""
-        out = bytearray()
-        copied = 0
-        for start, end, replacement in sorted(self.unknown_tags):
-            out += self.frame[copied:start]
-            out += replacement
-            copied = end
-        out += self.frame[copied:]
-        return bytes(out)
-
-    def fail(self, what: str) -> MalformedRequestError:
-        return MalformedRequestError(
-            f"{what} at byte {self.position} runs past the request's {len(self.frame)} bytes"
-        )
-
-    def take(self, size: int, what: str) -> int:
-        if size < 0 or self.position + size > len(self.frame):
-            raise self.fail(f"{what} of {size} bytes")
-        start = self.position
-        self.position += size
-        return start
-
-    def uvarint(self, what: str) -> int:
-        value = shift = 0
-        for _ in range(_VARINT_BYTES_MAX):
-            byte = self.frame[self.take(1, what)]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-        raise self.fail(f"{what}: a varint longer than {_VARINT_BYTES_MAX} bytes")
-
-    def length(self, flexible: bool, legacy: struct.Struct, what: str) -> int:
-        """A length or count (-1: null), checked to fit what is left of the frame."""
-        if flexible:
-            found = self.uvarint(what) - 1
-        else:
-            (found,) = legacy.unpack_from(self.frame, self.take(legacy.size, what))
-        if found < -1 or found > len(self.frame) - self.position:
-            raise self.fail(f"{what} {found}")
-        return int(found)
-
-    def primitive(self, kafka_type: str, flexible: bool, what: str, legacy_string: bool) -> None:
-        size = _FIXED_SIZES.get(kafka_type)
-        if size is not None:
-            self.take(size, what)
-        elif kafka_type == "string":
-            flexible_string = flexible and not legacy_string
-            self.take(max(self.length(flexible_string, _I16, what), 0), what)
-        elif kafka_type in ("bytes", "records"):
-            self.take(max(self.length(flexible, _I32, what), 0), what)
-        else:
-            raise MalformedRequestError(f"{what}: type {kafka_type!r} is not known here")
-
-    def entity(self, schema: type[Any], nullable: bool = False) -> None:
-        flexible = bool(schema.__flexible__)
-        if nullable:
-            (marker,) = _I8.unpack_from(self.frame, self.take(1, schema.__name__))
-            if marker < 0:
-                return
-        tagged: dict[int, dataclasses.Field[Any]] = {}
-        header = schema.__name__ == "RequestHeader"
-        for field in dataclasses.fields(schema):
-            tag = get_field_tag(field)
-            if tag is not None:
-                tagged[int(tag)] = field
-            else:
-                self.field(field, flexible, header and field.name == "client_id")
-        if not flexible:
-            return
-        count_start = self.position
-        number = self.uvarint(f"{schema.__name__}'s tagged fields")
-        count_end = self.position
-        if number > len(self.frame) - self.position:
-            raise self.fail(f"{number} tagged fields")
-        unknown = 0
-        for _ in range(number):
-            field_start = self.position
-            tag_number = self.uvarint("a tag")
-            size = self.uvarint("a tagged field's size")
-            end = self.take(size, "a tagged field") + size
-            known = tagged.get(tag_number)
-            if known is not None:  # walked within its own bytes
-                inner = _Shape(self.frame[:end])
-                inner.position = end - size
-                inner.field(known, True, False)
-                if inner.unknown_tags:  # its size would have to be rewritten too
-                    raise MalformedRequestError(
-                        f"{schema.__name__}'s tagged field {tag_number} holds tagged fields "
-                        "this broker does not know"
-                    )
-            else:
-                unknown += 1
-                if len(self.unknown_tags) >= UNKNOWN_TAGS_MAX:
-                    raise MalformedRequestError(
-                        f"more than {UNKNOWN_TAGS_MAX} tagged fields this broker does not know"
-                    )
-                self.unknown_tags.append((field_start, end, b""))
-        if unknown:
-            self.unknown_tags.append((count_start, count_end, _uvarint(number - unknown)))
-
-    def field(self, field: dataclasses.Field[Any], flexible: bool, legacy_string: bool) -> None:
-        kind = classify_field(field)
-        what = field.name
-        if isinstance(kind, PrimitiveField):
-            self.primitive(get_schema_field_type(field), flexible, what, legacy_string)
-        elif isinstance(kind, EntityField):
-            self.entity(kind.type_, nullable=is_optional(field))
-        else:
-            count = self.length(flexible, _I32, f"{what} count")
-            for _ in range(max(count, 0)):
-                if isinstance(kind, PrimitiveTupleField):
-                    self.primitive(get_schema_field_type(field), flexible, what, False)
-                else:
-                    self.entity(kind.type_)
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def check_shape(schema: type[Any], frame: bytes | memoryview, position: int) -> int:
-    """Walk the message of ``schema`` at ``position`` by its lengths and counts only, each
-    checked against the bytes left in ``frame``; the position after it, or
-    MalformedRequestError. kio's reader (native code) sizes its buffers from the counts a
-    request states: a count of 2^31 aborted the whole process with an allocation of
-    240 GB. Nothing is built here, and nothing is read beyond the frame."""
-    shape = _Shape(frame)
-    shape.position = position
-    shape.entity(schema)
-    return shape.position
-
-
-def decode_request(frame: bytes | memoryview) -> Request:
-    """A supported request, decoded. Bytes after the body are ignored, as Kafka's broker
-    ignores them: librdkafka's Metadata request for every topic (v9 and later) ends with
-    three (the rest of the int32 it reserves for the topic count and leaves as a one-byte
-    null compact array)."""
+def walk(frame: bytes | memoryview, limits: RequestLimits | None) -> Walked:
+    """The walk of a supported request (``request_shape.walk_request``), the first half
+    of ``decode_request``: cheap, bounded by ``limits``, and telling how many entries
+    decoding the request will build."""
     fixed = read_frame_header(frame)
     if not is_supported(fixed.api_key, fixed.api_version):
         raise MalformedRequestError(
             f"api key {fixed.api_key} version {fixed.api_version} is not served"
         )
     schema = load_request_schema(fixed.api_key, fixed.api_version)
-    shape = _Shape(frame)
-    shape.entity(schema.__header_schema__)
-    shape.entity(schema)
-    if shape.unknown_tags:
-        frame = shape.without_unknown_tags()
+    return walk_request(schema.__header_schema__, schema, frame, limits)
+
+
+def decode_walked(walked: Walked) -> Request:
+    """The request ``walk`` has checked, decoded (the second half of ``decode_request``,
+    which a large request may run in a worker thread: nothing here is shared)."""
+    frame = walked.frame
+    fixed = read_frame_header(frame)
+    schema = load_request_schema(fixed.api_key, fixed.api_version)
     try:
         header, used = reader_of(schema.__header_schema__)(frame, 0)
         body, _ = reader_of(schema)(frame, used)
@@ -431,9 +244,30 @@ def response_schema(api_key: int, api_version: int) -> type[Any]:
     return load_response_schema(api_key, api_version)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Unbuilt:
+    """An answer not built yet: the response message ``schema`` and the plain values
+    ``build`` takes. Building and encoding cost 10-30 µs an entry (a 10,000-partition
+    answer 0.3 s), so the listener does them in a worker thread for an answer of many
+    ``entries`` (as its handler counts them: topics, partitions, groups, members...) and
+    on the event loop for a small one. Building reads only ``values``."""
+
+    schema: type[Any]
+    values: dict[str, Any]
+    entries: int = 0
+
+
+def answer(schema: type[Any], entries: int = 0, **values: Any) -> Unbuilt:
+    """An answer of ``schema`` from plain values, built when it is encoded (``build``);
+    ``entries``: how many entries its lists hold, about (see ``Unbuilt``)."""
+    return Unbuilt(schema, values, entries)
+
+
 def encode_response(correlation_id: int, body: Any) -> bytes:
     """A whole response frame: size, header, ``body`` (a response message of the
-    request's API and version, which choose the header)."""
+    request's API and version, which choose the header; or an ``Unbuilt`` one)."""
+    if isinstance(body, Unbuilt):
+        body = build(body.schema, **body.values)
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
     header_schema = type(body).__header_schema__

@@ -181,6 +181,7 @@ def with_produce_options(function: Any) -> Any:
         "login-flood": "headwater.tools.benchmarks.login_flood:bench_login_flood",
         "spark": "headwater.tools.benchmarks.spark:bench_spark",
         "kafka": "headwater.tools.benchmarks.kafka:bench_kafka",
+        "kafka-requests": "headwater.tools.benchmarks.kafka_requests:bench_kafka_requests",
     },
 )
 def bench() -> None:
