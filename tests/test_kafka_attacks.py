@@ -51,6 +51,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
                 admin.create_topic(topic, 1)
             admin.create_acls(
                 [parse_acl("topic", "a", "User:alice", op) for op in ("read", "write", "describe")]
+                + [parse_acl("group", "mixed", "User:alice", "describe")]
             )
         node.stop()
         node.env.update(
@@ -266,6 +267,118 @@ def test_requests_before_a_login_are_rate_limited_per_host(node: NodeProcess) ->
         during = answered[0] - before
     assert during <= PRELOGIN_RATE * 6, during  # 4 s at the rate, and slack for the burst
     assert max(attacked) < 1000, attacked
+
+
+def test_describe_groups_shows_a_caller_only_the_topics_it_may_describe(
+    node: NodeProcess,
+) -> None:
+    """The admin's member of group ``mixed`` is subscribed to topics a and b and assigned
+    both; alice may describe a only: over Kafka's DescribeGroups she sees a subscription
+    to a and a's partitions, as the gRPC DescribeGroup shows her, and the member's
+    instance id (v4). (The raw consumer-protocol bytes named b to her.)"""
+    from confluent_kafka import Consumer
+
+    from headwater.node.kafka import consumer_protocol
+
+    assert node.kafka_address is not None
+    member = Consumer(
+        {
+            "bootstrap.servers": node.kafka_address,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "admin",
+            "sasl.password": "admin-secret",
+            "group.id": "mixed",
+            "group.instance.id": "admin-1",
+        }
+    )
+    try:
+        member.subscribe(["a", "b"])
+        deadline = time.monotonic() + DEADLINE_S
+        while len(member.assignment()) < 2:
+            assert time.monotonic() < deadline, "the member got no assignment"
+            member.poll(0.2)
+        with raw(node) as sock:
+            assert kafka_raw.plain_login(sock, "alice", "alice-secret") == 0
+            (group,) = kafka_raw.exchange(
+                sock, protocol.DESCRIBE_GROUPS, 4, groups=["mixed"]
+            ).groups
+        assert group.error_code == 0
+        (seen,) = group.members
+        assert seen.group_instance_id == "admin-1"
+        assert consumer_protocol.subscribed_topics(bytes(seen.member_metadata)) == ("a",)
+        assert consumer_protocol.assigned_partitions(bytes(seen.member_assignment)) == (
+            ("a", (0,)),
+        )
+    finally:
+        member.close()
+
+
+def test_authorization_comes_before_existence_on_every_api(node: NodeProcess) -> None:
+    """bob may do nothing: every API answers him the same for a topic or group that
+    exists and for one that does not, and shows him no config value. (IncrementalAlter-
+    Configs answered UNKNOWN_TOPIC_OR_PARTITION for a missing topic, and a SUBTRACT that
+    emptied cleanup.policy told him its value; Metadata by topic id named the topic.)"""
+    topic_failed, group_failed, cluster_failed = 29, 30, 31
+
+    def answers(name: str, group: str) -> list[object]:
+        with bob(node) as sock:
+            found: list[object] = []
+
+            def ask(api: int, version: int, **fields: object) -> object:
+                return kafka_raw.exchange(sock, api, version, **fields)
+
+            found.append(ask(protocol.METADATA, 4, topics=[{"name": name}]).topics[0].error_code)
+            subtract = {
+                "resource_type": 2,
+                "resource_name": name,
+                "configs": [{"name": "cleanup.policy", "config_operation": 3, "value": "delete"}],
+            }
+            altered = ask(protocol.INCREMENTAL_ALTER_CONFIGS, 0, resources=[subtract])
+            message = (altered.responses[0].error_message or "").replace(repr(name), "NAME")
+            found.append((altered.responses[0].error_code, message))
+            whole = {"resource_type": 2, "resource_name": name, "configs": []}
+            found.append(ask(protocol.ALTER_CONFIGS, 0, resources=[whole]).responses[0].error_code)
+            described = ask(
+                protocol.DESCRIBE_CONFIGS,
+                1,
+                resources=[{"resource_type": 2, "resource_name": name}],
+            )
+            found.append((described.results[0].error_code, described.results[0].configs))
+            grown = ask(protocol.CREATE_PARTITIONS, 0, topics=[{"name": name, "count": 9}])
+            found.append(grown.results[0].error_code)
+            found.append(ask(protocol.DELETE_TOPICS, 1, topic_names=[name]).responses[0].error_code)
+            offsets = ask(
+                protocol.LIST_OFFSETS,
+                1,
+                replica_id=-1,
+                topics=[{"name": name, "partitions": [{"partition_index": 0, "timestamp": -1}]}],
+            )
+            found.append(offsets.topics[0].partitions[0].error_code)
+            found.append(ask(protocol.DESCRIBE_GROUPS, 0, groups=[group]).groups[0].error_code)
+            found.append(
+                ask(protocol.OFFSET_FETCH, 3, group_id=group, topics=[{"name": name}]).error_code
+            )
+            return found
+
+    existing = answers("a", "mixed")
+    assert existing == answers("missing-topic", "missing-group")
+    assert existing[0] == topic_failed and existing[1][0] == topic_failed
+    assert "delete" not in (existing[1][1] or "") and existing[3][1] == ()
+    assert existing[7] == group_failed
+    with bob(node) as sock:
+        broker = {"resource_type": 4, "resource_name": "1"}
+        described = kafka_raw.exchange(sock, protocol.DESCRIBE_CONFIGS, 1, resources=[broker])
+        assert described.results[0].error_code == cluster_failed
+    with raw(node) as sock:
+        assert kafka_raw.plain_login(sock, "admin", "admin-secret") == 0
+        every = kafka_raw.exchange(sock, protocol.METADATA, 12, topics=None).topics
+        topic_id = next(t.topic_id for t in every if t.name == "a")
+    with bob(node) as sock:
+        (by_id,) = kafka_raw.exchange(
+            sock, protocol.METADATA, 12, topics=[{"topic_id": topic_id}]
+        ).topics
+        assert (by_id.name, by_id.error_code) == (None, topic_failed)
 
 
 def test_silent_tls_sockets_hold_no_tls_state_and_are_closed_after_the_handshake_timeout(

@@ -23,6 +23,7 @@ from headwater.node.groups.decisions import CommitItem
 from headwater.node.groups.service import GroupsService
 from headwater.node.kafka import consumer_heartbeat, protocol
 from headwater.node.kafka.answers import code_of, names_by_id, ready, topic_uuid
+from headwater.node.kafka.consumer_protocol import assignment_within, subscription_within
 from headwater.node.kafka.groups import ClassicGroups
 from headwater.node.limits import yield_every
 from headwater.shared.acls import CLUSTER_RESOURCE, Operation, ResourceType
@@ -211,6 +212,13 @@ class GroupHandlers:
 
         async def answer() -> Any:
             try:
+                # Authorized before anything is looked up; again below with the
+                # subscription the group holds for a member that sent none.
+                self.service.authorize_heartbeat(
+                    body.group_id,
+                    body.subscribed_topic_names or (),
+                    getattr(body, "subscribed_topic_regex", None) or "",
+                )
                 index = await self.service.route(body.group_id, forwarded=True)
                 assert isinstance(index, int)  # forwarded=True: never an address
                 assert self.service.coordinator is not None  # it routed here
@@ -403,32 +411,62 @@ class GroupHandlers:
         return ready(protocol.answer(self._schema(request), entries=entries, groups=described))
 
     def _describe(self, group_id: str) -> dict[str, Any]:
+        """A group as DescribeGroups shows it. With the authorizer on, members'
+        subscriptions and assignments name only the topics the caller may describe (as the
+        gRPC DescribeGroup's do): re-encoded for the consumer protocol, left empty for a
+        protocol the broker cannot read."""
         group = self.groups.groups.get(group_id)
         if group is not None and group.members:
+            visible = self._visible_topics()
+            readable = group.protocol_type == PROTOCOL_TYPE
+            members: list[dict[str, Any]] = []
+            for m in group.members.values():
+                metadata, assignment = m.metadata_for(group.protocol_name), m.assignment
+                if visible is not None:
+                    metadata = subscription_within(metadata, visible) if readable else b""
+                    assignment = assignment_within(assignment, visible) if readable else b""
+                members.append(
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.instance_id or None,
+                        "client_id": m.client_id,
+                        "client_host": m.host,
+                        "member_metadata": metadata,
+                        "member_assignment": assignment,
+                    }
+                )
             return {
                 "group_state": group.state,
                 "protocol_type": group.protocol_type,
                 "protocol_data": group.protocol_name,
-                "members": [
-                    {
-                        "member_id": m.member_id,
-                        "client_id": m.client_id,
-                        "client_host": m.host,
-                        "member_metadata": m.metadata_for(group.protocol_name),
-                        "member_assignment": m.assignment,
-                    }
-                    for m in group.members.values()
-                ],
+                "members": members,
             }
         state = self.service.group_state(group_id)
         if state is None:
             return {}
-        name, members = state
+        name, consumers = state
         return {
             "group_state": name,
             "protocol_type": PROTOCOL_TYPE,
-            "members": [{"member_id": m, "client_id": c} for m, c in members],
+            "members": [{"member_id": m, "client_id": c} for m, c in consumers],
         }
+
+    def _visible_topics(self) -> Callable[[str], bool] | None:
+        """Whether the caller may describe a topic (remembered for one answer); None when
+        every caller may describe every topic (no authorizer)."""
+        if not self.auth.enabled:
+            return None
+        seen: dict[str, bool] = {}
+
+        def visible(topic: str) -> bool:
+            allowed = seen.get(topic)
+            if allowed is None:
+                allowed = seen[topic] = self.auth.allows(
+                    Operation.DESCRIBE, ResourceType.TOPIC, topic
+                )
+            return allowed
+
+        return visible
 
     async def delete_groups(self, request: protocol.Request) -> Any:
         results = []

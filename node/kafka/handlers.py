@@ -34,7 +34,7 @@ from headwater.node.log_manager import now_ms
 from headwater.node.partition import Partition
 from headwater.node.throttling import Quotas
 from headwater.raft.image import MetadataImage
-from headwater.shared.acls import Operation, ResourceType
+from headwater.shared.acls import CLUSTER_RESOURCE, Operation, ResourceType
 from headwater.shared.errors import ErrorCode, HeadwaterError, shown
 from headwater.shared.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_RATE
 from headwater.shared.topics import INTERNAL_PREFIX
@@ -635,6 +635,7 @@ class KafkaHandlers:
         async for topic in yield_every(body.topics):
             answer: dict[str, Any] = {"name": topic.name}
             try:
+                self.core.auth.require(Operation.ALTER, ResourceType.TOPIC, topic.name)
                 if topic.assignments:
                     raise HeadwaterError(
                         ErrorCode.INVALID_REQUEST,
@@ -668,12 +669,8 @@ class KafkaHandlers:
                 "configs": [],
             }
             try:
-                if int(resource.resource_type) == BROKER_RESOURCE:
-                    pass
-                elif int(resource.resource_type) == TOPIC_RESOURCE:
-                    self.core.auth.require(
-                        Operation.DESCRIBE, ResourceType.TOPIC, resource.resource_name
-                    )
+                self._authorize_resource(resource, Operation.DESCRIBE)
+                if int(resource.resource_type) == TOPIC_RESOURCE:
                     topic = self.core.topic(image, resource.resource_name)
                     keys = resource.configuration_keys
                     wanted = None if keys is None else {_setting_or_none(k) for k in keys}
@@ -691,11 +688,6 @@ class KafkaHandlers:
                         for name, value in sorted(defaults.items())
                         if wanted is None or name in wanted
                     ]
-                else:
-                    raise HeadwaterError(
-                        ErrorCode.INVALID_REQUEST,
-                        f"resource type {resource.resource_type}; valid: 2 (topic), 4 (broker)",
-                    )
             except HeadwaterError as error:
                 result.update(error_code=kafka_code(error.code), error_message=error.message)
             results.append(result)
@@ -728,6 +720,7 @@ class KafkaHandlers:
         results = []
         async for resource in yield_every(request.body.resources):
             try:
+                self._authorize_resource(resource, Operation.ALTER)
                 changes = [
                     self._incremental_change(image, resource.resource_name, c)
                     for c in resource.configs
@@ -786,16 +779,12 @@ class KafkaHandlers:
         self, resource: Any, changes: list[pb.TopicConfigChange], replace: bool, validate: bool
     ) -> dict[str, Any]:
         try:
+            self._authorize_resource(resource, Operation.ALTER)
             if int(resource.resource_type) == BROKER_RESOURCE:
                 raise HeadwaterError(
                     ErrorCode.INVALID_REQUEST,
                     "broker configs cannot be changed over Kafka's protocol; they are the "
                     "node's settings (its config file, HEADWATER_* variables or flags)",
-                )
-            if int(resource.resource_type) != TOPIC_RESOURCE:
-                raise HeadwaterError(
-                    ErrorCode.INVALID_REQUEST,
-                    f"resource type {resource.resource_type}; valid: 2 (topic)",
                 )
             await self.alter_topic_configs(
                 pb.AlterTopicConfigsRequest(
@@ -812,6 +801,20 @@ class KafkaHandlers:
             "resource_type": int(resource.resource_type),
             "resource_name": resource.resource_name,
         }
+
+    def _authorize_resource(self, resource: Any, operation: Operation) -> None:
+        """The caller may do ``operation`` on a config resource, checked before anything
+        is looked up (a topic's existence or its configs): a topic's needs it on the
+        topic, a broker's on the cluster. INVALID_REQUEST for another resource type."""
+        kind = int(resource.resource_type)
+        if kind == TOPIC_RESOURCE:
+            self.core.auth.require(operation, ResourceType.TOPIC, resource.resource_name)
+        elif kind == BROKER_RESOURCE:
+            self.core.auth.require(operation, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+        else:
+            raise HeadwaterError(
+                ErrorCode.INVALID_REQUEST, f"resource type {kind}; valid: 2 (topic), 4 (broker)"
+            )
 
     async def describe_cluster(self, request: protocol.Request) -> Answer:
         image = self.core.state.image
