@@ -579,12 +579,24 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "leader_rebalance_interval_ms",
-        5000,
-        "How often the controller moves leadership back to preferred replicas; -1 never.",
+        300_000,
+        "How often the controller looks for brokers whose leadership should move back to "
+        "them, as preferred replicas (Kafka's leader.imbalance.check.interval.seconds); -1 "
+        "never.",
         unit="ms",
         low=100,
         high=DAY_MS,
         minus_one_disables=True,
+    ),
+    Setting(
+        "leader_imbalance_per_broker_percent",
+        10,
+        "At each look, the partitions a broker is the preferred leader of move back to it "
+        "only when more than this share of them is led elsewhere (Kafka's "
+        "leader.imbalance.per.broker.percentage); 0: at every look, any that is.",
+        unit="%",
+        low=0,
+        high=100,
     ),
     Setting(
         "controlled_shutdown_timeout_ms",
@@ -635,6 +647,19 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "Most members one consumer group may have.",
         low=1,
         high=100_000,
+    ),
+    Setting(
+        "offsets_commit_timeout_ms",
+        5000,
+        "How long a group's write (an offset commit, a classic group's generation, a member "
+        "leaving) waits for the in-sync replicas of its __consumer_offsets partition before "
+        "it is answered REQUEST_TIMED_OUT, which clients retry (Kafka's "
+        "offsets.commit.timeout.ms): answers on a connection go back in order, so a commit "
+        "held longer holds the member's heartbeats behind it. The records may still be "
+        "committed.",
+        unit="ms",
+        low=1,
+        high=600_000,
     ),
     Setting(
         "offsets_retention_ms",
@@ -963,13 +988,15 @@ class NodeConfig:
     replica_fetch_bytes_max: int = 8 * MiB
     broker_heartbeat_interval_ms: int = 500
     broker_session_timeout_ms: int = 3000
-    leader_rebalance_interval_ms: int = 5000
+    leader_rebalance_interval_ms: int = 300_000
+    leader_imbalance_per_broker_percent: int = 10
     controlled_shutdown_timeout_ms: int = 10_000
     offsets_topic_partitions: int = 50
     offsets_topic_replication_factor: int = 3
     group_session_timeout_ms: int = 45_000
     group_heartbeat_interval_ms: int = 500
     group_members_max: int = 1000
+    offsets_commit_timeout_ms: int = 5000
     offsets_retention_ms: int = 7 * DAY_MS
     producer_id_expiration_ms: int = DAY_MS
     log_cleaner_io_max_bytes_per_s: int = 16 * MiB

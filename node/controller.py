@@ -221,7 +221,10 @@ class ControllerDriver:
         interval = self.config.leader_rebalance_interval_ms
         if interval > 0 and now >= self._next_rebalance_ms:
             self._next_rebalance_ms = now + interval
-            moved, _ = await self.run(decisions.elect_preferred_leaders)
+            imbalance = self.config.leader_imbalance_per_broker_percent
+            moved, _ = await self.run(
+                lambda image, epoch: decisions.elect_preferred_leaders(image, epoch, imbalance)
+            )
             if moved:
                 _log.info("moved leadership of %d partition(s) to preferred replicas", moved)
 

@@ -264,15 +264,32 @@ def fence_expired(
     return ControllerResult(tuple(records), sorted(gone))
 
 
-def elect_preferred_leaders(image: MetadataImage, epoch: int) -> ControllerResult[int]:
+def elect_preferred_leaders(
+    image: MetadataImage, epoch: int, imbalance_percent_max: int = 0
+) -> ControllerResult[int]:
     """Move leadership back to each partition's preferred (first) replica where that
-    replica is live and in the ISR; the response counts the moves."""
-    records: list[r.Record] = []
+    replica is live and in the ISR; the response counts the moves. With
+    ``imbalance_percent_max``, only the partitions of brokers whose imbalance is past it:
+    a broker's imbalance is the share of the partitions it is the preferred leader of that
+    another broker leads (Kafka's ``leader.imbalance.per.broker.percentage``), so that
+    leadership, and with it group coordinators, does not move back and forth on every
+    recovery."""
+    preferred_of: dict[int, int] = {}
+    elsewhere: dict[int, list[tuple[TopicImage, PartitionState]]] = {}
     for topic, p in image.partitions():
         preferred = p.preferred_leader
-        if p.leader == preferred or preferred not in p.isr or not _live(image, preferred):
+        preferred_of[preferred] = preferred_of.get(preferred, 0) + 1
+        if p.leader != preferred:
+            elsewhere.setdefault(preferred, []).append((topic, p))
+    records: list[r.Record] = []
+    for broker, partitions in sorted(elsewhere.items()):
+        if len(partitions) * 100 <= imbalance_percent_max * preferred_of[broker]:
             continue
-        records.append(_change(topic, p, epoch, leader=preferred))
+        if not _live(image, broker):
+            continue
+        records += [
+            _change(topic, p, epoch, leader=broker) for topic, p in partitions if broker in p.isr
+        ]
     return ControllerResult(tuple(records), len(records))
 
 

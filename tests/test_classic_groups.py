@@ -295,6 +295,16 @@ class _Committed:
         return None
 
 
+class _Shard:
+    """A coordinator shard whose replicas have caught up with it."""
+
+    loaded = True
+
+    @staticmethod
+    def caught_up() -> bool:
+        return True
+
+
 class _Coordinator:
     shards: dict[int, object] = {}
 
@@ -355,7 +365,7 @@ class _MovingCoordinator:
     with what was written of the group (``state``)."""
 
     def __init__(self) -> None:
-        self.shards: dict[int, object] = {0: object()}
+        self.shards: dict[int, object] = {0: _Shard()}
         self.state: GroupState | None = None
 
     def committed(self, index: int) -> _MovingCoordinator:
@@ -397,7 +407,7 @@ def test_a_group_whose_partition_moved_away_and_back_is_read_again() -> None:
                 (("m-7", "c", "h", 10_000, 5000, "cw==", "YQ=="),),
             )
             coordinator.state = GroupState("g", classic=written)
-            coordinator.shards[0] = object()  # the partition came back: a new shard
+            coordinator.shards[0] = _Shard()  # the partition came back: a new shard
             await groups.heartbeat("g", "m-7", 7)
             with pytest.raises(HeadwaterError) as moved:
                 await asyncio.wait_for(waiting, 5)
@@ -409,3 +419,14 @@ def test_a_group_whose_partition_moved_away_and_back_is_read_again() -> None:
             groups.close()
 
     asyncio.run(scenario())
+
+
+def test_a_generation_written_while_rebalancing_reads_back_and_older_records_read_as_not() -> None:
+    from headwater.node.groups.records import ClassicGeneration, decode_record, encode_record
+
+    record = ClassicGeneration("g", 4, "consumer", "range", "m1", (), rebalancing=True)
+    assert decode_record(encode_record(record)) == record
+    older = encode_record(ClassicGeneration("g", 4, "consumer", "range", "m1", ()))
+    older = older.replace(b',"rebalancing":false', b"")
+    assert b"rebalancing" not in older
+    assert decode_record(older).rebalancing is False

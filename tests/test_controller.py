@@ -817,3 +817,25 @@ def test_no_broker_gets_more_partitions_than_it_registered_capacity_for() -> Non
     )
     assert both.response[0].error is None
     assert both.response[1].error is not None and "per request" in both.response[1].error.message
+
+
+def test_preferred_leaders_move_back_only_for_brokers_past_the_imbalance() -> None:
+    """Kafka's rule (leader.imbalance.per.broker.percentage): a broker gets its preferred
+    leaderships back only when more than the given share of them is led elsewhere."""
+    image = create(cluster(3), "t", 30, 3)
+
+    def lead_elsewhere(image: MetadataImage, index: int) -> MetadataImage:
+        p = image.topics["t"].partitions[index]
+        other = next(b for b in p.isr if b != p.preferred_leader)
+        moved = c._change(image.topics["t"], p, EPOCH, leader=other)
+        return commit(image, c.ControllerResult((moved,), None))
+
+    mine = [p.partition for p in image.topics["t"].partitions if p.preferred_leader == 1]
+    assert len(mine) == 10
+    image = lead_elsewhere(image, mine[0])  # one of its ten led elsewhere: 10%
+    assert c.elect_preferred_leaders(image, EPOCH, 10).records == ()
+    image = lead_elsewhere(image, mine[1])  # 20%
+    result = c.elect_preferred_leaders(image, EPOCH, 10)
+    assert result.response == 2
+    image = commit(image, result)
+    assert all(p.leader == p.preferred_leader for p in image.topics["t"].partitions)

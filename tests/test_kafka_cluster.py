@@ -169,3 +169,160 @@ def test_a_group_moves_to_a_new_coordinator_when_the_old_one_dies(cluster: Local
     consumer.commit(asynchronous=False)
     consumer.close()
     assert seen == {b"%d" % i for i in range(600)}
+
+
+def _coordinator(cluster: LocalCluster, group: str) -> int:
+    """The node that coordinates ``group`` now (asked of any live node)."""
+    for node in cluster.alive():
+        with grpc.insecure_channel(node.address) as channel:
+            try:
+                return int(
+                    pb_grpc.GroupsStub(channel)
+                    .FindCoordinator(pb.FindCoordinatorRequest(group_id=group), timeout=5)
+                    .node_id
+                )
+            except grpc.RpcError:
+                continue
+    raise AssertionError(f"no node names the coordinator of {group}")
+
+
+def test_a_new_coordinator_serves_no_member_that_left_before_it_took_over(
+    cluster: LocalCluster,
+) -> None:
+    """Members A and B complete a generation of a classic group (raw requests, sessions of
+    30 s); B leaves and A has not joined again when the coordinator is killed. The new
+    coordinator serves A alone and rebalances at once: B is not taken over to wait out its
+    session. (It reloaded the last generation, A and B, and gave B a fresh 30 s: each move
+    of the coordinator kept a group from reading for a session timeout or more.)"""
+    from headwater.node.kafka import protocol
+    from tests import kafka_raw
+
+    group = "leavers"
+    coordinator = _coordinator(cluster, group)
+    address = cluster.nodes[coordinator].kafka_address
+    assert address is not None
+    join = {
+        "group_id": group,
+        "session_timeout": 30_000,
+        "rebalance_timeout": 30_000,
+        "member_id": "",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"\0\0\0\0\0\0\xff\xff\xff\xff"}],
+    }
+    with kafka_raw.connect(address) as a, kafka_raw.connect(address) as b:
+        for sock in (a, b):  # both join within the new group's first wait
+            sock.sendall(kafka_raw.frame(protocol.JOIN_GROUP, 3, **join))
+        joined = [kafka_raw.answer(sock, protocol.JOIN_GROUP, 3) for sock in (a, b)]
+        assert [j.error_code for j in joined] == [0, 0], joined
+        generation = joined[0].generation_id
+        by_id = {j.member_id: sock for j, sock in zip(joined, (a, b), strict=True)}
+        leader = joined[0].leader
+        for member_id, sock in by_id.items():
+            sock.sendall(
+                kafka_raw.frame(
+                    protocol.SYNC_GROUP,
+                    1,
+                    group_id=group,
+                    generation_id=generation,
+                    member_id=member_id,
+                    assignments=[{"member_id": m, "assignment": b""} for m in by_id]
+                    if member_id == leader
+                    else [],
+                )
+            )
+        for sock in by_id.values():
+            assert kafka_raw.answer(sock, protocol.SYNC_GROUP, 1).error_code == 0
+        staying, leaving = sorted(by_id, key=lambda m: m != leader)
+        left = kafka_raw.exchange(
+            by_id[leaving], protocol.LEAVE_GROUP, 1, group_id=group, member_id=leaving
+        )
+        assert left.error_code == 0
+    time.sleep(0.5)  # the leave written (in the background of its answer)
+    cluster.nodes[coordinator].kill()
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        now_at = _coordinator(cluster, group)
+        if now_at != coordinator:
+            address = cluster.nodes[now_at].kafka_address
+            assert address is not None
+            with kafka_raw.connect(address) as sock:
+                (described,) = kafka_raw.exchange(
+                    sock, protocol.DESCRIBE_GROUPS, 1, groups=[group]
+                ).groups
+            if described.error_code == 0 and described.members:
+                break
+        assert time.monotonic() < deadline, "no new coordinator served the group"
+        time.sleep(0.2)
+    assert [m.member_id for m in described.members] == [staying]
+    assert described.group_state == "PreparingRebalance"
+
+
+def test_an_offset_commit_is_answered_within_the_commit_timeout(tmp_path: Path) -> None:
+    """One follower of the group's __consumer_offsets partition is paused, so that the
+    commit's records cannot reach every in-sync replica until it is dropped from the ISR
+    (here 30 s): the commit is answered REQUEST_TIMED_OUT (7, retried by clients) after
+    offsets_commit_timeout_ms (5 s), as Kafka's offsets.commit.timeout.ms. (It waited for
+    the ISR to shrink or 30 s: librdkafka then saw its heartbeats, queued behind the
+    commit, time out, and members fell out of their groups.)"""
+    # A paused broker is neither fenced nor dropped from the ISR for 30 s here.
+    slow_to_fence = {
+        "HEADWATER_BROKER_SESSION_TIMEOUT_MS": "30000",
+        "HEADWATER_REPLICA_LAG_MS_MAX": "30000",
+    }
+    cluster = LocalCluster(
+        tmp_path, 3, env=slow_to_fence, kafka_ports={i: free_port() for i in (1, 2, 3)}
+    )
+    cluster.start()
+    try:
+        _commit_while_a_follower_is_paused(cluster)
+    finally:
+        cluster.close()
+
+
+def _commit_while_a_follower_is_paused(cluster: LocalCluster) -> None:
+    from headwater.node.groups.records import OFFSETS_TOPIC, coordinator_partition
+    from headwater.node.kafka import protocol
+    from tests import kafka_raw
+
+    controller = cluster.wait_controller()
+    _coordinator(cluster, "warm-up")  # the first group made the offsets topic
+    with Admin(cluster.bootstrap()) as admin:
+        admin.create_topic("commits", partitions=1, replication_factor=3)
+        (offsets,) = admin.describe_topics([OFFSETS_TOPIC])
+    isr_of = {p.partition: p.isr for p in offsets.partitions}
+    # A group whose coordinator partition has a follower in its ISR that is not the
+    # controller (the topic's replication factor is capped by the brokers live at its
+    # creation).
+    group = next(
+        g
+        for g in (f"slow-commits-{n}" for n in range(1000))
+        if len(set(isr_of[coordinator_partition(g)]) - {controller}) >= 2
+    )
+    coordinator = _coordinator(cluster, group)
+    paused = next(
+        i for i in isr_of[coordinator_partition(group)] if i not in (coordinator, controller)
+    )
+    address = cluster.nodes[coordinator].kafka_address
+    assert address is not None
+    commit: dict[str, object] = {
+        "group_id": group,
+        "generation_id": -1,
+        "member_id": "",
+        "retention_time": -1,
+        "topics": [{"name": "commits", "partitions": [{"partition_index": 0}]}],
+    }
+    with kafka_raw.connect(address) as sock:
+        first = kafka_raw.exchange(sock, protocol.OFFSET_COMMIT, 2, **commit)
+        assert first.topics[0].partitions[0].error_code == 0
+        cluster.nodes[paused].pause()
+        try:
+            began = time.monotonic()
+            commit["topics"] = [
+                {"name": "commits", "partitions": [{"partition_index": 0, "committed_offset": 1}]}
+            ]
+            answer = kafka_raw.exchange(sock, protocol.OFFSET_COMMIT, 2, **commit)
+            took = time.monotonic() - began
+        finally:
+            cluster.nodes[paused].resume()
+    assert answer.topics[0].partitions[0].error_code == 7  # REQUEST_TIMED_OUT
+    assert 4.5 < took < 8, f"answered after {took:.1f} s"

@@ -52,8 +52,7 @@ def cluster3(tmp_path: Path) -> Iterator[LocalCluster]:
 
 def read_partition(address: str, topic: str, partition: int) -> list[tuple[int, bytes]]:
     """Every committed record of ``partition``, asked of ``address`` (forwarded to the
-    leader). A leadership that moves meanwhile (preferred leaders return every few
-    seconds) is retried, as a client would after refreshing its metadata."""
+    leader). A leadership that moves meanwhile (preferred leaders return) is retried, as a client would after refreshing its metadata."""
     out: list[tuple[int, bytes]] = []
     offset = 0
     retriable = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE)
@@ -206,12 +205,32 @@ def test_a_paused_controller_that_leads_partitions_loses_no_acknowledged_write(
 LEADING = re.compile(r"leading (\S+)-(\d+) at epoch (\d+)")
 
 
+@pytest.fixture
+def fast_rebalance_cluster3(tmp_path: Path) -> Iterator[LocalCluster]:
+    """Three nodes whose controller gives leadership back to preferred replicas every
+    second (the default is every 5 minutes)."""
+    cluster = LocalCluster(
+        tmp_path,
+        3,
+        env={
+            "HEADWATER_LEADER_REBALANCE_INTERVAL_MS": "1000",
+            "HEADWATER_LEADER_IMBALANCE_PER_BROKER_PERCENT": "0",
+        },
+    )
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
 def test_a_restarted_node_never_takes_a_leadership_from_an_old_image(
-    cluster3: LocalCluster,
+    fast_rebalance_cluster3: LocalCluster,
 ) -> None:
     """Many partitions that node X leads at epoch 0 are in its Raft journal; X is killed
     (they move to other replicas at epoch 1) and restarted. Replaying the journal passes
     through images where X still leads them at epoch 0: X must not take those roles."""
+    cluster3 = fast_rebalance_cluster3
     topics = [f"epochs{i}" for i in range(40)]
     with Admin(cluster3.bootstrap()) as admin:
         for topic in topics:

@@ -232,7 +232,7 @@ class ClassicGroup:
         if self.state != PREPARING:
             # Any join outside a rebalance starts one (a member of the stable generation
             # asking again lost its answer: a new generation keeps everyone consistent).
-            self._prepare(now_ms)
+            self.prepare_rebalance(now_ms)
         member.joined = True
         return member_id
 
@@ -243,8 +243,10 @@ class ClassicGroup:
             common &= names
         return common
 
-    def _prepare(self, now_ms: int) -> None:
-        """Start a rebalance: every member must join again by the deadline."""
+    def prepare_rebalance(self, now_ms: int) -> None:
+        """Start a rebalance: every member must join again by the deadline (a new
+        coordinator does this for a group whose members left or expired after its last
+        generation)."""
         self.state = PREPARING
         for member in self.members.values():
             member.joined = False
@@ -376,7 +378,7 @@ class ClassicGroup:
                 f"member {member_id!r} is not in group {self.group_id!r}",
             )
         if self.state != PREPARING:
-            self._prepare(now_ms)
+            self.prepare_rebalance(now_ms)
 
     def expire(self, now_ms: int) -> list[str]:
         """Remove the members whose session ran out (not those waiting in a join); a
@@ -393,7 +395,7 @@ class ClassicGroup:
             if now_ms >= forget_at_ms:
                 del self.pending[member_id]
         if gone and self.state != PREPARING:
-            self._prepare(now_ms)
+            self.prepare_rebalance(now_ms)
         return gone
 
     def check_commit(self, member_id: str, generation: int) -> None:

@@ -76,6 +76,8 @@ class GroupShard:
         self.config = config
         self.image = GroupsImage()
         self.loaded = False
+        self.loaded_end = 0
+        """The log end offset when the shard was loaded (``caught_up``)."""
         self.skipped_records = 0
         self._committed = GroupsImage()
         self._pending: deque[tuple[int, GroupsImage]] = deque()
@@ -115,6 +117,12 @@ class GroupShard:
                 "again",
             )
 
+    def caught_up(self) -> bool:
+        """Has the high watermark reached what the log held when the shard was loaded? A
+        leader that took over may hold records its ISR has not all confirmed yet: until
+        then ``committed`` is older than what the last coordinator acknowledged."""
+        return self.partition.high_watermark >= self.loaded_end
+
     def committed(self) -> GroupsImage:
         """The image as of the high watermark (what every replica has)."""
         high_watermark = self.partition.high_watermark
@@ -147,6 +155,7 @@ class GroupShard:
             offset = result.next_offset
         self.image = self._appended = image
         self._committed = committed
+        self.loaded_end = end
         if end > high_watermark:
             self._pending.append((end, image))
         now = time.monotonic()
@@ -282,7 +291,7 @@ class GroupShard:
     async def _replicated(self, end_offset: int) -> None:
         try:
             await self.partition.wait_for_replication(
-                end_offset, self.config.request_timeout_ms / 1000
+                end_offset, self.config.offsets_commit_timeout_ms / 1000
             )
         except HeadwaterError as error:
             raise _coordinator_error(error, self.index) from None

@@ -154,7 +154,10 @@ timeouts (ms), and its protocol metadata and assignment, base64."""
 class ClassicGeneration:
     """A group of Kafka's classic protocol at a generation its leader completed (its
     SyncGroup), or emptied (no members): what a new coordinator serves the members from,
-    so that they carry on without joining again."""
+    so that they carry on without joining again. ``rebalancing``: written when members
+    left or expired after that generation (those are gone from ``members``): a new
+    coordinator starts a rebalance of the members left instead of waiting out the
+    sessions of members that are gone."""
 
     group_id: str
     generation: int
@@ -162,6 +165,7 @@ class ClassicGeneration:
     protocol_name: str
     leader: str
     members: tuple[ClassicMemberEntry, ...]
+    rebalancing: bool = False
 
 
 GroupRecord = (
@@ -314,6 +318,8 @@ def _typed(kind: str, name: str, annotation: str, value: Any) -> Any:
     """``value`` checked against the field's annotation (as written in this module)."""
     if annotation == "str":
         ok = isinstance(value, str)
+    elif annotation == "bool":
+        ok = isinstance(value, bool)
     elif annotation == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif annotation == "tuple[str, ...]":

@@ -35,7 +35,7 @@ from headwater.node.groups import classic
 from headwater.node.groups.classic import ClassicError, ClassicGroup, GroupProtocolError
 from headwater.node.groups.coordinator import GroupCoordinator
 from headwater.node.groups.decisions import SESSION_TIMEOUT_RANGE_MS, CommitItem
-from headwater.node.groups.records import ClassicGeneration
+from headwater.node.groups.records import OFFSETS_TOPIC, ClassicGeneration
 from headwater.node.groups.service import ClassicView, GroupsService
 from headwater.node.kafka.consumer_protocol import assigned_partitions, subscribed_topics
 from headwater.shared.errors import ErrorCode, HeadwaterError
@@ -173,6 +173,12 @@ class ClassicGroups:
                 ),
             )
         if group_id not in self.groups:
+            if shard is not None and not shard.caught_up():
+                raise HeadwaterError(
+                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                    f"group {group_id!r}: this coordinator took over {OFFSETS_TOPIC}-{route} and "
+                    "its replicas have not all caught up with what it holds yet; retry",
+                )
             self._restore(group_id, route)
         self._partition[group_id] = route
         self._shard[group_id] = shard
@@ -216,11 +222,15 @@ class ClassicGroups:
             saved.protocol_name,
             saved.leader,
         )
+        if saved.rebalancing:  # members left or expired after this generation
+            group.prepare_rebalance(now)
+            self._schedule(group, max(0.0, (group.rebalance_deadline_ms - now) / 1000))
         _log.info(
-            "group %s: generation %d of %d members taken over",
+            "group %s: generation %d of %d members taken over%s",
             group_id,
             saved.generation,
             len(saved.members),
+            ", rebalancing" if saved.rebalancing else "",
         )
 
     async def _save(self, group: ClassicGroup) -> None:
@@ -244,6 +254,7 @@ class ClassicGroups:
                 )
                 for m in group.members.values()
             ),
+            rebalancing=group.state == classic.PREPARING,
         )
         self._saving.add(group.group_id)
         try:
@@ -393,21 +404,26 @@ class ClassicGroups:
         if gone:
             _log.info("group %s: members %s did not join again in time", group.group_id, gone)
         if group.state == classic.EMPTY:
-            saving = asyncio.ensure_future(self._save_quietly(group))
-            self._background.add(saving)
-            saving.add_done_callback(self._background.discard)
+            self._save_in_background(group)
         for waiter in self._joins.pop(group.group_id, {}).values():
             if not waiter.done():
                 waiter.set_result(None)
 
+    def _save_in_background(self, group: ClassicGroup) -> None:
+        """Write the group as it is now without holding up the request that changed it: an
+        emptied group, or one whose members left or expired (the next coordinator then
+        serves no member that is gone, and rebalances the others)."""
+        saving = asyncio.ensure_future(self._save_quietly(group))
+        self._background.add(saving)
+        saving.add_done_callback(self._background.discard)
+
     async def _save_quietly(self, group: ClassicGroup) -> None:
-        """Write an emptied group (the next coordinator then serves no old members)."""
         if group.group_id not in self._partition:
             return
         try:
             await self._save(group)
         except HeadwaterError as error:
-            _log.info("group %s: its empty generation was not written: %s", group.group_id, error)
+            _log.info("group %s: its state was not written: %s", group.group_id, error)
 
     async def sync(
         self,
@@ -500,6 +516,9 @@ class ClassicGroups:
         return member_id
 
     def _after_removal(self, group: ClassicGroup) -> None:
+        """Members left or expired: the rebalance they started goes on, and the group is
+        written as it is now (an emptied group by ``_maybe_complete``), so that a new
+        coordinator never serves a member that is gone."""
         self._cancel_syncs(group.group_id)
         waiter = self._joins.get(group.group_id, {})
         for gone in [m for m in waiter if m not in group.members]:
@@ -508,6 +527,8 @@ class ClassicGroups:
                 future.set_exception(_joined_again(group.group_id, gone))
         self._schedule(group, max(0.0, (group.rebalance_deadline_ms - self._now_ms()) / 1000))
         self._maybe_complete(group)
+        if group.state != classic.EMPTY:
+            self._save_in_background(group)
 
     async def _expire_sessions(self) -> None:
         """Every EXPIRY_CHECK_S: take over the written generations of the groups of each
@@ -516,7 +537,7 @@ class ClassicGroups:
         while True:
             await asyncio.sleep(EXPIRY_CHECK_S)
             for index, shard in list(self.coordinator.shards.items()):
-                if not shard.loaded or self._scanned.get(index) is shard:
+                if not shard.loaded or self._scanned.get(index) is shard or not shard.caught_up():
                     continue
                 self._scanned[index] = shard
                 for group_id, state in shard.committed().groups.items():
