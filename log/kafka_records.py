@@ -265,6 +265,20 @@ def _parsing() -> Iterator[None]:
         raise _invalid(f"the records do not parse: {type(exc).__name__}: {exc}") from None
 
 
+RECORD_ERRORS_MAX: Final = 1000
+"""Records a refusal names one by one at most (Produce v8's ``record_errors``)."""
+
+
+class BadRecordsError(HeadwaterError):
+    """A batch refused for some of its records: ``records`` holds (index in the batch,
+    what is wrong) of each, at most RECORD_ERRORS_MAX, for Produce v8's per-record errors
+    (KIP-467), so a client knows which records failed."""
+
+    def __init__(self, code: ErrorCode, message: str, records: list[tuple[int, str]]) -> None:
+        super().__init__(code, message)
+        self.records = tuple(records[:RECORD_ERRORS_MAX])
+
+
 def _check_records(
     header: KafkaBatchHeader,
     plain: bytes | bytearray,
@@ -302,10 +316,12 @@ def _check_records(
     first, smallest, largest = stamps[0], min(stamps), max(stamps)
     low, high = timestamp_range
     if smallest < low or largest > high:
-        delta = next(i for i, stamp in enumerate(stamps) if not low <= stamp <= high)
-        raise batch_format.InvalidTimestampError(
-            f"record {delta} has timestamp {stamps[delta]}; valid range is [{low}, {high}] "
-            "(the topic's message.timestamp.before.max.ms and after.max.ms)"
+        outside = [i for i, stamp in enumerate(stamps) if not low <= stamp <= high]
+        raise BadRecordsError(
+            ErrorCode.INVALID_TIMESTAMP,
+            f"record {outside[0]} has timestamp {stamps[outside[0]]}; valid range is "
+            f"[{low}, {high}] (the topic's message.timestamp.before.max.ms and after.max.ms)",
+            [(i, f"timestamp {stamps[i]} outside [{low}, {high}]") for i in outside],
         )
     if smallest - first < TIMESTAMP_DELTA_RANGE[0] or largest - first > TIMESTAMP_DELTA_RANGE[1]:
         far = smallest if smallest - first < TIMESTAMP_DELTA_RANGE[0] else largest
@@ -315,10 +331,11 @@ def _check_records(
             "form keeps int32 deltas); send them in two batches"
         )
     if keyless:
-        raise _invalid(
+        raise BadRecordsError(
+            ErrorCode.INVALID_RECORD,
             f"record {keyless[0]} has no key: a compacted topic (cleanup.policy compact) keeps "
             "the newest record per key, so every record needs one",
-            ErrorCode.INVALID_RECORD,
+            [(i, "no key in a compacted topic") for i in keyless],
         )
     return first, largest
 

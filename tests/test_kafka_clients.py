@@ -1022,3 +1022,95 @@ def test_a_node_stopping_with_kafka_connections_open_stops_cleanly(tmp_path: Pat
     finally:
         node.kill()
     assert " ERROR " not in node.log() and "Traceback" not in node.log(), node.log()[-3000:]
+
+
+def test_a_transactional_producer_is_refused_at_once(node: NodeProcess) -> None:
+    """Transactions are not served: librdkafka's init_transactions fails at once with
+    Kafka's non-retriable TRANSACTIONAL_ID_AUTHORIZATION_FAILED. (FindCoordinator for a
+    transactional id answered INVALID_REQUEST, which librdkafka retried every 500 ms
+    until its timeout.)"""
+    producer = Producer({"bootstrap.servers": kafka(node), "transactional.id": "refused"})
+    began = time.monotonic()
+    with pytest.raises(KafkaException) as failed:
+        producer.init_transactions(30)
+    assert time.monotonic() - began < 10
+    error = failed.value.args[0]
+    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
+    assert error.fatal(), error
+
+
+def test_a_refused_batch_names_each_record_at_fault(node: NodeProcess) -> None:
+    """Produce v8's per-record errors (KIP-467): a batch with keyless records sent to a
+    compacted topic is refused INVALID_RECORD naming records 1 and 3, as Kafka does, so
+    that the client can tell which records failed. (The answer named none.)"""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    from headwater.node.kafka import protocol
+
+    create(node, "keyed-only", partitions=1, cleanup_policy="compact")
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    now = int(time.time() * 1000)
+    for delta, key in enumerate([b"k0", None, b"k2", None]):
+        builder.append(delta, now, key, b"v", [])
+    with _raw(node) as sock:
+        answer = exchange(
+            sock,
+            protocol.PRODUCE,
+            8,
+            acks=-1,
+            timeout=10_000,
+            topic_data=[
+                {
+                    "name": "keyed-only",
+                    "partition_data": [{"index": 0, "records": bytes(builder.build())}],
+                }
+            ],
+        )
+    (partition,) = answer.responses[0].partition_responses
+    assert partition.error_code == 87  # INVALID_RECORD
+    assert [e.batch_index for e in partition.record_errors] == [1, 3]
+    assert "no key" in partition.record_errors[0].batch_index_error_message
+
+
+def test_the_committed_leader_epoch_is_kept_and_returned(node: NodeProcess) -> None:
+    """KIP-320: OffsetCommit v6+ carries the leader epoch of the record before the offset
+    committed; OffsetFetch v5+ answers it, so a consumer resuming there can check the log
+    was not truncated under it. (The answer was always -1.)"""
+    from headwater.node.kafka import protocol
+
+    create(node, "epochs", partitions=1)
+    with _raw(node) as sock:
+        committed = exchange(
+            sock,
+            protocol.OFFSET_COMMIT,
+            7,
+            group_id="epoch-keepers",
+            generation_id=-1,
+            member_id="",
+            topics=[
+                {
+                    "name": "epochs",
+                    "partitions": [
+                        {"partition_index": 0, "committed_offset": 3, "committed_leader_epoch": 5}
+                    ],
+                }
+            ],
+        )
+        assert committed.topics[0].partitions[0].error_code == 0
+        fetched = exchange(
+            sock,
+            protocol.OFFSET_FETCH,
+            5,
+            group_id="epoch-keepers",
+            topics=[{"name": "epochs", "partition_indexes": [0]}],
+        )
+    (partition,) = fetched.topics[0].partitions
+    assert (partition.committed_offset, partition.committed_leader_epoch) == (3, 5)

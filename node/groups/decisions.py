@@ -116,6 +116,10 @@ class CommitItem:
     partition: int
     offset: int
     metadata: str = ""
+    leader_epoch: int = -1
+    """The leader epoch of the record before ``offset`` as the client saw it (KIP-320;
+    -1: not given), kept so a consumer resuming there can tell whether the log was
+    truncated under it."""
 
 
 def _error(code: ErrorCode, message: str) -> HeadwaterError:
@@ -602,7 +606,13 @@ def commit_offsets(
         if problem is None:
             stored.append(
                 OffsetCommitted(
-                    group_id, item.topic, item.partition, item.offset, item.metadata, now_ms
+                    group_id,
+                    item.topic,
+                    item.partition,
+                    item.offset,
+                    item.metadata,
+                    now_ms,
+                    item.leader_epoch,
                 )
             )
         answers.append(problem)

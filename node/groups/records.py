@@ -131,6 +131,9 @@ class OffsetCommitted:
     offset: int
     metadata: str
     commit_timestamp_ms: int
+    leader_epoch: int = -1
+    """The committed leader epoch (KIP-320); -1: none given (and every record written
+    before it was kept)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,11 @@ from headwater.shared.errors import ErrorCode, HeadwaterError
 GROUP_KEY_TYPE: Final = 0
 PROTOCOL_TYPE: Final = "consumer"
 DEAD: Final = "Dead"
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
+NO_TRANSACTIONS: Final = (
+    "transactions are not served by this broker: produce without transactional.id "
+    "(an idempotent producer writes each record once per partition)"
+)
 MEMBER_ID_REQUIRED_FROM: Final = 4
 """JoinGroup versions from this one get a member id first (KIP-394, MEMBER_ID_REQUIRED)."""
 
@@ -76,12 +81,14 @@ class GroupHandlers:
         body = request.body
         key_type = int(getattr(body, "key_type", GROUP_KEY_TYPE))
         answer: dict[str, Any] = {"node_id": -1, "host": "", "port": -1}
+        if key_type != GROUP_KEY_TYPE:
+            # Kafka's non-retriable code: a transactional producer fails at once
+            # (librdkafka retried INVALID_REQUEST every 500 ms until its timeout).
+            answer.update(
+                error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_message=NO_TRANSACTIONS
+            )
+            return ready(protocol.answer(self._schema(request), **answer))
         try:
-            if key_type != GROUP_KEY_TYPE:
-                raise HeadwaterError(
-                    ErrorCode.INVALID_REQUEST,
-                    "only group coordinators exist here (transactions are not supported)",
-                )
             self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, body.key)
             _image, _index, leader = await self.service.locate(body.key)
             address = self.kafka_address(leader)
@@ -280,6 +287,7 @@ class GroupHandlers:
                 int(p.partition_index),
                 int(p.committed_offset),
                 p.committed_metadata or "",
+                int(getattr(p, "committed_leader_epoch", -1)),
             )
             for topic in body.topics
             for p in topic.partitions
@@ -361,12 +369,12 @@ class GroupHandlers:
             else:
                 answers = []
                 for p in partitions:
-                    offset, metadata = committed.get((name, p), (-1, ""))
+                    offset, metadata, epoch = committed.get((name, p), (-1, "", -1))
                     answers.append(
                         {
                             "partition_index": p,
                             "committed_offset": offset,
-                            "committed_leader_epoch": -1,
+                            "committed_leader_epoch": epoch,
                             "metadata": metadata,
                             "error_code": 0,
                         }

@@ -595,13 +595,14 @@ class ClassicGroups:
             index, group_id, "", ADMIN_MEMBER_EPOCH, items, classic_member=group is not None
         )
 
-    async def committed(self, group_id: str) -> dict[tuple[str, int], tuple[int, str]]:
-        """(topic, partition) -> (offset, metadata) of everything the group committed."""
+    async def committed(self, group_id: str) -> dict[tuple[str, int], tuple[int, str, int]]:
+        """(topic, partition) -> (offset, metadata, leader epoch) of everything the group
+        committed."""
         index = await self._route(group_id)
         group = self.coordinator.committed(index).group(group_id)
         if group is None:
             return {}
-        return {key: (c.offset, c.metadata) for key, c in group.offsets.items()}
+        return {key: (c.offset, c.metadata, c.leader_epoch) for key, c in group.offsets.items()}
 
     async def delete(self, group_id: str) -> None:
         index = await self._route(group_id)

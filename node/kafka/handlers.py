@@ -23,12 +23,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from headwater.log.kafka_records import to_kafka, to_stored
+from headwater.log.kafka_records import BadRecordsError, to_kafka, to_stored
 from headwater.node.broker_core import Appended, BrokerCore, FoundOffset, OffsetSpec
 from headwater.node.config import KAFKA_TOPIC_CONFIG_NAMES, topic_setting_name
 from headwater.node.kafka import protocol
 from headwater.node.kafka.answers import kafka_code, names_by_id, ready
-from headwater.node.kafka.group_handlers import GroupHandlers
+from headwater.node.kafka.group_handlers import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, GroupHandlers
 from headwater.node.limits import yield_every
 from headwater.node.log_manager import now_ms
 from headwater.node.partition import Partition
@@ -373,6 +373,11 @@ class KafkaHandlers:
                 )
             except HeadwaterError as error:
                 answer.update(error_code=kafka_code(error.code), error_message=error.message)
+                if isinstance(error, BadRecordsError):  # v8: which records failed
+                    answer["record_errors"] = [
+                        {"batch_index": index, "batch_index_error_message": why}
+                        for index, why in error.records
+                    ]
             by_topic.setdefault(name, []).append(answer)
         throttle_ms = 0
         if self.quotas.active:  # over a quota the answer waits; the data is in
@@ -554,13 +559,14 @@ class KafkaHandlers:
     # ------------------------------------------------------------------ producer ids
 
     async def init_producer_id(self, request: protocol.Request) -> Answer:
+        if request.body.transactional_id is not None:  # not retriable, as FindCoordinator's
+            answer = {
+                "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
+            return ready(protocol.answer(self._schema(request), **answer))
         try:
-            if request.body.transactional_id is not None:
-                raise HeadwaterError(
-                    ErrorCode.INVALID_REQUEST,
-                    "transactions are not supported; an idempotent producer sends no "
-                    "transactional.id",
-                )
             producer_id, epoch = await self.core.init_producer_id()
             answer = {"error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
         except HeadwaterError as error:
