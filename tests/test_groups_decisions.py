@@ -205,6 +205,21 @@ def test_static_member_comes_back_to_its_partitions_without_a_rebalance() -> Non
     assert a.member_id not in group.state.members
 
 
+def test_a_live_static_members_instance_id_is_not_taken_over() -> None:
+    """KIP-848: a member joining with the instance id of a member that has not left (no
+    static leave, its session running) is refused UNRELEASED_INSTANCE_ID; the holder keeps
+    its place and partitions. (It was replaced at once.)"""
+    group = Group()
+    a = Member(group, instance_id="host-a")
+    settle([a])
+    mine = a.owned
+    with pytest.raises(HeadwaterError) as caught:
+        Member(group, instance_id="host-a").beat()
+    assert caught.value.code is ErrorCode.UNRELEASED_INSTANCE_ID
+    assert a.member_id in group.state.members
+    assert frozenset(a.beat().assigned) == mine
+
+
 def test_pattern_subscription_follows_new_topics() -> None:
     group = Group({"logs-1": 2})
     member = Member(group, topics=())

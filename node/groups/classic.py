@@ -182,6 +182,22 @@ class ClassicGroup:
         if holder is not None:
             if member_id and member_id != holder.member_id:
                 raise _fenced(instance_id, holder.member_id)
+            if not member_id and self._rejoins_unchanged(holder, protocols):
+                return self._replace_static(
+                    holder,
+                    ClassicMember(
+                        new_member_id,
+                        client_id,
+                        host,
+                        session_timeout_ms,
+                        rebalance_timeout_ms,
+                        tuple(protocols),
+                        now_ms,
+                        assignment=holder.assignment,
+                        joined=True,
+                        instance_id=instance_id,
+                    ),
+                )
             if not member_id:
                 # A static member that restarted takes its old incarnation's place (the
                 # old member id is fenced): no wait for the old one's session to end.
@@ -235,6 +251,25 @@ class ClassicGroup:
             self.prepare_rebalance(now_ms)
         member.joined = True
         return member_id
+
+    def _rejoins_unchanged(
+        self, holder: ClassicMember, protocols: Sequence[tuple[str, bytes]]
+    ) -> bool:
+        """Is a static member that restarted (``holder`` is its old incarnation) asking
+        for nothing new of a stable group: the protocol chosen, with the same metadata
+        (its subscription)? Then it takes its old place without a rebalance (KIP-345)."""
+        wanted = dict(protocols).get(self.protocol_name)
+        return self.state == STABLE and wanted == holder.metadata_for(self.protocol_name)
+
+    def _replace_static(self, holder: ClassicMember, member: ClassicMember) -> str:
+        """The new incarnation ``member`` of a static member takes its old one's place,
+        assignment and leadership in the current generation (the old member id is
+        fenced: ``check_instance``)."""
+        del self.members[holder.member_id]
+        self.members[member.member_id] = member
+        if self.leader == holder.member_id:
+            self.leader = member.member_id
+        return member.member_id
 
     @staticmethod
     def _common_protocols(supported: list[set[str]]) -> set[str]:

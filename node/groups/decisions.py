@@ -344,8 +344,10 @@ def heartbeat(
             changes.add(MemberLeft(group.group_id, member_id))
             changes.bump()
             _update_target(changes, partition_counts, check_fit=False)
-        # A static leave changes nothing: the member keeps its place and partitions until
-        # its instance comes back or its session runs out.
+        else:
+            # A static leave keeps the member's place and partitions until its instance
+            # comes back or its session runs out, and frees its instance id.
+            changes.add(replace(group.members[member_id], released=True))
         return changes.decision(
             HeartbeatAnswer(member_id, request.member_epoch, changes.group.epoch, (), False)
         )
@@ -404,6 +406,13 @@ def _join(changes: _Changes, request: Heartbeat, new_member_id: str, limits: Gro
         previous = next(
             (m for m in group.members.values() if m.instance_id == request.instance_id), None
         )
+        if previous is not None and not previous.released:
+            raise _error(
+                ErrorCode.UNRELEASED_INSTANCE_ID,
+                f"instance id {request.instance_id!r} is held by member "
+                f"{previous.member_id!r}, which has not left (a static leave frees it; "
+                "otherwise it is free once that member's session ends)",
+            )
         if previous is not None:
             return _replace_static(changes, previous, request, new_member_id)
     member_id = request.member_id or new_member_id

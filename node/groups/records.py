@@ -85,6 +85,10 @@ class MemberJoined:
     it was fenced or timed out) had is below it."""
     host: str = ""
     """The address the member connects from, as its node saw it ("" if unknown)."""
+    released: bool = False
+    """A static member that left with a static leave (member epoch -2): it keeps its
+    place and partitions until its session ends, and its instance id is free for a new
+    incarnation to take over (KIP-848)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +173,9 @@ class ClassicGeneration:
     leader: str
     members: tuple[ClassicMemberEntry, ...]
     rebalancing: bool = False
+    instance_ids: tuple[str, ...] = ()
+    """Each member's static instance id ("" for a dynamic member), in ``members``' order
+    (empty in records written before it was kept)."""
 
 
 GroupRecord = (

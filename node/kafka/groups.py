@@ -198,6 +198,8 @@ class ClassicGroups:
         if not saved.members:
             return
         now = self._now_ms()
+        # One per member; none in a record written before instance ids were kept.
+        instance_ids = saved.instance_ids + ("",) * (len(saved.members) - len(saved.instance_ids))
         for (
             member_id,
             client_id,
@@ -206,7 +208,7 @@ class ClassicGroups:
             rebalance_ms,
             metadata,
             assignment,
-        ) in saved.members:
+        ), instance_id in zip(saved.members, instance_ids, strict=False):
             group.members[member_id] = classic.ClassicMember(
                 member_id,
                 client_id,
@@ -216,6 +218,7 @@ class ClassicGroups:
                 ((saved.protocol_name, base64.b64decode(metadata)),),
                 now,
                 assignment=base64.b64decode(assignment),
+                instance_id=instance_id,
             )
         group.state, group.protocol_name, group.leader = (
             classic.STABLE,
@@ -255,6 +258,7 @@ class ClassicGroups:
                 for m in group.members.values()
             ),
             rebalancing=group.state == classic.PREPARING,
+            instance_ids=tuple(m.instance_id for m in group.members.values()),
         )
         self._saving.add(group.group_id)
         try:
@@ -349,6 +353,9 @@ class ClassicGroups:
                     )
                 )
         self.held_bytes += incoming
+        if group.state == classic.STABLE:  # a static member back in its old place
+            self._save_in_background(group)
+            return self._join_answer(group, member_id)
         self._cancel_syncs(group_id)
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
@@ -372,6 +379,10 @@ class ClassicGroups:
             raise GroupProtocolError(
                 ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} left group {group_id!r}"
             )
+        return self._join_answer(group, member_id)
+
+    @staticmethod
+    def _join_answer(group: ClassicGroup, member_id: str) -> JoinAnswer:
         members: tuple[tuple[str, bytes], ...] = ()
         if member_id == group.leader:
             members = tuple(
