@@ -824,3 +824,35 @@ def test_checker_agrees_with_the_oracle(history: list[Event]) -> None:
     counts = check(history).counts()
     expected = oracle(history)
     assert {name: counts[name] for name in expected} == expected
+
+
+def test_read_gaps_measure_how_long_each_group_went_without_reading_after_each_fault() -> None:
+    from headwater.tools.chaos.history import Nemesis, Poll, Record
+    from headwater.tools.chaos.read_gaps import longest_by_group, read_gaps
+
+    def read(consumer: str, at_ms: int) -> Poll:
+        return Poll(consumer, (Record(0, at_ms, "v"),), at_ms)
+
+    history = [
+        read("c0", 1000),
+        read("n0", 1000),
+        Nemesis(1, "kill-leader", "start", (1,), "", 2000),
+        read("c0", 2500),  # c's group reads on at once
+        read("c1", 9000),
+        read("n0", 14_000),  # n's group waits 13 s after its last read
+        Nemesis(2, "pause", "start", (2,), "", 20_000),
+        read("c0", 21_000),
+        read("n0", 20_500),
+        read("x9", 30_000),  # a consumer of no group named: left out
+    ]
+    gaps = read_gaps(history, {"c0": "classic", "c1": "classic", "n0": "consumer"})
+    by = {(g.group, g.cycle): g for g in gaps}
+    # From its read at 9 s to the next at 21 s: a stretch that began before the next
+    # fault counts for both.
+    assert by[("classic", 1)].gap_ms == 12_000 and by[("consumer", 1)].gap_ms == 13_000
+    assert by[("classic", 2)].gap_ms == 12_000
+    assert by[("consumer", 2)].gap_ms == 6500
+    longest = longest_by_group(gaps)
+    assert (longest["consumer"].cycle, longest["consumer"].gap_ms) == (1, 13_000)
+    silent = read_gaps([read("c0", 1000), Nemesis(1, "kill", "start", (), "", 2000)], {"c0": "g"})
+    assert silent[0].open and silent[0].gap_ms == 1000

@@ -54,6 +54,7 @@ PURE_MODULES = [
     "headwater/tools/chaos/history.py",
     "headwater/tools/chaos/checker.py",
     "headwater/tools/chaos/nemesis.py",
+    "headwater/tools/chaos/read_gaps.py",
 ]
 FORBIDDEN = {
     "grpc",

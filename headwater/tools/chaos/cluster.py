@@ -47,6 +47,9 @@ NETNS_RAFT_PORT: Final = 7701
 NETNS_INTERNAL_PORT: Final = 7702
 NETNS_KAFKA_PORT: Final = 7703
 STOP_TIMEOUT_S: Final = 20.0
+GROUP_SESSION_TIMEOUT_MS: Final = 10_000
+"""The nodes' session timeout of consumer-protocol (KIP-848) members in a Kafka-client
+run, the classic members' own (``kafka_workload.SESSION_TIMEOUT_MS``)."""
 METADATA_TIMEOUT_S: Final = 2.0
 HEALTH_TIMEOUT_S: Final = 1.0
 T = TypeVar("T")
@@ -140,6 +143,8 @@ class ChaosCluster:
             )
         self.quorum = ",".join(f"{n.node_id}@{n.host}:{n.raft_port}" for n in self.nodes.values())
         self.env = {**os.environ, "HEADWATER_CLUSTER_SECRET": secrets.token_hex(16)}
+        if kafka:  # the consumer-protocol members' session, as the classic members' own
+            self.env["HEADWATER_GROUP_SESSION_TIMEOUT_MS"] = str(GROUP_SESSION_TIMEOUT_MS)
         self._admins: dict[int, Admin] = {}
         self._stopped: set[int] = set()  # nodes down because this cluster stopped them
         self.unexpected_exits: list[tuple[int, int | None]] = []

@@ -91,6 +91,10 @@ from headwater.tools.chaos.history import Outcome, Poll, Record, Seek, Send
 from headwater.tools.chaos.workload import Recorder
 
 GROUP: Final = "chaos"
+CONSUMER_GROUP: Final = "chaos-848"
+"""The group of the consumer-protocol (KIP-848) members."""
+CLASSIC: Final = "classic"
+CONSUMER: Final = "consumer"
 LOG_FILE: Final = "kafka-clients.log"
 MESSAGE_TIMEOUT_MS: Final = 30_000
 REQUEST_TIMEOUT_MS: Final = 10_000
@@ -374,7 +378,10 @@ class KafkaProducerWorker:
 
 
 class KafkaConsumerWorker:
-    """A librdkafka consumer in group GROUP (module docstring)."""
+    """A librdkafka consumer in group ``group`` of the classic protocol (GROUP) or of the
+    consumer protocol (KIP-848, ``protocol`` CONSUMER: CONSUMER_GROUP; assignments then
+    change a partition at a time, with ``incremental_assign`` and ``incremental_unassign``,
+    and the session timeout is the group's, set on the nodes) (module docstring)."""
 
     def __init__(
         self,
@@ -384,25 +391,36 @@ class KafkaConsumerWorker:
         seed: int,
         recorder: Recorder,
         logger: logging.Logger,
+        protocol: str = CLASSIC,
     ) -> None:
+        assert protocol in (CLASSIC, CONSUMER), protocol
         self.name = name
+        self.protocol = protocol
+        self.group = GROUP if protocol == CLASSIC else CONSUMER_GROUP
         self.topic = topic
         self.recorder = recorder
         self._rng = random.Random(seed)
         self._rejoin_at = time.monotonic() + self._rng.uniform(*REJOIN_AFTER_S)
         self._settle = threading.Event()
         self._notes = _Notes(f"consumer {name}", recorder)
+        membership: dict[str, object] = (
+            {
+                "session.timeout.ms": SESSION_TIMEOUT_MS,
+                "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
+            }
+            if protocol == CLASSIC
+            else {"group.protocol": CONSUMER}
+        )
         self._consumer = ck.Consumer(
             {
                 **_COMMON,
+                **membership,
                 "bootstrap.servers": servers,
                 "client.id": f"chaos-{name}",
-                "group.id": GROUP,
+                "group.id": self.group,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": True,
                 "auto.commit.interval.ms": AUTO_COMMIT_MS,
-                "session.timeout.ms": SESSION_TIMEOUT_MS,
-                "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
                 "fetch.wait.max.ms": 500,
                 "enable.partition.eof": False,
                 "debug": "cgrp",
@@ -496,13 +514,20 @@ class KafkaConsumerWorker:
             for p in partitions:
                 self.recorder.add(Seek(self.name, p, starts[p], self.recorder.now_ms()))
             with self._lock:
-                self._positions = dict(starts)
+                if self.protocol == CLASSIC:
+                    self._positions = dict(starts)
+                else:  # these are added to what it holds
+                    self._positions.update(starts)
             self.assignments += 1
             self.recorder.note(
                 f"consumer {self.name} ({consumer.memberid()}): assigned "
                 + (", ".join(f"{p}@{starts[p]}" for p in partitions) or "nothing")
             )
-            consumer.assign([ck.TopicPartition(self.topic, p, starts[p]) for p in partitions])
+            chosen = [ck.TopicPartition(self.topic, p, starts[p]) for p in partitions]
+            if self.protocol == CLASSIC:
+                consumer.assign(chosen)
+            else:
+                consumer.incremental_assign(chosen)
         except Exception as exc:  # raised out of poll() otherwise
             self.recorder.note(f"consumer {self.name}: on_assign failed: {exc!r}")
 
@@ -512,6 +537,11 @@ class KafkaConsumerWorker:
         with self._lock:
             for p in partitions:
                 self._positions.pop(p, None)
+        if self.protocol == CONSUMER:
+            try:
+                self._consumer.incremental_unassign(revoked)
+            except (ck.KafkaException, RuntimeError) as exc:
+                self._notes.add("unassign", f"giving up {partitions} failed: {exc}")
         self.recorder.note(
             f"consumer {self.name}: {'lost' if lost else 'revoked'} partitions {partitions}"
         )

@@ -17,6 +17,8 @@ The JSON document (``--json``)::
      "replicas": {"identical": bool, "partitions": [...]},
      "metadata": {"identical": bool, "differences": [str], "errors": [...],
                   "views": [{"node_id", "offset", "sha256"}]} | null,
+     "group_read_gaps": {group: {"longest_ms": int, "cycle": int, "nemesis": str,
+                                 "open": bool, "by_nemesis": {name: int}}} (Kafka clients),
      "problems": [str], "node_log": {node id: [line]}, "run_dir": str | null}
 """
 
@@ -31,6 +33,7 @@ from typing import Any, Final
 
 from headwater.tools.chaos.checker import TOLERATED_DEFAULT, Report, case_json, summary_lines
 from headwater.tools.chaos.history import Event, Poll, Send
+from headwater.tools.chaos.read_gaps import ReadGap, longest_by_group
 from headwater.tools.chaos.replicas import (
     MetadataComparison,
     PartitionComparison,
@@ -67,6 +70,9 @@ class RunResult:
     """The workload's client (``--client``): "grpc" or "kafka"."""
     workload: dict[str, int] = field(default_factory=dict)
     """What the producers and consumers did (``runner.Workload.counts``)."""
+    read_gaps: tuple[ReadGap, ...] = ()
+    """How long each consumer group went without reading after each fault (Kafka-client
+    runs: ``headwater.tools.chaos.read_gaps``)."""
 
     @property
     def replicas_identical(self) -> bool:
@@ -197,10 +203,30 @@ def to_json(result: RunResult) -> dict[str, Any]:
             "partitions": [comparison_json(c) for c in result.replicas],
         },
         "metadata": metadata_comparison_json(result.metadata) if result.metadata else None,
+        "group_read_gaps": _read_gaps_json(result.read_gaps),
         "problems": result.problems,
         "node_log": {str(k): v for k, v in result.node_log.items()},
         "run_dir": str(result.run_dir) if result.run_dir else None,
     }
+
+
+def _read_gaps_json(gaps: tuple[ReadGap, ...]) -> dict[str, Any]:
+    """{group: {"longest_ms", "cycle", "nemesis", "open", "by_nemesis": {name: longest
+    ms}}}."""
+    out: dict[str, Any] = {}
+    for group, longest in longest_by_group(gaps).items():
+        by_nemesis: dict[str, int] = {}
+        for gap in gaps:
+            if gap.group == group:
+                by_nemesis[gap.nemesis] = max(by_nemesis.get(gap.nemesis, 0), gap.gap_ms)
+        out[group] = {
+            "longest_ms": longest.gap_ms,
+            "cycle": longest.cycle,
+            "nemesis": longest.nemesis,
+            "open": longest.open,
+            "by_nemesis": dict(sorted(by_nemesis.items())),
+        }
+    return out
 
 
 def text_lines(result: RunResult) -> list[str]:
@@ -214,6 +240,12 @@ def text_lines(result: RunResult) -> list[str]:
         lines.append("workload: " + ", ".join(f"{k} {v}" for k, v in result.workload.items()))
     if result.report is not None:
         lines += summary_lines(result.report)
+    for group, longest in sorted(longest_by_group(result.read_gaps).items()):
+        lines.append(
+            f"group {group}: at most {longest.gap_ms / 1000:.1f} s without reading after a "
+            f"fault (cycle {longest.cycle}, {longest.nemesis}"
+            + (", and never again)" if longest.open else ")")
+        )
     for name, rows in result.examples.items():
         lines.append(f"{name}: e.g.")
         lines += [f"  {row}" for row in rows]

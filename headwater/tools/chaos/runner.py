@@ -55,6 +55,7 @@ from headwater.tools.chaos.cluster import ChaosCluster, wait_for
 from headwater.tools.chaos.disks import Disks, DisksUnavailableError
 from headwater.tools.chaos.faults import FaultInjector, wall_clock
 from headwater.tools.chaos.history import parse_lines
+from headwater.tools.chaos.read_gaps import read_gaps
 from headwater.tools.chaos.replicas import compare_metadata, compare_replicas, replicas_behind
 from headwater.tools.chaos.report import (
     RunResult,
@@ -286,8 +287,15 @@ def _start_workload(
         workload.kafka_log = kw.client_logger(run_dir)
         workload.kafka_consumers = [
             kw.KafkaConsumerWorker(
-                f"c{i}", servers, TOPIC, options.seed + i, recorder, workload.kafka_log
+                f"{prefix}{i}",
+                servers,
+                TOPIC,
+                options.seed + i + offset,
+                recorder,
+                workload.kafka_log,
+                protocol,
             )
+            for prefix, offset, protocol in (("c", 0, kw.CLASSIC), ("n", 100, kw.CONSUMER))
             for i in range(options.consumers)
         ]
         workload.consumers = list(workload.kafka_consumers)
@@ -352,24 +360,31 @@ def _group_catch_up(
     if ends is None:
         result.problems.append("consumer group not checked: no high watermarks in 30 s")
         return
-    behind: dict[int, int | None] = {}
+    behind: dict[tuple[str, int], int | None] = {}
+
+    groups = sorted({c.group for c in workload.kafka_consumers})
 
     def caught_up() -> bool:
-        reached: dict[int, int] = {}
-        for consumer in workload.kafka_consumers:
-            for p, position in consumer.positions().items():
-                reached[p] = max(reached.get(p, position), position)
         behind.clear()
-        behind.update({p: reached.get(p) for p, end in ends.items() if reached.get(p, -1) < end})
+        for group in groups:
+            reached: dict[int, int] = {}
+            for consumer in workload.kafka_consumers:
+                if consumer.group != group:
+                    continue
+                for p, position in consumer.positions().items():
+                    reached[p] = max(reached.get(p, position), position)
+            behind.update(
+                {(group, p): reached.get(p) for p, end in ends.items() if reached.get(p, -1) < end}
+            )
         return not behind
 
     if not wait_for(caught_up, GROUP_CATCH_UP_DEADLINE_S, 0.5):
         where = ", ".join(
-            f"partition {p} {'unassigned' if at is None else f'at {at}'} of {ends[p]}"
-            for p, at in sorted(behind.items())
+            f"{group} partition {p} {'unassigned' if at is None else f'at {at}'} of {ends[p]}"
+            for (group, p), at in sorted(behind.items())
         )
         result.problems.append(
-            f"consumer group did not read to the high watermarks in "
+            f"a consumer group did not read to the high watermarks in "
             f"{GROUP_CATCH_UP_DEADLINE_S:g} s: {where}"
         )
 
@@ -439,6 +454,8 @@ def _finish(
     result.problems += injector.crashes + injector.alarms + workload.fatal_errors()
     history = recorder.events()
     result.report = check(history)
+    if workload.kafka_consumers:
+        result.read_gaps = read_gaps(history, {c.name: c.group for c in workload.kafka_consumers})
     result.examples = build_examples(result.report, history, injector.context)
 
 
