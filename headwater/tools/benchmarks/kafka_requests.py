@@ -476,6 +476,74 @@ def measure_node(
     return rows
 
 
+def _cluster_state(cluster: LocalCluster) -> tuple[set[int], set[int]]:
+    """(the controller ids the live nodes name, the brokers any of them sees fenced)."""
+    controllers: set[int] = set()
+    fenced: set[int] = set()
+    for node in cluster.alive():
+        try:
+            with Admin(node.address, request_timeout_s=2.0) as admin:
+                metadata = admin.node_metadata(node.address, include_digest=False)
+        except Exception:
+            controllers.add(-1)
+            continue
+        controllers.add(metadata.controller_id)
+        fenced |= {b.node_id for b in metadata.brokers if b.state == "fenced"}
+    return controllers, fenced
+
+
+def measure_cluster(root: Path, seconds: float, echo: Callable[[str], None]) -> dict[str, Any]:
+    """Three nodes; the worst requests sent in a loop to one that is not the controller
+    for ``seconds``: each node's longest stall, the brokers seen fenced and the
+    controllers named meanwhile."""
+    metrics_base = free_port() - 10
+    kafka_ports = {i: free_port() for i in (1, 2, 3)}
+    cluster = LocalCluster(
+        root, 3, metrics_base_port=metrics_base, kafka_ports=kafka_ports, env=_ACL_ENV
+    )
+    cluster.start()
+    try:
+        topics = _setup(cluster.bootstrap(), 1000)
+        controller = next(iter(_cluster_state(cluster)[0]))
+        target = next(i for i in cluster.nodes if i != controller)
+        address = f"127.0.0.1:{kafka_ports[target]}"
+        requests = worst_requests(topics)
+        before = {i: stall_buckets(f"127.0.0.1:{metrics_base + i}") for i in cluster.nodes}
+        controllers: set[int] = set()
+        fenced: set[int] = set()
+        sent = 0
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for worst in requests:
+                for source in (RIGHTS_HOST, NO_RIGHTS_HOST):
+                    send(address, source, worst.frame)
+                    sent += 1
+                named, seen_fenced = _cluster_state(cluster)
+                controllers |= named
+                fenced |= seen_fenced
+                if time.monotonic() >= end:
+                    break
+        after = {i: stall_buckets(f"127.0.0.1:{metrics_base + i}") for i in cluster.nodes}
+        stalls = {i: longest_stall_ms(before[i], after[i]) for i in cluster.nodes}
+        echo(
+            f"{sent} requests to node {target} in {seconds:.0f} s; longest stalls {stalls}; "
+            f"controllers named {sorted(controllers)}; fenced {sorted(fenced)}"
+        )
+        return {
+            "target": target,
+            "controller": controller,
+            "requests": sent,
+            "longest_stall_ms": stalls,
+            "controllers_named": sorted(controllers),
+            "fenced": sorted(fenced),
+        }
+    finally:
+        cluster.close()
+
+
+_ACL_ENV: Final = {"HEADWATER_AUTHORIZER": "acl", "HEADWATER_SUPER_USERS": "User:ANONYMOUS"}
+
+
 @click.command("kafka-requests")
 @click.option(
     "--partitions",
@@ -485,17 +553,30 @@ def measure_node(
     help="Partitions the node hosts (its open-file limit bounds them).",
 )
 @click.option("--only", default="", help="Only the APIs whose name contains this text.")
+@click.option(
+    "--cluster",
+    "cluster_s",
+    type=click.FloatRange(min=0),
+    default=0,
+    help="Instead: three nodes, the requests in a loop to one of them for this many seconds.",
+)
 @click.option("--json", "as_json", is_flag=True)
-def bench_kafka_requests(partitions: int, only: str, as_json: bool) -> None:
+def bench_kafka_requests(partitions: int, only: str, cluster_s: float, as_json: bool) -> None:
     """The event loop's longest stall under the worst legal request of each Kafka API."""
     echo = (lambda _line: None) if as_json else click.echo
+    if cluster_s:
+        with tempfile.TemporaryDirectory(prefix="hw-kafka-requests-") as root:
+            found = measure_cluster(Path(root), cluster_s, echo)
+        if as_json:
+            click.echo(json.dumps(found, indent=2))
+        return
     with tempfile.TemporaryDirectory(prefix="hw-kafka-requests-") as root:
         metrics_port = free_port()
         node = LocalNode(
             Path(root) / "data",
             kafka_port=free_port(),
             metrics_port=metrics_port,
-            env={"HEADWATER_AUTHORIZER": "acl", "HEADWATER_SUPER_USERS": "User:ANONYMOUS"},
+            env=_ACL_ENV,
         )
         node.start()
         try:
@@ -515,4 +596,4 @@ def bench_kafka_requests(partitions: int, only: str, as_json: bool) -> None:
         click.echo(f"longest stall over every request: <= {worst:.0f} ms")
 
 
-__all__ = ["LocalCluster", "bench_kafka_requests", "worst_requests"]
+__all__ = ["bench_kafka_requests", "measure_cluster", "worst_requests"]

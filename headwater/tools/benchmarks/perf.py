@@ -182,6 +182,7 @@ def with_produce_options(function: Any) -> Any:
         "spark": "headwater.tools.benchmarks.spark:bench_spark",
         "kafka": "headwater.tools.benchmarks.kafka:bench_kafka",
         "kafka-requests": "headwater.tools.benchmarks.kafka_requests:bench_kafka_requests",
+        "kafka-attacks": "headwater.tools.benchmarks.kafka_attacks:bench_kafka_attacks",
     },
 )
 def bench() -> None:
