@@ -157,3 +157,40 @@ def test_a_refused_append_rolls_the_image_back(partition: Partition) -> None:
         assert (await loaded(partition)).image == shard.image
 
     asyncio.run(run())
+
+
+def test_a_commit_of_many_partitions_gives_the_loop_back_between_slices(
+    partition: Partition,
+) -> None:
+    """1,200 offsets in one commit are decided 500 at a time, the event loop given back
+    between slices (a commit of 10,000 held it for 0.25 s), and every one is answered
+    and stored."""
+    import types
+
+    from headwater.node.groups.coordinator import COMMIT_SLICE, GroupCoordinator
+
+    wide = types.SimpleNamespace(topics={"t": types.SimpleNamespace(partitions=[0] * 2000)})
+
+    async def run() -> None:
+        coordinator = GroupCoordinator(NodeConfig(), None, lambda: wide)  # type: ignore[arg-type]
+        coordinator.shards[0] = await loaded(partition)
+        turns = 0
+
+        async def count_turns() -> None:
+            nonlocal turns
+            while True:
+                await asyncio.sleep(0)
+                turns += 1
+
+        counting = asyncio.ensure_future(count_turns())
+        await asyncio.sleep(0)
+        items = [d.CommitItem("t", p, 7) for p in range(1200)]
+        turns = 0
+        answers = await coordinator.commit(0, "wide", "", -1, items)
+        counting.cancel()
+        assert answers == [None] * 1200
+        assert turns >= 1200 // COMMIT_SLICE  # the loop turned between the slices
+        group = coordinator.shards[0].committed().group("wide")
+        assert group is not None and len(group.offsets) == 1200
+
+    asyncio.run(run())

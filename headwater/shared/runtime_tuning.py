@@ -45,9 +45,10 @@ def tune_runtime() -> None:
 
 
 def freeze_long_lived() -> None:
-    """Collect once, then keep every object alive now out of later collections (see the
-    module doc)."""
-    gc.collect()
+    """Collect the young generations, then keep every object alive now out of later
+    collections (see the module doc). A full collection here held a node of 6,000
+    partitions for 40-80 ms."""
+    gc.collect(1)
     gc.freeze()
 
 

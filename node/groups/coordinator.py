@@ -35,7 +35,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -60,6 +60,9 @@ LOAD_READ_BYTES: Final = 1 << 20
 TICK_S: Final = 0.2
 OFFSETS_EXPIRY_CHECK_S: Final = 60.0
 FLUSH_BYTES_MAX: Final = 4 << 20
+COMMIT_SLICE: Final = 500
+"""Offsets one commit's decision takes before the next slice is decided (``commit``)."""
+_CommitWrite = Awaitable[list[HeadwaterError | None]] | HeadwaterError
 """Most bytes of group records appended as one batch (a decision's records always go in
 one batch, whatever their size: requests are bounded so that it stays a few MiB)."""
 RECONCILING_HEARTBEAT_MS: Final = 100
@@ -202,23 +205,34 @@ class GroupShard:
         before it left (``image`` runs ahead of the log by what is buffered); the records
         of every decision made while an append is under way go to the log together, as
         one batch (a group commit), and wait for replication together."""
+        return await self.write_later(decide)
+
+    def write_later(self, decide: Callable[[GroupsImage], decisions.Decision[T]]) -> Awaitable[T]:
+        """``write``'s decision made now (a refusal raised now), and the rest (the append
+        and the replication) in a task of its own: its answer."""
         self.check_serving()
         decision = decide(self.image)
+        written: asyncio.Future[int] | None = None
         if decision.records:
-            appended: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-            self._buffer.append(_Buffered.of(decision.records, decision.image, appended))
+            written = asyncio.get_running_loop().create_future()
+            self._buffer.append(_Buffered.of(decision.records, decision.image, written))
             self.image = decision.image
             if self._flushing is None:
                 self._flushing = asyncio.get_running_loop().create_task(self._flush())
-            self._latest = appended
-            end = await asyncio.shield(appended)
+            self._latest = written
         elif self._latest is not None and not self._latest.done():
-            end = await asyncio.shield(self._latest)  # buffered, or being appended now
-        else:
-            end = self._pending[-1][0] if self._pending else 0
+            written = self._latest  # buffered, or being appended now
+        end = self._pending[-1][0] if self._pending else 0
+        return asyncio.ensure_future(self._answer_once_replicated(decision.answer, written, end))
+
+    async def _answer_once_replicated(
+        self, answer: T, written: asyncio.Future[int] | None, end: int
+    ) -> T:
+        if written is not None:
+            end = await asyncio.shield(written)
         if end > self.partition.high_watermark:
             await self._replicated(end)
-        return decision.answer
+        return answer
 
     async def _flush(self) -> None:
         """Append what the decisions buffered, one batch per turn, until nothing is left.
@@ -523,14 +537,45 @@ class GroupCoordinator:
         items: list[decisions.CommitItem],
         classic_member: bool = False,
     ) -> list[HeadwaterError | None]:
-        """``classic_member``: see ``decisions.commit_offsets``."""
+        """``classic_member``: see ``decisions.commit_offsets``. A commit of many
+        partitions is decided ``COMMIT_SLICE`` items at a time, giving the event loop back
+        in between (one of 10,000 held it for 0.25 s); the slices are appended and
+        replicated together. A refusal of the first slice, or a failure of every slice's
+        write, is the request's; a later slice's refusal (the member fenced meanwhile) or
+        failed write answers its items."""
         shard = self.shard(index)
         counts = self.partition_counts()
-        answers = await shard.write(
-            lambda image: decisions.commit_offsets(
-                image, group_id, member_id, member_epoch, items, counts, now_ms(), classic_member
+
+        def decide(
+            part: list[decisions.CommitItem],
+        ) -> Callable[[GroupsImage], decisions.Decision[list[HeadwaterError | None]]]:
+            return lambda image: decisions.commit_offsets(
+                image, group_id, member_id, member_epoch, part, counts, now_ms(), classic_member
             )
-        )
+
+        slices = [items[n : n + COMMIT_SLICE] for n in range(0, len(items), COMMIT_SLICE)]
+        writes: list[tuple[list[decisions.CommitItem], _CommitWrite]] = []
+        for n, part in enumerate(slices or [[]]):
+            if n:
+                await asyncio.sleep(0)
+            try:
+                writes.append((part, shard.write_later(decide(part))))
+            except HeadwaterError as refused:
+                if not n:
+                    raise
+                writes.append((part, refused))
+        answers: list[HeadwaterError | None] = []
+        failures: list[HeadwaterError] = []
+        for part, write in writes:
+            try:
+                if isinstance(write, HeadwaterError):
+                    raise write
+                answers += await write
+            except HeadwaterError as failed:
+                failures.append(failed)
+                answers += [failed] * len(part)
+        if len(failures) == len(writes):
+            raise failures[0]
         if member_id:
             shard.seen(group_id, member_id)  # a commit shows the member is alive
         return answers
