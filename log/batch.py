@@ -871,6 +871,26 @@ def decode_body(header: BatchHeader, body: bytes | memoryview) -> pa.RecordBatch
     )
 
 
+def split_by_timestamp_span(stamps: Sequence[int], start: int, end: int) -> list[tuple[int, int]]:
+    """[start, end) of ``stamps`` split into consecutive pieces [a, b), each whose
+    timestamps lie within the int32 delta (TIMESTAMP_DELTA_MIN, TIMESTAMP_DELTA_MAX) of its
+    first: the records one batch can hold."""
+    if end - start <= 1:
+        return [(start, end)]
+    window = stamps[start:end]
+    if max(window) - min(window) <= TIMESTAMP_DELTA_MAX:
+        return [(start, end)]
+    pieces: list[tuple[int, int]] = []
+    first = start
+    for index in range(start + 1, end):
+        delta = stamps[index] - stamps[first]
+        if not TIMESTAMP_DELTA_MIN <= delta <= TIMESTAMP_DELTA_MAX:
+            pieces.append((first, index))
+            first = index
+    pieces.append((first, end))
+    return pieces
+
+
 def timestamps_ms(records: pa.RecordBatch) -> list[int]:
     """Record timestamps as integer ms. Going through datetime (``.timestamp() * 1000``)
     is wrong: float seconds lose a millisecond for large timestamps, and a timestamp
@@ -982,6 +1002,14 @@ SELF_NAMED_PRODUCER_ID_MIN: Final = 1 << 62
 """Producer ids from here up are named by their writers (deterministic ids, as the Spark
 sink's); the cluster allocates ids below it (InitProducerId)."""
 SEQUENCE_MAX: Final = (1 << 31) - 1
+
+
+def sequence_after(base_sequence: int, records: int) -> int:
+    """The sequence of the record ``records`` after the one at ``base_sequence`` (they
+    wrap past SEQUENCE_MAX to 0, as Kafka's); -1 for a batch without sequences."""
+    if base_sequence < 0:
+        return -1
+    return (base_sequence + records) % (SEQUENCE_MAX + 1)
 
 
 def check_producer_fields(producer_id: int, epoch: int, sequence: int) -> None:

@@ -57,7 +57,6 @@ if TYPE_CHECKING:
 CHUNK_BYTES: Final = 1 << 20
 KEY_BYTES_MAX: Final = 256 << 20
 """Most bytes of keys one pass's map holds (with ``keys_max`` keys, its memory bound)."""
-SEQUENCE_SPACE: Final = 1 << 31
 
 
 class CleaningStoppedError(Exception):
@@ -189,12 +188,19 @@ def _runs(kept: list[bool]) -> Iterator[tuple[int, int]]:
 
 def _rewrite(header: batch_format.BatchHeader, data: bytes, kept: list[bool]) -> list[bytes]:
     """The batches holding the kept records of one batch: one per run of consecutive
-    offsets, with the batch's codec (a Kafka batch's as it transcodes) and leader epoch."""
+    offsets (more for a run whose timestamps lie too far apart for one batch: a Kafka
+    batch's may), with the batch's codec (a Kafka batch's as it transcodes) and leader
+    epoch."""
     decoded = decode_stored(data)
     records = decoded.records
     stamps = batch_format.timestamps_ms(records)
     out = []
-    for start, end in _runs(kept):
+    pieces = [
+        piece
+        for run_start, run_end in _runs(kept)
+        for piece in batch_format.split_by_timestamp_span(stamps, run_start, run_end)
+    ]
+    for start, end in pieces:
         part = records.slice(start, end - start)
         headers = [
             None if pairs is None else [(pair["key"], pair["value"]) for pair in pairs]
@@ -214,7 +220,7 @@ def _rewrite(header: batch_format.BatchHeader, data: bytes, kept: list[bool]) ->
                 # rebuilding producer state from the log still knows the producer.
                 producer_id=header.producer_id,
                 producer_epoch=header.producer_epoch,
-                base_sequence=(header.base_sequence + start) % SEQUENCE_SPACE
+                base_sequence=batch_format.sequence_after(header.base_sequence, start)
                 if header.producer_id >= 0
                 else -1,
             )

@@ -45,6 +45,7 @@ from typing import Final
 import cramjam
 import crc32c
 import lz4.frame
+import pyarrow as pa
 import zstandard
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -323,13 +324,6 @@ def _check_records(
             f"[{low}, {high}] (the topic's message.timestamp.before.max.ms and after.max.ms)",
             [(i, f"timestamp {stamps[i]} outside [{low}, {high}]") for i in outside],
         )
-    if smallest - first < TIMESTAMP_DELTA_RANGE[0] or largest - first > TIMESTAMP_DELTA_RANGE[1]:
-        far = smallest if smallest - first < TIMESTAMP_DELTA_RANGE[0] else largest
-        raise batch_format.InvalidTimestampError(
-            f"a record has timestamp {far}, {far - first} ms from record 0's: the records "
-            "of one batch lie within 2^31 ms (24.8 days) of its first (the log's columnar "
-            "form keeps int32 deltas); send them in two batches"
-        )
     if keyless:
         raise BadRecordsError(
             ErrorCode.INVALID_RECORD,
@@ -431,30 +425,38 @@ def _kafka_parts(
 def kafka_columnar(
     data: bytes | memoryview, position: int, header: batch_format.BatchHeader
 ) -> bytes:
-    """The Kafka-records stored batch at ``position`` as one batch of the columnar format
+    """The Kafka-records stored batch at ``position`` as batches of the columnar format
     with the same base offset, leader epoch, offsets, records, timestamps and producer
-    fields; its codec as the Kafka batch's (gzip and snappy: lz4). The batch was checked
-    whole when produced; a failure here is a damaged log (CORRUPT_MESSAGE)."""
+    fields; its codec as the Kafka batch's (gzip and snappy: lz4). One batch, unless its
+    timestamps span more than a columnar batch's int32 deltas hold (2^31 ms: a Kafka batch
+    may, with its varint deltas): then one per stretch that fits, their offsets and
+    sequences following on. The batch was checked whole when produced; a failure here is a
+    damaged log (CORRUPT_MESSAGE)."""
     kafka = kafka_batch(data, position, header)
     kafka_header = read_kafka_header(kafka)
     plain = _plain_batch(kafka_header, kafka, batch_format.UNCOMPRESSED_BYTES_MAX)
     parsed = _parse_records(kafka_header, plain)
+    stamps = parsed.timestamps
+    parts = []
     try:
-        columnar = batch_format.encode_batch(
-            parsed.values,
-            keys=parsed.keys,
-            headers=parsed.headers,
-            timestamps_ms=parsed.timestamps,
-            compression=_STORED_CODEC[kafka_header.codec],
-            base_offset=header.base_offset,
-            leader_epoch=header.leader_epoch,
-            producer_id=header.producer_id,
-            producer_epoch=header.producer_epoch,
-            base_sequence=header.base_sequence,
-        )
+        for start, end in batch_format.split_by_timestamp_span(stamps, 0, len(stamps)):
+            parts.append(
+                batch_format.encode_batch(
+                    parsed.values[start:end],
+                    keys=parsed.keys[start:end],
+                    headers=parsed.headers[start:end],
+                    timestamps_ms=stamps[start:end],
+                    compression=_STORED_CODEC[kafka_header.codec],
+                    base_offset=header.base_offset + start,
+                    leader_epoch=header.leader_epoch,
+                    producer_id=header.producer_id,
+                    producer_epoch=header.producer_epoch,
+                    base_sequence=batch_format.sequence_after(header.base_sequence, start),
+                )
+            )
     except (ValueError, OverflowError) as exc:
         raise _invalid(f"stored Kafka records do not transcode: {exc}") from None
-    return columnar
+    return b"".join(parts)
 
 
 def _parse_records(header: KafkaBatchHeader, plain: bytes | bytearray) -> _Parsed:
@@ -488,7 +490,13 @@ def decode_stored(
     header = check(data, position)
     if not header.is_kafka_records:
         return batch_format.decode_batch(data, position, verify_crc=False)
-    return batch_format.decode_batch(kafka_columnar(data, position, header), verify_crc=False)
+    decoded = batch_format.decode_batches(kafka_columnar(data, position, header), False)
+    if len(decoded) == 1:
+        return decoded[0]
+    # Timestamps too far apart for one columnar batch: the records of all of them, under
+    # the first one's header (its codec is the one they share).
+    records = pa.Table.from_batches([d.records for d in decoded]).combine_chunks()
+    return batch_format.DecodedBatch(decoded[0].header, records.to_batches()[0])
 
 
 _LENGTH: Final = struct.Struct("<i")

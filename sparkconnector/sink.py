@@ -61,11 +61,10 @@ from headwater.client.partitioner import partition_for_key
 from headwater.log.batch import (
     MESSAGE_BYTES_DEFAULT,
     SELF_NAMED_PRODUCER_ID_MIN,
-    TIMESTAMP_DELTA_MAX,
-    TIMESTAMP_DELTA_MIN,
     decode_batches,
     encode_batch,
     iter_headers,
+    split_by_timestamp_span,
 )
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.sparkconnector import planning
@@ -487,23 +486,7 @@ def chunk_bounds(
                 break  # [cut, end) goes on with the next window's rows
     if isinstance(stamps, int):
         return bounds
-    return [piece for start, end in bounds for piece in _split_by_span(stamps, start, end)]
-
-
-def _split_by_span(stamps: list[int], start: int, end: int) -> list[tuple[int, int]]:
-    """[start, end) split where a timestamp leaves the int32 delta of its piece's first."""
-    window = stamps[start:end]
-    if max(window) - min(window) <= TIMESTAMP_DELTA_MAX:
-        return [(start, end)]
-    pieces: list[tuple[int, int]] = []
-    first = start
-    for index in range(start + 1, end):
-        delta = stamps[index] - stamps[first]
-        if not TIMESTAMP_DELTA_MIN <= delta <= TIMESTAMP_DELTA_MAX:
-            pieces.append((first, index))
-            first = index
-    pieces.append((first, end))
-    return pieces
+    return [piece for start, end in bounds for piece in split_by_timestamp_span(stamps, start, end)]
 
 
 def _timestamps(stamps: pa.Array | None) -> int | list[int]:

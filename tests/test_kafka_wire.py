@@ -515,3 +515,42 @@ def test_every_count_and_length_of_every_request_is_checked_before_kio() -> None
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout) > 1000
+
+
+def test_a_kafka_batch_whose_timestamps_span_more_than_2_31_ms_is_kept_and_reads_back() -> None:
+    """Kafka takes a batch whose record timestamps lie years apart (its deltas are
+    varints); so does this broker (they were refused INVALID_TIMESTAMP: the columnar form
+    keeps int32 deltas). It is stored as it came, a Kafka fetch sends it back byte for
+    byte, and a gRPC fetch, timestamp lookups and the cleaner read it as two columnar
+    batches whose offsets and sequences follow on."""
+    from headwater.log import cleaner
+
+    day = 86_400_000
+    stamps = [1_600_000_000_000, 1_600_000_000_000 + 30 * day, 1_600_000_000_000 + 31 * day]
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=7,
+        producer_epoch=1,
+        base_sequence=10,
+        batch_size=1 << 20,
+    )
+    for delta, stamp in enumerate(stamps):
+        builder.append(delta, stamp, b"k%d" % delta, b"v%d" % delta, [])
+    produced = bytes(builder.build())
+    stored = batch_format.set_base_offset(records.to_stored(produced, 1 << 20).stored, 100, 3)
+    assert (
+        records.to_kafka(stored, 1 << 20)[records.KAFKA_BODY_START :]
+        == (produced[records.KAFKA_BODY_START :])
+    )
+    columnar, cut_at = records.to_columnar(stored, 1 << 20)
+    decoded = batch_format.decode_batches(columnar)
+    assert cut_at is None and [d.header.base_offset for d in decoded] == [100, 101]
+    assert [d.header.base_sequence for d in decoded] == [10, 11]
+    assert [t for d in decoded for t in batch_format.timestamps_ms(d.records)] == stamps
+    whole = records.decode_stored(stored)
+    assert batch_format.timestamps_ms(whole.records) == stamps
+    rewritten = cleaner._rewrite(batch_format.read_header(stored), stored, [True, True, False])
+    kept = [d for part in rewritten for d in batch_format.decode_batches(part)]
+    assert [(d.header.base_offset, d.header.record_count) for d in kept] == [(100, 1), (101, 1)]
