@@ -82,20 +82,24 @@ def _request_frames() -> list[bytes]:
     for api_key, (low, high) in sorted(protocol.SUPPORTED_VERSIONS.items()):
         for version in range(low, high + 1):
             schema = load_request_schema(api_key, version)
-            body = _filled(schema, batch)
-            header_schema = schema.__header_schema__
-            header = protocol.build(
-                header_schema,
-                request_api_key=api_key,
-                request_api_version=version,
-                correlation_id=7,
-                client_id="fuzz",
-            )
-            out = io.BytesIO()
-            entity_writer(header_schema)(out, header)
-            entity_writer(schema)(out, body)
-            frames.append(out.getvalue())
+            frames.append(_frame(api_key, version, _filled(schema, batch)))
     return frames
+
+
+def _frame(api_key: int, version: int, body: Any) -> bytes:
+    """A request of ``body`` (a message of ``api_key`` at ``version``) with its header."""
+    header_schema = load_request_schema(api_key, version).__header_schema__
+    header = protocol.build(
+        header_schema,
+        request_api_key=api_key,
+        request_api_version=version,
+        correlation_id=7,
+        client_id="fuzz",
+    )
+    out = io.BytesIO()
+    entity_writer(header_schema)(out, header)
+    entity_writer(type(body))(out, body)
+    return out.getvalue()
 
 
 def _filled(schema: type[Any], batch: bytes) -> Any:
@@ -192,19 +196,7 @@ def _sized_request(rng: random.Random, api_key: int, version: int, batch: bytes)
                 values[field.name] = "topic-a"
         return protocol.build(schema, **values)
 
-    schema = load_request_schema(api_key, version)
-    header_schema = schema.__header_schema__
-    header = protocol.build(
-        header_schema,
-        request_api_key=api_key,
-        request_api_version=version,
-        correlation_id=7,
-        client_id="fuzz",
-    )
-    out = io.BytesIO()
-    entity_writer(header_schema)(out, header)
-    entity_writer(schema)(out, filled(schema))
-    return out.getvalue()
+    return _frame(api_key, version, filled(load_request_schema(api_key, version)))
 
 
 def over_limits(body: Any, limits: RequestLimits) -> list[str]:

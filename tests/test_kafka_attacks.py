@@ -22,6 +22,7 @@ from headwater.client import Admin
 from headwater.node.kafka import protocol
 from headwater.shared.acls import parse_acl
 from headwater.shared.tls import ClientSecurity
+from headwater.tools.benchmarks.kafka_attacks import metadata_latencies_ms
 from headwater.tools.ports import free_port
 from headwater.tools.tls_certs import create_named_pki
 from tests import kafka_raw
@@ -84,22 +85,6 @@ def alice(node: NodeProcess) -> AdminClient:
     )
     client.list_topics(timeout=DEADLINE_S)
     return client
-
-
-def metadata_latencies_ms(client: AdminClient, seconds: float) -> list[float]:
-    """Metadata through ``client`` every 50 ms for ``seconds``: each call's milliseconds
-    (a call that fails counts as 5,000)."""
-    found = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        started = time.perf_counter()
-        try:
-            client.list_topics(timeout=5)
-            found.append((time.perf_counter() - started) * 1000)
-        except Exception:
-            found.append(5000.0)
-        time.sleep(0.05)
-    return found
 
 
 def raw(node: NodeProcess, source: str | None = None) -> socket.socket:

@@ -113,7 +113,9 @@ def _silent(address: str, seconds: float) -> None:
         sock.close()
 
 
-def _latencies_ms(client: Any, seconds: float) -> list[float]:
+def metadata_latencies_ms(client: Any, seconds: float) -> list[float]:
+    """Metadata through a librdkafka ``client`` every 50 ms for ``seconds``: each call's
+    milliseconds (a call that fails counts as 5,000)."""
     found = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -155,7 +157,7 @@ def _measure(
 
     client = AdminClient(settings)
     client.list_topics(timeout=DEADLINE_S)
-    quiet = _latencies_ms(client, MEASURE_S)
+    quiet = metadata_latencies_ms(client, MEASURE_S)
     quiet_login = _login_ms(settings)
     rss_before = node.rss_bytes()
     stranger = multiprocessing.get_context("spawn").Process(
@@ -163,7 +165,7 @@ def _measure(
     )
     stranger.start()
     time.sleep(2)
-    attacked = _latencies_ms(client, MEASURE_S)
+    attacked = metadata_latencies_ms(client, MEASURE_S)
     attacked_login = _login_ms(settings)
     rss_during = node.rss_bytes()
     stranger.join(DEADLINE_S)
