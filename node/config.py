@@ -900,6 +900,14 @@ KAFKA_TOPIC_CONFIG_NAMES: Final = {
 }
 """Each topic setting's name in Kafka's spelling (``retention_ms``: ``retention.ms``), as
 the Kafka listener shows it and as every front accepts it."""
+KAFKA_TOPIC_CONFIGS_NOT_KEPT: Final = {
+    "message.format.version": (
+        "every batch is kept in record batch format v2 (magic 2), as Kafka 3.x keeps it "
+        "whatever this config says; Kafka 4.0 removed the config"
+    ),
+}
+"""Kafka topic configs that a Kafka 3.x broker takes and ignores, each with the reason
+the node refuses it by name rather than storing a value that changes nothing."""
 _TOPIC_SETTING_OF_NAME: Final = {
     **{kafka: name for name, kafka in KAFKA_TOPIC_CONFIG_NAMES.items()},
     **{name.replace("_", "."): name for name in TOPIC_SETTINGS},
@@ -911,6 +919,8 @@ def topic_setting_name(name: str) -> str:
     """The topic setting ``name`` stands for: its own name (``retention_ms``) or its Kafka
     name (``retention.ms``). INVALID_CONFIG for anything else, naming the valid ones."""
     setting = _TOPIC_SETTING_OF_NAME.get(name)
+    if setting is None and name in KAFKA_TOPIC_CONFIGS_NOT_KEPT:
+        raise _invalid(f"topic config {name} is not kept: {KAFKA_TOPIC_CONFIGS_NOT_KEPT[name]}")
     if setting is None:
         raise _invalid(
             f"unknown topic config {shown(name)}; valid: {', '.join(TOPIC_SETTINGS)} "
