@@ -561,6 +561,18 @@ def kafka_size_bound(header: batch_format.BatchHeader) -> int:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class KafkaBatches:
+    """Stored batches as Kafka batches (``to_kafka_within``): ``data``; the offset after
+    the last stored batch taken or passed over (``None`` when none was), and whether
+    every batch of the stored bytes was (``complete``; False when one past the budget
+    ended the walk)."""
+
+    data: bytes
+    next_offset: int | None
+    complete: bool
+
+
 def to_kafka(data: bytes | memoryview, budget: int, whole_first: bool = True) -> bytes:
     """Stored batches (a read's bytes, whole batches, CRC checked when written) as
     Kafka batches, control batches left out (see the module doc). Batches are taken in
@@ -570,51 +582,62 @@ def to_kafka(data: bytes | memoryview, budget: int, whole_first: bool = True) ->
     any is sent whole, so that a consumer always makes progress; in the partitions after
     it, a batch past what is left of the fetch's bytes is not): a small stored batch
     that decompresses to much more never makes an answer larger than asked."""
-    return b"".join(_kafka_batches(data, budget, whole_first))
+    return to_kafka_within(data, budget, whole_first).data
 
 
-def _kafka_batches(
-    data: bytes | memoryview, budget: int, whole_first: bool
-) -> Iterator[bytes | memoryview]:
+def to_kafka_within(data: bytes | memoryview, budget: int, whole_first: bool) -> KafkaBatches:
+    """``to_kafka``, telling also where the batches taken end and whether they are all
+    of ``data``'s."""
+    parts: list[bytes | memoryview] = []
     first = whole_first
+    next_offset: int | None = None
     for position, header in batch_format.iter_headers(data, verify_crc=False):
-        if header.is_control:
-            continue
-        size = kafka_size_bound(header)
-        if not first and size > budget:
-            return
-        first = False
-        budget -= size
-        if header.is_kafka_records:
-            yield from _kafka_parts(data, position, header)
-            continue
-        decoded = batch_format.decode_batch(data, position, verify_crc=False)
-        columns = batch_format.columns_without_timestamps(decoded.records)
-        stamps = batch_format.timestamps_ms(decoded.records)
-        builder = DefaultRecordBatchBuilder(
-            magic=MAGIC,
-            compression_type=0,
-            is_transactional=0,
-            producer_id=header.producer_id,
-            producer_epoch=header.producer_epoch,
-            base_sequence=header.base_sequence,
-            batch_size=1 << 31,
+        if not header.is_control:
+            size = kafka_size_bound(header)
+            if not first and size > budget:
+                return KafkaBatches(b"".join(parts), next_offset, complete=False)
+            first = False
+            budget -= size
+            if header.is_kafka_records:
+                parts.extend(_kafka_parts(data, position, header))
+            else:
+                parts.append(_kafka_batch_of_columns(data, position, header))
+        next_offset = header.next_offset
+    return KafkaBatches(b"".join(parts), next_offset, complete=True)
+
+
+def _kafka_batch_of_columns(
+    data: bytes | memoryview, position: int, header: batch_format.BatchHeader
+) -> bytes:
+    """The Kafka batch of the columnar stored batch at ``position``: its records
+    uncompressed, with the stored batch's offsets, epoch, producer and timestamps."""
+    decoded = batch_format.decode_batch(data, position, verify_crc=False)
+    columns = batch_format.columns_without_timestamps(decoded.records)
+    stamps = batch_format.timestamps_ms(decoded.records)
+    builder = DefaultRecordBatchBuilder(
+        magic=MAGIC,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        batch_size=1 << 31,
+    )
+    for delta, (key, value, pairs, stamp) in enumerate(
+        zip(columns["key"], columns["value"], columns["headers"], stamps, strict=True)
+    ):
+        builder.append(
+            delta,
+            stamp,
+            key,
+            value,
+            [(pair["key"], pair["value"]) for pair in pairs or ()],
         )
-        for delta, (key, value, pairs, stamp) in enumerate(
-            zip(columns["key"], columns["value"], columns["headers"], stamps, strict=True)
-        ):
-            builder.append(
-                delta,
-                stamp,
-                key,
-                value,
-                [(pair["key"], pair["value"]) for pair in pairs or ()],
-            )
-        built = builder.build()
-        struct.pack_into(">q", built, 0, header.base_offset)
-        struct.pack_into(">i", built, 12, header.leader_epoch)
-        if header.timestamp_type is batch_format.TimestampType.LOG_APPEND_TIME:
-            (attributes,) = struct.unpack_from(">h", built, CRC_START)
-            struct.pack_into(">h", built, CRC_START, attributes | TIMESTAMP_TYPE_BIT)
-            struct.pack_into(">I", built, 17, crc32c.crc32c(memoryview(built)[CRC_START:]))
-        yield bytes(built)
+    built = builder.build()
+    struct.pack_into(">q", built, 0, header.base_offset)
+    struct.pack_into(">i", built, 12, header.leader_epoch)
+    if header.timestamp_type is batch_format.TimestampType.LOG_APPEND_TIME:
+        (attributes,) = struct.unpack_from(">h", built, CRC_START)
+        struct.pack_into(">h", built, CRC_START, attributes | TIMESTAMP_TYPE_BIT)
+        struct.pack_into(">I", built, 17, crc32c.crc32c(memoryview(built)[CRC_START:]))
+    return bytes(built)

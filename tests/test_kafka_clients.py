@@ -1137,3 +1137,61 @@ def test_the_committed_leader_epoch_is_kept_and_returned(node: NodeProcess) -> N
         )
     (partition,) = fetched.topics[0].partitions
     assert (partition.committed_offset, partition.committed_leader_epoch) == (3, 5)
+
+
+def batch_sizes(records: bytes) -> list[int]:
+    """The size of each record batch in a Fetch answer's records, in order."""
+    sizes = []
+    while records:
+        (length,) = struct.unpack_from(">i", records, 8)
+        sizes.append(12 + length)
+        records = records[12 + length :]
+    return sizes
+
+
+def test_a_fetch_keeps_to_its_limits_but_for_the_first_batch(node: NodeProcess) -> None:
+    """Fetch's limits as KIP-74 sets them: the answer holds whole batches within
+    max_bytes, each partition's within its partition_max_bytes, and only the first batch
+    of the first partition with records passes either limit, so a consumer always moves."""
+    from headwater.node.kafka import protocol
+
+    create(node, "sized", partitions=2)
+    producer = Producer({"bootstrap.servers": kafka(node), "linger.ms": 0, "batch.num.messages": 1})
+    for partition in (0, 1, 0, 1, 0, 1):  # three batches of one record in each partition
+        producer.produce("sized", b"v" * 10_000, partition=partition)
+        assert producer.flush(DEADLINE_S) == 0
+
+    def fetched(max_bytes: int, partition_max_bytes: int) -> list[list[int]]:
+        with socket.create_connection(kafka(node).rsplit(":", 1), timeout=DEADLINE_S) as sock:
+            answer = exchange(
+                sock,
+                protocol.FETCH,
+                11,
+                replica_id=-1,
+                max_wait=0,
+                min_bytes=1,
+                max_bytes=max_bytes,
+                topics=[
+                    {
+                        "topic": "sized",
+                        "partitions": [
+                            {"partition": p, "fetch_offset": 0, "partition_max_bytes": limit}
+                            for p, limit in ((0, partition_max_bytes), (1, partition_max_bytes))
+                        ],
+                    }
+                ],
+            )
+        (topic,) = answer.responses
+        assert all(int(p.error_code) == 0 for p in topic.partitions)
+        return [batch_sizes(p.records or b"") for p in topic.partitions]
+
+    whole = fetched(1 << 20, 1 << 20)
+    assert [len(sizes) for sizes in whole] == [3, 3]
+    size = max(max(sizes) for sizes in whole)
+    assert min(min(sizes) for sizes in whole) > 10_000, whole
+    first = whole[0][0]
+    assert fetched(1, 1) == [[first], []]  # over both limits: the first batch only
+    assert fetched(1 << 20, 1) == [[first], []]  # past a partition's limit likewise
+    assert fetched(2 * size + 100, 1 << 20) == [whole[0][:2], []]  # whole batches within
+    per_partition = fetched(1 << 20, size + 100)
+    assert per_partition == [whole[0][:1], whole[1][:1]]

@@ -23,7 +23,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from headwater.log.kafka_records import BadRecordsError, to_kafka, to_stored
+from headwater.log.api import ReadResult
+from headwater.log.kafka_records import BadRecordsError, to_kafka_within, to_stored
 from headwater.node.broker_core import Appended, BrokerCore, FoundOffset, OffsetSpec
 from headwater.node.config import KAFKA_TOPIC_CONFIG_NAMES, topic_setting_name
 from headwater.node.kafka import protocol
@@ -61,6 +62,11 @@ TRANSCODE_INLINE_BYTES_MAX: Final = 1 << 20
 """A partition's read of more bytes than this is made into Kafka batches in a worker
 thread (batches produced over gRPC are transcoded record by record, about 0.5 µs each:
 a 64 MiB read took 0.3 s)."""
+FETCH_READS_PER_PARTITION_MAX: Final = 4
+"""Reads of one partition for one Fetch answer: the first, and more while every batch
+read fits in Kafka's bytes asked with room left (a stored batch is 59 bytes larger than
+its Kafka batch, so a read of N stored bytes holds less than N of Kafka's). A read of
+batches of one record (69 Kafka bytes or more) takes more than half of what is left."""
 CLUSTER_OPERATIONS_UNKNOWN: Final = -(2**31)
 """Kafka's "authorized operations not asked for"."""
 
@@ -501,14 +507,12 @@ class KafkaHandlers:
                     waiting.append((partition, offset))
                     continue
                 # KIP-74: only the first partition with records may pass the limits.
-                records = (
-                    to_kafka(result.data, limit, not found)
-                    if len(result.data) <= TRANSCODE_INLINE_BYTES_MAX
-                    else await asyncio.to_thread(to_kafka, result.data, limit, not found)
+                records, next_offset = await self._kafka_records(
+                    partition, result, limit, whole_first=not found
                 )
                 if not records:
                     continue
-                self.core.count_out(partition, result.next_offset - offset, len(records))
+                self.core.count_out(partition, next_offset - offset, len(records))
                 answer["records"] = records
                 found += len(records)
                 budget -= len(records)
@@ -516,6 +520,40 @@ class KafkaHandlers:
                 answer["error_code"] = kafka_code(error.code)
                 failed = True
         return answers, found, waiting, failed
+
+    async def _kafka_records(
+        self, partition: Partition, result: ReadResult, limit: int, whole_first: bool
+    ) -> tuple[bytes, int]:
+        """Kafka batches of ``partition`` from the read ``result`` on, within ``limit``
+        bytes (the first whole when ``whole_first``), and the offset after the last batch
+        taken. A stored batch is larger than its Kafka batch by the stored header, so a
+        read of ``limit`` stored bytes may hold less than ``limit`` in Kafka's bytes:
+        while every batch read is taken, the read goes on from where it ended with what is
+        left, ``FETCH_READS_PER_PARTITION_MAX`` reads at most. An error on a read after
+        the first leaves the answer with what was read before it."""
+        parts: list[bytes] = []
+        left = limit
+        offset = result.next_offset
+        for _ in range(FETCH_READS_PER_PARTITION_MAX):
+            first = whole_first and not parts
+            taken = (
+                to_kafka_within(result.data, left, first)
+                if len(result.data) <= TRANSCODE_INLINE_BYTES_MAX
+                else await asyncio.to_thread(to_kafka_within, result.data, left, first)
+            )
+            parts.append(taken.data)
+            left -= len(taken.data)
+            if taken.next_offset is not None:
+                offset = taken.next_offset
+            if not taken.complete or left <= 0:
+                break
+            try:
+                result = await self.core.read(partition, result.next_offset, left, 0, 0.0)
+            except HeadwaterError:  # what was read stands; the error meets the next fetch
+                break
+            if not result.data:
+                break
+        return b"".join(parts), offset
 
     # ------------------------------------------------------------------ ListOffsets
 
