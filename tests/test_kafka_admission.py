@@ -135,7 +135,9 @@ def test_a_stalled_frame_holds_only_what_has_arrived_and_the_oldest_frame_goes_o
     async def scenario() -> None:
         budget = ByteBudget(100)
         stalled, first, second = object(), object(), object()
-        budget.add(stalled, 10)  # announced big, sent 10 bytes, then nothing
+        budget.begin(stalled, 10, lambda: None)  # announced big, sent 10 bytes, then nothing
+        budget.begin(first, 0, lambda: None)
+        budget.begin(second, 0, lambda: None)
         await budget.take(first, 60)
         took = asyncio.ensure_future(budget.take(second, 40))
         await asyncio.sleep(0)
@@ -154,11 +156,40 @@ def test_a_stalled_frame_holds_only_what_has_arrived_and_the_oldest_frame_goes_o
     asyncio.run(scenario())
 
 
+def test_a_frame_that_stops_arriving_is_closed_when_another_waits_for_room() -> None:
+    """Bytes others wait for are held only by frames that keep arriving: a frame that
+    brought less than a chunk in ``stalled_s`` is closed once another frame waits for
+    room; a frame that waits itself, and one read whole, are not."""
+
+    async def scenario() -> None:
+        now = [0.0]
+        budget = ByteBudget(100, lambda: now[0], stalled_s=0.05)
+        closed: list[str] = []
+        stalled, waiting, whole, later = object(), object(), object(), object()
+        budget.begin(stalled, 60, lambda: closed.append("stalled"))
+        budget.begin(whole, 20, lambda: closed.append("whole"))
+        budget.arrived(whole)
+        budget.begin(waiting, 10, lambda: closed.append("waiting"))
+        took = asyncio.ensure_future(budget.take(waiting, 30))
+        await asyncio.sleep(0.2)
+        assert not took.done() and not closed  # nothing stalled yet: it waits
+        budget.begin(later, 5, lambda: closed.append("later"))
+        now[0] = 1.0  # everything quiet past stalled_s
+        await asyncio.wait_for(took, 5)
+        # The waiter closes what did not move, but not itself, nor the frame read whole.
+        assert sorted(closed) == ["later", "stalled"]
+        assert budget.held == 20 + 10 + 30
+        await budget.take(waiting, 40)  # the room is its again
+        assert budget.held == 100
+
+    asyncio.run(scenario())
+
+
 def test_before_a_login_only_the_login_apis_in_small_frames_and_few_of_them() -> None:
     state = SaslState()
     refusal = KafkaSasl.refusal_before_login
     assert "before a SASL login" in (refusal(state, protocol.METADATA, 20) or "")
-    assert "524288" in (
+    assert "65536" in (
         refusal(state, protocol.SASL_AUTHENTICATE, PRELOGIN_FRAME_BYTES_MAX + 1) or ""
     )
     state = SaslState()

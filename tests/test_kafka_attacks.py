@@ -154,8 +154,8 @@ def test_a_stalled_frame_of_a_user_without_rights_holds_up_nobody(
     """bob logs in on ``connections`` connections, each announcing a frame of ``size``
     bytes and sending nothing more, again each time it is closed. Nothing of those frames
     is held in the node's budget of 256 MiB, so alice's Metadata is answered as fast as
-    before. (Each frame was reserved whole as it was announced: every other client
-    waited out the 30 s frame timeout.)"""
+    before. (Were each frame reserved whole as it was announced, every other client would
+    wait out the 30 s frame timeout.)"""
     client = alice(node)
     quiet = metadata_latencies_ms(client, 2)
     announced = threading.Semaphore(0)
@@ -178,14 +178,133 @@ def test_a_stalled_frame_of_a_user_without_rights_holds_up_nobody(
     )
 
 
+def produce_frame(topic: str, value_bytes: int) -> bytes:
+    """A Produce (v3, acks=1) of one record of ``value_bytes`` to ``topic``'s partition 0."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 31,
+    )
+    builder.append(0, int(time.time() * 1000), None, bytes(value_bytes), [])
+    return kafka_raw.frame(
+        protocol.PRODUCE,
+        3,
+        acks=1,
+        timeout=10_000,
+        topic_data=[
+            {"name": topic, "partition_data": [{"index": 0, "records": bytes(builder.build())}]}
+        ],
+    )
+
+
+def logged_in(node: NodeProcess, user: str, source: str | None = None) -> socket.socket:
+    sock = raw(node, source)
+    assert kafka_raw.plain_login(sock, user, f"{user}-secret") == 0
+    return sock
+
+
+def produce_answered_s(node: NodeProcess, frame: bytes) -> float:
+    """Seconds from alice sending ``frame`` (a Produce v3) to its answer."""
+    with logged_in(node, "alice") as sock:
+        sock.settimeout(90)
+        started = time.monotonic()
+        sock.sendall(frame)
+        answer = kafka_raw.answer(sock, protocol.PRODUCE, 3)
+        assert len(answer.responses) == 1
+        return time.monotonic() - started
+
+
+def test_a_frame_that_stops_arriving_gives_way_to_one_that_waits(node: NodeProcess) -> None:
+    """bob sends 250 MiB of a 255 MiB Produce and stops: of the node's budget of 256 MiB
+    for request bytes, less than alice's 16 MiB Produce needs is left. Once alice's frame
+    waits for room, bob's, which brings nothing more, is closed and alice is answered in
+    seconds, not after bob's 30 s to finish his frame."""
+    with bob(node) as stalled:
+        stalled.sendall(struct.pack(">ihhi", 255 << 20, protocol.PRODUCE, 3, 1))
+        stalled.sendall(bytes(250 << 20))
+        assert produce_answered_s(node, produce_frame("a", 16 << 20)) < 15
+        assert kafka_raw.closed(stalled, timeout=5)
+
+
+TCP_ESTABLISHED = 1
+TCP_CLOSE = 7
+
+
+def tcp_state(sock: socket.socket) -> int:
+    """The socket's TCP state (Linux's ``tcpi_state``), seen without reading from it."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+
+
+def fetch_frame(topic: str, offset: int, max_wait_ms: int, min_bytes: int) -> bytes:
+    """A Fetch (v4) of up to 1 MiB of ``topic``'s partition 0 from ``offset``."""
+    return kafka_raw.frame(
+        protocol.FETCH,
+        4,
+        replica_id=-1,
+        max_wait=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=1 << 20,
+        topics=[
+            {
+                "topic": topic,
+                "partitions": [
+                    {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
+                ],
+            }
+        ],
+    )
+
+
+def latest_offset(sock: socket.socket, topic: str) -> int:
+    listed = kafka_raw.exchange(
+        sock,
+        protocol.LIST_OFFSETS,
+        1,
+        replica_id=-1,
+        topics=[{"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}],
+    )
+    return int(listed.topics[0].partitions[0].offset)
+
+
+def test_a_request_whose_answer_waits_holds_no_request_bytes(node: NodeProcess) -> None:
+    """alice's connection waits 20 s on a long poll, with 16 requests behind it, and then
+    sends a Produce of 250 MiB: its answer cannot be queued until the long poll ends, but
+    its bytes are freed once it is handled, so another client's 16 MiB Produce is
+    answered at once."""
+    with logged_in(node, "alice") as waiting:
+        end = latest_offset(waiting, "a")
+        waiting.sendall(fetch_frame("a", end, max_wait_ms=20_000, min_bytes=1 << 30))
+        waiting.sendall(kafka_raw.frame(protocol.API_VERSIONS, 0) * 16)
+        waiting.sendall(produce_frame("a", 250 << 20))
+        assert produce_answered_s(node, produce_frame("a", 16 << 20)) < 15
+
+
+@pytest.mark.slow
+def test_a_client_that_takes_no_answers_is_closed(node: NodeProcess) -> None:
+    """alice asks for 40 fetches of 1 MiB and reads none of the answers: once her client
+    has taken no byte for 30 s, the connection is closed and its answers dropped."""
+    assert produce_answered_s(node, produce_frame("a", 900 << 10)) < 15
+    with logged_in(node, "alice") as deaf:
+        deaf.sendall(fetch_frame("a", 0, max_wait_ms=0, min_bytes=1) * 40)
+        assert tcp_state(deaf) == TCP_ESTABLISHED
+        wait_until(lambda: tcp_state(deaf) == TCP_CLOSE, 60, "the deaf connection closed")
+
+
 def test_before_a_login_a_large_frame_is_refused_on_its_first_bytes(node: NodeProcess) -> None:
-    """A SaslAuthenticate announced at 1 MiB before any login closes its connection after
-    its first 12 bytes, as Kafka caps such frames at 512 KiB; one at 512 KiB is read."""
+    """A SaslAuthenticate announced at 64 KiB and a byte before any login closes its
+    connection after its first 12 bytes (Kafka caps such frames at 512 KiB, for tokens of
+    mechanisms not served here); one at 64 KiB is read."""
     with raw(node, STRANGER) as sock:
-        sock.sendall(struct.pack(">ihhi", 1 << 20, protocol.SASL_AUTHENTICATE, 1, 1))
+        sock.sendall(struct.pack(">ihhi", (64 << 10) + 1, protocol.SASL_AUTHENTICATE, 1, 1))
         assert kafka_raw.closed(sock, timeout=5)
     with raw(node, STRANGER) as sock:
-        sock.sendall(struct.pack(">ihhi", 512 << 10, protocol.SASL_AUTHENTICATE, 1, 1))
+        sock.sendall(struct.pack(">ihhi", 64 << 10, protocol.SASL_AUTHENTICATE, 1, 1))
         assert not kafka_raw.closed(sock, timeout=1)
 
 
@@ -214,8 +333,8 @@ def test_a_connection_gets_one_handshake_and_a_few_requests_before_its_login(
 def test_one_host_cannot_take_every_connection(node: NodeProcess) -> None:
     """One host holds at most ``PER_HOST_MAX`` connections; past the node's cap, idle
     sockets that never logged in give way to new connections, so a client logs in while
-    two hosts keep the node full. (Without these, 4,200 idle sockets from one host shut
-    everyone else out.)"""
+    two hosts keep the node full. (Without these, 4,200 idle sockets from one host would
+    shut everyone else out.)"""
     with ExitStack() as held:
         socks = [held.enter_context(raw(node, STRANGER)) for _ in range(PER_HOST_MAX + 10)]
         refused = [s for s in socks[PER_HOST_MAX:] if kafka_raw.closed(s, timeout=5)]
@@ -230,8 +349,8 @@ def test_one_host_cannot_take_every_connection(node: NodeProcess) -> None:
 def test_requests_before_a_login_are_rate_limited_per_host(node: NodeProcess) -> None:
     """16 connections from one host flood ApiVersions before any login, reconnecting as
     they are closed: the host gets about ``PRELOGIN_RATE`` answers a second, and alice's
-    Metadata is not slowed. (Unlimited, the flood took 2,800 answers a second and most of
-    the node's CPU.)"""
+    Metadata is not slowed. (Unlimited, the flood would take 2,800 answers a second and
+    most of the node's CPU.)"""
     answered = [0]
     lock = threading.Lock()
 
@@ -246,7 +365,7 @@ def test_requests_before_a_login_are_rate_limited_per_host(node: NodeProcess) ->
 
     client = alice(node)
     with Repeating(flood, threads=16):
-        time.sleep(1)
+        wait_until(lambda: answered[0] >= PRELOGIN_RATE, DEADLINE_S, "the flood")
         before = answered[0]
         attacked = metadata_latencies_ms(client, 4)
         during = answered[0] - before

@@ -9,15 +9,19 @@ and answers are written in request order, as Kafka's protocol requires. Bounds, 
 checked before the bytes are used:
 
 - a frame's size in [8, ``REQUEST_BYTES_MAX``], a Produce's up to ``request_bytes_max``;
-  before a login on a listener that asks for one, at most 512 KiB and only ApiVersions,
+  before a login on a listener that asks for one, at most 64 KiB and only ApiVersions,
   SaslHandshake and SaslAuthenticate (``KafkaSasl.refusal_before_login``), checked on the
   first 12 bytes, before the rest is read; outside these the connection is closed;
 - the body is read as it arrives, and its bytes count against ``HELD_BYTES_MAX`` for the
-  node (``ByteBudget``) only once they have arrived: a connection that announces a frame
-  and stalls holds nothing that others wait on. A frame of up to ``SMALL_FRAME_BYTES``
-  never waits for room; a larger one waits for room before its next chunk is read, except
-  the oldest frame that holds bytes, which always goes on (so frames read together can
-  never hold each other up for good): at most ``HELD_BYTES_MAX`` plus one request are held;
+  node (``ByteBudget``) only once they have arrived, until its request is handled (its
+  answer may wait; its bytes do not): a connection that announces a frame and stalls
+  holds nothing that others wait on. A frame of up to ``SMALL_FRAME_BYTES`` never waits
+  for room; a larger one waits for room before its next chunk is read, except the oldest
+  frame that holds bytes, which always goes on (so frames read together can never hold
+  each other up for good): at most ``HELD_BYTES_MAX`` plus one request are held. While a
+  frame waits for room, a frame that holds bytes but brought less than ``CHUNK_BYTES`` in
+  the last ``STALLED_FRAME_S`` (and is not itself waiting) closes its connection: bytes
+  others wait for are held only by frames that keep arriving;
 - every count in a request is checked while its frame is walked, before it is decoded
   (``request_shape``: what one request may name, ``RequestLimits``, the same limits as
   the gRPC front's); a frame of more than ``WALK_INLINE_BYTES_MAX`` (but a Produce) is
@@ -27,7 +31,8 @@ checked before the bytes are used:
 - at most ``IN_FLIGHT_MAX`` requests per connection answered-but-unwritten or waiting:
   the connection stops reading until one is written;
 - a frame whose bytes do not all arrive within ``FRAME_TIMEOUT_S`` closes the
-  connection, as does one idle for ``IDLE_TIMEOUT_S`` (Kafka's
+  connection, as does a client that takes none of its answers' bytes for
+  ``ANSWER_STALL_S`` (its answers are dropped), one idle for ``IDLE_TIMEOUT_S`` (Kafka's
   ``connections.max.idle.ms``), and, on a listener that asks for logins, one that has not
   logged in within ``LOGIN_TIMEOUT_S``;
 - before a login, a client address may send ``kafka_prelogin_request_rate_per_host_max``
@@ -53,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import ssl
 import struct
@@ -68,7 +74,7 @@ from headwater.node.kafka.admission import ConnectionAdmission, ConnectionLimits
 from headwater.node.kafka.handlers import CLOSE_CONNECTION, KafkaHandlers
 from headwater.node.kafka.request_shape import MalformedRequestError, RequestLimits
 from headwater.node.kafka.sasl import KafkaSasl, SaslState
-from headwater.node.kafka.sockets import Sockets
+from headwater.node.kafka.sockets import Sockets, reset
 from headwater.shared.errors import HeadwaterError
 from headwater.shared.log_limits import LogEvery
 
@@ -91,6 +97,10 @@ with more is built and encoded there (about 1 µs an entry to decode, 10-30 µs 
 and encode: a 10,000-partition answer took 0.3 s), so the event loop is never held for
 long; fewer are done on the loop, where a thread's hand-over would cost more."""
 FRAME_TIMEOUT_S: Final = 30.0
+ANSWER_STALL_S: Final = 30.0
+"""A connection whose client takes no byte of its answers for this long is closed."""
+STALLED_FRAME_S: Final = 2.0
+"""A frame that holds bytes others wait for must bring ``CHUNK_BYTES`` within this."""
 IDLE_TIMEOUT_S: Final = 600.0
 LOGIN_TIMEOUT_S: Final = 30.0
 _SIZE: Final = struct.Struct(">i")
@@ -110,6 +120,8 @@ class _Connection:
     id: int
     host: str
     anonymous: Caller
+    abort: Callable[[], None]
+    """Closes the connection at once, dropping what is unwritten."""
     login: SaslState = dataclasses.field(default_factory=SaslState)
     proven: bool = False
 
@@ -149,7 +161,7 @@ class KafkaListener:
         )
         self.prelogin_rates = HostRates(config.kafka_prelogin_request_rate_per_host_max)
         self.sockets = Sockets(self.admission, tls, clock)
-        self.held = ByteBudget(HELD_BYTES_MAX)
+        self.held = ByteBudget(HELD_BYTES_MAX, clock)
         self._requests_open = asyncio.Event()
 
     def open_requests(self) -> None:
@@ -213,7 +225,9 @@ class KafkaListener:
             except HeadwaterError as refused:
                 _refusals.log("closed a Kafka connection from %s: %s", host, refused.message)
                 return None
-        return _Connection(connection_id, host, anonymous)
+        return _Connection(
+            connection_id, host, anonymous, functools.partial(reset, writer.transport)
+        )
 
     def _prove(self, connection: _Connection) -> None:
         if not connection.proven:
@@ -254,11 +268,14 @@ class KafkaListener:
                     raise _ClosedError(refusal)
             frame_id = object()
             try:
-                frame = await self._read_frame(reader, frame_id, size, start)
-                if not await self._handle_frame(frame, fixed, answers, connection):
-                    return
+                frame = await self._read_frame(reader, frame_id, size, start, connection)
+                answer, keep_open = await self._handle_frame(frame, fixed, connection)
             finally:
                 self.held.release(frame_id)
+            if answer is not None:
+                await answers.put(answer)
+            if not keep_open:
+                return
             if self.sasl is None:
                 self._prove(connection)
 
@@ -271,7 +288,12 @@ class KafkaListener:
             await asyncio.sleep(wait_s)
 
     async def _read_frame(
-        self, reader: asyncio.StreamReader, frame_id: object, size: int, start: bytes
+        self,
+        reader: asyncio.StreamReader,
+        frame_id: object,
+        size: int,
+        start: bytes,
+        connection: _Connection,
     ) -> bytes:
         """The whole frame of ``size`` bytes that begins with ``start``, its bytes held in
         the node's budget as they arrive (see the module doc)."""
@@ -281,7 +303,19 @@ class KafkaListener:
                 rest = await reader.readexactly(left)
             self.held.add(frame_id, size)
             return start + rest
-        self.held.add(frame_id, len(start))
+
+        def close_stalled() -> None:
+            _refusals.log(
+                "closed a Kafka connection from %s: a frame of %d bytes held bytes others "
+                "waited for and brought less than %d in %.0f s",
+                connection.host,
+                size,
+                CHUNK_BYTES,
+                STALLED_FRAME_S,
+            )
+            connection.abort()
+
+        self.held.begin(frame_id, len(start), close_stalled)
         chunks = [start]
         async with asyncio.timeout(FRAME_TIMEOUT_S):
             while left:
@@ -291,18 +325,15 @@ class KafkaListener:
                 await self.held.take(frame_id, len(chunk))
                 chunks.append(chunk)
                 left -= len(chunk)
+        self.held.arrived(frame_id)
         return b"".join(chunks)
 
     async def _handle_frame(
-        self,
-        frame: bytes,
-        fixed: protocol.FrameHeader,
-        answers: Answers,
-        connection: _Connection,
-    ) -> bool:
-        """Handle one request (its answer queued in order); False: close the connection.
-        ``connection.login.caller`` (or its anonymous caller) is the caller its handler
-        sees."""
+        self, frame: bytes, fixed: protocol.FrameHeader, connection: _Connection
+    ) -> tuple[Awaitable[bytes | None] | None, bool]:
+        """Handle one request: its answer to queue (None: no answer), and whether the
+        connection stays open. ``connection.login.caller`` (or its anonymous caller) is
+        the caller its handler sees."""
         sasl = self.sasl
         host = connection.host
         if not protocol.is_supported(fixed.api_key, fixed.api_version, sasl is not None):
@@ -311,8 +342,7 @@ class KafkaListener:
                 raise _ClosedError(
                     f"api key {fixed.api_key} version {fixed.api_version} is not one of Kafka's"
                 )
-            await answers.put(_ready(unsupported))
-            return True
+            return _ready(unsupported), True
         try:
             if fixed.api_key != protocol.PRODUCE and len(frame) > WALK_INLINE_BYTES_MAX:
                 request = await asyncio.to_thread(protocol.decode_request, frame, self.limits)
@@ -331,7 +361,6 @@ class KafkaListener:
                 body, close = sasl.handshake(login, request)
             else:
                 body, close = await sasl.authenticate(login, request, host)
-            await answers.put(_ready(protocol.encode_response(request.correlation_id, body)))
             if login.caller is not None:
                 self._prove(connection)
             if close:
@@ -340,7 +369,7 @@ class KafkaListener:
                     host,
                     request.api_key,
                 )
-            return not close
+            return _ready(protocol.encode_response(request.correlation_id, body)), not close
         caller = connection.anonymous if login.caller is None else login.caller
         token = CALLER.set(dataclasses.replace(caller, client_id=request.client_id))
         try:
@@ -358,48 +387,109 @@ class KafkaListener:
             _log.exception(
                 "Kafka api key %d version %d failed", request.api_key, request.api_version
             )
-            return False
+            return None, False
         finally:
             CALLER.reset(token)
-        if answer is CLOSE_CONNECTION:
-            return False
-        if encoded is not None:
-            await answers.put(encoded)
-        return True
+        return encoded, answer is not CLOSE_CONNECTION
+
+
+@dataclasses.dataclass(slots=True)
+class _HeldFrame:
+    """One frame's bytes in a ``ByteBudget``."""
+
+    held: int
+    close_stalled: Callable[[], None] | None = None
+    """Closes the frame's connection; None once the frame has arrived whole."""
+    moved_at: float = 0.0
+    """When the frame last brought ``CHUNK_BYTES`` (or last got room)."""
+    since_moved: int = 0
+    waiting: bool = False
 
 
 class ByteBudget:
     """Bytes of request frames held across connections (see the module doc). Each frame
-    is known by an object of its own; ``add`` counts bytes at once, ``take`` waits until
-    they fit or the frame is the oldest that holds bytes, ``release`` frees a frame's
-    bytes. Used on one event loop."""
+    is known by an object of its own; ``add`` counts a whole frame's bytes at once,
+    ``begin`` the first bytes of one read in chunks, ``take`` waits until a chunk fits or
+    the frame is the oldest that holds bytes, ``arrived`` marks a frame read whole,
+    ``release`` frees a frame's bytes. While a chunk waits, a frame read in chunks that
+    brought less than ``CHUNK_BYTES`` in ``stalled_s`` and does not wait itself is closed
+    and its bytes freed (checked as each waiter comes and every ``stalled_s`` while it
+    waits). Used on one event loop."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        clock: Callable[[], float] = time.monotonic,
+        stalled_s: float = STALLED_FRAME_S,
+    ) -> None:
         self.capacity = capacity
+        self.clock = clock
+        self.stalled_s = stalled_s
         self.held = 0
-        self._frames: dict[object, int] = {}  # in the order each frame first held bytes
+        self._frames: dict[object, _HeldFrame] = {}  # in the order each first held bytes
         self._waiters: list[asyncio.Future[None]] = []
 
     def add(self, frame: object, size: int) -> None:
-        self._frames[frame] = self._frames.get(frame, 0) + size
+        self._frames.setdefault(frame, _HeldFrame(0)).held += size
         self.held += size
+
+    def begin(self, frame: object, size: int, close_stalled: Callable[[], None]) -> None:
+        self.add(frame, size)
+        held = self._frames[frame]
+        held.close_stalled = close_stalled
+        held.moved_at = self.clock()
+
+    def arrived(self, frame: object) -> None:
+        held = self._frames.get(frame)
+        if held is not None:
+            held.close_stalled = None
 
     def _fits(self, frame: object, size: int) -> bool:
         return self.held + size <= self.capacity or next(iter(self._frames), frame) is frame
 
     async def take(self, frame: object, size: int) -> None:
-        while not self._fits(frame, size):
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
+        held = self._frames[frame]
+        if not self._fits(frame, size):
+            held.waiting = True
             try:
-                await waiter
+                while not self._fits(frame, size):
+                    self._close_stalled()
+                    if self._fits(frame, size):
+                        break
+                    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    self._waiters.append(waiter)
+                    try:
+                        async with asyncio.timeout(self.stalled_s):
+                            await waiter
+                    except TimeoutError:
+                        pass
+                    finally:
+                        with contextlib.suppress(ValueError):
+                            self._waiters.remove(waiter)
             finally:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
+                held.waiting = False
+            held.moved_at, held.since_moved = self.clock(), 0
         self.add(frame, size)
+        held.since_moved += size
+        if held.since_moved >= CHUNK_BYTES:
+            held.moved_at, held.since_moved = self.clock(), 0
+
+    def _close_stalled(self) -> None:
+        now = self.clock()
+        stalled = [
+            (frame, held)
+            for frame, held in self._frames.items()
+            if held.close_stalled is not None
+            and not held.waiting
+            and now - held.moved_at > self.stalled_s
+        ]
+        for frame, held in stalled:
+            assert held.close_stalled is not None
+            held.close_stalled()
+            self.release(frame)
 
     def release(self, frame: object) -> None:
-        freed = self._frames.pop(frame, 0)
+        freed = self._frames.pop(frame, _HeldFrame(0)).held
         self.held -= freed
         if freed and self._waiters:
             for waiter in self._waiters:
@@ -449,7 +539,7 @@ async def _send_in_order(answers: Answers, writer: asyncio.StreamWriter) -> None
                 writer.close()
                 return
             writer.write(frame)
-            await writer.drain()
+            await _drain(writer)
     except (ConnectionError, asyncio.CancelledError):
         pass
     finally:
@@ -457,3 +547,26 @@ async def _send_in_order(answers: Answers, writer: asyncio.StreamWriter) -> None
             left = answers.get_nowait()
             if isinstance(left, asyncio.Future):
                 left.cancel()
+
+
+async def _drain(writer: asyncio.StreamWriter) -> None:
+    """Until the answers written have left (below the transport's high-water mark); a
+    client that takes none of their bytes for ``ANSWER_STALL_S`` has its connection closed
+    at once (ConnectionAbortedError), its answers dropped."""
+    transport = writer.transport
+    while True:
+        unsent = transport.get_write_buffer_size()
+        try:
+            async with asyncio.timeout(ANSWER_STALL_S):
+                await writer.drain()
+            return
+        except TimeoutError:
+            if transport.get_write_buffer_size() >= unsent:
+                _refusals.log(
+                    "closed a Kafka connection from %s: %d bytes of answers not taken in %.0f s",
+                    writer.get_extra_info("peername"),
+                    unsent,
+                    ANSWER_STALL_S,
+                )
+                reset(transport)
+                raise ConnectionAbortedError("answers not taken") from None

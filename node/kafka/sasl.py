@@ -11,7 +11,7 @@ with the same limits as the gRPC listener's logins.
 
 Before a login succeeds a connection may send only ApiVersions, SaslHandshake and
 SaslAuthenticate, at most ``PRELOGIN_REQUESTS_MAX`` of them, each frame at most
-``PRELOGIN_FRAME_BYTES_MAX`` (Kafka's ``sasl.server.max.receive.size``); anything else
+``PRELOGIN_FRAME_BYTES_MAX``; anything else
 closes it, as Kafka does (``refusal_before_login``). One SaslHandshake per connection: an
 unsupported mechanism is answered UNSUPPORTED_SASL_MECHANISM (33), a second handshake
 ILLEGAL_SASL_STATE (34), and either closes the connection after its answer, as Kafka
@@ -40,8 +40,11 @@ ILLEGAL_SASL_STATE: Final = 34
 SASL_AUTHENTICATION_FAILED: Final = 58
 PLAIN_BYTES_MAX: Final = 4096
 """Longest PLAIN message taken (a user name and a password)."""
-PRELOGIN_FRAME_BYTES_MAX: Final = 512 << 10
-"""Largest request frame before a login (Kafka's ``sasl.server.max.receive.size``)."""
+PRELOGIN_FRAME_BYTES_MAX: Final = 64 << 10
+"""Largest request frame before a login (Kafka's ``sasl.server.max.receive.size``, 512 KiB
+there for the Kerberos and OAuth tokens not served here; PLAIN and SCRAM take under
+4 KiB). No larger than the listener's small frames, so that nothing a connection sends
+before its login counts in the node's shared budget of request bytes."""
 PRELOGIN_REQUESTS_MAX: Final = 8
 """Most requests a connection may send before its login succeeds (a login takes 3 or 4:
 ApiVersions, perhaps again at a lower version, SaslHandshake, one or two

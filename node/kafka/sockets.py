@@ -25,6 +25,7 @@ import itertools
 import logging
 import socket
 import ssl
+import struct
 import time
 from asyncio import sslproto
 from collections.abc import Awaitable, Callable
@@ -36,6 +37,8 @@ from headwater.shared.errors import HeadwaterError
 from headwater.shared.log_limits import LogEvery
 
 _log = logging.getLogger(__name__)
+_LINGER_NONE: Final = struct.pack("ii", 1, 0)
+"""SO_LINGER on, for 0 s: close sends a reset and drops the unsent bytes."""
 _refusals = LogEvery(_log, 10.0)
 TLS_HANDSHAKE_TIMEOUT_S: Final = 10.0
 TLS_READ_BUFFER_BYTES: Final = 32 << 10
@@ -183,9 +186,14 @@ class Sockets:
         except asyncio.CancelledError:
             if not self._closing and self.admission.is_open(connection):
                 raise
+        except Exception:
+            _log.exception("a Kafka connection from %s failed", host)
         finally:
             if writer is not None:
-                writer.close()
+                if writer.transport.get_write_buffer_size():
+                    reset(writer.transport)  # its client takes nothing: close() would wait
+                else:
+                    writer.close()
 
     async def _streams(
         self, accepted: socket.socket
@@ -242,3 +250,14 @@ def _host_of(address: object) -> str:
         return normalize_host(text)
     except HeadwaterError:
         return text
+
+
+def reset(transport: asyncio.WriteTransport) -> None:
+    """Close ``transport``'s connection at once with a TCP reset, dropping what is unsent:
+    a plain close of a socket whose peer takes nothing leaves the kernel holding its
+    unsent bytes, retrying, for minutes."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_NONE)
+    transport.abort()
