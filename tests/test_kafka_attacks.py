@@ -379,7 +379,8 @@ def test_describe_groups_shows_a_caller_only_the_topics_it_may_describe(
     """The admin's member of group ``mixed`` is subscribed to topics a and b and assigned
     both; alice may describe a only: over Kafka's DescribeGroups she sees a subscription
     to a and a's partitions, as the gRPC DescribeGroup shows her, and the member's
-    instance id (v4). (The raw consumer-protocol bytes named b to her.)"""
+    instance id (v4). (Raw consumer-protocol bytes would name b to her.) A group named
+    a thousand times is described once."""
     from confluent_kafka import Consumer
 
     from headwater.node.kafka import consumer_protocol
@@ -407,6 +408,10 @@ def test_describe_groups_shows_a_caller_only_the_topics_it_may_describe(
             (group,) = kafka_raw.exchange(
                 sock, protocol.DESCRIBE_GROUPS, 4, groups=["mixed"]
             ).groups
+            repeated = kafka_raw.exchange(
+                sock, protocol.DESCRIBE_GROUPS, 4, groups=["mixed"] * 1000
+            ).groups
+        assert len(repeated) == 1 and len(repeated[0].members) == 1
         assert group.error_code == 0
         (seen,) = group.members
         assert seen.group_instance_id == "admin-1"
