@@ -162,18 +162,20 @@ def test_a_refused_append_rolls_the_image_back(partition: Partition) -> None:
 def test_a_commit_of_many_partitions_gives_the_loop_back_between_slices(
     partition: Partition,
 ) -> None:
-    """1,200 offsets in one commit are decided 500 at a time, the event loop given back
-    between slices (a commit of 10,000 held it for 0.25 s), and every one is answered
-    and stored."""
+    """1,200 offsets in one commit are decided 500 at a time, each slice in a turn of the
+    event loop of its own (a commit of 10,000 decided at once held it for 0.25 s), and
+    every one is answered and stored. A classic member's commit is checked again before
+    each slice: a member fenced after the first has the later slices refused."""
     import types
 
+    from headwater.node.groups.classic import GroupProtocolError
     from headwater.node.groups.coordinator import COMMIT_SLICE, GroupCoordinator
 
     wide = types.SimpleNamespace(topics={"t": types.SimpleNamespace(partitions=[0] * 2000)})
 
     async def run() -> None:
         coordinator = GroupCoordinator(NodeConfig(), None, lambda: wide)  # type: ignore[arg-type]
-        coordinator.shards[0] = await loaded(partition)
+        shard = coordinator.shards[0] = await loaded(partition)
         turns = 0
 
         async def count_turns() -> None:
@@ -182,15 +184,39 @@ def test_a_commit_of_many_partitions_gives_the_loop_back_between_slices(
                 await asyncio.sleep(0)
                 turns += 1
 
+        decided_at: list[int] = []
+        write_later = shard.write_later
+
+        def counted(decide: Any) -> Any:
+            decided_at.append(turns)
+            return write_later(decide)
+
+        shard.write_later = counted  # type: ignore[method-assign]
         counting = asyncio.ensure_future(count_turns())
         await asyncio.sleep(0)
         items = [d.CommitItem("t", p, 7) for p in range(1200)]
-        turns = 0
         answers = await coordinator.commit(0, "wide", "", -1, items)
-        counting.cancel()
         assert answers == [None] * 1200
-        assert turns >= 1200 // COMMIT_SLICE  # the loop turned between the slices
+        assert len(decided_at) == -(-1200 // COMMIT_SLICE)
+        assert decided_at == sorted(set(decided_at))  # each slice in a turn of its own
         group = coordinator.shards[0].committed().group("wide")
         assert group is not None and len(group.offsets) == 1200
+
+        checks = 0
+
+        def fenced_after_the_first() -> None:
+            nonlocal checks
+            checks += 1
+            raise GroupProtocolError(22, "generation 3 is not the group's")
+
+        classic = [d.CommitItem("t", p, 9) for p in range(1200)]
+        answers = await coordinator.commit_classic(0, "wide", classic, fenced_after_the_first)
+        counting.cancel()
+        assert checks == 2  # before the second and the third slice
+        assert answers[:COMMIT_SLICE] == [None] * COMMIT_SLICE
+        assert all(isinstance(a, GroupProtocolError) for a in answers[COMMIT_SLICE:])
+        group = coordinator.shards[0].committed().group("wide")
+        assert group is not None
+        assert sorted({c.offset for c in group.offsets.values()}) == [7, 9]
 
     asyncio.run(run())

@@ -37,11 +37,12 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final, TypeVar, cast
 
 from headwater.log import batch as batch_format
 from headwater.node.config import NodeConfig
 from headwater.node.groups import decisions
+from headwater.node.groups.classic import GroupProtocolError
 from headwater.node.groups.image import GroupsImage, replay
 from headwater.node.groups.records import (
     OFFSETS_TOPIC,
@@ -60,11 +61,11 @@ LOAD_READ_BYTES: Final = 1 << 20
 TICK_S: Final = 0.2
 OFFSETS_EXPIRY_CHECK_S: Final = 60.0
 FLUSH_BYTES_MAX: Final = 4 << 20
-COMMIT_SLICE: Final = 500
-"""Offsets one commit's decision takes before the next slice is decided (``commit``)."""
-_CommitWrite = Awaitable[list[HeadwaterError | None]] | HeadwaterError
 """Most bytes of group records appended as one batch (a decision's records always go in
 one batch, whatever their size: requests are bounded so that it stays a few MiB)."""
+COMMIT_SLICE: Final = 500
+"""Offsets one commit's decision takes before the next slice is decided (``commit``)."""
+_CommitWrite = Awaitable[list[HeadwaterError | None]] | HeadwaterError | GroupProtocolError
 RECONCILING_HEARTBEAT_MS: Final = 100
 """Heartbeat interval given to a member with partitions to take or give up."""
 
@@ -535,16 +536,42 @@ class GroupCoordinator:
         member_id: str,
         member_epoch: int,
         items: list[decisions.CommitItem],
-        classic_member: bool = False,
     ) -> list[HeadwaterError | None]:
-        """``classic_member``: see ``decisions.commit_offsets``. A commit of many
+        """A commit at the member's epoch (``decisions.commit_offsets``). A commit of many
         partitions is decided ``COMMIT_SLICE`` items at a time, giving the event loop back
-        in between (one of 10,000 held it for 0.25 s); the slices are appended and
-        replicated together. A refusal of the first slice, or a failure of every slice's
-        write, is the request's; a later slice's refusal (the member fenced meanwhile) or
-        failed write answers its items."""
+        in between; the slices are appended and replicated together. A refusal of the
+        first slice, or a failure of every slice's write, is the request's; a later
+        slice's refusal (the member fenced meanwhile) or failed write answers its items."""
+        answers = await self._commit(index, group_id, member_id, member_epoch, items, None)
+        # Without a recheck every refusal is the decision's or the write's: a HeadwaterError.
+        return cast(list[HeadwaterError | None], answers)
+
+    async def commit_classic(
+        self,
+        index: int,
+        group_id: str,
+        items: list[decisions.CommitItem],
+        recheck: Callable[[], None],
+    ) -> list[HeadwaterError | GroupProtocolError | None]:
+        """A commit of a classic group's member (``classic_member`` in
+        ``decisions.commit_offsets``), whose generation the caller checked:
+        ``recheck`` checks it again before each slice after the first (the member may
+        have been fenced while the loop was given back), and what it raises answers that
+        slice's items."""
+        return await self._commit(index, group_id, "", decisions.ADMIN_MEMBER_EPOCH, items, recheck)
+
+    async def _commit(
+        self,
+        index: int,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        items: list[decisions.CommitItem],
+        recheck: Callable[[], None] | None,
+    ) -> list[HeadwaterError | GroupProtocolError | None]:
         shard = self.shard(index)
         counts = self.partition_counts()
+        classic_member = recheck is not None
 
         def decide(
             part: list[decisions.CommitItem],
@@ -559,19 +586,21 @@ class GroupCoordinator:
             if n:
                 await asyncio.sleep(0)
             try:
+                if n and recheck is not None:
+                    recheck()
                 writes.append((part, shard.write_later(decide(part))))
-            except HeadwaterError as refused:
+            except (HeadwaterError, GroupProtocolError) as refused:
                 if not n:
                     raise
                 writes.append((part, refused))
-        answers: list[HeadwaterError | None] = []
-        failures: list[HeadwaterError] = []
+        answers: list[HeadwaterError | GroupProtocolError | None] = []
+        failures: list[HeadwaterError | GroupProtocolError] = []
         for part, write in writes:
             try:
-                if isinstance(write, HeadwaterError):
+                if isinstance(write, (HeadwaterError, GroupProtocolError)):
                     raise write
                 answers += await write
-            except HeadwaterError as failed:
+            except (HeadwaterError, GroupProtocolError) as failed:
                 failures.append(failed)
                 answers += [failed] * len(part)
         if len(failures) == len(writes):

@@ -582,7 +582,7 @@ class ClassicGroups:
         generation: int,
         items: list[CommitItem],
         instance_id: str = "",
-    ) -> list[HeadwaterError | None]:
+    ) -> Sequence[HeadwaterError | GroupProtocolError | None]:
         """Commit ``items`` for a member of the current generation (or, with generation
         -1 and no member id, for a group without members); a member of Kafka's consumer
         protocol (ConsumerGroupHeartbeat) commits at its member epoch instead."""
@@ -591,20 +591,28 @@ class ClassicGroups:
         saved = self.coordinator.shard(index).image.group(group_id)
         if group is None and saved is not None and member_id in saved.members:
             return await self.coordinator.commit(index, group_id, member_id, generation, items)
-        if group is not None:
-            group.check_instance(member_id, instance_id)
-            group.check_commit(member_id, generation)
-            if member_id in group.members:
-                group.members[member_id].last_seen_ms = self._now_ms()
-        elif generation != classic.NO_GENERATION:
-            raise GroupProtocolError(
-                ErrorCode.UNKNOWN_MEMBER_ID,
-                f"group {group_id!r} has no members here; join again (or commit with "
-                "generation -1 from outside the group)",
-            )
-        return await self.coordinator.commit(
-            index, group_id, "", ADMIN_MEMBER_EPOCH, items, classic_member=group is not None
-        )
+        if group is None:
+            if generation != classic.NO_GENERATION:
+                raise GroupProtocolError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"group {group_id!r} has no members here; join again (or commit with "
+                    "generation -1 from outside the group)",
+                )
+            return await self.coordinator.commit(index, group_id, "", ADMIN_MEMBER_EPOCH, items)
+
+        def may_commit() -> None:
+            current = self.groups.get(group_id)
+            if current is None:
+                raise GroupProtocolError(
+                    ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} has no members here"
+                )
+            current.check_instance(member_id, instance_id)
+            current.check_commit(member_id, generation)
+
+        may_commit()
+        if member_id in group.members:
+            group.members[member_id].last_seen_ms = self._now_ms()
+        return await self.coordinator.commit_classic(index, group_id, items, may_commit)
 
     async def committed(self, group_id: str) -> dict[tuple[str, int], tuple[int, str, int]]:
         """(topic, partition) -> (offset, metadata, leader epoch) of everything the group
