@@ -33,6 +33,7 @@ from headwater.shared.partitioning import partition_for_key
 from headwater.tools.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
+from tests import kafka_raw
 from tests.kafka_raw import exchange
 from tests.node_process import NodeProcess, run_cli
 
@@ -1195,3 +1196,57 @@ def test_a_fetch_keeps_to_its_limits_but_for_the_first_batch(node: NodeProcess) 
     assert fetched(2 * size + 100, 1 << 20) == [whole[0][:2], []]  # whole batches within
     per_partition = fetched(1 << 20, size + 100)
     assert per_partition == [whole[0][:1], whole[1][:1]]
+
+
+def test_a_batch_of_megabytes_is_checked_off_the_loop_and_kept(node: NodeProcess) -> None:
+    """A Produce of one 3 MiB batch (checked in a worker thread, as every batch over
+    1 MiB) is appended whole and in order with the small ones sent after it on the same
+    connection, and reads back the same."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    from headwater.node.kafka import protocol
+
+    create(node, "large", partitions=1, **{"max.message.bytes": str(8 << 20)})
+
+    def batch(values: list[bytes]) -> bytes:
+        builder = DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=0,
+            is_transactional=0,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 31,
+        )
+        for delta, value in enumerate(values):
+            builder.append(delta, int(time.time() * 1000), None, value, [])
+        return bytes(builder.build())
+
+    large = [bytes([n]) * (1 << 20) for n in range(3)]
+    sent = [large, [b"after-1"], [b"after-2"]]
+    with socket.create_connection(kafka(node).rsplit(":", 1), timeout=DEADLINE_S) as sock:
+        for correlation_id, values in enumerate(sent):
+            sock.sendall(
+                kafka_raw.frame(
+                    protocol.PRODUCE,
+                    3,
+                    correlation_id,
+                    acks=1,
+                    timeout=10_000,
+                    topic_data=[
+                        {
+                            "name": "large",
+                            "partition_data": [{"index": 0, "records": batch(values)}],
+                        }
+                    ],
+                )
+            )
+        offsets = []
+        for _ in sent:
+            (topic,) = kafka_raw.answer(sock, protocol.PRODUCE, 3).responses
+            (answered,) = topic.partition_responses
+            assert int(answered.error_code) == 0
+            offsets.append(int(answered.base_offset))
+    assert offsets == [0, 3, 4]
+    got = consume_all(node, "large", 1, 5)
+    assert [m.value() for m in got] == [*large, b"after-1", b"after-2"]  # type: ignore[attr-defined]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -62,6 +63,10 @@ TRANSCODE_INLINE_BYTES_MAX: Final = 1 << 20
 """A partition's read of more bytes than this is made into Kafka batches in a worker
 thread (batches produced over gRPC are transcoded record by record, about 0.5 µs each:
 a 64 MiB read took 0.3 s)."""
+CHECK_INLINE_BYTES_MAX: Final = 1 << 20
+"""A produced batch of more bytes than this is checked (decompressed, every record
+parsed, ``to_stored``) in a worker thread: about 5 ms a MiB. The connection's next
+request is read only once it is appended, so batches keep their order."""
 FETCH_READS_PER_PARTITION_MAX: Final = 4
 """Reads of one partition for one Fetch answer: the first, and more while every batch
 read fits in Kafka's bytes asked with room left (a stored batch is 59 bytes larger than
@@ -349,11 +354,15 @@ class KafkaHandlers:
         if not records:
             raise HeadwaterError(ErrorCode.INVALID_RECORD, "the partition's records are empty")
         config = partition.log_config
-        produced = to_stored(
+        check = functools.partial(
+            to_stored,
             records,
             partition.max_message_bytes,
             timestamp_range=config.timestamp_range(now_ms()),
             require_keys=config.compacted,
+        )
+        produced = (
+            check() if len(records) <= CHECK_INLINE_BYTES_MAX else await asyncio.to_thread(check)
         )
         return await self.core.append(
             partition, produced, acks_all=acks == -1, timeout_ms=timeout_ms
@@ -705,7 +714,8 @@ class KafkaHandlers:
         image = self.core.state.image
         defaults = self.core.config.topic_defaults()
         results = []
-        async for resource in yield_every(request.body.resources):
+        per_resource = 1 + len(defaults)
+        async for resource in yield_every(request.body.resources, weight=lambda _: per_resource):
             result: dict[str, Any] = {
                 "resource_type": int(resource.resource_type),
                 "resource_name": resource.resource_name,
@@ -735,7 +745,8 @@ class KafkaHandlers:
             except HeadwaterError as error:
                 result.update(error_code=kafka_code(error.code), error_message=error.message)
             results.append(result)
-        return ready(protocol.answer(self._schema(request), entries=len(results), results=results))
+        entries = sum(1 + len(result["configs"]) for result in results)
+        return ready(protocol.answer(self._schema(request), entries=entries, results=results))
 
     async def alter_configs(self, request: protocol.Request) -> Answer:
         """AlterConfigs: each topic's overrides become exactly the ones given (the others
