@@ -36,6 +36,7 @@ parsed by aiokafka's compiled codec, which checks each record against the body.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import struct
 import zlib
 from collections.abc import Iterator
@@ -485,7 +486,10 @@ def decode_stored(
     """The stored batch at ``position`` decoded into columns, whichever its form: the
     broker's own readers (the cleaner, timestamp lookups) take this, not
     ``batch.decode_batch``, which refuses Kafka records. The header returned is the
-    columnar one (a Kafka-records batch's codec is the one it transcodes to)."""
+    columnar one (a Kafka-records batch's codec is the one it transcodes to); for a Kafka
+    batch whose timestamps need several columnar batches, the first one's, with the
+    record count, last offset and largest timestamp of them all (its lengths and CRC are
+    the first one's)."""
     check = batch_format.verify_batch if verify_crc else batch_format.read_header
     header = check(data, position)
     if not header.is_kafka_records:
@@ -494,9 +498,16 @@ def decode_stored(
     if len(decoded) == 1:
         return decoded[0]
     # Timestamps too far apart for one columnar batch: the records of all of them, under
-    # the first one's header (its codec is the one they share).
+    # the first one's header (its codec is the one they share) made to span them all.
     records = pa.Table.from_batches([d.records for d in decoded]).combine_chunks()
-    return batch_format.DecodedBatch(decoded[0].header, records.to_batches()[0])
+    first, last = decoded[0].header, decoded[-1].header
+    spanning = dataclasses.replace(
+        first,
+        record_count=sum(d.header.record_count for d in decoded),
+        last_offset_delta=last.last_offset - first.base_offset,
+        max_timestamp=max(d.header.max_timestamp for d in decoded),
+    )
+    return batch_format.DecodedBatch(spanning, records.to_batches()[0])
 
 
 _LENGTH: Final = struct.Struct("<i")

@@ -18,8 +18,8 @@ counted it against its client's connection.
 
 ``StreamBudget`` bounds the bytes one ProduceStream holds in progress; ``distinct``
 bounds the names one request may list, and ``yield_every`` lets a long answer give the
-event loop back between pieces (one 100,000-name DescribeTopics held it 6-9 s and got a
-broker fenced).
+event loop back between pieces (a 100,000-name DescribeTopics answered at once would hold
+it 6-9 s, long enough for the broker to be fenced).
 
 Pure bookkeeping, used on the event loop only.
 """

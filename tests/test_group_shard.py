@@ -163,7 +163,7 @@ def test_a_commit_of_many_partitions_gives_the_loop_back_between_slices(
     partition: Partition,
 ) -> None:
     """1,200 offsets in one commit are decided 500 at a time, each slice in a turn of the
-    event loop of its own (a commit of 10,000 decided at once held it for 0.25 s), and
+    event loop of its own (a commit of 10,000 decided at once would hold it 0.25 s), and
     every one is answered and stored. A classic member's commit is checked again before
     each slice: a member fenced after the first has the later slices refused."""
     import types

@@ -208,7 +208,7 @@ def test_static_member_comes_back_to_its_partitions_without_a_rebalance() -> Non
 def test_a_live_static_members_instance_id_is_not_taken_over() -> None:
     """KIP-848: a member joining with the instance id of a member that has not left (no
     static leave, its session running) is refused UNRELEASED_INSTANCE_ID; the holder keeps
-    its place and partitions. (It was replaced at once.)"""
+    its place and partitions, rather than being replaced at once."""
     group = Group()
     a = Member(group, instance_id="host-a")
     settle([a])

@@ -1066,7 +1066,7 @@ def test_a_transactional_producer_is_refused_at_once(node: NodeProcess) -> None:
 def test_a_refused_batch_names_each_record_at_fault(node: NodeProcess) -> None:
     """Produce v8's per-record errors (KIP-467): a batch with keyless records sent to a
     compacted topic is refused INVALID_RECORD naming records 1 and 3, as Kafka does, so
-    that the client can tell which records failed. (The answer named none.)"""
+    that the client can tell which records failed."""
     from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
     from headwater.node.kafka import protocol
@@ -1107,7 +1107,7 @@ def test_a_refused_batch_names_each_record_at_fault(node: NodeProcess) -> None:
 def test_the_committed_leader_epoch_is_kept_and_returned(node: NodeProcess) -> None:
     """KIP-320: OffsetCommit v6+ carries the leader epoch of the record before the offset
     committed; OffsetFetch v5+ answers it, so a consumer resuming there can check the log
-    was not truncated under it. (The answer was always -1.)"""
+    was not truncated under it."""
     from headwater.node.kafka import protocol
 
     create(node, "epochs", partitions=1)

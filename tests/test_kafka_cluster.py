@@ -17,10 +17,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headwater.client import Admin
+from headwater.node.groups.records import OFFSETS_TOPIC, coordinator_partition
 from headwater.tools.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.local_cluster import LocalCluster
+from tests.node_process import wait_until
 
 pytestmark = pytest.mark.slow
 DEADLINE_S = 60.0
@@ -192,8 +194,8 @@ def test_a_new_coordinator_serves_no_member_that_left_before_it_took_over(
     """Members A and B complete a generation of a classic group (raw requests, sessions of
     30 s); B leaves and A has not joined again when the coordinator is killed. The new
     coordinator serves A alone and rebalances at once: B is not taken over to wait out its
-    session. (It reloaded the last generation, A and B, and gave B a fresh 30 s: each move
-    of the coordinator kept a group from reading for a session timeout or more.)"""
+    session. (Were the last generation, A and B, reloaded and B given a fresh 30 s, each
+    move of the coordinator would keep a group from reading for a session timeout.)"""
     from headwater.node.kafka import protocol
     from tests import kafka_raw
 
@@ -233,11 +235,16 @@ def test_a_new_coordinator_serves_no_member_that_left_before_it_took_over(
         for sock in by_id.values():
             assert kafka_raw.answer(sock, protocol.SYNC_GROUP, 1).error_code == 0
         staying, leaving = sorted(by_id, key=lambda m: m != leader)
-        left = kafka_raw.exchange(
-            by_id[leaving], protocol.LEAVE_GROUP, 1, group_id=group, member_id=leaving
-        )
-        assert left.error_code == 0
-    time.sleep(0.5)  # the leave written (in the background of its answer)
+        with Admin(cluster.nodes[coordinator].address) as admin:
+            (offsets_topic,) = admin.describe_topics([OFFSETS_TOPIC])
+            key = (OFFSETS_TOPIC, coordinator_partition(group, len(offsets_topic.partitions)))
+            before = admin.end_offsets([key])[key]
+            left = kafka_raw.exchange(
+                by_id[leaving], protocol.LEAVE_GROUP, 1, group_id=group, member_id=leaving
+            )
+            assert left.error_code == 0
+            # The leave is written in the background of its answer: until it is committed.
+            wait_until(lambda: admin.end_offsets([key])[key] > before, DEADLINE_S, "the leave")
     cluster.nodes[coordinator].kill()
     deadline = time.monotonic() + DEADLINE_S
     while True:
@@ -261,9 +268,9 @@ def test_an_offset_commit_is_answered_within_the_commit_timeout(tmp_path: Path) 
     """One follower of the group's __consumer_offsets partition is paused, so that the
     commit's records cannot reach every in-sync replica until it is dropped from the ISR
     (here 30 s): the commit is answered REQUEST_TIMED_OUT (7, retried by clients) after
-    offsets_commit_timeout_ms (5 s), as Kafka's offsets.commit.timeout.ms. (It waited for
-    the ISR to shrink or 30 s: librdkafka then saw its heartbeats, queued behind the
-    commit, time out, and members fell out of their groups.)"""
+    offsets_commit_timeout_ms (5 s), as Kafka's offsets.commit.timeout.ms. (Were it to wait
+    for the ISR to shrink, 30 s, librdkafka would see its heartbeats, queued behind the
+    commit, time out, and members would fall out of their groups.)"""
     # A paused broker is neither fenced nor dropped from the ISR for 30 s here.
     slow_to_fence = {
         "HEADWATER_BROKER_SESSION_TIMEOUT_MS": "30000",

@@ -519,8 +519,7 @@ def test_every_count_and_length_of_every_request_is_checked_before_kio() -> None
 
 def test_a_kafka_batch_whose_timestamps_span_more_than_2_31_ms_is_kept_and_reads_back() -> None:
     """Kafka takes a batch whose record timestamps lie years apart (its deltas are
-    varints); so does this broker (they were refused INVALID_TIMESTAMP: the columnar form
-    keeps int32 deltas). It is stored as it came, a Kafka fetch sends it back byte for
+    varints); so does this broker, though the columnar form keeps int32 deltas. It is stored as it came, a Kafka fetch sends it back byte for
     byte, and a gRPC fetch, timestamp lookups and the cleaner read it as two columnar
     batches whose offsets and sequences follow on."""
     from headwater.log import cleaner
@@ -551,6 +550,9 @@ def test_a_kafka_batch_whose_timestamps_span_more_than_2_31_ms_is_kept_and_reads
     assert [t for d in decoded for t in batch_format.timestamps_ms(d.records)] == stamps
     whole = records.decode_stored(stored)
     assert batch_format.timestamps_ms(whole.records) == stamps
+    spanned = whole.header
+    assert (spanned.base_offset, spanned.last_offset, spanned.record_count) == (100, 102, 3)
+    assert spanned.max_timestamp == stamps[-1]
     rewritten = cleaner._rewrite(batch_format.read_header(stored), stored, [True, True, False])
     kept = [d for part in rewritten for d in batch_format.decode_batches(part)]
     assert [(d.header.base_offset, d.header.record_count) for d in kept] == [(100, 1), (101, 1)]

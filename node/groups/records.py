@@ -175,7 +175,7 @@ class ClassicGeneration:
     rebalancing: bool = False
     instance_ids: tuple[str, ...] = ()
     """Each member's static instance id ("" for a dynamic member), in ``members``' order
-    (empty in records written before it was kept)."""
+    (empty in records without it)."""
 
 
 GroupRecord = (

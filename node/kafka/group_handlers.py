@@ -83,7 +83,7 @@ class GroupHandlers:
         answer: dict[str, Any] = {"node_id": -1, "host": "", "port": -1}
         if key_type != GROUP_KEY_TYPE:
             # Kafka's non-retriable code: a transactional producer fails at once
-            # (librdkafka retried INVALID_REQUEST every 500 ms until its timeout).
+            # (librdkafka retries INVALID_REQUEST every 500 ms until its timeout).
             answer.update(
                 error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_message=NO_TRANSACTIONS
             )

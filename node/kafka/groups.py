@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import logging
 import time
 import uuid
@@ -87,7 +88,9 @@ class ClassicGroups:
         self._shard: dict[str, object] = {}
         """The coordinator shard each group in memory was taken from: a group whose
         partition was let go and taken again since is read again from the log."""
-        self._saving: set[str] = set()
+        self._saving: collections.Counter[str] = collections.Counter()
+        """Saves of each group's generation under way (a background save and one a sync
+        waits for may overlap)."""
         self._scanned: dict[int, object] = {}
         """Each ``__consumer_offsets`` partition's shard whose written generations were
         taken over (a shard is scanned once, when this node has loaded it)."""
@@ -198,7 +201,7 @@ class ClassicGroups:
         if not saved.members:
             return
         now = self._now_ms()
-        # One per member; none in a record written before instance ids were kept.
+        # One per member; none in a record without instance ids.
         instance_ids = saved.instance_ids + ("",) * (len(saved.members) - len(saved.instance_ids))
         for (
             member_id,
@@ -260,7 +263,7 @@ class ClassicGroups:
             rebalancing=group.state == classic.PREPARING,
             instance_ids=tuple(m.instance_id for m in group.members.values()),
         )
-        self._saving.add(group.group_id)
+        self._saving[group.group_id] += 1
         try:
             await self.coordinator.save_classic(self._partition[group.group_id], record)
         except HeadwaterError as error:
@@ -270,7 +273,9 @@ class ClassicGroups:
                 f"({error.message}); find the coordinator again",
             ) from None
         finally:
-            self._saving.discard(group.group_id)
+            self._saving[group.group_id] -= 1
+            if not self._saving[group.group_id]:
+                del self._saving[group.group_id]
 
     def _drop(self, group_id: str, error: HeadwaterError) -> None:
         self.groups.pop(group_id, None)

@@ -1,11 +1,11 @@
 """Walking a Kafka request by its lengths and counts before anything is decoded (pure: no
 I/O).
 
-kio's reader sizes its buffers from the counts a request states (a count of 2^31 once
-aborted the whole process with an allocation of 240 GB), and a 4 MiB request of tiny
-entries holds hundreds of thousands of them: decoded and handled one by one, 400,000
-group ids in one DescribeGroups held a node's event loop for 12 s and got it fenced. So
-``check_shape`` walks a message by its schema first, reading only lengths and counts:
+kio's reader sizes its buffers from the counts a request states (a count of 2^31 would
+ask for an allocation of 240 GB), and a 4 MiB request of tiny entries holds hundreds of
+thousands of them: decoded and handled one by one, 400,000 group ids in one
+DescribeGroups would hold a node's event loop for 12 s, long enough for it to be fenced.
+So ``check_shape`` walks a message by its schema first, reading only lengths and counts:
 
 - every length and count is checked against the bytes left in the frame;
 - every array's count is checked against what one request may name
