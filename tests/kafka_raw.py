@@ -43,12 +43,25 @@ def frame(api_key: int, version: int, correlation_id: int = 1, **fields: object)
 
 def answer(sock: socket.socket, api_key: int, version: int) -> Any:
     """The next answer on ``sock``, decoded as ``api_key`` at ``version``."""
-    (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
-    body = sock.recv(size, socket.MSG_WAITALL)
+    (size,) = struct.unpack(">i", _exactly(sock, 4))
+    body = _exactly(sock, size)
     response = load_response_schema(api_key, version)
     _, used = entity_reader(response.__header_schema__)(body, 0)
     decoded, _ = entity_reader(response)(body, used)
     return decoded
+
+
+def _exactly(sock: socket.socket, size: int) -> bytes:
+    """``size`` bytes from ``sock`` (a socket with a timeout may answer MSG_WAITALL with
+    fewer); fewer only when the peer closes first."""
+    parts = []
+    while size:
+        part = sock.recv(size)
+        if not part:
+            break
+        parts.append(part)
+        size -= len(part)
+    return b"".join(parts)
 
 
 def exchange(sock: socket.socket, api_key: int, version: int, **fields: object) -> Any:

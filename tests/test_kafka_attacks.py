@@ -540,3 +540,127 @@ def test_silent_tls_sockets_hold_no_tls_state_and_are_closed_after_the_handshake
             assert 9 < time.monotonic() - started < 20
     finally:
         node.stop()
+
+
+@pytest.fixture(scope="module")
+def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    """A node with a PLAINTEXT Kafka listener and its metrics served."""
+    node = NodeProcess(
+        tmp_path_factory.mktemp("metered") / "data",
+        kafka_port=free_port(),
+        metrics_port=free_port(),
+    )
+    node.start()
+    try:
+        yield node
+    finally:
+        node.kill()
+
+
+def one_record_batch(value: bytes = b"value") -> bytes:
+    """A Kafka record batch (v2) of one record."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    builder.append(0, int(time.time() * 1000), None, value, [])
+    return bytes(builder.build())
+
+
+def produce(sock: socket.socket, topic: str, partitions: list[dict[str, object]]) -> list[int]:
+    """One Produce v3 (acks=1) of ``partitions`` of ``topic``: each partition's error code."""
+    (answered,) = kafka_raw.exchange(
+        sock,
+        protocol.PRODUCE,
+        3,
+        acks=1,
+        timeout=10_000,
+        topic_data=[{"name": topic, "partition_data": partitions}],
+    ).responses
+    return [p.error_code for p in answered.partition_responses]
+
+
+def test_refused_partitions_of_a_produce_leave_no_garbage_for_the_cyclic_collector(
+    metered: NodeProcess,
+) -> None:
+    """A Produce naming 10,000 partitions the node does not have is refused partition by
+    partition, and the refusals are freed as the answer goes: none waits for the cyclic
+    garbage collector, a full collection of which held a node's loop for over a second
+    (every refusal kept as an exception beside the frames of its traceback)."""
+    from tests.test_metrics import scrape
+
+    assert metered.metrics_address is not None
+    address = metered.metrics_address
+    with Admin(metered.address) as admin:
+        admin.create_topic("one", 1)
+    batch = one_record_batch()
+    partitions: list[dict[str, object]] = [
+        {"index": index, "records": batch} for index in range(10_000)
+    ]
+
+    def collected() -> float:
+        return sum(
+            value
+            for (name, _), value in scrape(address).items()
+            if name == "python_gc_objects_collected_total"
+        )
+
+    before = collected()
+    with raw(metered) as sock:
+        for _ in range(20):
+            codes = produce(sock, "one", partitions)
+            assert codes[0] == 0 and set(codes[1:]) == {3}  # UNKNOWN_TOPIC_OR_PARTITION
+    freed_by_the_collector = collected() - before
+    assert freed_by_the_collector < 20_000, freed_by_the_collector
+
+
+def test_a_fetch_of_many_small_batches_gives_the_loop_back_as_it_reads(
+    metered: NodeProcess,
+) -> None:
+    """A Fetch over 100 partitions of 200 one-record batches each (20,000 batches, each
+    read and cut on the event loop): the loop is given back as the bytes are read, not
+    only every 100 partitions, so its longest stall stays far below the 0.3 s that one
+    slice of them took."""
+    from headwater.tools.benchmarks.kafka_requests import longest_stall_ms, stall_buckets
+
+    assert metered.metrics_address is not None
+    with Admin(metered.address) as admin:
+        admin.create_topic("small", 100)
+    batch = one_record_batch()
+    every_partition: list[dict[str, object]] = [
+        {"index": index, "records": batch} for index in range(100)
+    ]
+    with raw(metered) as sock:
+        for _ in range(200):
+            assert set(produce(sock, "small", every_partition)) == {0}
+        before = stall_buckets(metered.metrics_address)
+        for _ in range(3):
+            (topic,) = kafka_raw.exchange(
+                sock,
+                protocol.FETCH,
+                4,
+                replica_id=-1,
+                max_wait_ms=0,
+                min_bytes=0,
+                max_bytes=64 << 20,
+                isolation_level=0,
+                topics=[
+                    {
+                        "topic": "small",
+                        "partitions": [
+                            {"partition": index, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                            for index in range(100)
+                        ],
+                    }
+                ],
+            ).responses
+            assert all(p.records for p in topic.partitions)
+        stall_ms = longest_stall_ms(before, stall_buckets(metered.metrics_address))
+    assert stall_ms <= 100, stall_ms

@@ -151,7 +151,7 @@ def replay(
             elif record is not None:
                 image = apply(image, record, trusted=True)
         except GroupRecordError as exc:
-            problems.append(exc)
+            problems.append(exc.with_traceback(None))  # no cycle through this frame
     return apply_offsets(image, run), problems
 
 

@@ -72,6 +72,12 @@ FETCH_READS_PER_PARTITION_MAX: Final = 4
 read fits in Kafka's bytes asked with room left (a stored batch is 59 bytes larger than
 its Kafka batch, so a read of N stored bytes holds less than N of Kafka's). A read of
 batches of one record (69 Kafka bytes or more) takes more than half of what is left."""
+FETCH_SLICE_BYTES: Final = 256 << 10
+"""A Fetch gives the event loop back after each partition once it has read this many
+bytes since it last did (as well as every ``LOOP_SLICE_ITEMS`` partitions): reading and
+cutting batches costs about 15 µs a batch, so 256 KiB of batches of one small record
+hold the loop about 25 ms (a slice of 100 partitions of such batches held it for a
+quarter of a second)."""
 CLUSTER_OPERATIONS_UNKNOWN: Final = -(2**31)
 """Kafka's "authorized operations not asked for"."""
 
@@ -310,7 +316,11 @@ class KafkaHandlers:
         body = request.body
         acks = int(body.acks)
         timeout_ms = protocol.milliseconds(body.timeout)
-        pending: list[tuple[str, int, Awaitable[Appended] | HeadwaterError]] = []
+        # A refusal is kept as its answer's fields, never as the exception: an exception
+        # kept beside the frames of its traceback is a reference cycle, and 10,000 of
+        # them a request are garbage only the cyclic collector frees, a full collection
+        # of which held a node's loop for seconds.
+        pending: list[tuple[str, int, Awaitable[Appended] | dict[str, Any]]] = []
         if body.transactional_id is not None:
             failure = HeadwaterError(
                 ErrorCode.INVALID_REQUEST,
@@ -325,17 +335,18 @@ class KafkaHandlers:
         entries = [(t.name, data) for t in body.topic_data for data in t.partition_data]
         async for name, data in yield_every(entries, weight=_produce_weight):
             index = int(data.index)
+            if failure is not None:
+                pending.append((name, index, _produce_refusal(failure)))
+                continue
             try:
-                if failure is not None:
-                    raise failure
                 appended = await self._append(name, index, data.records, acks, timeout_ms)
                 pending.append((name, index, appended))
             except HeadwaterError as error:
-                pending.append((name, index, error))
+                pending.append((name, index, _produce_refusal(error)))
         if acks == 0:
             # Kafka's rule: no answer; a failure closes the connection, so that the
             # client asks Metadata again (a moved leader) instead of losing what follows.
-            if any(isinstance(outcome, HeadwaterError) for _, _, outcome in pending):
+            if any(isinstance(outcome, dict) for _, _, outcome in pending):
                 return CLOSE_CONNECTION
             return None
         produced = sum(len(p.records or b"") for t in body.topic_data for p in t.partition_data)
@@ -371,28 +382,24 @@ class KafkaHandlers:
     async def _produce_answer(
         self,
         request: protocol.Request,
-        pending: list[tuple[str, int, Awaitable[Appended] | HeadwaterError]],
+        pending: list[tuple[str, int, Awaitable[Appended] | dict[str, Any]]],
         produced_bytes: int,
     ) -> Any:
         by_topic: dict[str, list[dict[str, Any]]] = {}
         async for name, index, outcome in yield_every(pending):
             answer: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time": -1}
-            try:
-                if isinstance(outcome, HeadwaterError):
-                    raise outcome
-                appended = await outcome
-                answer.update(
-                    error_code=0,
-                    base_offset=appended.base_offset,
-                    log_start_offset=appended.log_start_offset,
-                )
-            except HeadwaterError as error:
-                answer.update(error_code=kafka_code(error.code), error_message=error.message)
-                if isinstance(error, BadRecordsError):  # v8: which records failed
-                    answer["record_errors"] = [
-                        {"batch_index": index, "batch_index_error_message": why}
-                        for index, why in error.records
-                    ]
+            if isinstance(outcome, dict):
+                answer.update(outcome)
+            else:
+                try:
+                    appended = await outcome
+                    answer.update(
+                        error_code=0,
+                        base_offset=appended.base_offset,
+                        log_start_offset=appended.log_start_offset,
+                    )
+                except HeadwaterError as error:
+                    answer.update(_produce_refusal(error))
             by_topic.setdefault(name, []).append(answer)
         throttle_ms = 0
         if self.quotas.active:  # over a quota the answer waits; the data is in
@@ -487,7 +494,11 @@ class KafkaHandlers:
         budget = max_bytes
         waiting: list[tuple[Partition, int]] = []
         failed = False
+        read_since_yield = 0
         async for name, index, offset, partition_max in yield_every(asked):
+            if read_since_yield >= FETCH_SLICE_BYTES:
+                read_since_yield = 0
+                await asyncio.sleep(0)
             answer: dict[str, Any] = {
                 "partition_index": index,
                 "error_code": 0,
@@ -512,6 +523,7 @@ class KafkaHandlers:
                     continue
                 limit = max(1, min(partition_max, budget))
                 result = await self.core.read(partition, offset, limit, 0, 0.0)
+                read_since_yield += len(result.data)
                 if not result.data:
                     waiting.append((partition, offset))
                     continue
@@ -935,6 +947,17 @@ def _result(result: pb.TopicResult) -> dict[str, Any]:
         "error_code": kafka_code(ErrorCode(result.error_code)),
         "error_message": result.error_message or None,
     }
+
+
+def _produce_refusal(error: HeadwaterError) -> dict[str, Any]:
+    """A partition's Produce answer fields for ``error``: its code and message, and (v8)
+    which records failed when the batch was refused record by record."""
+    fields: dict[str, Any] = {"error_code": kafka_code(error.code), "error_message": error.message}
+    if isinstance(error, BadRecordsError):
+        fields["record_errors"] = [
+            {"batch_index": index, "batch_index_error_message": why} for index, why in error.records
+        ]
+    return fields
 
 
 def _refused(name: str, error: HeadwaterError) -> dict[str, Any]:
