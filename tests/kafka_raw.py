@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import socket
 import struct
+import time
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
@@ -62,6 +63,28 @@ def _exactly(sock: socket.socket, size: int) -> bytes:
         parts.append(part)
         size -= len(part)
     return b"".join(parts)
+
+
+def record_batch(
+    records: list[tuple[bytes | None, bytes]], timestamp_ms: int | None = None
+) -> bytes:
+    """A Kafka record batch (v2, uncompressed, not idempotent) of ``records`` (key, value),
+    every record at ``timestamp_ms`` (default: now)."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 31,
+    )
+    now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    for delta, (key, value) in enumerate(records):
+        builder.append(delta, now, key, value, [])
+    return bytes(builder.build())
 
 
 def exchange(sock: socket.socket, api_key: int, version: int, **fields: object) -> Any:

@@ -180,26 +180,13 @@ def test_a_stalled_frame_of_a_user_without_rights_holds_up_nobody(
 
 def produce_frame(topic: str, value_bytes: int) -> bytes:
     """A Produce (v3, acks=1) of one record of ``value_bytes`` to ``topic``'s partition 0."""
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
-
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=0,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 31,
-    )
-    builder.append(0, int(time.time() * 1000), None, bytes(value_bytes), [])
+    batch = kafka_raw.record_batch([(None, bytes(value_bytes))])
     return kafka_raw.frame(
         protocol.PRODUCE,
         3,
         acks=1,
         timeout=10_000,
-        topic_data=[
-            {"name": topic, "partition_data": [{"index": 0, "records": bytes(builder.build())}]}
-        ],
+        topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
     )
 
 
@@ -557,23 +544,6 @@ def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         node.kill()
 
 
-def one_record_batch(value: bytes = b"value") -> bytes:
-    """A Kafka record batch (v2) of one record."""
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
-
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=0,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    builder.append(0, int(time.time() * 1000), None, value, [])
-    return bytes(builder.build())
-
-
 def produce(sock: socket.socket, topic: str, partitions: list[dict[str, object]]) -> list[int]:
     """One Produce v3 (acks=1) of ``partitions`` of ``topic``: each partition's error code."""
     (answered,) = kafka_raw.exchange(
@@ -600,7 +570,7 @@ def test_refused_partitions_of_a_produce_leave_no_garbage_for_the_cyclic_collect
     address = metered.metrics_address
     with Admin(metered.address) as admin:
         admin.create_topic("one", 1)
-    batch = one_record_batch()
+    batch = kafka_raw.record_batch([(None, b"value")])
     partitions: list[dict[str, object]] = [
         {"index": index, "records": batch} for index in range(10_000)
     ]
@@ -633,7 +603,7 @@ def test_a_fetch_of_many_small_batches_gives_the_loop_back_as_it_reads(
     assert metered.metrics_address is not None
     with Admin(metered.address) as admin:
         admin.create_topic("small", 100)
-    batch = one_record_batch()
+    batch = kafka_raw.record_batch([(None, b"value")])
     every_partition: list[dict[str, object]] = [
         {"index": index, "records": batch} for index in range(100)
     ]

@@ -1067,23 +1067,10 @@ def test_a_refused_batch_names_each_record_at_fault(node: NodeProcess) -> None:
     """Produce v8's per-record errors (KIP-467): a batch with keyless records sent to a
     compacted topic is refused INVALID_RECORD naming records 1 and 3, as Kafka does, so
     that the client can tell which records failed."""
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
-
     from headwater.node.kafka import protocol
 
     create(node, "keyed-only", partitions=1, cleanup_policy="compact")
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=0,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    now = int(time.time() * 1000)
-    for delta, key in enumerate([b"k0", None, b"k2", None]):
-        builder.append(delta, now, key, b"v", [])
+    batch = kafka_raw.record_batch([(key, b"v") for key in (b"k0", None, b"k2", None)])
     with _raw(node) as sock:
         answer = exchange(
             sock,
@@ -1094,7 +1081,7 @@ def test_a_refused_batch_names_each_record_at_fault(node: NodeProcess) -> None:
             topic_data=[
                 {
                     "name": "keyed-only",
-                    "partition_data": [{"index": 0, "records": bytes(builder.build())}],
+                    "partition_data": [{"index": 0, "records": batch}],
                 }
             ],
         )
@@ -1202,25 +1189,12 @@ def test_a_batch_of_megabytes_is_checked_off_the_loop_and_kept(node: NodeProcess
     """A Produce of one 3 MiB batch (checked in a worker thread, as every batch over
     1 MiB) is appended whole and in order with the small ones sent after it on the same
     connection, and reads back the same."""
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
-
     from headwater.node.kafka import protocol
 
     create(node, "large", partitions=1, **{"max.message.bytes": str(8 << 20)})
 
     def batch(values: list[bytes]) -> bytes:
-        builder = DefaultRecordBatchBuilder(
-            magic=2,
-            compression_type=0,
-            is_transactional=0,
-            producer_id=-1,
-            producer_epoch=-1,
-            base_sequence=-1,
-            batch_size=1 << 31,
-        )
-        for delta, value in enumerate(values):
-            builder.append(delta, int(time.time() * 1000), None, value, [])
-        return bytes(builder.build())
+        return kafka_raw.record_batch([(None, value) for value in values])
 
     large = [bytes([n]) * (1 << 20) for n in range(3)]
     sent = [large, [b"after-1"], [b"after-2"]]
