@@ -31,11 +31,12 @@ from headwater.log import batch as batch_format
 from headwater.log.api import PartitionLog
 from headwater.log.file_log import FileLog
 from headwater.node.authorizer import Authorizer
+from headwater.node.clock import now_ms
 from headwater.node.cluster_state import ClusterState
 from headwater.node.config import NodeConfig, topic_setting_name
 from headwater.node.controller import ControllerDriver, not_controller
 from headwater.node.limits import check_count, distinct, yield_every
-from headwater.node.log_manager import LogManager, now_ms
+from headwater.node.log_manager import LogManager
 from headwater.node.metadata_answers import partition_fields
 from headwater.node.partition import Partition
 from headwater.node.peers import (

@@ -35,9 +35,10 @@ from headwater.log import batch as batch_format
 from headwater.log.api import ReadResult
 from headwater.log.kafka_records import ProducedBatch
 from headwater.node.authorizer import Authorizer
+from headwater.node.clock import now_ms
 from headwater.node.cluster_state import ClusterState
 from headwater.node.config import NodeConfig
-from headwater.node.log_manager import LogManager, now_ms
+from headwater.node.log_manager import LogManager
 from headwater.node.metrics import NodeMetrics
 from headwater.node.partition import Partition
 from headwater.node.producer_ids import ProducerIdAllocator

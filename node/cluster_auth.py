@@ -22,12 +22,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
+from headwater.node import clock
 from headwater.node.call_hooks import WrappedHandlers, around, service_and_method
 from headwater.shared.errors import ErrorCode, GrpcCode, HeadwaterError
 from headwater.shared.grpc_errors import to_status
@@ -85,10 +85,6 @@ def verify(secret: bytes, value: str, method: str, now_ms: int) -> str | None:
     return None
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _method_name(method: str | bytes) -> str:
     return method.decode() if isinstance(method, bytes) else method
 
@@ -134,7 +130,7 @@ class RequireClusterSecret(_ServerInterceptor):
     """Refuses every call that does not prove the cluster secret (see the module
     docstring)."""
 
-    def __init__(self, secret: bytes, now_ms: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, secret: bytes, now_ms: Callable[[], int] = clock.now_ms) -> None:
         self.secret = secret
         self.now_ms = now_ms
         self.refusals = LogEvery(_log, REFUSAL_LOG_INTERVAL_S)
@@ -226,7 +222,7 @@ class _Sign:
     def details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         method = _method_name(details.method)
         metadata = grpc.aio.Metadata(*(details.metadata or ()))
-        metadata.add(AUTH_KEY, token(self.secret, self.node_id, method, _now_ms()))
+        metadata.add(AUTH_KEY, token(self.secret, self.node_id, method, clock.now_ms()))
         return grpc.aio.ClientCallDetails(
             details.method,
             details.timeout,
@@ -259,4 +255,4 @@ def signing_interceptors(secret: bytes, node_id: int) -> list[Any]:
 def signed_metadata(secret: bytes, node_id: int, method: str) -> tuple[tuple[str, str], ...]:
     """The metadata that signs one call of ``method`` (its full path,
     ``/headwater.v1.Replica/Fetch``) to another node's internal listener."""
-    return ((AUTH_KEY, token(secret, node_id, method, _now_ms())),)
+    return ((AUTH_KEY, token(secret, node_id, method, clock.now_ms())),)

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import grpc
 
+from headwater.node.clock import now_ms
 from headwater.node.following import Following
-from headwater.node.log_manager import now_ms
 from headwater.node.partition import Partition
 from headwater.node.peers import peer_error
 from headwater.node.tasks import cancel_and_wait

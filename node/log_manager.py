@@ -74,6 +74,7 @@ from headwater.log.file_log import FileLog
 from headwater.log.sealed_files import SEALED_FILES
 from headwater.log.segment import Segment
 from headwater.log.segment_swap import CleaningAbortedError
+from headwater.node.clock import now_ms
 from headwater.node.config import NodeConfig
 from headwater.node.partition import Partition
 from headwater.node.replica_roles import (
@@ -101,10 +102,6 @@ META_FORMAT: Final = 2
 HIGH_WATERMARK_CHECKPOINT_S: Final = 1.0
 
 _log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def partition_metadata(topic_id: str) -> bytes:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -34,7 +33,7 @@ from typing import Final
 from headwater.log import batch as batch_format
 from headwater.log.api import AppendInfo, LogConfig, PartitionLog, ReadResult
 from headwater.log.checkpoint_files import read_checked_offset, write_checked_offset
-from headwater.node import replication
+from headwater.node import clock, replication
 from headwater.raft.image import PartitionState
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
@@ -302,7 +301,7 @@ class Partition:
         sent after the deadline, can never be overtaken by it (the check and the append
         are one step of the thread that runs them)."""
         if deadline_unix_ms:
-            now_unix_ms = time.time_ns() // 1_000_000
+            now_unix_ms = clock.now_ms()
             if now_unix_ms >= deadline_unix_ms:
                 raise HeadwaterError(
                     ErrorCode.REQUEST_TIMED_OUT,

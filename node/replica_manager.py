@@ -32,12 +32,13 @@ from typing import Final
 
 import grpc
 
+from headwater.node.clock import now_ms
 from headwater.node.cluster_state import ClusterState
 from headwater.node.config import NodeConfig
 from headwater.node.controller import monotonic_ms
 from headwater.node.follower_fetcher import LeaderFetcher
 from headwater.node.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
-from headwater.node.log_manager import LogManager, now_ms
+from headwater.node.log_manager import LogManager
 from headwater.node.partition import Partition
 from headwater.node.peers import Peers
 from headwater.node.replica_roles import leader_to_follow

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
+from headwater.node.clock import now_ms
 from headwater.node.cluster_state import ClusterState
 from headwater.node.config import NodeConfig
-from headwater.node.log_manager import LogManager, now_ms
+from headwater.node.log_manager import LogManager
 from headwater.node.partition import Partition
 from headwater.node.replica_checks import (
     fetch_position_error,

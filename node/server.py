@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from headwater.node.admin_service import AdminService
 from headwater.node.authorizer import Authenticate, Authorizer, TrustMembers
 from headwater.node.broker_lifecycle import BrokerLifecycle, MetadataFollower
+from headwater.node.clock import now_ms
 from headwater.node.cluster_auth import ForwardedCallLimit, RequireClusterSecret
 from headwater.node.cluster_state import ClusterState
 from headwater.node.config import NodeConfig
@@ -39,7 +40,7 @@ from headwater.node.kafka.handlers import KafkaHandlers
 from headwater.node.kafka.listener import KafkaListener
 from headwater.node.kafka.sasl import KafkaSasl
 from headwater.node.limits import yield_every
-from headwater.node.log_manager import DataDirError, LogManager, now_ms
+from headwater.node.log_manager import DataDirError, LogManager
 from headwater.node.loop_watch import LoopWatch
 from headwater.node.metrics import (
     GroupSample,

@@ -35,11 +35,12 @@ from headwater.log import batch as batch_format
 from headwater.log.kafka_records import to_columnar
 from headwater.node.authorizer import Authorizer
 from headwater.node.broker_core import Appended, BrokerCore, OffsetSpec
+from headwater.node.clock import now_ms
 from headwater.node.cluster_state import ClusterState
 from headwater.node.config import NodeConfig
 from headwater.node.forwarding import Forwarder
 from headwater.node.limits import LongCallSlots, StreamBudget, distinct, yield_every
-from headwater.node.log_manager import LogManager, now_ms
+from headwater.node.log_manager import LogManager
 from headwater.node.metadata_answers import MetadataAnswers
 from headwater.node.metrics import NodeMetrics
 from headwater.node.partition import Partition

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar, cast
 
 from headwater.log import batch as batch_format
+from headwater.node.clock import now_ms
 from headwater.node.config import NodeConfig
 from headwater.node.groups import decisions
 from headwater.node.groups.classic import GroupProtocolError
@@ -50,7 +51,7 @@ from headwater.node.groups.records import (
     GroupRecord,
     log_entries,
 )
-from headwater.node.log_manager import LogManager, now_ms
+from headwater.node.log_manager import LogManager
 from headwater.node.partition import Partition
 from headwater.raft.image import MetadataImage
 from headwater.shared.errors import ErrorCode, HeadwaterError

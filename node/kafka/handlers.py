@@ -27,12 +27,12 @@ from typing import Any, Final
 from headwater.log.api import ReadResult
 from headwater.log.kafka_records import BadRecordsError, to_kafka_within, to_stored
 from headwater.node.broker_core import Appended, BrokerCore, FoundOffset, OffsetSpec
+from headwater.node.clock import now_ms
 from headwater.node.config import KAFKA_TOPIC_CONFIG_NAMES, topic_setting_name
 from headwater.node.kafka import protocol
 from headwater.node.kafka.answers import kafka_code, names_by_id, ready
 from headwater.node.kafka.group_handlers import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, GroupHandlers
 from headwater.node.limits import yield_every
-from headwater.node.log_manager import now_ms
 from headwater.node.partition import Partition
 from headwater.node.throttling import Quotas
 from headwater.raft.image import MetadataImage
