@@ -4,12 +4,17 @@ again after a retriable error (``AsyncProducer`` and ``AsyncConsumer`` share it)
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Final
 
 import grpc
 
 from headwater.client.connection import (
     MESSAGE_BYTES_MAX,
+    RETRY_BACKOFF_MAX_S,
+    RETRY_BACKOFF_MIN_S,
+    TRANSPORT_ERRORS,
     LayoutCache,
     broker_addresses,
     partition_leaders,
@@ -74,15 +79,32 @@ class LeaderRouter:
 
     async def leaders(self, topic: str) -> list[str]:
         """The leader address of each partition of ``topic`` (its length: the count).
-        Raises when the topic's metadata cannot be had and none was known before."""
+
+        While the bootstrap node cannot be reached (a transport error: it is restarting,
+        or this process's shared connection to it is still backing off from an earlier
+        failure), the stale layout routes if one was known; else Metadata is asked again,
+        with backoff, for up to ``timeout_s`` (as Kafka's producer waits ``max.block.ms``
+        for metadata) before the transport error is raised. Any answer is taken as it is."""
         layout = self._layouts.get(topic)
         if layout is None:
-            try:
-                response = await self.stub(self.bootstrap_address).Metadata(
-                    pb.MetadataRequest(topics=[topic]), timeout=self.timeout_s
-                )
-            except grpc.RpcError as exc:
-                return self._layouts.fallback(topic, from_rpc_error(exc, topic))
+            deadline = time.monotonic() + self.timeout_s
+            backoff_s = RETRY_BACKOFF_MIN_S
+            while True:
+                try:
+                    response = await self.stub(self.bootstrap_address).Metadata(
+                        pb.MetadataRequest(topics=[topic]), timeout=self.timeout_s
+                    )
+                    break
+                except grpc.RpcError as exc:
+                    error = from_rpc_error(exc, topic)
+                if (
+                    self._layouts.stale(topic)
+                    or error.code not in TRANSPORT_ERRORS
+                    or time.monotonic() + backoff_s > deadline
+                ):
+                    return self._layouts.fallback(topic, error)
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, RETRY_BACKOFF_MAX_S)
             (described,) = response.topics
             leaders = partition_leaders(described, broker_addresses(response))
             layout = [address or self.bootstrap_address for address in leaders]

@@ -31,6 +31,7 @@ from headwater.v1 import headwater_pb2_grpc as pb_grpc
 BOOTSTRAP_ENV: Final = "HEADWATER_BOOTSTRAP"
 MESSAGE_BYTES_MAX: Final = 256 << 20
 TRANSPORT_ERRORS: Final = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
+_NO_SUCH_TOPIC: Final = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 RETRY_BACKOFF_MIN_S: Final = 0.05
 RETRY_BACKOFF_MAX_S: Final = 1.0
 T = TypeVar("T")
@@ -89,6 +90,10 @@ class LayoutCache(Generic[L]):
         layout = self._layouts.pop(topic, None)
         if layout is not None:
             self._stale[topic] = layout
+
+    def stale(self, topic: str) -> bool:
+        """Whether an invalidated layout of ``topic`` is kept to route by."""
+        return topic in self._stale
 
     def fallback(self, topic: str, error: HeadwaterError) -> L:
         """The stale layout of ``topic`` when asking failed with a transport error and
@@ -247,14 +252,20 @@ class Cluster:
 
     # ------------------------------------------------------------------ metadata
 
-    def refresh(self, topics: Sequence[str] = (), retry_s: float = 0.0) -> pb.MetadataResponse:
-        """Metadata of ``topics`` (all when empty) from any node, cached; ``retry_s`` as in
-        ``call_any``."""
+    def refresh(
+        self,
+        topics: Sequence[str] = (),
+        retry_s: float = 0.0,
+        final: frozenset[ErrorCode] = frozenset(),
+    ) -> pb.MetadataResponse:
+        """Metadata of ``topics`` (all when empty) from any node, cached; ``retry_s`` and
+        ``final`` as in ``call_any``."""
         response: pb.MetadataResponse = self.call_any(
             lambda a: self.broker(a).Metadata(
                 pb.MetadataRequest(topics=list(topics)), timeout=self.request_timeout_s
             ),
             retry_s=retry_s,
+            final=final,
         )
         brokers = broker_addresses(response)
         with self._lock:
@@ -266,13 +277,18 @@ class Cluster:
         return response
 
     def layout(self, topic: str) -> TopicLayout:
-        """Cached layout of ``topic``, fetched on first use.
+        """Cached layout of ``topic``, fetched on first use (while no node answers, asked
+        again with backoff for up to ``request_timeout_s`` unless a stale layout routes).
 
         Raises UNKNOWN_TOPIC_OR_PARTITION when the topic does not exist."""
         layout = self._layouts.get(topic)
         if layout is None:
+            # No layout to route by: wait for a node within the request timeout (Kafka's
+            # producer waits max.block.ms for metadata); with a stale one, route by it.
+            # "No such topic" is an answer, given at once.
+            wait_s = 0.0 if self._layouts.stale(topic) else self.request_timeout_s
             try:
-                self.refresh([topic])
+                self.refresh([topic], retry_s=wait_s, final=_NO_SUCH_TOPIC)
             except HeadwaterError as error:
                 return self._layouts.fallback(topic, error)  # no node answers: route as before
             layout = self._layouts.get(topic)

@@ -347,6 +347,25 @@ def test_records_survive_a_node_restart(
     assert first_seen[1] == list(range(1, 200, 2))
 
 
+def test_a_new_producer_waits_for_a_restarting_node(
+    node: NodeProcess, engine_kind: str, engine_of: Callable[..., Engine]
+) -> None:
+    """A producer's first send to a topic asks for its layout; while no node answers (the
+    node was killed and restarts meanwhile, or this process's connection to it is still
+    backing off from the failure) the ask is retried within the request timeout, as
+    Kafka's producer waits ``max.block.ms`` for metadata, instead of failing the send."""
+    with Admin(node.address) as admin:
+        topic = _topic(admin, "engines-first-send", 1)
+    node.kill()
+    restart = threading.Thread(target=node.start)
+    restart.start()
+    try:
+        engine = engine_of(node.address, acks="all")
+        assert engine.send(topic, b"after the restart").result(60).offset == 0
+    finally:
+        restart.join()
+
+
 def test_a_paused_node_is_waited_out_and_the_buffer_is_bounded(
     node: NodeProcess, engine_kind: str, engine_of: Callable[..., Engine]
 ) -> None:
