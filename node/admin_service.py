@@ -21,7 +21,7 @@ import asyncio
 import functools
 import hashlib
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -33,9 +33,9 @@ from headwater.log.file_log import FileLog
 from headwater.node.authorizer import Authorizer
 from headwater.node.clock import now_ms
 from headwater.node.cluster_state import ClusterState
-from headwater.node.config import NodeConfig, topic_setting_name
+from headwater.node.config import NodeConfig
 from headwater.node.controller import ControllerDriver, not_controller
-from headwater.node.limits import check_count, distinct, yield_every
+from headwater.node.limits import distinct, yield_every
 from headwater.node.log_manager import LogManager
 from headwater.node.metadata_answers import partition_fields
 from headwater.node.partition import Partition
@@ -48,10 +48,11 @@ from headwater.node.peers import (
     peer_error,
 )
 from headwater.node.service import rpc_handler
+from headwater.node.topic_admin import METADATA_WAIT_S, TopicAdmin
 from headwater.raft import decisions
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.shared.acl_messages import acl_binding, acl_of, filter_of
-from headwater.shared.acls import CLUSTER_RESOURCE, Operation, ResourceType
+from headwater.shared.acls import Operation, ResourceType
 from headwater.shared.credentials import MECHANISM, credential_from_salted
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.shared.quotas import check_quota_changes
@@ -59,7 +60,6 @@ from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
-METADATA_WAIT_S: Final = 5.0
 DESCRIBE_PEER_TIMEOUT_S: Final = 2.0
 REPLICA_READ_BYTES: Final = 1 << 20
 """Bytes read per step while hashing a replica (DescribeReplicaLog)."""
@@ -86,6 +86,9 @@ class AdminService(pb_grpc.AdminServicer):
         self.state = state
         self.peers = peers
         self.controller = controller
+        self.topics = TopicAdmin(
+            config, state, controller, ForwardToController(peers), authorizer=authorizer
+        )
         self._hashing = 0  # DescribeReplicaLog calls hashing now
 
     async def _decide(
@@ -112,56 +115,12 @@ class AdminService(pb_grpc.AdminServicer):
         except grpc.RpcError as error:
             raise peer_error(error, address) from None
 
-    async def _wait_for_brokers(self, wanted: list[decisions.NewTopic]) -> None:
-        """A cluster that is starting has fewer live brokers than it will have in a moment:
-        wait up to one broker session for enough of them to place the replicas asked for
-        (the decision then reports any that are still missing). No wait when more are
-        asked for than the cluster has brokers (registered, or voters that will register):
-        waiting cannot help, and the refusal comes at once."""
-        needed = max(
-            (
-                t.replication_factor
-                if t.replication_factor is not None
-                else self.config.default_replication_factor
-                for t in wanted
-            ),
-            default=1,
-        )
-        image = self.state.image
-        voters = len(self.config.quorum_voters) if self.config.is_broker else 0
-        if needed > max(len(image.brokers), voters):
-            return
-        await self.state.wait_until(
-            lambda image: len(image.live_broker_ids()) >= needed,
-            self.config.broker_session_timeout_ms / 1000,
-        )
-
-    async def _wait_for_local_logs(self) -> None:
-        """Let this node's logs catch up with its image, so that the caller's next request
-        here finds the partitions it just made."""
-        if self.config.is_broker:
-            await self.state.wait_reconciled(self.state.image.offset, METADATA_WAIT_S)
-
     # ------------------------------------------------------------------ changes
 
     @rpc_handler
     async def CreateTopics(
         self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreateTopicsResponse:
-        return await self.create_topics(request, context)
-
-    async def create_topics(
-        self,
-        request: pb.CreateTopicsRequest,
-        context: grpc.aio.ServicerContext[Any, Any] | None = None,
-    ) -> pb.CreateTopicsResponse:
-        """CreateTopics for every front (``context`` None: not a forwarded gRPC call).
-        Needs ``create`` on the cluster, or on each topic named. At most
-        ``topics_max`` topics."""
-        check_count(len(request.topics), self.config.topics_max, "topics", "topics_max")
-        if not self.auth.allows(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
-            for t in request.topics:
-                self.auth.require(Operation.CREATE, ResourceType.TOPIC, t.name)
         wanted = [
             decisions.NewTopic(
                 name=t.name,
@@ -173,145 +132,38 @@ class AdminService(pb_grpc.AdminServicer):
             )
             for t in request.topics
         ]
-        await self._wait_for_brokers(wanted)
-        answer = await self._decide(
-            context,
-            "CreateTopics",
-            request,
-            lambda controller, image, epoch: decisions.create_topics(
-                image, epoch, wanted, controller.limits, controller.rng, request.validate_only
-            ),
+        outcomes = await self.topics.create_topics(
+            wanted, request.validate_only, is_forwarded(context)
         )
-        if isinstance(answer, pb.CreateTopicsResponse):
-            ids = {r.topic_id for r in answer.results if r.topic_id}
-            await self.state.wait_until(
-                lambda image: ids <= set(image.topic_names), METADATA_WAIT_S
-            )
-        else:
-            answer = pb.CreateTopicsResponse(results=[_result(o) for o in answer])
-        await self._wait_for_local_logs()
-        return answer
+        return pb.CreateTopicsResponse(results=[_result(o) for o in outcomes])
 
     @rpc_handler
     async def DeleteTopics(
         self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteTopicsResponse:
-        return await self.delete_topics(request, context)
-
-    async def delete_topics(
-        self,
-        request: pb.DeleteTopicsRequest,
-        context: grpc.aio.ServicerContext[Any, Any] | None = None,
-    ) -> pb.DeleteTopicsResponse:
-        """DeleteTopics for every front (``context`` None: not a forwarded gRPC call)."""
-        names = list(request.names)
-        check_count(len(names), self.config.topics_max, "topic names", "topics_max")
-        for name in names:
-            self.auth.require(Operation.DELETE, ResourceType.TOPIC, name)
-        before = {n: t.topic_id for n, t in self.state.image.topics.items() if n in names}
-        answer = await self._decide(
-            context,
-            "DeleteTopics",
-            request,
-            lambda controller, image, epoch: decisions.delete_topics(image, epoch, names),
-        )
-        if isinstance(answer, pb.DeleteTopicsResponse):
-            # Wait for the deletions the controller made, not for refused ones to vanish.
-            deleted = {
-                before[r.name]
-                for r in answer.results
-                if r.error_code == pb.NONE and r.name in before
-            }
-            await self.state.wait_until(
-                lambda image: not deleted & set(image.topic_names), METADATA_WAIT_S
-            )
-            return answer
-        return pb.DeleteTopicsResponse(results=[_result(o, with_id=False) for o in answer])
+        outcomes = await self.topics.delete_topics(list(request.names), is_forwarded(context))
+        return pb.DeleteTopicsResponse(results=[_result(o) for o in outcomes])
 
     @rpc_handler
     async def CreatePartitions(
         self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreatePartitionsResponse:
-        return await self.create_partitions(request, context)
-
-    async def create_partitions(
-        self,
-        request: pb.CreatePartitionsRequest,
-        context: grpc.aio.ServicerContext[Any, Any] | None = None,
-    ) -> pb.CreatePartitionsResponse:
-        """CreatePartitions for every front (``context`` None: not a forwarded gRPC call)."""
-        self.auth.require(Operation.ALTER, ResourceType.TOPIC, request.topic)
-        await self._decide(
-            context,
-            "CreatePartitions",
-            request,
-            lambda controller, image, epoch: decisions.create_partitions(
-                image, epoch, request.topic, request.partitions, controller.limits, controller.rng
-            ),
+        await self.topics.create_partitions(
+            request.topic, request.partitions, is_forwarded(context)
         )
-        await self.state.wait_until(
-            lambda image: (
-                len(getattr(image.topics.get(request.topic), "partitions", ()))
-                >= request.partitions
-            ),
-            METADATA_WAIT_S,
-        )
-        await self._wait_for_local_logs()
         return pb.CreatePartitionsResponse()
 
     @rpc_handler
     async def AlterTopicConfigs(
         self, request: pb.AlterTopicConfigsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AlterTopicConfigsResponse:
-        return await self.alter_topic_configs(request, context)
-
-    async def alter_topic_configs(
-        self,
-        request: pb.AlterTopicConfigsRequest,
-        context: grpc.aio.ServicerContext[Any, Any] | None = None,
-    ) -> pb.AlterTopicConfigsResponse:
-        """AlterTopicConfigs for every front (``context`` None: not a forwarded gRPC
-        call). Names are the node's or Kafka's (``topic_setting_name``), each once; the
-        answer comes once this node's image and logs carry the change."""
-        self.auth.require(Operation.ALTER, ResourceType.TOPIC, request.topic)
-        changes: dict[str, str | None] = {}
-        # Each change is a known setting not seen before, or the loop ends refusing it:
-        # no more than len(TOPIC_SETTINGS) + 1 changes are ever looked at.
-        for change in request.changes:
-            setting = topic_setting_name(change.name)
-            if setting in changes:
-                raise HeadwaterError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"topic config {setting} is changed twice in one request; change it once",
-                )
-            changes[setting] = change.value if change.HasField("value") else None
-        answer = await self._decide(
-            context,
-            "AlterTopicConfigs",
-            request,
-            lambda controller, image, epoch: decisions.alter_topic_configs(
-                image,
-                epoch,
-                request.topic,
-                changes,
-                request.replace,
-                controller.limits,
-                request.validate_only,
-            ),
+        configs = await self.topics.alter_topic_configs(
+            request.topic,
+            [(c.name, c.value if c.HasField("value") else None) for c in request.changes],
+            request.replace,
+            request.validate_only,
+            is_forwarded(context),
         )
-        if isinstance(answer, pb.AlterTopicConfigsResponse):
-            configs = dict(answer.configs)
-        else:
-            configs = answer
-        if not request.validate_only:
-            await self.state.wait_until(
-                lambda image: (
-                    request.topic not in image.topics
-                    or dict(image.topics[request.topic].configs) == configs
-                ),
-                METADATA_WAIT_S,
-            )
-            await self._wait_for_local_logs()
         return pb.AlterTopicConfigsResponse(configs=configs)
 
     @rpc_handler
@@ -763,12 +615,93 @@ def _followers(partition: Partition) -> list[pb.ReplicaProgress]:
     ]
 
 
-def _result(outcome: decisions.TopicOutcome, with_id: bool = True) -> pb.TopicResult:
+def _result(outcome: decisions.TopicOutcome) -> pb.TopicResult:
     result = pb.TopicResult(name=outcome.name)
     if outcome.error is not None:
         result.error_code = pb.ErrorCode.ValueType(outcome.error.code)
         result.error_message = outcome.error.message
         result.retriable = outcome.error.retriable
-    elif with_id:
+    else:
         result.topic_id = outcome.topic_id
     return result
+
+
+def _outcome(result: pb.TopicResult) -> decisions.TopicOutcome:
+    """A controller's topic result as an outcome."""
+    if result.error_code == pb.NONE:
+        return decisions.TopicOutcome(result.name, topic_id=result.topic_id)
+    return decisions.TopicOutcome(
+        result.name, HeadwaterError(ErrorCode(result.error_code), result.error_message)
+    )
+
+
+class ForwardToController:
+    """``TopicAdmin``'s way to the active controller: the Admin service's calls on it,
+    marked forwarded (it answers them itself or refuses; never passes them on)."""
+
+    def __init__(self, peers: Peers) -> None:
+        self.peers = peers
+
+    async def _call(self, address: str, method: str, request: Any) -> Any:
+        try:
+            return await getattr(self.peers.admin(address), method)(
+                request, metadata=FORWARDED, timeout=self.peers.timeout_s
+            )
+        except grpc.RpcError as error:
+            raise peer_error(error, address) from None
+
+    async def create_topics(
+        self, address: str, wanted: Sequence[decisions.NewTopic], validate_only: bool
+    ) -> list[decisions.TopicOutcome]:
+        topics = []
+        for topic in wanted:
+            spec = pb.NewTopic(name=topic.name, configs=dict(topic.configs))
+            if topic.partitions is not None:
+                spec.partitions = topic.partitions
+            if topic.replication_factor is not None:
+                spec.replication_factor = topic.replication_factor
+            topics.append(spec)
+        answer = await self._call(
+            address,
+            "CreateTopics",
+            pb.CreateTopicsRequest(topics=topics, validate_only=validate_only),
+        )
+        return [_outcome(r) for r in answer.results]
+
+    async def delete_topics(
+        self, address: str, names: Sequence[str]
+    ) -> list[decisions.TopicOutcome]:
+        answer = await self._call(address, "DeleteTopics", pb.DeleteTopicsRequest(names=names))
+        return [_outcome(r) for r in answer.results]
+
+    async def create_partitions(self, address: str, topic: str, count: int) -> None:
+        await self._call(
+            address,
+            "CreatePartitions",
+            pb.CreatePartitionsRequest(topic=topic, partitions=count),
+        )
+
+    async def alter_topic_configs(
+        self,
+        address: str,
+        topic: str,
+        changes: Mapping[str, str | None],
+        replace: bool,
+        validate_only: bool,
+    ) -> dict[str, str]:
+        answer = await self._call(
+            address,
+            "AlterTopicConfigs",
+            pb.AlterTopicConfigsRequest(
+                topic=topic,
+                changes=[
+                    pb.TopicConfigChange(name=name)
+                    if value is None
+                    else pb.TopicConfigChange(name=name, value=value)
+                    for name, value in changes.items()
+                ],
+                replace=replace,
+                validate_only=validate_only,
+            ),
+        )
+        return dict(answer.configs)

@@ -1,22 +1,31 @@
 """The broker's operations on partitions, written once for every front (gRPC and Kafka's
-wire protocol): finding the replica that serves a request, appending a batch with its
-acknowledgement level, idempotence and deadline, the long-poll read, the offset of a
-spec, and producer ids. No protocol type appears here: a front checks and translates
-its request, calls these, and translates the answer (``headwater.node.service`` for
-gRPC, ``headwater.node.kafka`` for Kafka's protocol).
+wire protocol): authorization, finding the replica that serves a request, appending a
+batch with its checks, acknowledgement level, idempotence and deadline, the long poll
+over many partitions, the offset of a spec, quotas and producer ids. No protocol type
+appears here: a front checks and translates its request, calls these, and translates
+the answer (``headwater.node.service`` for gRPC, ``headwater.node.kafka`` for Kafka's
+protocol).
 
 Rules every caller gets from here, not from its own code:
-- A request for a partition this node does not lead gets ``None`` from
-  ``leader_replica`` (the gRPC front forwards it; the Kafka front answers
-  NOT_LEADER_OR_FOLLOWER, and the client asks Metadata again); a partition without a
-  leader, a node that may not lead yet, or an offline data folder raise the retriable
-  error that says so.
-- ``append`` validates the batch (format, CRC, size, timestamps, keys of compacted
-  topics), refuses idempotent batches without acks=all and producer ids never
-  allocated, checks ``min_insync_replicas`` for acks=all before appending, and never
-  appends once the client's deadline has passed. acks=all is answered only once the
-  in-sync replicas hold the batch (the high watermark passed it).
-- ``read`` returns only records below the high watermark.
+- ``route`` authorizes first (the operation on the topic's name, before its existence is
+  looked at), refuses writes to internal topics, then finds the partition: ``None`` when
+  another node leads it (the gRPC front forwards; ``led`` answers
+  NOT_LEADER_OR_FOLLOWER, and a Kafka client asks Metadata again); a partition without a
+  leader, a node that may not lead yet, a node still catching up with the metadata, or
+  an offline data folder raise the retriable error that says so.
+- ``append`` checks the batch (format, CRC, size, timestamps, keys of compacted topics;
+  a Kafka batch is checked record by record and wrapped), refuses idempotent batches
+  without acks=all and producer ids never allocated, checks ``min_insync_replicas`` for
+  acks=all before appending, and never appends once the client's deadline has passed.
+  acks=all is answered only once the in-sync replicas hold the batch (the high watermark
+  passed it). A refusal after the append (the wait for the replicas failed) is answered
+  as a ``Refusal``, never kept as an exception (an exception beside its traceback's
+  frames is a reference cycle; thousands a request cost the cyclic collector seconds).
+- ``fetch`` is the one long poll: every partition asked read below its high watermark,
+  within the answer's bytes (the first batch of the first partition with records whole,
+  Kafka's KIP-74), waiting up to the time asked for ``min_bytes``, then the consumer
+  byte-rate quota charged.
+- ``throttle`` charges the caller's quotas and holds the answer for their delay.
 
 Every method runs on the node's event loop.
 """
@@ -25,27 +34,33 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import itertools
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 from headwater.log import batch as batch_format
 from headwater.log.api import ReadResult
-from headwater.log.kafka_records import ProducedBatch
+from headwater.log.kafka_records import BadRecordsError, to_stored
 from headwater.node.authorizer import Authorizer
 from headwater.node.clock import now_ms
 from headwater.node.cluster_state import ClusterState
 from headwater.node.config import NodeConfig
+from headwater.node.limits import yield_every
 from headwater.node.log_manager import LogManager
 from headwater.node.metrics import NodeMetrics
 from headwater.node.partition import Partition
 from headwater.node.producer_ids import ProducerIdAllocator
+from headwater.node.throttling import Quotas
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.raft.records import NO_LEADER
 from headwater.shared.acls import CLUSTER_RESOURCE, Operation, ResourceType
 from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_RATE
+from headwater.shared.topics import INTERNAL_PREFIX
+
+T = TypeVar("T")
 
 TAKEOVER_WAIT_S: Final = 2.0
 """How long a request waits for this node's replica to take a leadership the metadata
@@ -53,6 +68,38 @@ has just given it."""
 PRODUCER_ID_WAIT_S: Final = 1.0
 """How long an idempotent batch waits for this node's image to show its producer id
 (allocated a moment ago through another node)."""
+CHECK_INLINE_BYTES_MAX: Final = 1 << 20
+"""A Kafka batch of more bytes than this is checked (decompressed, every record parsed,
+``to_stored``) in a worker thread: about 5 ms a MiB. ``append`` returns once it is
+appended, so a connection's batches keep their order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a partition's part of a request was refused: Headwater's code (Kafka's, but
+    for a few of its own), the message, and for a Kafka batch refused record by record,
+    (index in the batch, what is wrong) of each (Produce v8's per-record errors)."""
+
+    code: ErrorCode
+    message: str
+    records: tuple[tuple[int, str], ...] = ()
+
+    @classmethod
+    def of(cls, error: HeadwaterError) -> Refusal:
+        return cls(
+            error.code, error.message, error.records if isinstance(error, BadRecordsError) else ()
+        )
+
+    def error(self) -> HeadwaterError:
+        return HeadwaterError(self.code, self.message)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaBatch:
+    """One partition's records of a Kafka Produce, as the client sent them: unchecked
+    until ``append`` checks them against the partition's settings."""
+
+    records: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +129,41 @@ class FoundOffset:
     timestamp_ms: int = -1
 
 
+@dataclass(slots=True)
+class FetchedPartition(Generic[T]):
+    """One partition of a fetch: what was asked (``topic``, ``index``, ``offset``,
+    ``max_bytes``) and, once ``BrokerCore.fetch`` returns, its answer: a ``refusal``, or
+    the partition's offsets and the records taken (in the front's form, ``T``; None:
+    none) with ``size`` bytes and the offset after them (``next_offset``; ``offset``
+    when none were taken)."""
+
+    topic: str
+    index: int
+    offset: int
+    max_bytes: int
+    refusal: Refusal | None = None
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    leader_epoch: int = -1
+    records: T | None = None
+    size: int = 0
+    next_offset: int = -1
+
+    def clear(self) -> None:
+        self.refusal = None
+        self.high_watermark = self.log_start_offset = self.leader_epoch = -1
+        self.records = None
+        self.size = 0
+        self.next_offset = self.offset
+
+
+TakeRecords = Callable[[Partition, ReadResult, int, bool], Awaitable[tuple[T, int, int]]]
+"""How a front takes records from a partition's read: ``take(partition, read, limit,
+whole_first)`` returns (the records in the front's form, their size in bytes, the offset
+after them) from ``read`` on, within ``limit`` bytes (the first batch whole when
+``whole_first``); it may read on with ``BrokerCore.read``."""
+
+
 class BrokerCore:
     """One node's partition operations (see the module doc)."""
 
@@ -95,6 +177,7 @@ class BrokerCore:
         may_lead: Callable[[], bool] = lambda: True,
         producer_ids: ProducerIdAllocator | None = None,
         metrics: NodeMetrics | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         self.config = config
         self.logs = logs
@@ -103,6 +186,7 @@ class BrokerCore:
         self.may_lead = may_lead
         self.producer_ids = producer_ids
         self.metrics = metrics
+        self.quotas = quotas
 
     # ------------------------------------------------------------------ routing
 
@@ -119,6 +203,41 @@ class BrokerCore:
                 "(or ask another node)",
             )
         return image.topic_named(name)
+
+    def authorized_topic(self, image: MetadataImage, operation: Operation, name: str) -> TopicImage:
+        """The topic ``name``, once the caller may do ``operation`` on it (checked first,
+        before its existence is looked at); a write is refused on an internal topic (only
+        the cluster writes to those)."""
+        self.auth.require(operation, ResourceType.TOPIC, name)
+        if operation is Operation.WRITE and name.startswith(INTERNAL_PREFIX):
+            raise HeadwaterError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"topic {name!r} is internal: only the cluster writes to it",
+            )
+        return self.topic(image, name)
+
+    async def route(
+        self, image: MetadataImage, operation: Operation, name: str, index: int
+    ) -> Partition | None:
+        """This node's replica of partition ``index`` of ``name`` when it leads it, None
+        when another node does, for a caller that may do ``operation`` on the topic
+        (``authorized_topic``)."""
+        topic = self.authorized_topic(image, operation, name)
+        topic.check_partition(index)
+        return await self.leader_replica(image, topic, index)
+
+    async def led(
+        self, image: MetadataImage, operation: Operation, name: str, index: int
+    ) -> Partition:
+        """``route``, for a front that does not forward: NOT_LEADER_OR_FOLLOWER when
+        another node leads the partition (the client asks where, then asks it)."""
+        partition = await self.route(image, operation, name, index)
+        if partition is None:
+            raise HeadwaterError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"node {self.config.node_id} does not lead {name}-{index}",
+            )
+        return partition
 
     async def leader_replica(
         self, image: MetadataImage, topic: TopicImage, index: int
@@ -165,33 +284,50 @@ class BrokerCore:
     async def append(
         self,
         partition: Partition,
-        batch: bytes | ProducedBatch,
+        batch: bytes | KafkaBatch,
         *,
         acks_all: bool,
         timeout_ms: int,
         deadline_unix_ms: int = 0,
-    ) -> asyncio.Future[Appended]:
+    ) -> asyncio.Future[Appended | Refusal]:
         """Append ``batch`` to ``partition``, which this node leads: a produced batch of the
-        columnar format (checked whole here) or a Kafka batch ``to_stored`` checked and
-        wrapped; return its acknowledgement: done at once for acks 0 and 1, a task waiting
-        for the in-sync replicas for acks=all (``timeout_ms``, 0: the node's request
-        timeout)."""
+        columnar format or a Kafka batch, checked whole here (see the module doc); return
+        its acknowledgement: done at once for acks 0 and 1, a task waiting for the in-sync
+        replicas for acks=all (``timeout_ms``, 0: the node's request timeout) that ends
+        with the ``Refusal`` when they do not take it in time."""
         max_message_bytes = partition.max_message_bytes
-        stored = batch.stored if isinstance(batch, ProducedBatch) else batch
-        if len(stored) > max_message_bytes:
-            raise HeadwaterError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"batch of {len(stored)} bytes exceeds max_message_bytes {max_message_bytes} of "
-                f"topic {partition.topic!r}",
+        config = partition.log_config
+        if isinstance(batch, KafkaBatch):
+            records = batch.records
+            if not records:
+                raise HeadwaterError(ErrorCode.INVALID_RECORD, "the partition's records are empty")
+            check = functools.partial(
+                to_stored,
+                records,
+                max_message_bytes,
+                timestamp_range=config.timestamp_range(now_ms()),
+                require_keys=config.compacted,
             )
-        if isinstance(batch, ProducedBatch):
+            produced = (
+                check()
+                if len(records) <= CHECK_INLINE_BYTES_MAX
+                else await asyncio.to_thread(check)
+            )
+            stored = produced.stored
             header = batch_format.read_header(stored)
         else:
+            stored = batch
+            if len(stored) > max_message_bytes:
+                raise HeadwaterError(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"batch of {len(stored)} bytes exceeds max_message_bytes "
+                    f"{max_message_bytes} of topic {partition.topic!r}",
+                )
             header = batch_format.validate_batch(
                 stored,
                 max_uncompressed_bytes=max_message_bytes,
-                timestamp_range=partition.log_config.timestamp_range(now_ms()),
-                require_keys=partition.log_config.compacted,
+                timestamp_range=config.timestamp_range(now_ms()),
+                require_keys=config.compacted,
             )
         partition.check_open()
         if header.producer_id >= 0:
@@ -207,17 +343,21 @@ class BrokerCore:
             record_count=info.record_count,
             log_start_offset=info.log_start_offset,
         )
-        done: asyncio.Future[Appended] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
         if not acks_all:
+            done: asyncio.Future[Appended | Refusal] = loop.create_future()
             done.set_result(result)
             return done
         timeout_s = (timeout_ms or self.config.request_timeout_ms) / 1000
 
-        async def replicated() -> Appended:
-            await partition.wait_for_replication(info.last_offset + 1, timeout_s)
+        async def replicated() -> Appended | Refusal:
+            try:
+                await partition.wait_for_replication(info.last_offset + 1, timeout_s)
+            except HeadwaterError as error:
+                return Refusal.of(error)
             return result
 
-        return asyncio.get_running_loop().create_task(replicated())
+        return loop.create_task(replicated())
 
     async def check_idempotent(self, producer_id: int, acks_all: bool) -> None:
         """An idempotent batch needs acks=all (a retry deduplicates only what the in-sync
@@ -265,30 +405,127 @@ class BrokerCore:
 
     # ------------------------------------------------------------------ read
 
-    async def read(
-        self, partition: Partition, offset: int, max_bytes: int, min_bytes: int, max_wait_s: float
-    ) -> ReadResult:
-        """One long poll of ``partition`` from ``offset``: whole batches below the high
-        watermark, up to ``max_bytes`` (at least one batch when there is one), waiting up
-        to ``max_wait_s`` for ``min_bytes`` (at least one record)."""
+    def read(self, partition: Partition, offset: int, max_bytes: int) -> ReadResult:
+        """Whole batches of ``partition`` from ``offset`` below the high watermark, up to
+        ``max_bytes`` (at least one batch when there is one), once the partition is open,
+        led here and holds ``offset``."""
         partition.check_open()
         partition.check_leader()
         partition.check_fetch_offset(offset)
-        deadline = time.monotonic() + max_wait_s
-        result = partition.read(offset, max_bytes)
-        while len(result.data) < max(min_bytes, 1) and time.monotonic() < deadline:
-            await partition.wait_for_data(result.next_offset, deadline - time.monotonic())
-            partition.check_open()
-            partition.check_leader()
-            result = partition.read(offset, max_bytes)
-            if len(result.data) and len(result.data) >= min_bytes:
+        return partition.read(offset, max_bytes)
+
+    async def fetch(
+        self,
+        asked: Sequence[FetchedPartition[T]],
+        take: TakeRecords[T],
+        *,
+        max_bytes: int,
+        min_bytes: int,
+        max_wait_s: float,
+        count_request: bool = False,
+    ) -> int:
+        """The long poll: read every partition ``asked`` (each authorized for READ and
+        led here, else refused), taking records with ``take`` while the answer holds
+        fewer than ``max_bytes`` (each partition at most its own ``max_bytes``; the
+        first batch of the first partition with records whole, so a consumer always
+        makes progress), and again as records arrive until ``min_bytes`` are in, a
+        partition is refused, or ``max_wait_s`` passed. Fills each ``FetchedPartition``'s
+        answer, charges the consumer byte-rate quota (and the request rate, with
+        ``count_request``: each answer of a stream) and returns the answer's delay in
+        ms. Partitions named twice must be named once by the caller."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_s
+        while True:
+            found, waiting, refused = await self._fetch_pass(asked, take, max_bytes)
+            if found >= min_bytes or refused or not waiting or loop.time() >= deadline:
                 break
-        return result
+            waits = [
+                asyncio.ensure_future(p.wait_for_data(offset, deadline - loop.time()))
+                for p, offset in waiting
+            ]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for wait in waits:
+                    wait.cancel()
+        return await self.throttle(fetched_bytes=found, requests=1 if count_request else None)
+
+    async def _fetch_pass(
+        self, asked: Sequence[FetchedPartition[T]], take: TakeRecords[T], max_bytes: int
+    ) -> tuple[int, list[tuple[Partition, int]], bool]:
+        """One read of every partition asked: (record bytes taken, the partitions to wait
+        on and from which offset, whether one was refused). Once ``max_bytes`` are in,
+        the partitions after are answered with their offsets but not read."""
+        found = 0
+        waiting: list[tuple[Partition, int]] = []
+        refused = False
+        # The loop is given back every LOOP_SLICE_ITEMS partitions and every LOOP_SLICE_S:
+        # reading and cutting a batch of one small record costs 15-25 µs, so a slice of
+        # 100 partitions of such batches held it for a quarter of a second.
+        async for entry in yield_every(asked):
+            entry.clear()
+            try:
+                partition = await self.led(
+                    self.state.image, Operation.READ, entry.topic, entry.index
+                )
+                entry.high_watermark = partition.high_watermark
+                entry.log_start_offset = partition.log.log_start_offset
+                entry.leader_epoch = partition.leader_epoch
+                budget = max_bytes - found
+                if budget <= 0 and found:  # the answer is full: the rest next time
+                    continue
+                limit = max(1, min(entry.max_bytes, budget))
+                result = self.read(partition, entry.offset, limit)
+                if not result.data:
+                    waiting.append((partition, entry.offset))
+                    continue
+                records, size, next_offset = await take(partition, result, limit, not found)
+                waiting.append((partition, next_offset))
+                if not size:
+                    continue
+                entry.records, entry.size, entry.next_offset = records, size, next_offset
+                self.count_out(partition, next_offset - entry.offset, size)
+                found += size
+            except HeadwaterError as error:
+                entry.refusal = Refusal.of(error)
+                refused = True
+        return found, waiting, refused
 
     def count_out(self, partition: Partition, records: int, size: int) -> None:
         """Count records and bytes a read answered (when metrics are on)."""
         if self.metrics is not None and size:
             self.metrics.count_out(partition.topic, records, size)
+
+    # ------------------------------------------------------------------ quotas
+
+    @property
+    def throttles(self) -> bool:
+        """Is any quota set? (When not, a front need not measure what it would charge.)"""
+        return self.quotas is not None and self.quotas.active
+
+    async def throttle(
+        self,
+        *,
+        produced_bytes: float | None = None,
+        fetched_bytes: float | None = None,
+        requests: float | None = None,
+    ) -> int:
+        """Charge the current caller's quotas for what is given (bytes produced, bytes
+        fetched, requests) and hold the answer for the longest delay they ask: the delay
+        in ms, which the answer reports (0 at once with no quota set). The data is in:
+        nothing is dropped."""
+        if self.quotas is None or not self.quotas.active:
+            return 0
+        charges = [
+            (key, float(amount))
+            for key, amount in (
+                (PRODUCER_BYTE_RATE, produced_bytes),
+                (CONSUMER_BYTE_RATE, fetched_bytes),
+                (REQUEST_RATE, requests),
+            )
+            if amount is not None
+        ]
+        return await self.quotas.hold(*charges)
 
     # ------------------------------------------------------------------ offsets
 

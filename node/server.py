@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 
 from headwater.node.admin_service import AdminService
 from headwater.node.authorizer import Authenticate, Authorizer, TrustMembers
+from headwater.node.broker_core import BrokerCore
 from headwater.node.broker_lifecycle import BrokerLifecycle, MetadataFollower
 from headwater.node.clock import now_ms
 from headwater.node.cluster_auth import ForwardedCallLimit, RequireClusterSecret
@@ -341,14 +342,13 @@ class Node:
                 operation.value, resource_type.value
             ).inc(),
         )
-        broker = BrokerService(
+        core = BrokerCore(
             config,
             self.logs,
             self.state,
-            self.peers,
-            self._quorum_status,
-            self.may_lead,
-            ProducerIdAllocator(
+            authorizer=authorizer,
+            may_lead=self.may_lead,
+            producer_ids=ProducerIdAllocator(
                 config,
                 self.state,
                 self.peers,
@@ -357,9 +357,13 @@ class Node:
             )
             if config.is_broker
             else None,
-            self.metrics,
-            authorizer=authorizer,
+            metrics=self.metrics,
             quotas=self.quotas,
+        )
+        broker = BrokerService(
+            core,
+            self.peers,
+            self._quorum_status,
             controller_active=lambda: self.controller is not None and self.controller.is_active(),
         )
         admin = AdminService(
@@ -404,16 +408,12 @@ class Node:
             )
             self.kafka = KafkaListener(
                 KafkaHandlers(
-                    broker.core,
+                    core,
                     kafka_address=self._kafka_address_of,
-                    create_topics=admin.create_topics,
-                    delete_topics=admin.delete_topics,
-                    create_partitions=admin.create_partitions,
-                    alter_topic_configs=admin.alter_topic_configs,
+                    topics=admin.topics,
                     # Kafka clients send topic changes to the "controller": any broker
                     # takes them here and passes them to the active controller.
                     controller_id=lambda: config.node_id,
-                    quotas=self.quotas,
                     groups=GroupHandlers(classic, groups, authorizer, self._kafka_address_of),
                     sasl=sasl is not None,
                 ),

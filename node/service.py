@@ -32,28 +32,20 @@ from typing import Any, Final, TypeVar
 import grpc
 
 from headwater.log import batch as batch_format
+from headwater.log.api import ReadResult
 from headwater.log.kafka_records import to_columnar
-from headwater.node.authorizer import Authorizer
-from headwater.node.broker_core import Appended, BrokerCore, OffsetSpec
+from headwater.node.broker_core import Appended, BrokerCore, FetchedPartition, OffsetSpec, Refusal
 from headwater.node.clock import now_ms
-from headwater.node.cluster_state import ClusterState
-from headwater.node.config import NodeConfig
 from headwater.node.forwarding import Forwarder
 from headwater.node.limits import LongCallSlots, StreamBudget, distinct, yield_every
-from headwater.node.log_manager import LogManager
 from headwater.node.metadata_answers import MetadataAnswers
-from headwater.node.metrics import NodeMetrics
 from headwater.node.partition import Partition
 from headwater.node.peers import Peers, is_forwarded
-from headwater.node.producer_ids import ProducerIdAllocator
 from headwater.node.record_encoding import decoded_records, encode_records
-from headwater.node.throttling import Quotas
 from headwater.raft.image import MetadataImage, TopicImage
 from headwater.shared.acls import Operation, ResourceType
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.shared.grpc_errors import abort
-from headwater.shared.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_RATE
-from headwater.shared.topics import INTERNAL_PREFIX
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
@@ -102,51 +94,24 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     def __init__(
         self,
-        config: NodeConfig,
-        logs: LogManager,
-        state: ClusterState,
+        core: BrokerCore,
         peers: Peers,
         quorum_status: Callable[[], tuple[int, int]],
-        may_lead: Callable[[], bool] = lambda: True,
-        producer_ids: ProducerIdAllocator | None = None,
-        metrics: NodeMetrics | None = None,
         *,
-        authorizer: Authorizer,
-        quotas: Quotas,
         controller_active: Callable[[], bool] = lambda: False,
     ) -> None:
-        """``metrics``: where to count records, bytes and produce latency (None: metrics
-        are off, and nothing is counted). ``authorizer`` decides each request's
-        permission (``headwater.node.authorizer``). ``controller_active``: is this node
-        the active controller now (see ``MetadataAnswers``)?"""
-        self.config = config
-        self.auth = authorizer
-        self.quotas = quotas
-        self.metrics = metrics
-        self.state = state
-        self.core = BrokerCore(
-            config,
-            logs,
-            state,
-            authorizer=authorizer,
-            may_lead=may_lead,
-            producer_ids=producer_ids,
-            metrics=metrics,
-        )
+        """``core``: the node's broker operations, shared with the Kafka front.
+        ``controller_active``: is this node the active controller now (see
+        ``MetadataAnswers``)?"""
+        config = self.config = core.config
+        self.core = core
+        self.auth = core.auth
+        self.metrics = core.metrics
+        self.state = core.state
         self.forwarding = Forwarder(config, peers)
         self.long_calls = LongCallSlots(config.streams_per_connection_max, config.streams_max)
         self.metadata_answers = MetadataAnswers(config.node_id, quorum_status, controller_active)
         self._round_robin = itertools.count()
-
-    # ------------------------------------------------------------------ routing
-
-    def _topic(self, image: MetadataImage, name: str) -> TopicImage:
-        return self.core.topic(image, name)
-
-    async def _leader_replica(
-        self, image: MetadataImage, topic: TopicImage, index: int
-    ) -> Partition | None:
-        return await self.core.leader_replica(image, topic, index)
 
     # ------------------------------------------------------------------ Produce
 
@@ -262,7 +227,6 @@ class BrokerService(pb_grpc.BrokerServicer):
         acknowledgement level (acks=all: the in-sync replicas) and answer. The batches'
         bytes are charged to ``budget`` (a ProduceStream's) until the answer. Needs
         ``write`` on the topic (each request of a stream is checked)."""
-        self.auth.require(Operation.WRITE, ResourceType.TOPIC, request.topic)
         if request.acks not in ACKS_VALID:
             raise _invalid(
                 f"acks is {request.acks}; valid: 0 (default = all), 1 (none), 2 (leader), 3 (all)",
@@ -277,13 +241,8 @@ class BrokerService(pb_grpc.BrokerServicer):
                 f"deadline_unix_ms is {request.deadline_unix_ms}; valid: 0 (none) or "
                 "milliseconds since the Unix epoch"
             )
-        if request.topic.startswith(INTERNAL_PREFIX):
-            raise _invalid(
-                f"topic {request.topic!r} is internal: only the cluster writes to it",
-                ErrorCode.INVALID_TOPIC_EXCEPTION,
-            )
         image = self.state.image
-        topic = self._topic(image, request.topic)
+        topic = self.core.authorized_topic(image, Operation.WRITE, request.topic)
         payload = request.WhichOneof("payload")
         if payload == "batch":
             if request.partition == -1:
@@ -311,14 +270,12 @@ class BrokerService(pb_grpc.BrokerServicer):
                 acknowledgement.cancel()  # no-op once done; after a failure, stop waiting
             if release is not None:
                 release()
-        # Over a quota: the answer waits (the data is in; nothing is dropped). Each request
-        # of a stream counts as a request (the call itself was counted when it began).
-        if not self.quotas.active:
-            return pb.ProduceResponse(results=results)
-        charges = [(PRODUCER_BYTE_RATE, float(sum(map(len, batches.values()))))]
-        if budget is not None:
-            charges.append((REQUEST_RATE, 1.0))
-        throttled_ms = await self.quotas.hold(*charges)
+        # Each request of a stream counts as a request (the call itself was counted when
+        # it began).
+        throttled_ms = await self.core.throttle(
+            produced_bytes=sum(map(len, batches.values())),
+            requests=1 if budget is not None else None,
+        )
         return pb.ProduceResponse(results=results, throttle_time_ms=throttled_ms)
 
     async def _produce_one(
@@ -333,7 +290,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         """Append ``batch`` to partition ``index`` here, or forward it to the leader and
         await the answer (forwarded requests go one at a time, so they keep their order);
         returns the acknowledgement to await."""
-        local = await self._leader_replica(image, topic, index)
+        local = await self.core.leader_replica(image, topic, index)
         if local is not None:
             return await self._append(local, batch, request)
         return _resolved(
@@ -390,48 +347,36 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FetchResponse:
-        response = await self._fetch_once(request, context)
-        if self.quotas.active:
-            response.throttle_time_ms = await self.quotas.hold(
-                (CONSUMER_BYTE_RATE, float(response.ByteSize()))
-            )
-        return response
-
-    async def _fetch_once(
-        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.FetchResponse:
-        self.auth.require(Operation.READ, ResourceType.TOPIC, request.topic)
         self._check_fetch(request)
         image = self.state.image
-        topic = self._topic(image, request.topic)
-        topic.check_partition(request.partition)
-        local = await self._leader_replica(image, topic, request.partition)
-        if local is not None:
-            if request.max_wait_ms <= 0:
-                return await self._fetch(local, request, request.offset)
-            with self.long_calls.hold(context.peer(), is_forwarded(context)):
-                return await self._fetch(local, request, request.offset)
-        address = self.forwarding.leader_address(
-            image, topic, request.partition, is_forwarded(context)
-        )
-        return await self.forwarding.fetch(address, request)
+        local = await self.core.route(image, Operation.READ, request.topic, request.partition)
+        if local is None:
+            topic = image.topic_named(request.topic)
+            address = self.forwarding.leader_address(
+                image, topic, request.partition, is_forwarded(context)
+            )
+            response = await self.forwarding.fetch(address, request)
+            if self.core.throttles:
+                response.throttle_time_ms = await self.core.throttle(
+                    fetched_bytes=response.ByteSize()
+                )
+            return response
+        if request.max_wait_ms <= 0:
+            return await self._fetch(request, request.offset)
+        with self.long_calls.hold(context.peer(), is_forwarded(context)):
+            return await self._fetch(request, request.offset)
 
     async def FetchStream(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.FetchResponse]:
         """Repeated long polls from advancing offsets, until the client cancels, this node
-        stops leading the partition (NOT_LEADER_OR_FOLLOWER), or the partition is deleted.
-        The stream holds one of the node's long-call slots (``headwater.node.limits``)."""
+        stops leading the partition (NOT_LEADER_OR_FOLLOWER), the caller loses its right
+        to read (each answer is authorized), or the partition is deleted. After an empty
+        answer the next waits at least FETCH_STREAM_IDLE_WAIT_S for records. The stream
+        holds one of the node's long-call slots (``headwater.node.limits``)."""
         try:
             with self.long_calls.hold(context.peer(), is_forwarded(context)):
                 async for response in self._fetch_stream(request, context):
-                    # Checked for every answer, forwarded streams included: an ACL
-                    # removed ends the stream.
-                    self.auth.require(Operation.READ, ResourceType.TOPIC, request.topic)
-                    if self.quotas.active:
-                        response.throttle_time_ms = await self.quotas.hold(
-                            (CONSUMER_BYTE_RATE, float(response.ByteSize())), (REQUEST_RATE, 1.0)
-                        )
                     yield response
         except HeadwaterError as error:
             await abort(context, error)
@@ -439,28 +384,37 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def _fetch_stream(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.FetchResponse]:
-        self.auth.require(Operation.READ, ResourceType.TOPIC, request.topic)
         self._check_fetch(request)
         image = self.state.image
-        topic = self._topic(image, request.topic)
-        topic.check_partition(request.partition)
-        local = await self._leader_replica(image, topic, request.partition)
+        local = await self.core.route(image, Operation.READ, request.topic, request.partition)
         if local is None:
+            topic = image.topic_named(request.topic)
             address = self.forwarding.leader_address(
                 image, topic, request.partition, is_forwarded(context)
             )
             async for response in self.forwarding.fetch_stream(address, request):
+                # Forwarded answers are authorized and charged here: the leader trusts
+                # this node. An ACL removed ends the stream.
+                self.auth.require(Operation.READ, ResourceType.TOPIC, request.topic)
+                if self.core.throttles:
+                    response.throttle_time_ms = await self.core.throttle(
+                        fetched_bytes=response.ByteSize(), requests=1
+                    )
                 yield response
             return
         offset = request.offset
         idle = False
         while True:
-            if idle:
-                # Nothing came last time: wait for records at least FETCH_STREAM_IDLE_WAIT_S
-                # (a stream with max_wait_ms 0 at the log's end answered 11,000 empty
-                # responses a second); records that arrive end the wait at once.
-                await local.wait_for_data(offset, FETCH_STREAM_IDLE_WAIT_S)
-            response = await self._fetch(local, request, offset)
+            # After an empty answer, wait for records at least FETCH_STREAM_IDLE_WAIT_S (a
+            # stream with max_wait_ms 0 at the log's end answered 11,000 empty responses a
+            # second); records that arrive end the wait at once.
+            wait_s = request.max_wait_ms / 1000
+            response = await self._fetch(
+                request,
+                offset,
+                max(wait_s, FETCH_STREAM_IDLE_WAIT_S) if idle else wait_s,
+                count_request=True,
+            )
             idle = response.next_offset == offset and not response.records
             offset = response.next_offset
             yield response
@@ -491,35 +445,56 @@ class BrokerService(pb_grpc.BrokerServicer):
             )
 
     async def _fetch(
-        self, partition: Partition, request: pb.FetchRequest, offset: int
+        self,
+        request: pb.FetchRequest,
+        offset: int,
+        max_wait_s: float | None = None,
+        count_request: bool = False,
     ) -> pb.FetchResponse:
-        """One long poll of ``partition`` from ``offset`` (``BrokerCore.read``)."""
+        """One long poll of the request's partition from ``offset`` (``BrokerCore.fetch``,
+        waiting for at least one record, ``max_wait_s`` or the request's), its records
+        in the request's format and within its answer's size."""
         response_max = request.max_response_bytes or STOCK_RECEIVE_BYTES
         records_bytes_max = response_max - RESPONSE_FRAMING_BYTES
         max_bytes = min(request.max_bytes or self.config.fetch_bytes_default, records_bytes_max)
-        result = await self.core.read(
-            partition, offset, max_bytes, request.min_bytes, request.max_wait_ms / 1000
+        decoded = request.format == pb.RECORD_FORMAT_RECORDS
+
+        async def take(
+            _partition: Partition, read: ReadResult, limit: int, _whole_first: bool
+        ) -> tuple[pb.FetchResponse, int, int]:
+            # Batches produced over Kafka's protocol are kept as they came: transcoded here.
+            data, cut_at = to_columnar(read.data, limit)
+            if len(data) > records_bytes_max:  # one batch alone, more than the client takes
+                raise _too_large(offset, len(data), response_max)
+            answer = pb.FetchResponse(next_offset=read.next_offset if cut_at is None else cut_at)
+            if decoded:
+                records = decoded_records(data, offset, bytes_max=records_bytes_max)
+                if records.too_large_bytes:
+                    raise _too_large(offset, records.too_large_bytes, response_max, "record")
+                answer.decoded.extend(records.records)
+                if records.resume_offset is not None:
+                    answer.next_offset = records.resume_offset
+            else:
+                answer.records = data
+            return answer, len(data), answer.next_offset
+
+        (fetched,) = asked = [
+            FetchedPartition[pb.FetchResponse](request.topic, request.partition, offset, max_bytes)
+        ]
+        throttled_ms = await self.core.fetch(
+            asked,
+            take,
+            max_bytes=max_bytes,
+            min_bytes=max(request.min_bytes, 1),
+            max_wait_s=request.max_wait_ms / 1000 if max_wait_s is None else max_wait_s,
+            count_request=count_request,
         )
-        # Batches produced over Kafka's protocol are kept as they came: transcoded here.
-        data, cut_at = to_columnar(result.data, max_bytes)
-        if len(data) > records_bytes_max:  # one batch alone, more than the client takes
-            raise _too_large(offset, len(data), response_max)
-        response = pb.FetchResponse(
-            high_watermark=partition.high_watermark,
-            log_start_offset=partition.log.log_start_offset,
-            next_offset=result.next_offset if cut_at is None else cut_at,
-        )
-        if request.format == pb.RECORD_FORMAT_RECORDS:
-            answer = decoded_records(data, offset, bytes_max=records_bytes_max)
-            if answer.too_large_bytes:
-                raise _too_large(offset, answer.too_large_bytes, response_max, "record")
-            response.decoded.extend(answer.records)
-            if answer.resume_offset is not None:
-                response.next_offset = answer.resume_offset
-        else:
-            response.records = data
-        # What the answer holds, when cut.
-        self.core.count_out(partition, response.next_offset - offset, len(data))
+        if fetched.refusal is not None:
+            raise fetched.refusal.error()
+        response = fetched.records or pb.FetchResponse(next_offset=offset)
+        response.high_watermark = fetched.high_watermark
+        response.log_start_offset = fetched.log_start_offset
+        response.throttle_time_ms = throttled_ms
         return response
 
     # ------------------------------------------------------------------ ListOffsets
@@ -528,9 +503,8 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListOffsetsResponse:
-        self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, request.topic)
         image = self.state.image
-        topic = self._topic(image, request.topic)
+        topic = self.core.authorized_topic(image, Operation.DESCRIBE, request.topic)
         if request.spec not in (
             pb.OFFSET_SPEC_EARLIEST,
             pb.OFFSET_SPEC_LATEST,
@@ -549,8 +523,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         found: dict[int, pb.PartitionOffset] = {}
         remote: dict[str, list[int]] = {}
         for index in indexes:
-            topic.check_partition(index)
-            local = await self._leader_replica(image, topic, index)
+            local = await self.core.route(image, Operation.DESCRIBE, request.topic, index)
             if local is None:
                 address = self.forwarding.leader_address(image, topic, index, is_forwarded(context))
                 remote.setdefault(address, []).append(index)
@@ -578,7 +551,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             self.auth.require_cluster(Operation.DESCRIBE)
         names = asked or self.auth.visible(ResourceType.TOPIC, sorted(image.topics))
         topics = [
-            self.metadata_answers.topic_metadata(image, self._topic(image, name))
+            self.metadata_answers.topic_metadata(image, self.core.topic(image, name))
             async for name in yield_every(names, weight=lambda n: _partitions_of(image, n))
         ]
         return self.metadata_answers.response(image, topics, request.include_digest)
@@ -623,11 +596,17 @@ def _offset_of(
     )
 
 
-async def _produce_result(acknowledgement: asyncio.Future[Appended]) -> pb.PartitionProduceResult:
+async def _produce_result(
+    acknowledgement: asyncio.Future[Appended | Refusal],
+) -> pb.PartitionProduceResult:
     return _partition_result(await acknowledgement)
 
 
-def _partition_result(appended: Appended) -> pb.PartitionProduceResult:
+def _partition_result(appended: Appended | Refusal) -> pb.PartitionProduceResult:
+    """A partition's result; a refusal fails the whole request, as gRPC answers one
+    status a call."""
+    if isinstance(appended, Refusal):
+        raise appended.error()
     return pb.PartitionProduceResult(
         partition=appended.partition,
         base_offset=appended.base_offset,

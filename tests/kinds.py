@@ -105,6 +105,7 @@ PROCESSES: Final = frozenset(
         "test_spark",
         "test_stock_client_limits",
         "test_tls",
+        "test_two_fronts",
     }
 )
 

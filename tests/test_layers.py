@@ -21,6 +21,11 @@ rules (a name matches that module and everything under it):
   protobuf either;
 - the node imports no client, no Spark connector and no command-line module (what both
   need, the key partitioner and the reconnect options, is in the shared package);
+- the broker core (``BROKER_CORE``: ``node/broker_core.py``, ``node/topic_admin.py``)
+  imports no protobuf, no gRPC and neither front; the Kafka front's modules that stand on
+  the core alone (``KAFKA_FRONT_ON_CORE``) import no protobuf and nothing of the gRPC
+  front, and the gRPC servicers nothing of the Kafka front: each front translates to the
+  core, never through the other;
 - the client's own values (``client/admin_types.py``, what Admin answers, and
   ``client/producer_settings.py``) import no protobuf: messages are read in
   ``client/admin_messages.py`` and in the producer engines, at the gRPC edge.
@@ -68,7 +73,34 @@ benchmarks: no runtime layer imports them."""
 PROTOBUF = ("headwater.v1", "grpc_health", "google.protobuf")
 """Generated stubs and messages: only the gRPC edges (client, node) touch them."""
 
+GRPC_FRONT = (
+    "grpc",
+    "headwater.node.service",
+    "headwater.node.admin_service",
+    "headwater.node.groups.service",
+    "headwater.node.forwarding",
+)
+"""The gRPC front: its servicers and forwarding, over the gRPC library."""
+KAFKA_FRONT = ("headwater.node.kafka",)
+BROKER_CORE = ("node/broker_core.py", "node/topic_admin.py")
+"""The broker's rules, written once for both fronts."""
+KAFKA_FRONT_ON_CORE = (
+    "node/kafka/handlers.py",
+    "node/kafka/listener.py",
+    "node/kafka/protocol.py",
+    "node/kafka/request_shape.py",
+    "node/kafka/sasl.py",
+    "node/kafka/sockets.py",
+    "node/kafka/admission.py",
+    "node/kafka/answers.py",
+)
+"""The Kafka front's modules that stand on the broker core alone."""
+
 RULES: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(BROKER_CORE, (*PROTOBUF, *GRPC_FRONT, *KAFKA_FRONT)),
+    **dict.fromkeys(KAFKA_FRONT_ON_CORE, (*PROTOBUF, *GRPC_FRONT)),
+    "node/service.py": KAFKA_FRONT,
+    "node/admin_service.py": KAFKA_FRONT,
     "client": (*SERVER, "headwater.sparkconnector", *COMMANDS, *TOOLING, "pysyncobj", "pyspark"),
     "raft": ("headwater.node", "headwater.client", "headwater.sparkconnector", *COMMANDS, *TOOLING),
     "log": ("headwater.node", "headwater.raft", "headwater.client", *COMMANDS, *TOOLING),
@@ -205,7 +237,21 @@ def test_a_deliberate_violation_is_caught(tmp_path: Path) -> None:
     (tmp_path / "node" / "tooled.py").write_text("from headwater.tools.ports import free_port\n")
     (tmp_path / "log").mkdir()
     (tmp_path / "log" / "bench.py").write_text("import headwater.tools.benchmarks.perf\n")
+    (tmp_path / "node" / "broker_core.py").write_text("from headwater.v1 import headwater_pb2\n")
+    (tmp_path / "node" / "topic_admin.py").write_text("import grpc\n")
+    (tmp_path / "node" / "kafka").mkdir()
+    (tmp_path / "node" / "kafka" / "handlers.py").write_text(
+        "from headwater.node.admin_service import AdminService\n"
+    )
+    (tmp_path / "node" / "service.py").write_text("from headwater.node.kafka import handlers\n")
     assert violations(tmp_path) == [
+        "node/broker_core.py imports headwater.v1",
+        "node/broker_core.py imports headwater.v1.headwater_pb2",
+        "node/topic_admin.py imports grpc",
+        "node/kafka/handlers.py imports headwater.node.admin_service",
+        "node/kafka/handlers.py imports headwater.node.admin_service.AdminService",
+        "node/service.py imports headwater.node.kafka",
+        "node/service.py imports headwater.node.kafka.handlers",
         "client/bad.py imports headwater.node.partition",
         "client/bad.py imports headwater.node.partition.Partition",
         "client/commands.py imports headwater.cli.cluster",

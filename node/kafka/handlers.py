@@ -18,29 +18,34 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from headwater.log.api import ReadResult
-from headwater.log.kafka_records import BadRecordsError, to_kafka_within, to_stored
-from headwater.node.broker_core import Appended, BrokerCore, FoundOffset, OffsetSpec
-from headwater.node.clock import now_ms
+from headwater.log.kafka_records import to_kafka_within
+from headwater.node.broker_core import (
+    Appended,
+    BrokerCore,
+    FetchedPartition,
+    FoundOffset,
+    KafkaBatch,
+    OffsetSpec,
+    Refusal,
+)
 from headwater.node.config import KAFKA_TOPIC_CONFIG_NAMES, topic_setting_name
 from headwater.node.kafka import protocol
 from headwater.node.kafka.answers import kafka_code, names_by_id, ready
 from headwater.node.kafka.group_handlers import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, GroupHandlers
 from headwater.node.limits import yield_every
 from headwater.node.partition import Partition
-from headwater.node.throttling import Quotas
+from headwater.node.topic_admin import ConfigChanges, TopicAdmin
+from headwater.raft.decisions import NewTopic, TopicOutcome
 from headwater.raft.image import MetadataImage
 from headwater.shared.acls import CLUSTER_RESOURCE, Operation, ResourceType
 from headwater.shared.errors import ErrorCode, HeadwaterError, shown
-from headwater.shared.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_RATE
 from headwater.shared.topics import INTERNAL_PREFIX
-from headwater.v1 import headwater_pb2 as pb
 
 _log = logging.getLogger(__name__)
 
@@ -63,21 +68,11 @@ TRANSCODE_INLINE_BYTES_MAX: Final = 1 << 20
 """A partition's read of more bytes than this is made into Kafka batches in a worker
 thread (batches produced over gRPC are transcoded record by record, about 0.5 µs each:
 a 64 MiB read took 0.3 s)."""
-CHECK_INLINE_BYTES_MAX: Final = 1 << 20
-"""A produced batch of more bytes than this is checked (decompressed, every record
-parsed, ``to_stored``) in a worker thread: about 5 ms a MiB. The connection's next
-request is read only once it is appended, so batches keep their order."""
 FETCH_READS_PER_PARTITION_MAX: Final = 4
 """Reads of one partition for one Fetch answer: the first, and more while every batch
 read fits in Kafka's bytes asked with room left (a stored batch is 59 bytes larger than
 its Kafka batch, so a read of N stored bytes holds less than N of Kafka's). A read of
 batches of one record (69 Kafka bytes or more) takes more than half of what is left."""
-FETCH_SLICE_BYTES: Final = 256 << 10
-"""A Fetch gives the event loop back after each partition once it has read this many
-bytes since it last did (as well as every ``LOOP_SLICE_ITEMS`` partitions): reading and
-cutting batches costs about 15 µs a batch, so 256 KiB of batches of one small record
-hold the loop about 25 ms (a slice of 100 partitions of such batches held it for a
-quarter of a second)."""
 CLUSTER_OPERATIONS_UNKNOWN: Final = -(2**31)
 """Kafka's "authorized operations not asked for"."""
 
@@ -90,16 +85,8 @@ class KafkaHandlers:
         core: BrokerCore,
         *,
         kafka_address: Callable[[int], str],
-        create_topics: Callable[[pb.CreateTopicsRequest], Awaitable[pb.CreateTopicsResponse]],
-        delete_topics: Callable[[pb.DeleteTopicsRequest], Awaitable[pb.DeleteTopicsResponse]],
-        create_partitions: Callable[
-            [pb.CreatePartitionsRequest], Awaitable[pb.CreatePartitionsResponse]
-        ],
-        alter_topic_configs: Callable[
-            [pb.AlterTopicConfigsRequest], Awaitable[pb.AlterTopicConfigsResponse]
-        ],
+        topics: TopicAdmin,
         controller_id: Callable[[], int],
-        quotas: Quotas,
         groups: GroupHandlers | None = None,
         sasl: bool = False,
     ) -> None:
@@ -107,13 +94,9 @@ class KafkaHandlers:
         has none); ``controller_id``: the controller Metadata names (-1: none); ``sasl``:
         does the listener ask for logins (ApiVersions then lists the SASL APIs)?"""
         self.sasl = sasl
-        self.quotas = quotas
         self.core = core
         self.kafka_address = kafka_address
-        self.create_topics = create_topics
-        self.delete_topics = delete_topics
-        self.create_partitions = create_partitions
-        self.alter_topic_configs = alter_topic_configs
+        self.topics = topics
         self.controller_id = controller_id
         self._by_key: dict[int, Callable[[protocol.Request], Awaitable[Answer]]] = {
             protocol.API_VERSIONS: self.api_versions,
@@ -136,8 +119,7 @@ class KafkaHandlers:
     async def handle(self, request: protocol.Request) -> Answer:
         """Phase one of ``request`` (see the module doc), after the request-rate quota's
         delay (every request counts, as every gRPC call does)."""
-        if self.quotas.active:
-            await self.quotas.hold((REQUEST_RATE, 1.0))
+        await self.core.throttle(requests=1)
         return await self._by_key[request.api_key](request)
 
     def _schema(self, request: protocol.Request) -> type[Any]:
@@ -209,15 +191,14 @@ class KafkaHandlers:
         """Create ``names`` with the node's defaults: name -> Kafka's error code of each
         one that was not created (one that exists meanwhile was)."""
         try:
-            created = await self.create_topics(
-                pb.CreateTopicsRequest(topics=[pb.NewTopic(name=name) for name in names])
-            )
+            created = await self.topics.create_topics([NewTopic(name) for name in names])
         except HeadwaterError as error:
             return dict.fromkeys(names, kafka_code(error.code))
         return {
-            result.name: kafka_code(ErrorCode(result.error_code))
-            for result in created.results
-            if result.error_code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS)
+            outcome.name: kafka_code(outcome.error.code)
+            for outcome in created
+            if outcome.error is not None
+            and outcome.error.code is not ErrorCode.TOPIC_ALREADY_EXISTS
         }
 
     async def _metadata_answer(
@@ -249,13 +230,10 @@ class KafkaHandlers:
                     }
                 )
                 continue
-            topic = image.topics.get(name)
-            if topic is None:
-                code = refused.get(name) or (
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    if self.core.state.current
-                    else ErrorCode.LEADER_NOT_AVAILABLE
-                )
+            try:
+                topic = self.core.topic(image, name)
+            except HeadwaterError as error:
+                code = refused.get(name) or kafka_code(error.code)
                 topics.append({"name": name, "error_code": code})
                 continue
             partitions = [
@@ -320,7 +298,7 @@ class KafkaHandlers:
         # kept beside the frames of its traceback is a reference cycle, and 10,000 of
         # them a request are garbage only the cyclic collector frees, a full collection
         # of which held a node's loop for seconds.
-        pending: list[tuple[str, int, Awaitable[Appended] | dict[str, Any]]] = []
+        pending: list[tuple[str, int, Awaitable[Appended | Refusal] | Refusal]] = []
         if body.transactional_id is not None:
             failure = HeadwaterError(
                 ErrorCode.INVALID_REQUEST,
@@ -332,78 +310,50 @@ class KafkaHandlers:
             )
         else:
             failure = None
+        refused = None if failure is None else Refusal.of(failure)
         entries = [(t.name, data) for t in body.topic_data for data in t.partition_data]
         async for name, data in yield_every(entries, weight=_produce_weight):
             index = int(data.index)
-            if failure is not None:
-                pending.append((name, index, _produce_refusal(failure)))
+            if refused is not None:
+                pending.append((name, index, refused))
                 continue
             try:
-                appended = await self._append(name, index, data.records, acks, timeout_ms)
+                partition = await self.core.led(self.core.state.image, Operation.WRITE, name, index)
+                appended = await self.core.append(
+                    partition, KafkaBatch(data.records), acks_all=acks == -1, timeout_ms=timeout_ms
+                )
                 pending.append((name, index, appended))
             except HeadwaterError as error:
-                pending.append((name, index, _produce_refusal(error)))
+                pending.append((name, index, Refusal.of(error)))
         if acks == 0:
             # Kafka's rule: no answer; a failure closes the connection, so that the
             # client asks Metadata again (a moved leader) instead of losing what follows.
-            if any(isinstance(outcome, dict) for _, _, outcome in pending):
+            if any(isinstance(outcome, Refusal) for _, _, outcome in pending):
                 return CLOSE_CONNECTION
             return None
         produced = sum(len(p.records or b"") for t in body.topic_data for p in t.partition_data)
         return self._produce_answer(request, pending, produced)
 
-    async def _append(
-        self, name: str, index: int, records: bytes | None, acks: int, timeout_ms: int
-    ) -> Awaitable[Appended]:
-        self.core.auth.require(Operation.WRITE, ResourceType.TOPIC, name)
-        if name.startswith(INTERNAL_PREFIX):
-            raise HeadwaterError(
-                ErrorCode.INVALID_TOPIC_EXCEPTION,
-                f"topic {name!r} is internal: only the cluster writes to it",
-            )
-        partition = await self._led_partition(name, index)
-        if not records:
-            raise HeadwaterError(ErrorCode.INVALID_RECORD, "the partition's records are empty")
-        config = partition.log_config
-        check = functools.partial(
-            to_stored,
-            records,
-            partition.max_message_bytes,
-            timestamp_range=config.timestamp_range(now_ms()),
-            require_keys=config.compacted,
-        )
-        produced = (
-            check() if len(records) <= CHECK_INLINE_BYTES_MAX else await asyncio.to_thread(check)
-        )
-        return await self.core.append(
-            partition, produced, acks_all=acks == -1, timeout_ms=timeout_ms
-        )
-
     async def _produce_answer(
         self,
         request: protocol.Request,
-        pending: list[tuple[str, int, Awaitable[Appended] | dict[str, Any]]],
+        pending: list[tuple[str, int, Awaitable[Appended | Refusal] | Refusal]],
         produced_bytes: int,
     ) -> Any:
         by_topic: dict[str, list[dict[str, Any]]] = {}
         async for name, index, outcome in yield_every(pending):
             answer: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time": -1}
-            if isinstance(outcome, dict):
-                answer.update(outcome)
+            appended = outcome if isinstance(outcome, Refusal) else await outcome
+            if isinstance(appended, Refusal):
+                answer.update(_produce_refusal(appended))
             else:
-                try:
-                    appended = await outcome
-                    answer.update(
-                        error_code=0,
-                        base_offset=appended.base_offset,
-                        log_start_offset=appended.log_start_offset,
-                    )
-                except HeadwaterError as error:
-                    answer.update(_produce_refusal(error))
+                answer.update(
+                    error_code=0,
+                    base_offset=appended.base_offset,
+                    log_start_offset=appended.log_start_offset,
+                )
             by_topic.setdefault(name, []).append(answer)
-        throttle_ms = 0
-        if self.quotas.active:  # over a quota the answer waits; the data is in
-            throttle_ms = await self.quotas.hold((PRODUCER_BYTE_RATE, float(produced_bytes)))
+        throttle_ms = await self.core.throttle(produced_bytes=produced_bytes)
         return protocol.answer(
             self._schema(request),
             entries=len(pending),
@@ -412,18 +362,6 @@ class KafkaHandlers:
                 {"name": name, "partition_responses": answers} for name, answers in by_topic.items()
             ],
         )
-
-    async def _led_partition(self, name: str, index: int) -> Partition:
-        image = self.core.state.image
-        topic = self.core.topic(image, name)
-        topic.check_partition(index)
-        partition = await self.core.leader_replica(image, topic, index)
-        if partition is None:
-            raise HeadwaterError(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                f"node {self.core.config.node_id} does not lead {name}-{index}",
-            )
-        return partition
 
     # ------------------------------------------------------------------ Fetch
 
@@ -439,27 +377,30 @@ class KafkaHandlers:
         body = request.body
         config = self.core.config
         asked = self._fetch_plan(body)
-        max_bytes = min(max(int(body.max_bytes), 1), config.fetch_bytes_max)
-        max_wait_ms = min(max(protocol.milliseconds(body.max_wait), 0), config.fetch_wait_ms_max)
-        min_bytes = int(body.min_bytes)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max_wait_ms / 1000
-        while True:
-            answers, found, waiting, failed = await self._fetch_once(asked, max_bytes)
-            if found >= min_bytes or failed or loop.time() >= deadline or not waiting:
-                break
-            waits = [
-                asyncio.ensure_future(p.wait_for_data(offset, deadline - loop.time()))
-                for p, offset in waiting
-            ]
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for wait in waits:
-                    wait.cancel()
-        throttle_ms = 0
-        if self.quotas.active:
-            throttle_ms = await self.quotas.hold((CONSUMER_BYTE_RATE, float(found)))
+        throttle_ms = await self.core.fetch(
+            asked,
+            self._kafka_records,
+            max_bytes=min(max(int(body.max_bytes), 1), config.fetch_bytes_max),
+            min_bytes=int(body.min_bytes),
+            max_wait_s=min(max(protocol.milliseconds(body.max_wait), 0), config.fetch_wait_ms_max)
+            / 1000,
+        )
+        answers: dict[str, list[dict[str, Any]]] = {}
+        for fetched in asked:
+            answers.setdefault(fetched.topic, []).append(
+                {
+                    "partition_index": fetched.index,
+                    "error_code": 0
+                    if fetched.refusal is None
+                    else kafka_code(fetched.refusal.code),
+                    "high_watermark": fetched.high_watermark,
+                    "last_stable_offset": fetched.high_watermark,
+                    "log_start_offset": fetched.log_start_offset,
+                    "aborted_transactions": [],
+                    "preferred_read_replica": -1,
+                    "records": fetched.records or b"",
+                }
+            )
         return protocol.answer(
             self._schema(request),
             entries=len(asked),
@@ -471,87 +412,30 @@ class KafkaHandlers:
             ],
         )
 
-    def _fetch_plan(self, body: Any) -> list[tuple[str, int, int, int]]:
-        """(topic, partition, offset, partition max bytes) of each partition asked, each
-        once (the first mention wins; the walk of the request bounds them to
-        ``partitions_max``)."""
-        plan: dict[tuple[str, int], tuple[str, int, int, int]] = {}
+    def _fetch_plan(self, body: Any) -> list[FetchedPartition[bytes]]:
+        """Each partition asked, once (the first mention wins; the walk of the request
+        bounds them to ``partitions_max``)."""
+        plan: dict[tuple[str, int], FetchedPartition[bytes]] = {}
         for topic in body.topics:
             for asked in topic.partitions:
                 key = (topic.topic, int(asked.partition))
                 if key not in plan:
-                    plan[key] = (*key, int(asked.fetch_offset), int(asked.partition_max_bytes))
+                    plan[key] = FetchedPartition(
+                        *key, int(asked.fetch_offset), int(asked.partition_max_bytes)
+                    )
         return list(plan.values())
-
-    async def _fetch_once(
-        self, asked: list[tuple[str, int, int, int]], max_bytes: int
-    ) -> tuple[dict[str, list[dict[str, Any]]], int, list[tuple[Partition, int]], bool]:
-        """One pass over the partitions asked: (answers by topic, record bytes found,
-        the partitions to wait on, whether a partition failed). Once ``max_bytes`` of
-        records are in, the partitions after are answered empty without being read."""
-        answers: dict[str, list[dict[str, Any]]] = {}
-        found = 0
-        budget = max_bytes
-        waiting: list[tuple[Partition, int]] = []
-        failed = False
-        read_since_yield = 0
-        async for name, index, offset, partition_max in yield_every(asked):
-            if read_since_yield >= FETCH_SLICE_BYTES:
-                read_since_yield = 0
-                await asyncio.sleep(0)
-            answer: dict[str, Any] = {
-                "partition_index": index,
-                "error_code": 0,
-                "high_watermark": -1,
-                "last_stable_offset": -1,
-                "log_start_offset": -1,
-                "aborted_transactions": [],
-                "preferred_read_replica": -1,
-                "records": b"",
-            }
-            answers.setdefault(name, []).append(answer)
-            try:
-                self.core.auth.require(Operation.READ, ResourceType.TOPIC, name)
-                partition = await self._led_partition(name, index)
-                high_watermark = partition.high_watermark
-                answer.update(
-                    high_watermark=high_watermark,
-                    last_stable_offset=high_watermark,
-                    log_start_offset=partition.log.log_start_offset,
-                )
-                if budget <= 0 and found:  # the answer is full: the rest next time
-                    continue
-                limit = max(1, min(partition_max, budget))
-                result = await self.core.read(partition, offset, limit, 0, 0.0)
-                read_since_yield += len(result.data)
-                if not result.data:
-                    waiting.append((partition, offset))
-                    continue
-                # KIP-74: only the first partition with records may pass the limits.
-                records, next_offset = await self._kafka_records(
-                    partition, result, limit, whole_first=not found
-                )
-                if not records:
-                    continue
-                self.core.count_out(partition, next_offset - offset, len(records))
-                answer["records"] = records
-                found += len(records)
-                budget -= len(records)
-            except HeadwaterError as error:
-                answer["error_code"] = kafka_code(error.code)
-                failed = True
-        return answers, found, waiting, failed
 
     async def _kafka_records(
         self, partition: Partition, result: ReadResult, limit: int, whole_first: bool
-    ) -> tuple[bytes, int]:
+    ) -> tuple[bytes, int, int]:
         """Kafka batches of ``partition`` from the read ``result`` on, within ``limit``
-        bytes (the first whole when ``whole_first``), and the offset after the last batch
-        taken. A stored batch is larger than its Kafka batch by the stored header, so a
-        read of ``limit`` stored bytes may hold less than ``limit`` in Kafka's bytes:
-        while every batch read is taken, the read goes on from where it ended with what is
-        left, ``FETCH_READS_PER_PARTITION_MAX`` reads at most. An error on a read after
-        the first leaves the answer with what was read before it."""
+        bytes (the first whole when ``whole_first``): the bytes, their size and the
+        offset after the last batch taken. A stored batch is larger than its Kafka batch
+        by the stored header, so a read of ``limit`` stored bytes may hold less than
+        ``limit`` in Kafka's bytes: while every batch read is taken, the read goes on from
+        where it ended with what is left, ``FETCH_READS_PER_PARTITION_MAX`` reads at
+        most. An error on a read after the first leaves the answer with what was read
+        before it."""
         parts: list[bytes] = []
         left = limit
         offset = result.next_offset
@@ -569,12 +453,13 @@ class KafkaHandlers:
             if not taken.complete or left <= 0:
                 break
             try:
-                result = await self.core.read(partition, result.next_offset, left, 0, 0.0)
+                result = self.core.read(partition, result.next_offset, left)
             except HeadwaterError:  # what was read stands; the error meets the next fetch
                 break
             if not result.data:
                 break
-        return b"".join(parts), offset
+        records = b"".join(parts)
+        return records, len(records), offset
 
     # ------------------------------------------------------------------ ListOffsets
 
@@ -586,8 +471,12 @@ class KafkaHandlers:
             for asked in topic.partitions:
                 answer: dict[str, Any] = {"partition_index": int(asked.partition_index)}
                 try:
-                    self.core.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
-                    partition = await self._led_partition(topic.name, int(asked.partition_index))
+                    partition = await self.core.led(
+                        self.core.state.image,
+                        Operation.DESCRIBE,
+                        topic.name,
+                        int(asked.partition_index),
+                    )
                     timestamp = int(asked.timestamp)
                     if timestamp == EARLIEST_TIMESTAMP:
                         found = self.core.offset_of(partition, OffsetSpec.EARLIEST)
@@ -640,7 +529,7 @@ class KafkaHandlers:
         (``retention.ms``) or the node's (``topic_setting_name``)."""
         body = request.body
         answers: dict[int, dict[str, Any]] = {}
-        wanted: list[tuple[int, pb.NewTopic]] = []
+        wanted: list[tuple[int, NewTopic]] = []
         async for position, topic in yield_every(enumerate(body.topics)):
             if topic.assignments:
                 answers[position] = _refused(
@@ -652,26 +541,23 @@ class KafkaHandlers:
                     ),
                 )
                 continue
-            spec = pb.NewTopic(
+            partitions = int(topic.num_partitions)
+            replication_factor = int(topic.replication_factor)
+            spec = NewTopic(
                 name=topic.name,
+                partitions=None if partitions == -1 else partitions,
+                replication_factor=None if replication_factor == -1 else replication_factor,
                 configs={c.name: c.value for c in topic.configs if c.value is not None},
             )
-            if int(topic.num_partitions) != -1:
-                spec.partitions = int(topic.num_partitions)
-            if int(topic.replication_factor) != -1:
-                spec.replication_factor = int(topic.replication_factor)
             wanted.append((position, spec))
         if wanted:
             try:
-                created = await self.create_topics(
-                    pb.CreateTopicsRequest(
-                        topics=[spec for _, spec in wanted],
-                        validate_only=bool(getattr(body, "validate_only", False)),
-                    )
+                created = await self.topics.create_topics(
+                    [spec for _, spec in wanted], bool(getattr(body, "validate_only", False))
                 )
-                outcomes = list(zip(wanted, created.results, strict=True))
-                async for (position, _), result in yield_every(outcomes):
-                    answers[position] = _result(result)
+                outcomes = list(zip(wanted, created, strict=True))
+                async for (position, _), outcome in yield_every(outcomes):
+                    answers[position] = _result(outcome)
             except HeadwaterError as error:
                 answers.update((position, _refused(spec.name, error)) for position, spec in wanted)
         results = [answers[position] for position in range(len(body.topics))]
@@ -681,10 +567,10 @@ class KafkaHandlers:
         """All the topics in one request to the controller, as over gRPC."""
         names = list(request.body.topic_names)
         try:
-            deleted = await self.delete_topics(pb.DeleteTopicsRequest(names=names))
+            deleted = await self.topics.delete_topics(names)
             by_name = {}
-            async for result in yield_every(deleted.results):
-                by_name[result.name] = _result(result)
+            async for outcome in yield_every(deleted):
+                by_name[outcome.name] = _result(outcome)
             results = [by_name[name] for name in names]
         except HeadwaterError as error:
             results = [_refused(name, error) for name in names]
@@ -700,7 +586,6 @@ class KafkaHandlers:
         async for topic in yield_every(body.topics):
             answer: dict[str, Any] = {"name": topic.name}
             try:
-                self.core.auth.require(Operation.ALTER, ResourceType.TOPIC, topic.name)
                 if topic.assignments:
                     raise HeadwaterError(
                         ErrorCode.INVALID_REQUEST,
@@ -710,9 +595,7 @@ class KafkaHandlers:
                     raise HeadwaterError(
                         ErrorCode.INVALID_REQUEST, "validate_only is not supported here"
                     )
-                await self.create_partitions(
-                    pb.CreatePartitionsRequest(topic=topic.name, partitions=int(topic.count))
-                )
+                await self.topics.create_partitions(topic.name, int(topic.count))
                 answer["error_code"] = 0
             except HeadwaterError as error:
                 answer.update(error_code=kafka_code(error.code), error_message=error.message)
@@ -766,12 +649,7 @@ class KafkaHandlers:
         not Kafka's and change only in its config file)."""
         results = []
         async for resource in yield_every(request.body.resources):
-            changes = [
-                pb.TopicConfigChange(name=c.name, value=c.value)
-                if c.value is not None
-                else pb.TopicConfigChange(name=c.name)
-                for c in resource.configs
-            ]
+            changes = [(c.name, c.value) for c in resource.configs]
             results.append(
                 await self._alter_resource(resource, changes, True, request.body.validate_only)
             )
@@ -804,16 +682,17 @@ class KafkaHandlers:
 
     def _incremental_change(
         self, image: MetadataImage, topic_name: str, config: Any
-    ) -> pb.TopicConfigChange:
+    ) -> tuple[str, str | None]:
+        """A config change of IncrementalAlterConfigs as (name, value or None: removed)."""
         operation = int(config.config_operation)
         if operation == CONFIG_SET:
             if config.value is None:
                 raise HeadwaterError(
                     ErrorCode.INVALID_CONFIG, f"SET of {shown(config.name)} without a value"
                 )
-            return pb.TopicConfigChange(name=config.name, value=config.value)
+            return config.name, config.value
         if operation == CONFIG_DELETE:
-            return pb.TopicConfigChange(name=config.name)
+            return config.name, None
         if operation not in (CONFIG_APPEND, CONFIG_SUBTRACT):
             raise HeadwaterError(
                 ErrorCode.INVALID_REQUEST,
@@ -838,12 +717,10 @@ class KafkaHandlers:
             raise HeadwaterError(
                 ErrorCode.INVALID_CONFIG, "cleanup.policy cannot be empty; keep delete or compact"
             )
-        return pb.TopicConfigChange(
-            name=setting, value=",".join(p for p in ("compact", "delete") if p in items)
-        )
+        return setting, ",".join(p for p in ("compact", "delete") if p in items)
 
     async def _alter_resource(
-        self, resource: Any, changes: list[pb.TopicConfigChange], replace: bool, validate: bool
+        self, resource: Any, changes: ConfigChanges, replace: bool, validate: bool
     ) -> dict[str, Any]:
         try:
             self._authorize_resource(resource, Operation.ALTER)
@@ -853,13 +730,8 @@ class KafkaHandlers:
                     "broker configs cannot be changed over Kafka's protocol; they are the "
                     "node's settings (its config file, HEADWATER_* variables or flags)",
                 )
-            await self.alter_topic_configs(
-                pb.AlterTopicConfigsRequest(
-                    topic=resource.resource_name,
-                    changes=changes,
-                    replace=replace,
-                    validate_only=bool(validate),
-                )
+            await self.topics.alter_topic_configs(
+                resource.resource_name, changes, replace, bool(validate)
             )
         except HeadwaterError as error:
             return _resource_refused(resource, error)
@@ -940,22 +812,24 @@ def _setting_or_none(name: str) -> str | None:
         return None
 
 
-def _result(result: pb.TopicResult) -> dict[str, Any]:
-    """A gRPC topic result as a Kafka one."""
-    return {
-        "name": result.name,
-        "error_code": kafka_code(ErrorCode(result.error_code)),
-        "error_message": result.error_message or None,
-    }
+def _result(outcome: TopicOutcome) -> dict[str, Any]:
+    """A topic's outcome as Kafka's topic result."""
+    if outcome.error is None:
+        return {"name": outcome.name, "error_code": 0, "error_message": None}
+    return _refused(outcome.name, outcome.error)
 
 
-def _produce_refusal(error: HeadwaterError) -> dict[str, Any]:
-    """A partition's Produce answer fields for ``error``: its code and message, and (v8)
+def _produce_refusal(refusal: Refusal) -> dict[str, Any]:
+    """A partition's Produce answer fields for ``refusal``: its code and message, and (v8)
     which records failed when the batch was refused record by record."""
-    fields: dict[str, Any] = {"error_code": kafka_code(error.code), "error_message": error.message}
-    if isinstance(error, BadRecordsError):
+    fields: dict[str, Any] = {
+        "error_code": kafka_code(refusal.code),
+        "error_message": refusal.message,
+    }
+    if refusal.records:
         fields["record_errors"] = [
-            {"batch_index": index, "batch_index_error_message": why} for index, why in error.records
+            {"batch_index": index, "batch_index_error_message": why}
+            for index, why in refusal.records
         ]
     return fields
 
