@@ -36,6 +36,7 @@ import asyncio
 import enum
 import functools
 import itertools
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
@@ -68,6 +69,13 @@ has just given it."""
 PRODUCER_ID_WAIT_S: Final = 1.0
 """How long an idempotent batch waits for this node's image to show its producer id
 (allocated a moment ago through another node)."""
+FETCH_SLICE_S: Final = 0.01
+"""A fetch gives the event loop back once it has held it this long since it last did,
+checked after each partition (as well as every ``LOOP_SLICE_ITEMS`` partitions): reading
+and cutting a batch of one small record costs 15-25 µs, depending on the machine, so a
+slice of 100 partitions of such batches held the loop for a quarter of a second, and a
+slice by bytes read (256 KiB) took 25 ms on one machine and 50 ms on another. A timer on
+the loop waits about three slices at most."""
 CHECK_INLINE_BYTES_MAX: Final = 1 << 20
 """A Kafka batch of more bytes than this is checked (decompressed, every record parsed,
 ``to_stored``) in a worker thread: about 5 ms a MiB. ``append`` returns once it is
@@ -134,8 +142,8 @@ class FetchedPartition(Generic[T]):
     """One partition of a fetch: what was asked (``topic``, ``index``, ``offset``,
     ``max_bytes``) and, once ``BrokerCore.fetch`` returns, its answer: a ``refusal``, or
     the partition's offsets and the records taken (in the front's form, ``T``; None:
-    none) with ``size`` bytes and the offset after them (``next_offset``; ``offset``
-    when none were taken)."""
+    none) with ``size`` bytes and the offset after them (``next_offset``: with none
+    taken, ``offset``, or past a gap compaction left)."""
 
     topic: str
     index: int
@@ -148,6 +156,9 @@ class FetchedPartition(Generic[T]):
     records: T | None = None
     size: int = 0
     next_offset: int = -1
+    replica: Partition | None = None
+    """The replica a stream of fetches began on: a later fetch on another (the topic
+    deleted and made again) is refused."""
 
     def clear(self) -> None:
         self.refusal = None
@@ -204,16 +215,20 @@ class BrokerCore:
             )
         return image.topic_named(name)
 
-    def authorized_topic(self, image: MetadataImage, operation: Operation, name: str) -> TopicImage:
-        """The topic ``name``, once the caller may do ``operation`` on it (checked first,
-        before its existence is looked at); a write is refused on an internal topic (only
-        the cluster writes to those)."""
+    def authorize(self, operation: Operation, name: str) -> None:
+        """The caller may do ``operation`` on topic ``name`` (checked before its existence
+        is looked at); a write is refused on an internal topic (only the cluster writes to
+        those)."""
         self.auth.require(operation, ResourceType.TOPIC, name)
         if operation is Operation.WRITE and name.startswith(INTERNAL_PREFIX):
             raise HeadwaterError(
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
                 f"topic {name!r} is internal: only the cluster writes to it",
             )
+
+    def authorized_topic(self, image: MetadataImage, operation: Operation, name: str) -> TopicImage:
+        """The topic ``name``, once ``authorize`` lets the caller do ``operation`` on it."""
+        self.authorize(operation, name)
         return self.topic(image, name)
 
     async def route(
@@ -314,15 +329,11 @@ class BrokerCore:
                 else await asyncio.to_thread(check)
             )
             stored = produced.stored
+            _check_stored_size(stored, partition)
             header = batch_format.read_header(stored)
         else:
             stored = batch
-            if len(stored) > max_message_bytes:
-                raise HeadwaterError(
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    f"batch of {len(stored)} bytes exceeds max_message_bytes "
-                    f"{max_message_bytes} of topic {partition.topic!r}",
-                )
+            _check_stored_size(stored, partition)
             header = batch_format.validate_batch(
                 stored,
                 max_uncompressed_bytes=max_message_bytes,
@@ -436,7 +447,7 @@ class BrokerCore:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_s
         while True:
-            found, waiting, refused = await self._fetch_pass(asked, take, max_bytes)
+            found, waiting, refused, taken = await self._fetch_pass(asked, take, max_bytes)
             if found >= min_bytes or refused or not waiting or loop.time() >= deadline:
                 break
             waits = [
@@ -448,26 +459,42 @@ class BrokerCore:
             finally:
                 for wait in waits:
                     wait.cancel()
+        for partition, entry in taken:
+            self.count_out(partition, entry.next_offset - entry.offset, entry.size)
+        if refused and not found:  # an answer of refusals only is not charged
+            return 0
         return await self.throttle(fetched_bytes=found, requests=1 if count_request else None)
 
     async def _fetch_pass(
         self, asked: Sequence[FetchedPartition[T]], take: TakeRecords[T], max_bytes: int
-    ) -> tuple[int, list[tuple[Partition, int]], bool]:
-        """One read of every partition asked: (record bytes taken, the partitions to wait
-        on and from which offset, whether one was refused). Once ``max_bytes`` are in,
-        the partitions after are answered with their offsets but not read."""
+    ) -> tuple[int, list[tuple[Partition, int]], bool, list[tuple[Partition, FetchedPartition[T]]]]:
+        """One read of every partition asked: (record bytes taken, the partitions that may
+        yet bring more and from which offset, whether one was refused, the partitions
+        that brought records). Once ``max_bytes`` are in, the partitions after are
+        answered with their offsets but not read."""
         found = 0
         waiting: list[tuple[Partition, int]] = []
+        taken: list[tuple[Partition, FetchedPartition[T]]] = []
         refused = False
-        # The loop is given back every LOOP_SLICE_ITEMS partitions and every LOOP_SLICE_S:
-        # reading and cutting a batch of one small record costs 15-25 µs, so a slice of
-        # 100 partitions of such batches held it for a quarter of a second.
+        clock = time.perf_counter
+        slice_began = clock()
         async for entry in yield_every(asked):
+            if clock() - slice_began >= FETCH_SLICE_S:
+                await asyncio.sleep(0)
+                slice_began = clock()
             entry.clear()
             try:
                 partition = await self.led(
                     self.state.image, Operation.READ, entry.topic, entry.index
                 )
+                if entry.replica is not None and partition is not entry.replica:
+                    # The stream's replica is gone (its topic deleted, maybe made again).
+                    entry.replica.check_open()
+                    raise HeadwaterError(
+                        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                        f"node {self.config.node_id} no longer leads the replica of "
+                        f"{entry.topic}-{entry.index} this fetch began on",
+                    )
                 entry.high_watermark = partition.high_watermark
                 entry.log_start_offset = partition.log.log_start_offset
                 entry.leader_epoch = partition.leader_epoch
@@ -477,19 +504,24 @@ class BrokerCore:
                 limit = max(1, min(entry.max_bytes, budget))
                 result = self.read(partition, entry.offset, limit)
                 if not result.data:
-                    waiting.append((partition, entry.offset))
+                    # Nothing below the high watermark from the offset on, or a gap left
+                    # by compaction up to ``result.next_offset``: the answer moves past
+                    # the gap, and the wait is for records after it.
+                    entry.next_offset = result.next_offset
+                    waiting.append((partition, result.next_offset))
                     continue
                 records, size, next_offset = await take(partition, result, limit, not found)
-                waiting.append((partition, next_offset))
+                if next_offset >= partition.high_watermark:
+                    waiting.append((partition, next_offset))  # it may yet bring more
                 if not size:
                     continue
                 entry.records, entry.size, entry.next_offset = records, size, next_offset
-                self.count_out(partition, next_offset - entry.offset, size)
+                taken.append((partition, entry))
                 found += size
             except HeadwaterError as error:
                 entry.refusal = Refusal.of(error)
                 refused = True
-        return found, waiting, refused
+        return found, waiting, refused, taken
 
     def count_out(self, partition: Partition, records: int, size: int) -> None:
         """Count records and bytes a read answered (when metrics are on)."""
@@ -554,3 +586,14 @@ class BrokerCore:
         if found and found[0] < partition.high_watermark:
             return FoundOffset(found[0], found[1])
         return FoundOffset(partition.high_watermark)
+
+
+def _check_stored_size(stored: bytes, partition: Partition) -> None:
+    """MESSAGE_TOO_LARGE for a batch that, as stored, is larger than the topic's
+    ``max_message_bytes`` (which keeps every batch within a stock gRPC client's answer)."""
+    if len(stored) > partition.max_message_bytes:
+        raise HeadwaterError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"batch of {len(stored)} bytes exceeds max_message_bytes "
+            f"{partition.max_message_bytes} of topic {partition.topic!r}",
+        )

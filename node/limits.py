@@ -27,7 +27,6 @@ Pure bookkeeping, used on the event loop only.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final, TypeVar
@@ -39,9 +38,6 @@ H = TypeVar("H", bound=Hashable)
 LOOP_SLICE_ITEMS: Final = 100
 """Items (topics, or partitions described, ...) an answer builds before it yields the
 event loop."""
-LOOP_SLICE_S: Final = 0.01
-"""The longest a sliced piece of work holds the event loop before it yields (checked
-after each item): a timer on the loop then waits about three slices at most."""
 
 
 def check_count(count: int, limit: int, what: str, setting: str) -> None:
@@ -66,20 +62,14 @@ async def yield_every(
 ) -> AsyncIterator[T]:
     """``items``, giving the event loop back after every ``count`` of them, or, with
     ``weight``, once the items since the last time weigh ``count`` (a topic by its
-    partitions: a few wide topics hold the loop as long as many narrow ones), and in any
-    case once ``LOOP_SLICE_S`` has passed since the last time (the work per item differs
-    between machines: a slice of 100 partitions of a Fetch took 25 ms on one and 50 ms on
-    another)."""
+    partitions: a few wide topics hold the loop as long as many narrow ones)."""
     held = 0
-    clock = time.perf_counter
-    slice_began = clock()
     for item in items:
         yield item
         held += weight(item) if weight is not None else 1
-        if held >= count or clock() - slice_began >= LOOP_SLICE_S:
+        if held >= count:
             held = 0
             await asyncio.sleep(0)
-            slice_began = clock()
 
 
 class LongCallSlots:

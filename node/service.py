@@ -227,6 +227,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         acknowledgement level (acks=all: the in-sync replicas) and answer. The batches'
         bytes are charged to ``budget`` (a ProduceStream's) until the answer. Needs
         ``write`` on the topic (each request of a stream is checked)."""
+        self.core.authorize(Operation.WRITE, request.topic)
         if request.acks not in ACKS_VALID:
             raise _invalid(
                 f"acks is {request.acks}; valid: 0 (default = all), 1 (none), 2 (leader), 3 (all)",
@@ -242,7 +243,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 "milliseconds since the Unix epoch"
             )
         image = self.state.image
-        topic = self.core.authorized_topic(image, Operation.WRITE, request.topic)
+        topic = self.core.topic(image, request.topic)
         payload = request.WhichOneof("payload")
         if payload == "batch":
             if request.partition == -1:
@@ -347,6 +348,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FetchResponse:
+        self.core.authorize(Operation.READ, request.topic)
         self._check_fetch(request)
         image = self.state.image
         local = await self.core.route(image, Operation.READ, request.topic, request.partition)
@@ -362,9 +364,9 @@ class BrokerService(pb_grpc.BrokerServicer):
                 )
             return response
         if request.max_wait_ms <= 0:
-            return await self._fetch(request, request.offset)
+            return await self._fetch(request, local, request.offset)
         with self.long_calls.hold(context.peer(), is_forwarded(context)):
-            return await self._fetch(request, request.offset)
+            return await self._fetch(request, local, request.offset)
 
     async def FetchStream(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -384,6 +386,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def _fetch_stream(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.FetchResponse]:
+        self.core.authorize(Operation.READ, request.topic)
         self._check_fetch(request)
         image = self.state.image
         local = await self.core.route(image, Operation.READ, request.topic, request.partition)
@@ -411,6 +414,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             wait_s = request.max_wait_ms / 1000
             response = await self._fetch(
                 request,
+                local,
                 offset,
                 max(wait_s, FETCH_STREAM_IDLE_WAIT_S) if idle else wait_s,
                 count_request=True,
@@ -447,13 +451,15 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def _fetch(
         self,
         request: pb.FetchRequest,
+        replica: Partition,
         offset: int,
         max_wait_s: float | None = None,
         count_request: bool = False,
     ) -> pb.FetchResponse:
-        """One long poll of the request's partition from ``offset`` (``BrokerCore.fetch``,
-        waiting for at least one record, ``max_wait_s`` or the request's), its records
-        in the request's format and within its answer's size."""
+        """One long poll of the request's partition from ``offset`` on this node's
+        ``replica`` (``BrokerCore.fetch``, waiting for at least one record, ``max_wait_s``
+        or the request's), its records in the request's format and within its answer's
+        size."""
         response_max = request.max_response_bytes or STOCK_RECEIVE_BYTES
         records_bytes_max = response_max - RESPONSE_FRAMING_BYTES
         max_bytes = min(request.max_bytes or self.config.fetch_bytes_default, records_bytes_max)
@@ -479,7 +485,9 @@ class BrokerService(pb_grpc.BrokerServicer):
             return answer, len(data), answer.next_offset
 
         (fetched,) = asked = [
-            FetchedPartition[pb.FetchResponse](request.topic, request.partition, offset, max_bytes)
+            FetchedPartition[pb.FetchResponse](
+                request.topic, request.partition, offset, max_bytes, replica=replica
+            )
         ]
         throttled_ms = await self.core.fetch(
             asked,
@@ -491,7 +499,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         )
         if fetched.refusal is not None:
             raise fetched.refusal.error()
-        response = fetched.records or pb.FetchResponse(next_offset=offset)
+        response = fetched.records or pb.FetchResponse(next_offset=fetched.next_offset)
         response.high_watermark = fetched.high_watermark
         response.log_start_offset = fetched.log_start_offset
         response.throttle_time_ms = throttled_ms

@@ -586,6 +586,8 @@ class KafkaHandlers:
         async for topic in yield_every(body.topics):
             answer: dict[str, Any] = {"name": topic.name}
             try:
+                # Authorized before the request's form is looked at, as the other APIs.
+                self.core.authorize(Operation.ALTER, topic.name)
                 if topic.assignments:
                     raise HeadwaterError(
                         ErrorCode.INVALID_REQUEST,
