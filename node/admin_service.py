@@ -121,6 +121,7 @@ class AdminService(pb_grpc.AdminServicer):
     async def CreateTopics(
         self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreateTopicsResponse:
+        self.topics.check_topics_named(len(request.topics))  # before they are translated
         wanted = [
             decisions.NewTopic(
                 name=t.name,
@@ -130,19 +131,19 @@ class AdminService(pb_grpc.AdminServicer):
                 else None,
                 configs=dict(t.configs),
             )
-            for t in request.topics
+            async for t in yield_every(request.topics)
         ]
         outcomes = await self.topics.create_topics(
             wanted, request.validate_only, is_forwarded(context)
         )
-        return pb.CreateTopicsResponse(results=[_result(o) for o in outcomes])
+        return pb.CreateTopicsResponse(results=[_result(o) async for o in yield_every(outcomes)])
 
     @rpc_handler
     async def DeleteTopics(
         self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteTopicsResponse:
         outcomes = await self.topics.delete_topics(list(request.names), is_forwarded(context))
-        return pb.DeleteTopicsResponse(results=[_result(o) for o in outcomes])
+        return pb.DeleteTopicsResponse(results=[_result(o) async for o in yield_every(outcomes)])
 
     @rpc_handler
     async def CreatePartitions(
@@ -654,7 +655,7 @@ class ForwardToController:
         self, address: str, wanted: Sequence[decisions.NewTopic], validate_only: bool
     ) -> list[decisions.TopicOutcome]:
         topics = []
-        for topic in wanted:
+        async for topic in yield_every(wanted):
             spec = pb.NewTopic(name=topic.name, configs=dict(topic.configs))
             if topic.partitions is not None:
                 spec.partitions = topic.partitions
@@ -666,13 +667,13 @@ class ForwardToController:
             "CreateTopics",
             pb.CreateTopicsRequest(topics=topics, validate_only=validate_only),
         )
-        return [_outcome(r) for r in answer.results]
+        return [_outcome(r) async for r in yield_every(answer.results)]
 
     async def delete_topics(
         self, address: str, names: Sequence[str]
     ) -> list[decisions.TopicOutcome]:
         answer = await self._call(address, "DeleteTopics", pb.DeleteTopicsRequest(names=names))
-        return [_outcome(r) for r in answer.results]
+        return [_outcome(r) async for r in yield_every(answer.results)]
 
     async def create_partitions(self, address: str, topic: str, count: int) -> None:
         await self._call(

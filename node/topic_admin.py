@@ -127,12 +127,17 @@ class TopicAdmin:
         if self.config.is_broker:
             await self.state.wait_reconciled(self.state.image.offset, METADATA_WAIT_S)
 
+    def check_topics_named(self, count: int) -> None:
+        """INVALID_REQUEST for a request naming more than ``topics_max`` topics (a front
+        may ask before it translates them)."""
+        check_count(count, self.config.topics_max, "topics", "topics_max")
+
     async def create_topics(
         self, wanted: Sequence[NewTopic], validate_only: bool = False, forwarded: bool = False
     ) -> list[TopicOutcome]:
         """Create ``wanted`` (each topic's outcome, in order). Needs ``create`` on the
         cluster, or on each topic named; at most ``topics_max`` topics."""
-        check_count(len(wanted), self.config.topics_max, "topics", "topics_max")
+        self.check_topics_named(len(wanted))
         if not self.auth.allows(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
             for topic in wanted:
                 self.auth.require(Operation.CREATE, ResourceType.TOPIC, topic.name)
