@@ -34,7 +34,7 @@ from headwater.node.authorizer import Authorizer
 from headwater.node.clock import now_ms
 from headwater.node.cluster_state import ClusterState
 from headwater.node.config import NodeConfig
-from headwater.node.controller import ControllerDriver, not_controller
+from headwater.node.controller import ControllerDriver
 from headwater.node.limits import distinct, yield_every
 from headwater.node.log_manager import LogManager
 from headwater.node.metadata_answers import partition_fields
@@ -86,9 +86,8 @@ class AdminService(pb_grpc.AdminServicer):
         self.state = state
         self.peers = peers
         self.controller = controller
-        self.topics = TopicAdmin(
-            config, state, controller, ForwardToController(peers), authorizer=authorizer
-        )
+        self.forward = ForwardToController(peers)
+        self.topics = TopicAdmin(config, state, controller, self.forward, authorizer=authorizer)
         self._hashing = 0  # DescribeReplicaLog calls hashing now
 
     async def _decide(
@@ -100,20 +99,12 @@ class AdminService(pb_grpc.AdminServicer):
     ) -> T | Any:
         """Run ``decide`` on the active controller: here (returns its response) or there
         (returns the forwarded call's gRPC response)."""
-        if self.controller is not None and self.controller.is_active():
+        address = self.topics.controller_address(context is not None and is_forwarded(context))
+        if address is None:
+            assert self.controller is not None  # the active controller is this node
             response, _ = await self.controller.run(functools.partial(decide, self.controller))
             return response
-        image = self.state.image
-        forwarded = context is not None and is_forwarded(context)
-        if forwarded or not image.controller_internal_address:
-            raise not_controller(image)
-        address = image.controller_internal_address
-        try:
-            return await getattr(self.peers.admin(address), method)(
-                request, metadata=FORWARDED, timeout=self.peers.timeout_s
-            )
-        except grpc.RpcError as error:
-            raise peer_error(error, address) from None
+        return await self.forward.call(address, method, request)
 
     # ------------------------------------------------------------------ changes
 
@@ -643,7 +634,9 @@ class ForwardToController:
     def __init__(self, peers: Peers) -> None:
         self.peers = peers
 
-    async def _call(self, address: str, method: str, request: Any) -> Any:
+    async def call(self, address: str, method: str, request: Any) -> Any:
+        """The Admin service's ``method`` on the node at ``address``, marked forwarded; its
+        refusal raised as this node's error."""
         try:
             return await getattr(self.peers.admin(address), method)(
                 request, metadata=FORWARDED, timeout=self.peers.timeout_s
@@ -662,7 +655,7 @@ class ForwardToController:
             if topic.replication_factor is not None:
                 spec.replication_factor = topic.replication_factor
             topics.append(spec)
-        answer = await self._call(
+        answer = await self.call(
             address,
             "CreateTopics",
             pb.CreateTopicsRequest(topics=topics, validate_only=validate_only),
@@ -672,11 +665,11 @@ class ForwardToController:
     async def delete_topics(
         self, address: str, names: Sequence[str]
     ) -> list[decisions.TopicOutcome]:
-        answer = await self._call(address, "DeleteTopics", pb.DeleteTopicsRequest(names=names))
+        answer = await self.call(address, "DeleteTopics", pb.DeleteTopicsRequest(names=names))
         return [_outcome(r) async for r in yield_every(answer.results)]
 
     async def create_partitions(self, address: str, topic: str, count: int) -> None:
-        await self._call(
+        await self.call(
             address,
             "CreatePartitions",
             pb.CreatePartitionsRequest(topic=topic, partitions=count),
@@ -690,7 +683,7 @@ class ForwardToController:
         replace: bool,
         validate_only: bool,
     ) -> dict[str, str]:
-        answer = await self._call(
+        answer = await self.call(
             address,
             "AlterTopicConfigs",
             pb.AlterTopicConfigsRequest(

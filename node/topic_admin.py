@@ -79,7 +79,7 @@ class TopicAdmin:
         self.link = link
         self.auth = authorizer
 
-    def _controller_address(self, forwarded: bool) -> str | None:
+    def controller_address(self, forwarded: bool) -> str | None:
         """None when this node is the active controller; else where it is. Raises
         NOT_CONTROLLER for a change passed on already, or with no controller known."""
         if self.controller is not None and self.controller.is_active():
@@ -142,7 +142,7 @@ class TopicAdmin:
             for topic in wanted:
                 self.auth.require(Operation.CREATE, ResourceType.TOPIC, topic.name)
         await self._wait_for_brokers(wanted)
-        address = self._controller_address(forwarded)
+        address = self.controller_address(forwarded)
         if address is None:
             outcomes = await self._decide(
                 lambda controller, image, epoch: decisions.create_topics(
@@ -165,7 +165,7 @@ class TopicAdmin:
         for name in names:
             self.auth.require(Operation.DELETE, ResourceType.TOPIC, name)
         before = {n: t.topic_id for n, t in self.state.image.topics.items() if n in names}
-        address = self._controller_address(forwarded)
+        address = self.controller_address(forwarded)
         if address is None:
             outcomes = await self._decide(
                 lambda _controller, image, epoch: decisions.delete_topics(image, epoch, names)
@@ -183,7 +183,7 @@ class TopicAdmin:
         """Grow ``topic`` to ``count`` partitions, placed by the controller. Needs
         ``alter`` on the topic."""
         self.auth.require(Operation.ALTER, ResourceType.TOPIC, topic)
-        address = self._controller_address(forwarded)
+        address = self.controller_address(forwarded)
         if address is None:
             await self._decide(
                 lambda controller, image, epoch: decisions.create_partitions(
@@ -221,7 +221,7 @@ class TopicAdmin:
                     f"topic config {setting} is changed twice in one request; change it once",
                 )
             by_setting[setting] = value
-        address = self._controller_address(forwarded)
+        address = self.controller_address(forwarded)
         if address is None:
             configs = await self._decide(
                 lambda controller, image, epoch: decisions.alter_topic_configs(
