@@ -1045,6 +1045,12 @@ class NodeConfig:
                 f"streams_max ({self.streams_max}) must be below concurrent_calls_max "
                 f"({self.concurrent_calls_max}): the difference is kept for short calls"
             )
+        if self.offsets_topic_partitions > self.partitions_max:
+            raise _invalid(
+                f"offsets_topic_partitions ({self.offsets_topic_partitions}) exceeds "
+                f"partitions_max ({self.partitions_max}): __consumer_offsets could never be "
+                "created, and no group served"
+            )
         if self.max_message_bytes + MiB > self.request_bytes_max:
             raise _invalid(
                 f"max_message_bytes ({self.max_message_bytes}) must leave 1 MiB of room under "

@@ -32,11 +32,12 @@ from headwater.node.cluster_state import ClusterState
 from headwater.node.config import NodeConfig
 from headwater.node.controller import LEADER_FALLBACK_ELECTIONS, ControllerDriver
 from headwater.node.controller_service import ControllerService
+from headwater.node.groups.classic_groups import ClassicGroups
 from headwater.node.groups.coordinator import GroupCoordinator
+from headwater.node.groups.core import GroupCore
 from headwater.node.groups.image import GroupState
-from headwater.node.groups.service import GroupsService
+from headwater.node.groups.service import GroupsService, OffsetsTopicAt
 from headwater.node.kafka.group_handlers import GroupHandlers
-from headwater.node.kafka.groups import ClassicGroups
 from headwater.node.kafka.handlers import KafkaHandlers
 from headwater.node.kafka.listener import KafkaListener
 from headwater.node.kafka.sasl import KafkaSasl
@@ -369,15 +370,16 @@ class Node:
         admin = AdminService(
             config, self.logs, self.state, self.peers, self.controller, authorizer=authorizer
         )
-        groups = GroupsService(
+        group_core = GroupCore(
             config,
             self.state,
-            self.peers,
             self.groups,
             self.controller,
             self.may_lead,
+            OffsetsTopicAt(self.peers),
             authorizer=authorizer,
         )
+        groups = GroupsService(group_core, self.peers)
         scram_logins = ScramLogins(
             lambda: self.state.image, self.authenticate.passwords, self.secret.encode()
         )
@@ -386,8 +388,8 @@ class Node:
         )
         if config.kafka_listen and config.is_broker:
             assert self.groups is not None  # every broker coordinates groups
-            classic = self.classic_groups = ClassicGroups(config, groups, self.groups)
-            groups.classic = classic
+            classic = self.classic_groups = ClassicGroups(config, group_core, self.groups)
+            group_core.classic = classic
             kafka_protocol = config.kafka_security_protocol
             sasl = (
                 KafkaSasl(
@@ -414,7 +416,7 @@ class Node:
                     # Kafka clients send topic changes to the "controller": any broker
                     # takes them here and passes them to the active controller.
                     controller_id=lambda: config.node_id,
-                    groups=GroupHandlers(classic, groups, authorizer, self._kafka_address_of),
+                    groups=GroupHandlers(classic, group_core, self._kafka_address_of),
                     sasl=sasl is not None,
                 ),
                 sasl,

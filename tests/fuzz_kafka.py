@@ -2,7 +2,7 @@
 (``headwater.node.kafka.protocol.decode_request``), produced record batches
 (``headwater.log.kafka_records.to_stored``, and the stored batch it makes read back
 as Kafka and as columns) and the consumer protocol's subscriptions
-and assignments (``headwater.node.kafka.consumer_protocol``, read to describe groups).
+and assignments (``headwater.node.groups.consumer_protocol``, read to describe groups).
 
 Request cases start from a valid frame of every API and version served (topics,
 partitions and records filled in), batch cases from valid batches of every codec; each
@@ -32,7 +32,8 @@ from kio.serial import entity_writer
 
 from headwater.log import batch as batch_format
 from headwater.log import kafka_records as records
-from headwater.node.kafka import consumer_protocol, protocol, request_shape
+from headwater.node.groups import consumer_protocol
+from headwater.node.kafka import protocol, request_shape
 from headwater.node.kafka.request_shape import MalformedRequestError, RequestLimits
 from headwater.shared.errors import ErrorCode, HeadwaterError
 

@@ -285,8 +285,10 @@ def test_random_histories_keep_the_invariants(seed: int) -> None:
 # --------------------------------------------------------------------------- node budget
 
 
-class _Service:
-    async def route(self, group_id: str, forwarded: bool) -> int:
+class _Core:
+    """A group core that routes every group to partition 0 here."""
+
+    async def here(self, group_id: str) -> int:
         return 0
 
 
@@ -317,12 +319,12 @@ def test_the_nodes_classic_groups_hold_a_bounded_amount_of_member_data() -> None
     join that would pass it is refused (GROUP_MAX_SIZE_REACHED), smaller joins go on, and
     the count is exact again at the next session check."""
     from headwater.node.config import NodeConfig
-    from headwater.node.kafka.groups import ClassicGroups
+    from headwater.node.groups.classic_groups import ClassicGroups
 
     async def scenario() -> None:
         groups = ClassicGroups(
             NodeConfig(),
-            _Service(),  # type: ignore[arg-type]
+            _Core(),  # type: ignore[arg-type]
             _Coordinator(),  # type: ignore[arg-type]
             held_bytes_max=10_000,
         )
@@ -381,14 +383,14 @@ def test_a_group_whose_partition_moved_away_and_back_is_read_again() -> None:
     it is dropped (the waiting member is told NOT_COORDINATOR) and the last written
     generation is served instead."""
     from headwater.node.config import NodeConfig
-    from headwater.node.kafka.groups import ClassicGroups
+    from headwater.node.groups.classic_groups import ClassicGroups
     from headwater.shared.errors import HeadwaterError
 
     async def scenario() -> None:
         coordinator = _MovingCoordinator()
         groups = ClassicGroups(
             NodeConfig(),
-            _Service(),  # type: ignore[arg-type]
+            _Core(),  # type: ignore[arg-type]
             coordinator,  # type: ignore[arg-type]
         )
         try:

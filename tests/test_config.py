@@ -302,3 +302,14 @@ def test_serve_takes_the_kafka_listener_flags() -> None:
     result = runner.invoke(cli_main, ["serve", "--kafka-listen", "nowhere"], env={})
     assert result.exit_code == 1
     assert "--kafka-listen must be HOST:PORT" in result.stderr
+
+
+def test_the_offsets_topic_must_fit_under_partitions_max() -> None:
+    """A node whose ``__consumer_offsets`` could never be created (more partitions than
+    any topic may have) is refused at start, not left answering every group request
+    COORDINATOR_NOT_AVAILABLE."""
+    with pytest.raises(HeadwaterError) as info:
+        NodeConfig(partitions_max=6)
+    assert info.value.code == ErrorCode.INVALID_CONFIG
+    assert "offsets_topic_partitions (50) exceeds partitions_max (6)" in info.value.message
+    assert NodeConfig(partitions_max=6, offsets_topic_partitions=6).partitions_max == 6

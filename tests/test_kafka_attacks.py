@@ -370,7 +370,7 @@ def test_describe_groups_shows_a_caller_only_the_topics_it_may_describe(
     a thousand times is described once."""
     from confluent_kafka import Consumer
 
-    from headwater.node.kafka import consumer_protocol
+    from headwater.node.groups import consumer_protocol
 
     assert node.kafka_address is not None
     member = Consumer(

@@ -82,19 +82,16 @@ GRPC_FRONT = (
 )
 """The gRPC front: its servicers and forwarding, over the gRPC library."""
 KAFKA_FRONT = ("headwater.node.kafka",)
-BROKER_CORE = ("node/broker_core.py", "node/topic_admin.py")
-"""The broker's rules, written once for both fronts."""
-KAFKA_FRONT_ON_CORE = (
-    "node/kafka/handlers.py",
-    "node/kafka/listener.py",
-    "node/kafka/protocol.py",
-    "node/kafka/request_shape.py",
-    "node/kafka/sasl.py",
-    "node/kafka/sockets.py",
-    "node/kafka/admission.py",
-    "node/kafka/answers.py",
+BROKER_CORE = (
+    "node/broker_core.py",
+    "node/topic_admin.py",
+    "node/groups/core.py",
+    "node/groups/classic_groups.py",
+    "node/groups/coordinator.py",
 )
-"""The Kafka front's modules that stand on the broker core alone."""
+"""The broker's rules, written once for both fronts."""
+KAFKA_FRONT_ON_CORE = ("node/kafka",)
+"""The Kafka front, which stands on the broker core alone."""
 
 RULES: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(BROKER_CORE, (*PROTOBUF, *GRPC_FRONT, *KAFKA_FRONT)),

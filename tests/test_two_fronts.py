@@ -12,6 +12,7 @@ so that a request over each is small.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from headwater.tools.ports import free_port
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests import kafka_raw
+from tests.kafka_raw import DEADLINE_S
 from tests.node_process import NodeProcess
 
 TOPICS_MAX = 4
@@ -42,6 +44,7 @@ def both(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         env={
             "HEADWATER_TOPICS_MAX": str(TOPICS_MAX),
             "HEADWATER_PARTITIONS_MAX": str(PARTITIONS_MAX),
+            "HEADWATER_OFFSETS_TOPIC_PARTITIONS": "2",
         },
     )
     node.start()
@@ -224,3 +227,86 @@ def test_a_partition_the_topic_lacks_is_refused_alike(broker: Any, kafka: socket
     )
     # Kafka has no code of its own for it: UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers.
     assert listed.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _until_coordinated(attempt: Any) -> Any:
+    """``attempt()``'s answer once it is not a coordinator still being made
+    (``__consumer_offsets`` is created on the first use of any group)."""
+    retriable = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        answer, code = attempt()
+        if code not in retriable or time.monotonic() > deadline:
+            return answer, code
+        time.sleep(0.1)
+
+
+def test_a_group_is_one_group_over_both_fronts(both: NodeProcess, kafka: socket.socket) -> None:
+    """Offsets committed over one front are fetched, listed and described over the
+    other: both translate to the one group core."""
+    with grpc.insecure_channel(both.address) as channel:
+        groups = pb_grpc.GroupsStub(channel)
+
+        def kafka_commit() -> tuple[Any, int]:
+            answered = kafka_raw.exchange(
+                kafka,
+                protocol.OFFSET_COMMIT,
+                2,
+                group_id="over-kafka",
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                topics=[
+                    {
+                        "name": "t",
+                        "partitions": [
+                            {"partition_index": 0, "committed_offset": 5, "committed_metadata": "m"}
+                        ],
+                    }
+                ],
+            )
+            return answered, int(answered.topics[0].partitions[0].error_code)
+
+        assert _until_coordinated(kafka_commit)[1] == 0
+        fetched = groups.OffsetFetch(pb.OffsetFetchRequest(group_id="over-kafka"), timeout=10)
+        assert [(o.topic, o.partition, o.offset, o.metadata) for o in fetched.offsets] == [
+            ("t", 0, 5, "m")
+        ]
+        committed = groups.OffsetCommit(
+            pb.OffsetCommitRequest(
+                group_id="over-grpc",
+                member_epoch=-1,
+                offsets=[pb.OffsetCommitPartition(topic="t", partition=1, offset=7, metadata="n")],
+            ),
+            timeout=10,
+        )
+        assert [r.error_code for r in committed.results] == [0]
+        answered = kafka_raw.exchange(
+            kafka, protocol.OFFSET_FETCH, 2, group_id="over-grpc", topics=None
+        )
+        assert [
+            (t.name, p.partition_index, p.committed_offset, p.metadata)
+            for t in answered.topics
+            for p in t.partitions
+        ] == [("t", 1, 7, "n")]
+        listed_by_kafka = kafka_raw.exchange(kafka, protocol.LIST_GROUPS, 0)
+        listed_by_grpc = groups.ListGroups(pb.ListGroupsRequest(), timeout=10)
+        assert {g.group_id for g in listed_by_kafka.groups} == {"over-kafka", "over-grpc"}
+        assert {g.group_id for g in listed_by_grpc.groups} == {"over-kafka", "over-grpc"}
+        described = kafka_raw.exchange(
+            kafka, protocol.DESCRIBE_GROUPS, 0, groups=["over-grpc"]
+        ).groups[0]
+        grpc_described = groups.DescribeGroup(
+            pb.DescribeGroupRequest(group_id="over-grpc"), timeout=10
+        )
+        assert (described.error_code, described.group_state) == (0, grpc_described.state)
+
+
+def test_an_invalid_group_id_is_refused_alike(both: NodeProcess, kafka: socket.socket) -> None:
+    with grpc.insecure_channel(both.address) as channel:
+        code, message = grpc_refusal(
+            lambda: pb_grpc.GroupsStub(channel).FindCoordinator(
+                pb.FindCoordinatorRequest(group_id=""), timeout=10
+            )
+        )
+    answered = kafka_raw.exchange(kafka, protocol.FIND_COORDINATOR, 1, key="", key_type=0)
+    assert (answered.error_code, answered.error_message) == (code, message)

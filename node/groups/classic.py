@@ -20,7 +20,7 @@ UNKNOWN_MEMBER_ID; a member that joins or leaves, or misses its session timeout,
 rebalance, and members learn of it from their heartbeats (REBALANCE_IN_PROGRESS).
 
 The state lives in the coordinator's memory; each generation the leader completes is
-written to ``__consumer_offsets`` (``headwater.node.kafka.groups``) before anyone gets an
+written to ``__consumer_offsets`` (``headwater.node.groups.classic_groups``) before anyone gets an
 assignment, so that a new coordinator carries on from it; committed offsets go there
 like every group's.
 """

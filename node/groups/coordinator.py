@@ -611,7 +611,7 @@ class GroupCoordinator:
         return answers
 
     async def save_classic(self, index: int, record: ClassicGeneration) -> None:
-        """Append a classic group's generation (``headwater.node.kafka.groups``) and
+        """Append a classic group's generation (``headwater.node.groups.classic_groups``) and
         return once it is replicated."""
         await self.shard(index).write(lambda image: decisions.save_classic(image, record))
 

@@ -37,6 +37,13 @@ def code_of(error: HeadwaterError | GroupProtocolError) -> int:
     return kafka_code(error.code)
 
 
+def message_of(error: HeadwaterError | GroupProtocolError) -> str:
+    """A refusal's message as an answer carries it (the code is the answer's own field)."""
+    if isinstance(error, HeadwaterError):
+        return error.message
+    return str(error)
+
+
 def ready(value: Any) -> Awaitable[Any]:
     """An answer already computed (phase two of a handler has nothing to wait for)."""
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

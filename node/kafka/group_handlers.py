@@ -1,14 +1,12 @@
 """The Kafka front's group requests: FindCoordinator, the classic protocol (JoinGroup,
 SyncGroup, Heartbeat, LeaveGroup), the consumer protocol (ConsumerGroupHeartbeat, on
 the server-side groups gRPC members use), OffsetCommit, OffsetFetch, ListGroups,
-DescribeGroups and DeleteGroups, over ``ClassicGroups`` and the node's group
-coordinator. Kafka clients send these to the group's coordinator (FindCoordinator
-names it); another node answers NOT_COORDINATOR and the client asks again.
-
-Permissions are Kafka's: read on the group to join, sync, heartbeat, leave and commit
-(and read on each topic committed); describe on the group to find its coordinator,
-fetch its offsets (of the topics the caller may describe) or describe it; delete on the
-group to delete it; ListGroups lists the groups the caller may describe.
+DescribeGroups and DeleteGroups: translations over ``GroupCore`` (who may do what, where
+a group is coordinated, listings, descriptions) and ``ClassicGroups`` (the classic
+protocol's groups). Kafka clients send these to the group's coordinator
+(FindCoordinator names it); another node answers NOT_COORDINATOR and the client asks
+again. A commit refused on a topic is refused for that topic's partitions only, as
+Kafka does.
 """
 
 from __future__ import annotations
@@ -17,16 +15,15 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from headwater.node.authorizer import Authorizer, current_caller
+from headwater.node.authorizer import current_caller
 from headwater.node.groups.classic import GroupProtocolError
+from headwater.node.groups.classic_groups import ClassicGroups
+from headwater.node.groups.consumer_protocol import assignment_within, subscription_within
+from headwater.node.groups.core import GroupCore
 from headwater.node.groups.decisions import CommitItem
-from headwater.node.groups.service import GroupsService
 from headwater.node.kafka import consumer_heartbeat, protocol
-from headwater.node.kafka.answers import code_of, names_by_id, ready, topic_uuid
-from headwater.node.kafka.consumer_protocol import assignment_within, subscription_within
-from headwater.node.kafka.groups import ClassicGroups
+from headwater.node.kafka.answers import code_of, message_of, names_by_id, ready, topic_uuid
 from headwater.node.limits import yield_every
-from headwater.shared.acls import CLUSTER_RESOURCE, Operation, ResourceType
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 GROUP_KEY_TYPE: Final = 0
@@ -47,13 +44,11 @@ class GroupHandlers:
     def __init__(
         self,
         groups: ClassicGroups,
-        service: GroupsService,
-        auth: Authorizer,
+        core: GroupCore,
         kafka_address: Callable[[int], str],
     ) -> None:
         self.groups = groups
-        self.service = service
-        self.auth = auth
+        self.core = core
         self.kafka_address = kafka_address
 
     def by_key(self) -> dict[int, Callable[[protocol.Request], Awaitable[Any]]]:
@@ -89,8 +84,8 @@ class GroupHandlers:
             )
             return ready(protocol.answer(self._schema(request), **answer))
         try:
-            self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, body.key)
-            _image, _index, leader = await self.service.locate(body.key)
+            self.core.authorize_coordinator_lookup(body.key)
+            _image, _index, leader = await self.core.locate(body.key)
             address = self.kafka_address(leader)
             if not address:
                 raise HeadwaterError(
@@ -100,7 +95,7 @@ class GroupHandlers:
             host, _, port = address.rpartition(":")
             answer.update(error_code=0, node_id=leader, host=host, port=int(port))
         except (HeadwaterError, GroupProtocolError) as error:
-            answer.update(error_code=code_of(error), error_message=str(error))
+            answer.update(error_code=code_of(error), error_message=message_of(error))
         return ready(protocol.answer(self._schema(request), **answer))
 
     # ------------------------------------------------------------------ classic protocol
@@ -114,7 +109,7 @@ class GroupHandlers:
 
         async def answer() -> Any:
             try:
-                self.auth.require(Operation.READ, ResourceType.GROUP, body.group_id)
+                self.core.authorize_membership(body.group_id)
                 joined = await self.groups.join(
                     body.group_id,
                     body.member_id,
@@ -152,7 +147,7 @@ class GroupHandlers:
 
         async def answer() -> Any:
             try:
-                self.auth.require(Operation.READ, ResourceType.GROUP, body.group_id)
+                self.core.authorize_membership(body.group_id)
                 assignment = await self.groups.sync(
                     body.group_id,
                     body.member_id,
@@ -169,7 +164,7 @@ class GroupHandlers:
     async def heartbeat(self, request: protocol.Request) -> Any:
         body = request.body
         try:
-            self.auth.require(Operation.READ, ResourceType.GROUP, body.group_id)
+            self.core.authorize_membership(body.group_id)
             await self.groups.heartbeat(
                 body.group_id,
                 body.member_id,
@@ -191,7 +186,7 @@ class GroupHandlers:
         results = []
         code = 0
         try:
-            self.auth.require(Operation.READ, ResourceType.GROUP, body.group_id)
+            self.core.authorize_membership(body.group_id)
         except HeadwaterError as error:
             code = code_of(error)
         async for member_id, instance_id in yield_every(leaving if code == 0 else []):
@@ -221,16 +216,14 @@ class GroupHandlers:
             try:
                 # Authorized before anything is looked up; again below with the
                 # subscription the group holds for a member that sent none.
-                self.service.authorize_heartbeat(
+                self.core.authorize_heartbeat(
                     body.group_id,
                     body.subscribed_topic_names or (),
                     getattr(body, "subscribed_topic_regex", None) or "",
                 )
-                index = await self.service.route(body.group_id, forwarded=True)
-                assert isinstance(index, int)  # forwarded=True: never an address
-                assert self.service.coordinator is not None  # it routed here
-                group = self.service.coordinator.shard(index).image.group(body.group_id)
-                image = self.service.state.image
+                index = await self.core.here(body.group_id)
+                group = self.core.held(index, body.group_id)
+                image = self.core.state.image
                 heartbeat = consumer_heartbeat.heartbeat_of(
                     body,
                     request.client_id,
@@ -239,10 +232,10 @@ class GroupHandlers:
                     group.current.get(body.member_id) if group else None,
                     names_by_id(image),
                 )
-                self.service.authorize_heartbeat(
+                self.core.authorize_heartbeat(
                     heartbeat.group_id, heartbeat.subscribed_topics, heartbeat.subscribed_pattern
                 )
-                joined, interval = await self.service.consumer_heartbeat(index, heartbeat)
+                joined, interval = await self.core.consumer_heartbeat(index, heartbeat)
             except consumer_heartbeat.HeartbeatShapeError as error:
                 return protocol.answer(
                     self._schema(request),
@@ -251,9 +244,11 @@ class GroupHandlers:
                 )
             except (HeadwaterError, GroupProtocolError) as error:
                 return protocol.answer(
-                    self._schema(request), error_code=code_of(error), error_message=str(error)
+                    self._schema(request),
+                    error_code=code_of(error),
+                    error_message=message_of(error),
                 )
-            image = self.service.state.image
+            image = self.core.state.image
             ids = {
                 topic: topic_id
                 for topic, _ in joined.assigned
@@ -293,12 +288,7 @@ class GroupHandlers:
             for p in topic.partitions
         ]
         try:
-            self.auth.require(Operation.READ, ResourceType.GROUP, body.group_id)
-            refused = {
-                t
-                for t in {i.topic for i in items}
-                if not self.auth.allows(Operation.READ, ResourceType.TOPIC, t)
-            }
+            refused = self.core.commit_refusals(body.group_id, (i.topic for i in items))
             allowed = [i for i in items if i.topic not in refused]
             outcomes = (
                 await self.groups.commit(
@@ -343,21 +333,26 @@ class GroupHandlers:
     async def offset_fetch(self, request: protocol.Request) -> Any:
         body = request.body
         try:
-            self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, body.group_id)
+            self.core.authorize_describe(body.group_id)
             committed = await self.groups.committed(body.group_id)
         except (HeadwaterError, GroupProtocolError) as error:
             return ready(protocol.answer(self._schema(request), error_code=code_of(error)))
+        visibility = self.core.topic_visibility()
+
+        def visible(topic: str) -> bool:
+            return visibility is None or visibility(topic)
+
         if body.topics is None:  # every topic the caller may describe, as over gRPC
             wanted: dict[str, list[int]] = {}
             for topic, partition in sorted(committed):
-                if self.auth.allows(Operation.DESCRIBE, ResourceType.TOPIC, topic):
+                if visible(topic):
                     wanted.setdefault(topic, []).append(partition)
         else:
             wanted = {t.name: [int(p) for p in t.partition_indexes] for t in body.topics}
         topics: list[dict[str, Any]] = []
         for name, partitions in wanted.items():
             answers: list[dict[str, Any]]
-            if not self.auth.allows(Operation.DESCRIBE, ResourceType.TOPIC, name):
+            if not visible(name):
                 answers = [
                     {
                         "partition_index": p,
@@ -389,11 +384,7 @@ class GroupHandlers:
 
     async def list_groups(self, request: protocol.Request) -> Any:
         """The groups this node coordinates, both protocols."""
-        listed = {group_id for group_id, group in self.groups.groups.items() if group.members}
-        for listing in self.service.own_group_listings():
-            listed.add(listing)
-        if not self.auth.allows(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
-            listed = set(self.auth.visible(ResourceType.GROUP, sorted(listed)))
+        listed = {g.group_id for g in self.core.visible_groups(self.core.own_groups())}
         return ready(
             protocol.answer(
                 self._schema(request),
@@ -411,7 +402,7 @@ class GroupHandlers:
         async for group_id in yield_every(named, weight=self._members_of):
             entry: dict[str, Any] = {"group_id": group_id, "group_state": DEAD}
             try:
-                self.auth.require(Operation.DESCRIBE, ResourceType.GROUP, group_id)
+                self.core.authorize_describe(group_id)
                 await self.groups.committed(group_id)  # routes: NOT_COORDINATOR elsewhere
                 entry.update(self._describe(group_id))
                 entry["error_code"] = 0
@@ -432,7 +423,7 @@ class GroupHandlers:
         protocol the broker cannot read."""
         group = self.groups.groups.get(group_id)
         if group is not None and group.members:
-            visible = self._visible_topics()
+            visible = self.core.topic_visibility()
             readable = group.protocol_type == PROTOCOL_TYPE
             members: list[dict[str, Any]] = []
             for m in group.members.values():
@@ -456,7 +447,7 @@ class GroupHandlers:
                 "protocol_data": group.protocol_name,
                 "members": members,
             }
-        state = self.service.group_state(group_id)
+        state = self.core.group_state(group_id)
         if state is None:
             return {}
         name, consumers = state
@@ -466,28 +457,11 @@ class GroupHandlers:
             "members": [{"member_id": m, "client_id": c} for m, c in consumers],
         }
 
-    def _visible_topics(self) -> Callable[[str], bool] | None:
-        """Whether the caller may describe a topic (remembered for one answer); None when
-        every caller may describe every topic (no authorizer)."""
-        if not self.auth.enabled:
-            return None
-        seen: dict[str, bool] = {}
-
-        def visible(topic: str) -> bool:
-            allowed = seen.get(topic)
-            if allowed is None:
-                allowed = seen[topic] = self.auth.allows(
-                    Operation.DESCRIBE, ResourceType.TOPIC, topic
-                )
-            return allowed
-
-        return visible
-
     async def delete_groups(self, request: protocol.Request) -> Any:
         results = []
         async for group_id in yield_every(request.body.groups_names):
             try:
-                self.auth.require(Operation.DELETE, ResourceType.GROUP, group_id)
+                self.core.authorize_delete(group_id)
                 await self.groups.delete(group_id)
                 code = 0
             except (HeadwaterError, GroupProtocolError) as error:

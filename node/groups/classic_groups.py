@@ -1,10 +1,10 @@
-"""Classic consumer groups for the Kafka front: the groups this node coordinates, with
+"""Classic consumer groups (Kafka's JoinGroup protocol): the groups this node coordinates, with
 the waiting Kafka's JoinGroup and SyncGroup do (``headwater.node.groups.classic`` holds
 the state and its rules), and their offsets in the same ``__consumer_offsets`` as every
 group (``GroupCoordinator``).
 
 A group is served where the gRPC groups are: by the leader of its partition of
-``__consumer_offsets`` (``GroupsService.route``). A request for a group this node does
+``__consumer_offsets`` (``GroupCore.route``). A request for a group this node does
 not coordinate is answered NOT_COORDINATOR, and a group whose partition this node no
 longer leads is dropped from memory (its waiting members are told NOT_COORDINATOR and
 find the new coordinator).
@@ -34,13 +34,12 @@ from typing import Final
 from headwater.node.config import NodeConfig
 from headwater.node.groups import classic
 from headwater.node.groups.classic import ClassicError, ClassicGroup, GroupProtocolError
+from headwater.node.groups.consumer_protocol import assigned_partitions, subscribed_topics
 from headwater.node.groups.coordinator import GroupCoordinator
+from headwater.node.groups.core import ClassicMemberView, ClassicView, GroupCore
 from headwater.node.groups.decisions import SESSION_TIMEOUT_RANGE_MS, CommitItem
 from headwater.node.groups.records import OFFSETS_TOPIC, ClassicGeneration
-from headwater.node.groups.service import ClassicView, GroupsService
-from headwater.node.kafka.consumer_protocol import assigned_partitions, subscribed_topics
 from headwater.shared.errors import ErrorCode, HeadwaterError
-from headwater.v1 import headwater_pb2 as pb
 
 _log = logging.getLogger(__name__)
 EXPIRY_CHECK_S: Final = 0.5
@@ -72,14 +71,14 @@ class ClassicGroups:
     def __init__(
         self,
         config: NodeConfig,
-        service: GroupsService,
+        core: GroupCore,
         coordinator: GroupCoordinator,
         clock: Callable[[], float] = time.monotonic,
         held_bytes_max: int = HELD_BYTES_MAX,
     ) -> None:
         self.config = config
         self.held_bytes_max = held_bytes_max
-        self.service = service
+        self.core = core
         self.coordinator = coordinator
         self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
@@ -133,17 +132,14 @@ class ClassicGroups:
             topics = subscribed_topics(metadata) if consumer else None
             assigned = assigned_partitions(member.assignment) if consumer else None
             members.append(
-                pb.GroupMember(
+                ClassicMemberView(
                     member_id=member.member_id,
                     instance_id=member.instance_id,
                     client_id=member.client_id,
                     host=member.host,
-                    member_epoch=group.generation,
-                    subscribed_topics=topics or (),
-                    assigned=[
-                        pb.TopicPartitions(topic=topic, partitions=partitions)
-                        for topic, partitions in assigned or ()
-                    ],
+                    generation=group.generation,
+                    subscribed_topics=tuple(topics or ()),
+                    assigned=tuple((topic, tuple(parts)) for topic, parts in assigned or ()),
                     session_timeout_ms=member.session_timeout_ms,
                     rebalance_timeout_ms=member.rebalance_timeout_ms,
                 )
@@ -157,12 +153,11 @@ class ClassicGroups:
         """The coordinator partition of ``group_id`` when this node coordinates it;
         otherwise its classic state here is dropped and NOT_COORDINATOR raised."""
         try:
-            route = await self.service.route(group_id, forwarded=True)
+            route = await self.core.here(group_id)
         except HeadwaterError as error:
             if error.code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
                 self._drop(group_id, error)
             raise
-        assert isinstance(route, int)  # forwarded=True: never an address
         if self._expiry is None or self._expiry.done():
             self._expiry = asyncio.get_running_loop().create_task(self._expire_sessions())
         shard = self.coordinator.shards.get(route)
