@@ -20,8 +20,9 @@ from headwater.client.connection import (
     partition_leaders,
 )
 from headwater.client.sessions import AioSession, aio_session_interceptors
+from headwater.shared.grpc_channels import open_aio_channel
 from headwater.shared.grpc_errors import from_rpc_error
-from headwater.shared.tls import RECONNECT_OPTIONS, ClientSecurity, open_aio_channel
+from headwater.shared.tls import RECONNECT_OPTIONS, ClientSecurity
 from headwater.shared.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc

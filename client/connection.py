@@ -22,8 +22,9 @@ import grpc
 from headwater.client.sessions import with_session
 from headwater.shared.addresses import DEFAULT_LISTEN, parse_address
 from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_channels import open_channel
 from headwater.shared.grpc_errors import from_rpc_error
-from headwater.shared.tls import RECONNECT_OPTIONS, SOCKET_CLOSED_HINT, ClientSecurity, open_channel
+from headwater.shared.tls import RECONNECT_OPTIONS, SOCKET_CLOSED_HINT, ClientSecurity
 from headwater.shared.topics import check_partition
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc

@@ -32,13 +32,13 @@ import grpc
 from headwater.shared import scram
 from headwater.shared.credentials import AUTHORIZATION_KEY, salted_password
 from headwater.shared.errors import ErrorCode
-from headwater.shared.grpc_errors import from_rpc_error
-from headwater.shared.tls import (
+from headwater.shared.grpc_channels import (
     AioStreamStreamInterceptor,
     AioUnaryStreamInterceptor,
     AioUnaryUnaryInterceptor,
     CallDetails,
 )
+from headwater.shared.grpc_errors import from_rpc_error
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 

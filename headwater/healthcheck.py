@@ -22,7 +22,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headwater.shared.errors import HeadwaterError
-from headwater.shared.tls import ClientSecurity, open_channel
+from headwater.shared.grpc_channels import open_channel
+from headwater.shared.tls import ClientSecurity
 
 DEFAULT_ADDRESS = "127.0.0.1:7700"
 DEFAULT_TIMEOUT_MS = 2000

@@ -22,29 +22,27 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from headwater.node.admin_service import AdminService
-from headwater.node.authorizer import Authenticate, Authorizer, TrustMembers
-from headwater.node.broker_core import BrokerCore
-from headwater.node.broker_lifecycle import BrokerLifecycle, MetadataFollower
 from headwater.node.clock import now_ms
-from headwater.node.cluster_auth import ForwardedCallLimit, RequireClusterSecret
-from headwater.node.cluster_state import ClusterState
+from headwater.node.cluster.broker_lifecycle import BrokerLifecycle, MetadataFollower
+from headwater.node.cluster.broker_session import LEADER_FALLBACK_ELECTIONS
+from headwater.node.cluster.cluster_state import ClusterState
+from headwater.node.cluster.controller import ControllerDriver
+from headwater.node.cluster.peers import Peers
+from headwater.node.cluster.producer_ids import ProducerIdAllocator
 from headwater.node.config import NodeConfig
-from headwater.node.controller import LEADER_FALLBACK_ELECTIONS, ControllerDriver
-from headwater.node.controller_service import ControllerService
+from headwater.node.core.broker_core import BrokerCore
+from headwater.node.core.limits import yield_every
+from headwater.node.core.throttling import Quotas
 from headwater.node.groups.classic_groups import ClassicGroups
 from headwater.node.groups.coordinator import GroupCoordinator
 from headwater.node.groups.core import GroupCore
 from headwater.node.groups.image import GroupState
-from headwater.node.groups.service import GroupsService, OffsetsTopicAt
 from headwater.node.kafka.group_handlers import GroupHandlers
 from headwater.node.kafka.handlers import KafkaHandlers
 from headwater.node.kafka.listener import KafkaListener
 from headwater.node.kafka.sasl import KafkaSasl
-from headwater.node.limits import yield_every
-from headwater.node.log_manager import DataDirError, LogManager
-from headwater.node.loop_watch import LoopWatch
-from headwater.node.metrics import (
+from headwater.node.ops.loop_watch import LoopWatch
+from headwater.node.ops.metrics import (
     GroupSample,
     NodeMetrics,
     NodeSnapshot,
@@ -52,24 +50,27 @@ from headwater.node.metrics import (
     PartitionSample,
     RpcMetricsInterceptor,
 )
-from headwater.node.metrics_endpoint import MetricsEndpoint, MetricsListenError
-from headwater.node.peers import Peers
-from headwater.node.producer_ids import ProducerIdAllocator
-from headwater.node.replica_manager import ReplicaManager
-from headwater.node.replica_service import ReplicaService
-from headwater.node.request_decoding import DecodeRequests, quiet_grpc_log
-from headwater.node.sasl_service import SaslService, ScramLogins
-from headwater.node.service import BrokerService
-from headwater.node.throttling import Quotas
-from headwater.node.tls_setup import load_node_tls, principal_of_certificate
-from headwater.raft.image import MetadataImage
+from headwater.node.ops.metrics_endpoint import MetricsEndpoint, MetricsListenError
+from headwater.node.replicas.log_manager import DataDirError, LogManager
+from headwater.node.replicas.replica_manager import ReplicaManager
+from headwater.node.replicas.replica_service import ReplicaService
+from headwater.node.rpc.admin_service import AdminService
+from headwater.node.rpc.broker_service import BrokerService
+from headwater.node.rpc.controller_service import ControllerService
+from headwater.node.rpc.groups_service import GroupsService, OffsetsTopicAt
+from headwater.node.rpc.request_decoding import DecodeRequests, quiet_grpc_log
+from headwater.node.security.authorizer import Authenticate, Authorizer, TrustMembers
+from headwater.node.security.cluster_auth import ForwardedCallLimit, RequireClusterSecret
+from headwater.node.security.sasl_service import SaslService, ScramLogins
+from headwater.node.security.tls_setup import load_node_tls, principal_of_certificate
+from headwater.raft.metadata.image import MetadataImage
+from headwater.raft.metadata.records import NO_LEADER
 from headwater.raft.quorum import (
     MetadataQuorum,
     QuorumBindError,
     QuorumJournalError,
     QuorumTimings,
 )
-from headwater.raft.records import NO_LEADER
 from headwater.shared.addresses import parse_address
 from headwater.shared.quotas import REQUEST_RATE
 from headwater.shared.runtime_tuning import freeze_long_lived, tune_runtime
@@ -642,7 +643,7 @@ class Node:
 
     async def metrics_snapshot(self) -> NodeSnapshot:
         """The node's state for a metrics scrape (on the event loop: see
-        ``headwater.node.metrics``), a slice of partitions and groups at a time, so a
+        ``headwater.node.ops.metrics``), a slice of partitions and groups at a time, so a
         node of thousands of partitions never holds its loop for a scrape (each
         partition's series is of one moment, the scrape's of a few milliseconds); drops
         the series of deleted topics."""

@@ -1,5 +1,3 @@
-"""The metadata quorum (Raft via pysyncobj): records, the metadata image, the controller.
-
-Not built yet: a single node keeps its topic metadata in ``node.topic_store``; the quorum
-replaces it in the cluster work.
-"""
+"""The Raft metadata quorum (over pysyncobj): the voters' replicated journal of metadata
+records, elections of the controller, and followers' appends. What the records mean (the
+metadata model: records, image, the controller's decisions) is ``headwater.raft.metadata``."""

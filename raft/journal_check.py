@@ -6,7 +6,7 @@ partition folders as strays. So every batch the controller proposes is *framed*:
 
     b"HWM1"  magic
     uint32   CRC32C of the batch (little-endian)
-    bytes    the batch (``headwater.raft.records`` JSON)
+    bytes    the batch (``headwater.raft.metadata.records`` JSON)
 
 ``unframe`` checks it (a batch journaled before framing, which starts with ``[``, is read
 as it is), and ``journal_problem`` walks a journal file in pysyncobj 0.3.17's format

@@ -38,7 +38,7 @@ Durability of metadata, exactly (pysyncobj 0.3.17):
   voter whose term got ahead of the leader's would take nothing from it for as long as
   it leads. ``RaftFollowerGuard`` answers such a message with the voter's term
   (``HIGHER_TERM``), and the leader takes the term and steps down, as Raft has it.
-- The controller epoch on every record (``headwater.raft.image.apply`` refuses records of
+- The controller epoch on every record (``headwater.raft.metadata.image.apply`` refuses records of
   an older epoch than the image's) stops a deposed controller's records from taking effect.
 """
 
@@ -68,10 +68,10 @@ from pysyncobj.tcp_connection import TcpConnection
 
 from headwater.raft.elections import LogPosition, grant_pre_vote, has_majority, may_stand
 from headwater.raft.follower_append import AppendAction, plan_append
-from headwater.raft.image import ApplyResult, MetadataImage, apply
 from headwater.raft.journal import MetadataJournal
 from headwater.raft.journal_check import DamagedBatchError, frame, journal_problem, unframe
-from headwater.raft.records import RecordFormatError, decode_batch
+from headwater.raft.metadata.image import ApplyResult, MetadataImage, apply
+from headwater.raft.metadata.records import RecordFormatError, decode_batch
 from headwater.shared.log_limits import LogEvery
 
 _log = logging.getLogger(__name__)

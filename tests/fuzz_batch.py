@@ -42,7 +42,7 @@ import crc32c
 from headwater.client.consumer import PollResult, fetched_from
 from headwater.client.positions import TopicPartition
 from headwater.log import batch as bf
-from headwater.node.record_encoding import decoded_records
+from headwater.node.rpc.record_encoding import decoded_records
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 ALLOWED_CODES = frozenset(

@@ -4,9 +4,9 @@ driving the project's own replication and control code.
 
 What is the project's code and what is the simulation's:
 
-- **Shared**: every decision of the controller (``raft.decisions``: registration,
+- **Shared**: every decision of the controller (``metadata.decisions``: registration,
   heartbeats and fencing, ISR changes, elections) applied to the metadata image
-  (``raft.image.apply``); each replica's ``node.partition.Partition`` over a
+  (``metadata.image.apply``); each replica's ``node.replicas.partition.Partition`` over a
   ``log.memory_log.MemoryLog`` (roles, leader epochs, the high watermark and its
   checkpoint, follower progress, the follower's fencing check, the refusal to truncate
   below the high watermark, the acks=all answer); what the image asks of the replicas
@@ -58,25 +58,25 @@ from typing import Any, Final
 from headwater.log import batch as batch_format
 from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
-from headwater.node.broker_session import BrokerSession, leadership_lease_s
+from headwater.node.cluster.broker_session import BrokerSession, leadership_lease_s
 from headwater.node.config import NodeConfig
-from headwater.node.following import Following
-from headwater.node.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
-from headwater.node.partition import Partition
-from headwater.node.replica_checks import (
+from headwater.node.replicas.following import Following
+from headwater.node.replicas.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
+from headwater.node.replicas.partition import Partition
+from headwater.node.replicas.replica_checks import (
     fetch_position_error,
     leader_partition,
     stale_registration,
 )
-from headwater.node.replica_roles import (
+from headwater.node.replicas.replica_roles import (
     apply_topic_configs,
     assigned_replicas,
     leader_to_follow,
     maybe_record_leader_epoch,
 )
-from headwater.raft import decisions
-from headwater.raft import records as r
-from headwater.raft.image import MetadataImage, PartitionState, apply
+from headwater.raft.metadata import decisions
+from headwater.raft.metadata import records as r
+from headwater.raft.metadata.image import MetadataImage, PartitionState, apply
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 STEP_MS: Final = 10

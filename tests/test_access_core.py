@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from headwater.node.authorizer import certificate_principal, host_of_peer
-from headwater.raft import decisions
-from headwater.raft import records as r
-from headwater.raft.image import MetadataImage, apply, image_digest, snapshot_records
+from headwater.node.security.authorizer import certificate_principal, host_of_peer
+from headwater.raft.metadata import decisions
+from headwater.raft.metadata import records as r
+from headwater.raft.metadata.image import MetadataImage, apply, image_digest, snapshot_records
 from headwater.shared.acls import ACLS_MAX, Acl, parse_acl, parse_filter
 from headwater.shared.credentials import (
     ITERATIONS_MIN,
@@ -332,7 +332,7 @@ def test_quota_records_build_the_image() -> None:
 
 
 def test_connection_rate_counts_new_connections_per_host_and_second() -> None:
-    from headwater.node.authorizer import ConnectionRate
+    from headwater.node.security.authorizer import ConnectionRate
 
     now = [100.0]
     rate = ConnectionRate(2, clock=lambda: now[0])

@@ -17,8 +17,9 @@ import pytest
 from headwater.client import Admin, ClientSecurity
 from headwater.shared.acls import parse_acl, parse_filter
 from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_channels import open_channel
 from headwater.shared.grpc_errors import from_rpc_error
-from headwater.shared.tls import TLS, open_channel
+from headwater.shared.tls import TLS
 from headwater.tools.tls_certs import NamedPki, TlsFiles, create_named_pki
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc

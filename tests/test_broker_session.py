@@ -1,14 +1,14 @@
 """A broker's registration and leadership lease as steps without I/O
-(``headwater.node.broker_session``): what each heartbeat answer does to the lease, on a
+(``headwater.node.cluster.broker_session``): what each heartbeat answer does to the lease, on a
 clock the test sets."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from headwater.node.broker_session import BrokerSession, leadership_lease_s
+from headwater.node.cluster.broker_session import BrokerSession, leadership_lease_s
 from headwater.node.config import NodeConfig
-from headwater.raft.image import BrokerState, MetadataImage
+from headwater.raft.metadata.image import BrokerState, MetadataImage
 
 LEASE_MS = 2000.0
 

@@ -14,7 +14,7 @@ from headwater.log.api import LogConfig, PartitionLog
 from headwater.log.batch import encode_batch
 from headwater.log.file_log import FileLog
 from headwater.log.memory_log import MemoryLog
-from headwater.node.admin_service import ReplicaHash, hash_log_range
+from headwater.node.rpc.admin_service import ReplicaHash, hash_log_range
 from headwater.tools.chaos.replicas import (
     MetadataView,
     ReplicaView,

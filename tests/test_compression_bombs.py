@@ -19,7 +19,7 @@ from headwater.client import Admin, Consumer, TopicPartition
 from headwater.client.aio import AsyncConsumer
 from headwater.client.consumer import fetched_from
 from headwater.log import batch as bf
-from headwater.node.record_encoding import DECODED_RECORDS_MAX, decoded_records
+from headwater.node.rpc.record_encoding import DECODED_RECORDS_MAX, decoded_records
 from headwater.sparkconnector.planning import OffsetRange
 from headwater.sparkconnector.source import output_schema, to_output
 from headwater.v1 import headwater_pb2 as pb

@@ -20,7 +20,7 @@ from headwater.node.config import (
     render_markdown,
     topic_setting_name,
 )
-from headwater.node.log_manager import DataDirError, loopback_secret_path, shared_secret
+from headwater.node.replicas.log_manager import DataDirError, loopback_secret_path, shared_secret
 from headwater.shared.addresses import DEFAULT_LISTEN
 from headwater.shared.errors import ErrorCode, HeadwaterError
 

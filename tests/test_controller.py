@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.raft import decisions as c
-from headwater.raft import records as r
-from headwater.raft.image import (
+from headwater.raft.metadata import decisions as c
+from headwater.raft.metadata import records as r
+from headwater.raft.metadata.image import (
     BrokerState,
     MetadataImage,
     PartitionState,

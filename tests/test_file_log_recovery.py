@@ -19,7 +19,7 @@ from headwater.log.log_loader import (
     RECOVERY_POINT_FILE,
 )
 from headwater.log.memory_log import MemoryLog
-from headwater.node.partition import HIGH_WATERMARK_FILE, Partition
+from headwater.node.replicas.partition import HIGH_WATERMARK_FILE, Partition
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from tests.test_log_conformance import read_all
 

@@ -22,19 +22,19 @@ import pytest
 from headwater.log import batch as batch_format
 from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
-from headwater.node import replication
 from headwater.node.config import NodeConfig
-from headwater.node.follower_fetcher import LeaderFetcher
-from headwater.node.follower_truncation import (
+from headwater.node.replicas import replication
+from headwater.node.replicas.follower_fetcher import LeaderFetcher
+from headwater.node.replicas.follower_truncation import (
     TRUNCATION_ROUNDS_MAX,
     Cut,
     FollowerTruncation,
 )
-from headwater.node.following import Following
-from headwater.node.partition import Partition
-from headwater.node.replica_manager import ReplicaManager
-from headwater.node.replica_service import ReplicaService
-from headwater.raft.image import BrokerState, MetadataImage, PartitionState
+from headwater.node.replicas.following import Following
+from headwater.node.replicas.partition import Partition
+from headwater.node.replicas.replica_manager import ReplicaManager
+from headwater.node.replicas.replica_service import ReplicaService
+from headwater.raft.metadata.image import BrokerState, MetadataImage, PartitionState
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 

@@ -21,8 +21,8 @@ from headwater.node.config import NodeConfig
 from headwater.node.groups import decisions as d
 from headwater.node.groups.coordinator import GroupShard
 from headwater.node.groups.records import OFFSETS_TOPIC
-from headwater.node.partition import Partition
-from headwater.raft.image import PartitionState
+from headwater.node.replicas.partition import Partition
+from headwater.raft.metadata.image import PartitionState
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 COUNTS = {"t": 8}

@@ -30,7 +30,7 @@ import pytest
 
 from headwater.client import Admin, Producer
 from headwater.log import batch as batch_format
-from headwater.node import cluster_auth
+from headwater.node.security import cluster_auth
 from headwater.shared.errors import HeadwaterError
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
@@ -211,7 +211,7 @@ def test_a_raft_peer_announcing_a_huge_message_is_dropped(node: NodeProcess) -> 
 
 
 def test_long_call_slots_cap_each_connection_and_the_node() -> None:
-    from headwater.node.limits import LongCallSlots
+    from headwater.node.core.limits import LongCallSlots
     from headwater.shared.errors import ErrorCode, HeadwaterError
 
     slots = LongCallSlots(per_connection_max=2, node_max=3)
@@ -475,11 +475,11 @@ def test_replica_hashing_is_capped_at_two_calls_per_node(monkeypatch: pytest.Mon
 
     from headwater.log.api import LogConfig
     from headwater.log.memory_log import MemoryLog
-    from headwater.node import admin_service
-    from headwater.node.authorizer import Authorizer
     from headwater.node.config import NodeConfig
-    from headwater.node.partition import Partition
-    from headwater.raft.image import MetadataImage
+    from headwater.node.replicas.partition import Partition
+    from headwater.node.rpc import admin_service
+    from headwater.node.security.authorizer import Authorizer
+    from headwater.raft.metadata.image import MetadataImage
     from headwater.shared.errors import ErrorCode
 
     release = threading.Event()

@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from headwater.client import Admin, Producer
-from headwater.node.request_decoding import (
+from headwater.node.rpc.request_decoding import (
     CLIENT_GONE_PREFIX,
     INVALID_ENCODING_PREFIX,
     GrpcLogFilter,

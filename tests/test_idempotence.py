@@ -34,9 +34,9 @@ from headwater.log.api import LogConfig, PartitionLog
 from headwater.log.file_log import FileLog
 from headwater.log.memory_log import MemoryLog
 from headwater.log.producer_snapshots import PRODUCER_SNAPSHOTS_KEPT
-from headwater.raft import decisions
-from headwater.raft import records as r
-from headwater.raft.image import MetadataImage, apply, snapshot_records
+from headwater.raft.metadata import decisions
+from headwater.raft.metadata import records as r
+from headwater.raft.metadata.image import MetadataImage, apply, snapshot_records
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.shared.grpc_errors import from_rpc_error
 from headwater.v1 import headwater_pb2 as pb
@@ -678,9 +678,9 @@ def test_a_new_leader_does_not_answer_latest_offsets_below_its_epoch_start() -> 
     (1045, all committed); ListOffsets answered 994, and the reader stopped there, as if
     51 acknowledged records were lost. The new leader now answers OFFSET_NOT_AVAILABLE
     (retriable; Kafka's KIP-207) until its high watermark reaches its epoch's start."""
-    from headwater.node.broker_core import BrokerCore, OffsetSpec
-    from headwater.node.partition import Partition
-    from headwater.raft.image import PartitionState
+    from headwater.node.core.broker_core import BrokerCore, OffsetSpec
+    from headwater.node.replicas.partition import Partition
+    from headwater.raft.metadata.image import PartitionState
 
     log = MemoryLog()
     for _ in range(5):

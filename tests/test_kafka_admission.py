@@ -11,7 +11,6 @@ import time
 import pytest
 
 from headwater.node.config import NodeConfig
-from headwater.node.host_rates import HOSTS_TRACKED_MAX, HostRates
 from headwater.node.kafka import protocol
 from headwater.node.kafka.admission import (
     ConnectionAdmission,
@@ -25,6 +24,7 @@ from headwater.node.kafka.sasl import (
     KafkaSasl,
     SaslState,
 )
+from headwater.node.security.host_rates import HOSTS_TRACKED_MAX, HostRates
 from headwater.shared.errors import HeadwaterError
 
 
@@ -199,7 +199,7 @@ def test_before_a_login_only_the_login_apis_in_small_frames_and_few_of_them() ->
 
 
 def test_the_loop_watch_counts_stalls_and_keeps_the_longest() -> None:
-    from headwater.node.loop_watch import STALL_REPORTED_S, LoopWatch
+    from headwater.node.ops.loop_watch import STALL_REPORTED_S, LoopWatch
 
     observed: list[float] = []
     watch = LoopWatch(observed.append)

@@ -8,7 +8,8 @@ rules (a name matches that module and everything under it):
 - the client library (``client/``) imports no server code (``node``, with the server's
   settings, ``raft``), no Spark, no Raft library, no command-line module and no tooling:
   a user who wants a client needs neither pysyncobj nor pyspark;
-- the metadata core (``raft/``) and the log (``log/``) import no node code and no client;
+- the Raft quorum (``raft/``) and the log (``log/``) import no node code and no client,
+  and the metadata model (``raft/metadata/``) nothing of the quorum;
 - the shared core (``SHARED_CORE``: errors, names, addresses, ACL, credential, quota and
   TLS rules, the partitioner, cancellation, log limits) imports only itself and the
   generated stubs;
@@ -21,11 +22,13 @@ rules (a name matches that module and everything under it):
   protobuf either;
 - the node imports no client, no Spark connector and no command-line module (what both
   need, the key partitioner and the reconnect options, is in the shared package);
-- the broker core (``BROKER_CORE``: ``node/broker_core.py``, ``node/topic_admin.py``)
-  imports no protobuf, no gRPC and neither front; the Kafka front's modules that stand on
-  the core alone (``KAFKA_FRONT_ON_CORE``) import no protobuf and nothing of the gRPC
-  front, and the gRPC servicers nothing of the Kafka front: each front translates to the
-  core, never through the other;
+- ``node/`` is in rooms: the broker core (``node/core/``, ``node/groups/``) imports no
+  protobuf, no gRPC and neither front; the Kafka front (``node/kafka/``) no protobuf, no
+  gRPC and nothing of the gRPC front (``node/rpc/``), which imports nothing of the Kafka
+  front: each front translates to the core, never through the other; the rooms the core
+  stands on (``replicas/``, ``cluster/``, ``security/``, ``ops/``) import neither the core
+  nor a front (``ALLOWED`` lists the exceptions: gRPC's handler wrapping, Kafka's codec
+  for the consumer protocol);
 - the client's own values (``client/admin_types.py``, what Admin answers, and
   ``client/producer_settings.py``) import no protobuf: messages are read in
   ``client/admin_messages.py`` and in the producer engines, at the gRPC edge.
@@ -47,7 +50,7 @@ import typing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER = ("headwater.node", "headwater.raft")
+SERVER = ("headwater.node", "headwater.raft", "headwater.raft.metadata")
 COMMANDS = ("headwater.cli",)
 """Entries match a module and its submodules."""
 SHARED_CORE = (
@@ -61,6 +64,7 @@ SHARED_CORE = (
     "headwater/shared/scram.py",
     "headwater/shared/quotas.py",
     "headwater/shared/tls.py",
+    "headwater/shared/grpc_channels.py",
     "headwater/shared/cancellation.py",
     "headwater/shared/partitioning.py",
     "headwater/shared/log_limits.py",
@@ -73,39 +77,61 @@ benchmarks: no runtime layer imports them."""
 PROTOBUF = ("headwater.v1", "grpc_health", "google.protobuf")
 """Generated stubs and messages: only the gRPC edges (client, node) touch them."""
 
-GRPC_FRONT = (
-    "grpc",
-    "headwater.node.service",
-    "headwater.node.admin_service",
-    "headwater.node.groups.service",
-    "headwater.node.forwarding",
-)
-"""The gRPC front: its servicers and forwarding, over the gRPC library."""
+GRPC_FRONT = ("headwater.node.rpc",)
+"""The gRPC front: the servicers of ``headwater.v1``, forwarding, request decoding."""
+GRPC_PLUMBING = ("headwater.node.rpc.call_hooks",)
+"""What every gRPC servicer and interceptor wraps its handlers with (the internal
+Replica and Sasl servicers, the authorizer's and the metrics' interceptors)."""
 KAFKA_FRONT = ("headwater.node.kafka",)
-BROKER_CORE = (
-    "node/broker_core.py",
-    "node/topic_admin.py",
-    "node/groups/core.py",
-    "node/groups/classic_groups.py",
-    "node/groups/coordinator.py",
-)
-"""The broker's rules, written once for both fronts."""
-KAFKA_FRONT_ON_CORE = ("node/kafka",)
-"""The Kafka front, which stands on the broker core alone."""
+KAFKA_CODEC = ("headwater.node.kafka.protocol", "headwater.node.kafka.request_shape")
+"""Kafka's wire format, which the classic groups' consumer protocol is written in."""
+PROTOCOL_FREE = (*PROTOBUF, "grpc", *GRPC_FRONT, *KAFKA_FRONT)
+"""Forbidden to the broker core: protobuf, gRPC and both fronts."""
+BELOW_THE_CORE = ("headwater.node.core", "headwater.node.groups.core", *GRPC_FRONT, *KAFKA_FRONT)
+"""Forbidden to the rooms the core stands on: the core and both fronts."""
 
 RULES: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(BROKER_CORE, (*PROTOBUF, *GRPC_FRONT, *KAFKA_FRONT)),
-    **dict.fromkeys(KAFKA_FRONT_ON_CORE, (*PROTOBUF, *GRPC_FRONT)),
-    "node/service.py": KAFKA_FRONT,
-    "node/admin_service.py": KAFKA_FRONT,
+    # node/'s rooms: the broker core (core/, groups/) is protocol-free; each front
+    # (kafka/, rpc/) stands on it and never on the other; the rooms the core stands on
+    # (replicas/, cluster/, security/, ops/) import neither the core nor a front.
+    "node/core": PROTOCOL_FREE,
+    "node/groups": PROTOCOL_FREE,
+    "node/kafka": (*PROTOBUF, "grpc", *GRPC_FRONT),
+    "node/rpc": KAFKA_FRONT,
+    **dict.fromkeys(("node/replicas", "node/cluster", "node/security", "node/ops"), BELOW_THE_CORE),
     "client": (*SERVER, "headwater.sparkconnector", *COMMANDS, *TOOLING, "pysyncobj", "pyspark"),
     "raft": ("headwater.node", "headwater.client", "headwater.sparkconnector", *COMMANDS, *TOOLING),
-    "log": ("headwater.node", "headwater.raft", "headwater.client", *COMMANDS, *TOOLING),
-    "sparkconnector": ("headwater.node", "headwater.raft", "pysyncobj", *PROTOBUF, *COMMANDS),
+    "raft/metadata": ("headwater.raft",),
+    "log": (
+        "headwater.node",
+        "headwater.raft",
+        "headwater.raft.metadata",
+        "headwater.client",
+        *COMMANDS,
+        *TOOLING,
+    ),
+    "sparkconnector": (
+        "headwater.node",
+        "headwater.raft",
+        "headwater.raft.metadata",
+        "pysyncobj",
+        *PROTOBUF,
+        *COMMANDS,
+    ),
     "node": ("headwater.client", "headwater.sparkconnector", *COMMANDS, *TOOLING, "pyspark"),
-    "headwater/tools/benchmarks": ("headwater.node", "headwater.raft", *PROTOBUF),
+    "headwater/tools/benchmarks": (
+        "headwater.node",
+        "headwater.raft",
+        "headwater.raft.metadata",
+        *PROTOBUF,
+    ),
     "headwater/tools/devcluster.py": (*SERVER, "headwater.sparkconnector", *COMMANDS, *PROTOBUF),
-    "scripts/bench_all.py": ("headwater.node", "headwater.raft", *PROTOBUF),
+    "scripts/bench_all.py": (
+        "headwater.node",
+        "headwater.raft",
+        "headwater.raft.metadata",
+        *PROTOBUF,
+    ),
     "client/admin_types.py": PROTOBUF,
     "client/producer_settings.py": PROTOBUF,
     # The container health probe, started as a new process at every check: gRPC only.
@@ -138,6 +164,25 @@ def _forbidden(module: str, prefixes: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "raft/metadata": ("headwater.raft.metadata",),
+    "node/groups/consumer_protocol.py": KAFKA_CODEC,
+    **dict.fromkeys(("node/replicas", "node/security", "node/ops"), GRPC_PLUMBING),
+}
+"""Exceptions to ``RULES``, by folder or file: modules these may import all the same."""
+
+
+def _allowed(path: Path, root: Path, module: str) -> bool:
+    """Whether ``module`` is an exception for ``path``: an allowed module, under one, or
+    the package one is taken from (``from a import allowed`` names ``a`` too)."""
+    relative = path.relative_to(root).as_posix()
+    return any(
+        (relative == place or relative.startswith(place + "/"))
+        and (_forbidden(module, modules) or any(m.startswith(module + ".") for m in modules))
+        for place, modules in ALLOWED.items()
+    )
+
+
 def violations(root: Path) -> list[str]:
     """One line per import that breaks a rule, under ``root`` laid out like the project."""
     found = []
@@ -147,7 +192,7 @@ def violations(root: Path) -> list[str]:
             found.extend(
                 f"{path.relative_to(root)} imports {module}"
                 for module in sorted(imported_modules(path.read_text()))
-                if _forbidden(module, forbidden)
+                if _forbidden(module, forbidden) and not _allowed(path, root, module)
             )
     core = tuple(name.removesuffix(".py").replace("/", ".") for name in SHARED_CORE)
     for name in SHARED_CORE:
@@ -208,11 +253,15 @@ def test_a_deliberate_violation_is_caught(tmp_path: Path) -> None:
         "from headwater.shared.topics import check_partition\n"
         "from headwater.client_tools import fine\n"
         "if TYPE_CHECKING:\n"
-        "    from headwater.node.partition import Partition\n"
+        "    from headwater.node.replicas.partition import Partition\n"
     )
     (tmp_path / "client" / "commands.py").write_text("import headwater.cli.cluster\n")
     (tmp_path / "raft").mkdir()
     (tmp_path / "raft" / "worse.py").write_text("import headwater.node.topics\n")
+    (tmp_path / "raft" / "metadata").mkdir()
+    (tmp_path / "raft" / "metadata" / "image.py").write_text(
+        "from headwater.raft.metadata import records\nfrom headwater.raft import quorum\n"
+    )
     (tmp_path / "headwater" / "shared").mkdir(parents=True)
     (tmp_path / "headwater" / "shared" / "topics.py").write_text(
         "from headwater.log import batch\n"
@@ -234,27 +283,52 @@ def test_a_deliberate_violation_is_caught(tmp_path: Path) -> None:
     (tmp_path / "node" / "tooled.py").write_text("from headwater.tools.ports import free_port\n")
     (tmp_path / "log").mkdir()
     (tmp_path / "log" / "bench.py").write_text("import headwater.tools.benchmarks.perf\n")
-    (tmp_path / "node" / "broker_core.py").write_text("from headwater.v1 import headwater_pb2\n")
-    (tmp_path / "node" / "topic_admin.py").write_text("import grpc\n")
-    (tmp_path / "node" / "kafka").mkdir()
-    (tmp_path / "node" / "kafka" / "handlers.py").write_text(
-        "from headwater.node.admin_service import AdminService\n"
+    for room in ("core", "groups", "kafka", "rpc", "replicas", "security"):
+        (tmp_path / "node" / room).mkdir()
+    (tmp_path / "node" / "core" / "broker_core.py").write_text(
+        "from headwater.v1 import headwater_pb2\n"
     )
-    (tmp_path / "node" / "service.py").write_text("from headwater.node.kafka import handlers\n")
+    (tmp_path / "node" / "core" / "topic_admin.py").write_text("import grpc\n")
+    (tmp_path / "node" / "groups" / "core.py").write_text(
+        "from headwater.node.kafka import answers\n"
+    )
+    (tmp_path / "node" / "groups" / "consumer_protocol.py").write_text(
+        "from headwater.node.kafka import protocol\n"
+    )
+    (tmp_path / "node" / "kafka" / "handlers.py").write_text(
+        "from headwater.node.rpc.admin_service import AdminService\n"
+    )
+    (tmp_path / "node" / "rpc" / "broker_service.py").write_text(
+        "from headwater.node.kafka import handlers\n"
+    )
+    (tmp_path / "node" / "replicas" / "partition.py").write_text(
+        "from headwater.node.core.broker_core import BrokerCore\n"
+    )
+    (tmp_path / "node" / "security" / "authorizer.py").write_text(
+        "from headwater.node.rpc.call_hooks import around\n"
+        "from headwater.node.rpc.broker_service import BrokerService\n"
+    )
     assert violations(tmp_path) == [
-        "node/broker_core.py imports headwater.v1",
-        "node/broker_core.py imports headwater.v1.headwater_pb2",
-        "node/topic_admin.py imports grpc",
-        "node/kafka/handlers.py imports headwater.node.admin_service",
-        "node/kafka/handlers.py imports headwater.node.admin_service.AdminService",
-        "node/service.py imports headwater.node.kafka",
-        "node/service.py imports headwater.node.kafka.handlers",
-        "client/bad.py imports headwater.node.partition",
-        "client/bad.py imports headwater.node.partition.Partition",
+        "node/core/broker_core.py imports headwater.v1",
+        "node/core/broker_core.py imports headwater.v1.headwater_pb2",
+        "node/core/topic_admin.py imports grpc",
+        "node/groups/core.py imports headwater.node.kafka",
+        "node/groups/core.py imports headwater.node.kafka.answers",
+        "node/kafka/handlers.py imports headwater.node.rpc.admin_service",
+        "node/kafka/handlers.py imports headwater.node.rpc.admin_service.AdminService",
+        "node/rpc/broker_service.py imports headwater.node.kafka",
+        "node/rpc/broker_service.py imports headwater.node.kafka.handlers",
+        "node/replicas/partition.py imports headwater.node.core.broker_core",
+        "node/replicas/partition.py imports headwater.node.core.broker_core.BrokerCore",
+        "node/security/authorizer.py imports headwater.node.rpc.broker_service",
+        "node/security/authorizer.py imports headwater.node.rpc.broker_service.BrokerService",
+        "client/bad.py imports headwater.node.replicas.partition",
+        "client/bad.py imports headwater.node.replicas.partition.Partition",
         "client/commands.py imports headwater.cli.cluster",
         "client/settings.py imports headwater.node.config",
         "client/settings.py imports headwater.node.config.X",
         "raft/worse.py imports headwater.node.topics",
+        "raft/metadata/image.py imports headwater.raft.quorum",
         "log/bench.py imports headwater.tools.benchmarks.perf",
         "sparkconnector/raw.py imports headwater.cli.cluster",
         "sparkconnector/raw.py imports headwater.cli.cluster.stop",

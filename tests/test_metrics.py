@@ -1,4 +1,4 @@
-"""Prometheus metrics (node/metrics.py, docs/metrics.md): the pure families of a state
+"""Prometheus metrics (node/ops/metrics.py, docs/metrics.md): the pure families of a state
 snapshot, and real nodes scraped over HTTP while they take writes, reads, bad calls, and
 a SIGKILLed replica."""
 
@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from headwater.client import Admin, LogReader, Producer
-from headwater.node.metrics import (
+from headwater.node.ops.metrics import (
     SERIES_PER_FAMILY_MAX,
     GroupSample,
     NodeSnapshot,
@@ -431,7 +431,7 @@ def test_forwarded_calls_beyond_their_limit_are_refused_as_retriable() -> None:
     (heartbeats, replication) never."""
     import asyncio
 
-    from headwater.node.cluster_auth import ForwardedCallLimit
+    from headwater.node.security.cluster_auth import ForwardedCallLimit
 
     class Details:
         def __init__(self, method: str) -> None:

@@ -4,7 +4,11 @@ they do no I/O."""
 from __future__ import annotations
 
 import ast
+import concurrent.futures
+import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,13 +36,13 @@ PURE_MODULES = [
     "client/positions.py",
     "headwater/shared/errors.py",
     "headwater/shared/topics.py",
-    "raft/records.py",
-    "raft/image.py",
-    "raft/decisions.py",
-    "node/replication.py",
-    "node/broker_session.py",
-    "node/replica_roles.py",
-    "node/replica_checks.py",
+    "raft/metadata/records.py",
+    "raft/metadata/image.py",
+    "raft/metadata/decisions.py",
+    "node/replicas/replication.py",
+    "node/cluster/broker_session.py",
+    "node/replicas/replica_roles.py",
+    "node/replicas/replica_checks.py",
     "node/groups/records.py",
     "node/groups/image.py",
     "node/groups/assignors.py",
@@ -46,7 +50,7 @@ PURE_MODULES = [
     "node/groups/classic.py",
     "node/kafka/protocol.py",
     "node/kafka/admission.py",
-    "node/host_rates.py",
+    "node/security/host_rates.py",
     "log/kafka_records.py",
     "client/membership.py",
     "log/leader_epochs.py",
@@ -88,6 +92,109 @@ def test_pure_modules_import_no_io(module: str) -> None:
             imported.add(node.module.split(".")[0])
     bad = imported & FORBIDDEN
     assert not bad, f"{module} imports {bad}"
+
+
+LOADED_FORBIDDEN = {"grpc", "pysyncobj", "pyspark"}
+"""What no pure module may load, by any path: the I/O frameworks the node drives."""
+IO_IMPORTS = {"grpc", "socket", "asyncio", "pysyncobj", "subprocess", "threading", "pyspark"}
+"""What no Headwater module a pure module loads may import itself."""
+LOAD_ONE = """
+import importlib, importlib.util, json, sys
+name = sys.argv[1]
+parts = name.split(".")
+for i in range(1, len(parts)):  # the module's packages, without running their __init__
+    parent = ".".join(parts[:i])
+    sys.modules[parent] = importlib.util.module_from_spec(importlib.util.find_spec(parent))
+before = set(sys.modules)
+importlib.import_module(name)
+loaded = set(sys.modules) - before
+print(json.dumps({
+    "top": sorted({m.split(".")[0] for m in loaded}),
+    "ours": sorted(
+        getattr(sys.modules[m], "__file__", None) or ""
+        for m in loaded if m.startswith("headwater.")
+    ),
+}))
+"""
+
+
+def module_name(path: str) -> str:
+    """``node/groups/core.py`` as ``headwater.node.groups.core`` (``pyproject.toml``'s
+    mapping: ``headwater/x`` is ``headwater.x``, another top-level folder ``headwater.<it>``)."""
+    dotted = path.removesuffix(".py").replace("/", ".")
+    return dotted if dotted.startswith("headwater.") else f"headwater.{dotted}"
+
+
+def loads(path: str) -> dict[str, list[str]]:
+    """What importing the pure module at ``path`` loads, in a fresh interpreter: the
+    top-level names of every module, and the files of Headwater's own."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_ONE, module_name(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def io_imports(file: Path) -> set[str]:
+    """The I/O libraries a module imports when it is loaded: ``TYPE_CHECKING`` blocks and
+    function bodies (run only when called) aside."""
+    names: set[str] = set()
+    waiting: list[ast.AST] = [ast.parse(file.read_text())]
+    while waiting:
+        node = waiting.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            waiting.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+        waiting.extend(ast.iter_child_nodes(node))
+    return names & IO_IMPORTS
+
+
+def load_violations(path: str, loaded: dict[str, list[str]]) -> list[str]:
+    found = [f"{path} loads {name}" for name in sorted(set(loaded["top"]) & LOADED_FORBIDDEN)]
+    for file in loaded["ours"]:
+        bad = io_imports(Path(file)) if file else set()
+        if bad:
+            found.append(
+                f"{path} loads {Path(file).relative_to(ROOT)}, which imports {sorted(bad)}"
+            )
+    return found
+
+
+def test_pure_modules_load_no_io_in_a_fresh_interpreter() -> None:
+    """What a pure module loads, by any chain of imports (its packages' ``__init__``
+    aside, which re-export an API): none of gRPC, pysyncobj or Spark, and no Headwater
+    module that imports an I/O library. The direct-import check above cannot see a pure
+    module that imports an impure one."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        found = [
+            line
+            for path, loaded in zip(PURE_MODULES, pool.map(loads, PURE_MODULES), strict=True)
+            for line in load_violations(path, loaded)
+        ]
+    assert found == []
+
+
+def test_an_impure_module_loaded_through_another_is_caught() -> None:
+    """The check above, on a pure module that imports the node's controller driver
+    (which runs on asyncio and pysyncobj's Raft)."""
+    loaded = {
+        "top": ["pysyncobj", "headwater"],
+        "ours": [str(ROOT / "node" / "cluster" / "controller.py")],
+    }
+    assert load_violations("node/cluster/broker_session.py", loaded) == [
+        "node/cluster/broker_session.py loads pysyncobj",
+        "node/cluster/broker_session.py loads node/cluster/controller.py, which imports "
+        "['asyncio']",
+    ]
 
 
 # Kafka's own test vectors (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java).

@@ -15,7 +15,7 @@ import pytest
 from headwater.client import Admin, ClientSecurity
 from headwater.client.sessions import with_session
 from headwater.log import batch as batch_format
-from headwater.shared.tls import open_channel
+from headwater.shared.grpc_channels import open_channel
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess, run_cli

@@ -1,5 +1,5 @@
-"""What the image asks of a node's replicas (``headwater.node.replica_roles``) and what a
-leader checks before answering a replica (``headwater.node.replica_checks``): the rules the
+"""What the image asks of a node's replicas (``headwater.node.replicas.replica_roles``) and what a
+leader checks before answering a replica (``headwater.node.replicas.replica_checks``): the rules the
 node and the simulated cluster both run, on real partitions over memory logs."""
 
 from __future__ import annotations
@@ -8,20 +8,20 @@ import pytest
 
 from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
-from headwater.node.partition import Partition
-from headwater.node.replica_checks import (
+from headwater.node.replicas.partition import Partition
+from headwater.node.replicas.replica_checks import (
     fetch_position_error,
     leader_partition,
     stale_registration,
 )
-from headwater.node.replica_roles import (
+from headwater.node.replicas.replica_roles import (
     apply_topic_configs,
     assigned_replicas,
     leader_to_follow,
     maybe_record_leader_epoch,
 )
-from headwater.raft.decisions import UNCLEAN_ELECTION_KEY
-from headwater.raft.image import BrokerState, MetadataImage, PartitionState, TopicImage
+from headwater.raft.metadata.decisions import UNCLEAN_ELECTION_KEY
+from headwater.raft.metadata.image import BrokerState, MetadataImage, PartitionState, TopicImage
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 NOW_MS = 1_700_000_000_000

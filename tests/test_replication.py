@@ -19,7 +19,7 @@ import pytest
 from headwater.client import Admin
 from headwater.log.api import LogConfig
 from headwater.log.file_log import FileLog
-from headwater.node.peers import LOCAL_ONLY_KEY
+from headwater.node.cluster.peers import LOCAL_ONLY_KEY
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.shared.grpc_errors import from_rpc_error
 from headwater.v1 import headwater_pb2 as pb

@@ -1,11 +1,11 @@
-"""High watermark and ISR math (headwater.node.replication) against simple oracles."""
+"""High watermark and ISR math (headwater.node.replicas.replication) against simple oracles."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headwater.node import replication as rep
+from headwater.node.replicas import replication as rep
 
 LAG_MS_MAX = 1000
 

@@ -1,6 +1,6 @@
 """SCRAM-SHA-256 logins and session tokens.
 
-The service's rules (``headwater.node.sasl_service``) run in-process on a fake call
+The service's rules (``headwater.node.security.sasl_service``) run in-process on a fake call
 context with real sessions and password accounting; the client's sessions
 (``headwater.client.sessions``) run against real nodes: a node that refuses passwords
 on calls, a short session lifetime with calls and a stream across renewals, and a node
@@ -24,19 +24,19 @@ from headwater.client.admin_types import OffsetSpec
 from headwater.client.aio import AsyncConsumer, AsyncProducer
 from headwater.client.sessions import ScramLogin, Session, SessionInterceptor
 from headwater.node.config import NodeConfig
-from headwater.node.password_checks import FAILED_LOGIN_DELAY_S, PasswordChecks
-from headwater.node.sasl_service import (
+from headwater.node.security.password_checks import FAILED_LOGIN_DELAY_S, PasswordChecks
+from headwater.node.security.sasl_service import (
     EXCHANGE_TTL_S,
     EXCHANGES_MAX,
     EXCHANGES_PER_HOST_MAX,
     SaslService,
     ScramLogins,
 )
-from headwater.node.sessions import Sessions
+from headwater.node.security.sessions import Sessions
 from headwater.shared import scram
 from headwater.shared.credentials import credential_from_salted, new_salted_password
 from headwater.shared.errors import ErrorCode, HeadwaterError
-from headwater.shared.tls import open_channel
+from headwater.shared.grpc_channels import open_channel
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess, wait_until

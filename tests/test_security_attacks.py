@@ -24,14 +24,14 @@ import pytest
 
 from headwater.client import Admin, ClientSecurity, Producer, TopicPartition
 from headwater.client.sessions import with_session
-from headwater.node import password_checks
-from headwater.node.password_checks import PasswordChecks
+from headwater.node.security import password_checks
+from headwater.node.security.password_checks import PasswordChecks
 from headwater.raft import quorum
 from headwater.shared.acls import parse_acl
 from headwater.shared.credentials import credential_from_salted, new_salted_password
 from headwater.shared.errors import ErrorCode, HeadwaterError
+from headwater.shared.grpc_channels import open_channel
 from headwater.shared.grpc_errors import from_rpc_error
-from headwater.shared.tls import open_channel
 from headwater.v1 import headwater_pb2 as pb
 from headwater.v1 import headwater_pb2_grpc as pb_grpc
 from tests.node_process import NodeProcess, wait_until

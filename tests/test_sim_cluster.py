@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from headwater.node import replication
-from headwater.node.partition import Partition
+from headwater.node.replicas import replication
+from headwater.node.replicas.partition import Partition
 from tests import sim_cluster
 from tests.sim_cluster import TOPIC, InvariantError, Simulation, run_seed
 

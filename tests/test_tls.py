@@ -26,9 +26,9 @@ import pytest
 
 from headwater.cli.security import apply_client_settings
 from headwater.client import Admin, ClientSecurity, Consumer, Producer, RecordFuture
+from headwater.node.cluster.peers import peer_error
 from headwater.node.config import NodeConfig
-from headwater.node.peers import peer_error
-from headwater.node.tls_setup import load_node_tls
+from headwater.node.security.tls_setup import load_node_tls
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.shared.grpc_errors import from_rpc_error
 from headwater.shared.tls import handshake_failure

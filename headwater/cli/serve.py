@@ -113,7 +113,7 @@ def serve(
     if config.metrics_listen:
         # Bound before the server's modules load (over half a second): a restarted
         # node's metrics answer as early as the process can.
-        from headwater.node.metrics_endpoint import (  # noqa: PLC0415
+        from headwater.node.ops.metrics_endpoint import (  # noqa: PLC0415
             MetricsEndpoint,
             MetricsListenError,
         )
@@ -124,7 +124,7 @@ def serve(
             fail(str(exc))
     # Here, not at the top: `headwater --help` loads this module, and the server's
     # modules need the server extra (the headwater group names it when one is missing).
-    from headwater.node.log_manager import DataDirError  # noqa: PLC0415
+    from headwater.node.replicas.log_manager import DataDirError  # noqa: PLC0415
     from headwater.node.server import ListenError  # noqa: PLC0415
     from headwater.node.server import serve as run_node  # noqa: PLC0415
 

@@ -4,7 +4,7 @@
 A topic name is 1 to 249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..`` (Kafka's
 rules, so names move between the systems), and does not start with ``__``, which is
 reserved for internal topics. (A topic's metadata lives in the cluster's metadata image,
-``headwater.raft.image``.)
+``headwater.raft.metadata.image``.)
 """
 
 from __future__ import annotations

@@ -51,9 +51,9 @@ from headwater.node.groups.records import (
     GroupRecord,
     log_entries,
 )
-from headwater.node.log_manager import LogManager
-from headwater.node.partition import Partition
-from headwater.raft.image import MetadataImage
+from headwater.node.replicas.log_manager import LogManager
+from headwater.node.replicas.partition import Partition
+from headwater.raft.metadata.image import MetadataImage
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 T = TypeVar("T")

@@ -30,10 +30,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from headwater.node.authorizer import Authorizer
-from headwater.node.cluster_state import ClusterState
+from headwater.node.cluster.cluster_state import ClusterState
+from headwater.node.cluster.controller import ControllerDriver
 from headwater.node.config import NodeConfig
-from headwater.node.controller import ControllerDriver
 from headwater.node.groups import decisions
 from headwater.node.groups.coordinator import GroupCoordinator
 from headwater.node.groups.image import GroupState
@@ -43,8 +42,9 @@ from headwater.node.groups.records import (
     TopicPartitionKey,
     coordinator_partition,
 )
-from headwater.raft.image import MetadataImage
-from headwater.raft.records import NO_LEADER
+from headwater.node.security.authorizer import Authorizer
+from headwater.raft.metadata.image import MetadataImage
+from headwater.raft.metadata.records import NO_LEADER
 from headwater.shared.acls import CLUSTER_RESOURCE, WILDCARD, Operation, ResourceType
 from headwater.shared.errors import ErrorCode, HeadwaterError
 from headwater.shared.topics import check_group_id

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from headwater.node.host_rates import HostRates
+from headwater.node.security.host_rates import HostRates
 
 CONNECTIONS_MAX_DEFAULT: Final = 4096
 CONNECTIONS_PER_HOST_MAX_DEFAULT: Final = 1024

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Mapping
 from typing import Any, Final
 
 from headwater.node.groups.classic import GroupProtocolError
-from headwater.raft.image import MetadataImage
+from headwater.raft.metadata.image import MetadataImage
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 UNKNOWN_SERVER_ERROR: Final = -1

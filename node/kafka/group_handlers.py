@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from headwater.node.authorizer import current_caller
+from headwater.node.core.limits import yield_every
 from headwater.node.groups.classic import GroupProtocolError
 from headwater.node.groups.classic_groups import ClassicGroups
 from headwater.node.groups.consumer_protocol import assignment_within, subscription_within
@@ -23,7 +23,7 @@ from headwater.node.groups.core import GroupCore
 from headwater.node.groups.decisions import CommitItem
 from headwater.node.kafka import consumer_heartbeat, protocol
 from headwater.node.kafka.answers import code_of, message_of, names_by_id, ready, topic_uuid
-from headwater.node.limits import yield_every
+from headwater.node.security.authorizer import current_caller
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 GROUP_KEY_TYPE: Final = 0

@@ -1,5 +1,5 @@
 """The Kafka front's request handlers: each translates a decoded Kafka request into the
-broker core's operations (``headwater.node.broker_core``; topic changes through the
+broker core's operations (``headwater.node.core.broker_core``; topic changes through the
 Admin service's decisions) and builds the answer at the request's version
 (``protocol.build`` leaves out the fields a version lacks).
 
@@ -25,7 +25,8 @@ from typing import Any, Final
 
 from headwater.log.api import ReadResult
 from headwater.log.kafka_records import to_kafka_within
-from headwater.node.broker_core import (
+from headwater.node.config import KAFKA_TOPIC_CONFIG_NAMES, topic_setting_name
+from headwater.node.core.broker_core import (
     Appended,
     BrokerCore,
     FetchedPartition,
@@ -34,15 +35,14 @@ from headwater.node.broker_core import (
     OffsetSpec,
     Refusal,
 )
-from headwater.node.config import KAFKA_TOPIC_CONFIG_NAMES, topic_setting_name
+from headwater.node.core.limits import yield_every
+from headwater.node.core.topic_admin import ConfigChanges, TopicAdmin
 from headwater.node.kafka import protocol
 from headwater.node.kafka.answers import kafka_code, names_by_id, ready
 from headwater.node.kafka.group_handlers import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, GroupHandlers
-from headwater.node.limits import yield_every
-from headwater.node.partition import Partition
-from headwater.node.topic_admin import ConfigChanges, TopicAdmin
-from headwater.raft.decisions import NewTopic, TopicOutcome
-from headwater.raft.image import MetadataImage
+from headwater.node.replicas.partition import Partition
+from headwater.raft.metadata.decisions import NewTopic, TopicOutcome
+from headwater.raft.metadata.image import MetadataImage
 from headwater.shared.acls import CLUSTER_RESOURCE, Operation, ResourceType
 from headwater.shared.errors import ErrorCode, HeadwaterError, shown
 from headwater.shared.topics import INTERNAL_PREFIX

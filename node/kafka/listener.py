@@ -66,15 +66,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, cast
 
-from headwater.node.authorizer import ANONYMOUS, CALLER, Caller
 from headwater.node.config import parse_host_counts
-from headwater.node.host_rates import HostRates
 from headwater.node.kafka import protocol
 from headwater.node.kafka.admission import ConnectionAdmission, ConnectionLimits
 from headwater.node.kafka.handlers import CLOSE_CONNECTION, KafkaHandlers
 from headwater.node.kafka.request_shape import MalformedRequestError, RequestLimits
 from headwater.node.kafka.sasl import KafkaSasl, SaslState
 from headwater.node.kafka.sockets import Sockets, reset
+from headwater.node.security.authorizer import ANONYMOUS, CALLER, Caller
+from headwater.node.security.host_rates import HostRates
 from headwater.shared.errors import HeadwaterError
 from headwater.shared.log_limits import LogEvery
 

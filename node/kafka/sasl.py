@@ -27,10 +27,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from headwater.node.authorizer import Caller
 from headwater.node.kafka import protocol
-from headwater.node.password_checks import PasswordChecks
-from headwater.node.sasl_service import ScramLogins
+from headwater.node.security.authorizer import Caller
+from headwater.node.security.password_checks import PasswordChecks
+from headwater.node.security.sasl_service import ScramLogins
 from headwater.shared.credentials import ScramCredential, authentication_failed
 from headwater.shared.errors import HeadwaterError
 

@@ -70,7 +70,7 @@ DEFINITE_FAILURES: Final = frozenset(
         ErrorCode.INVALID_TOPIC_EXCEPTION,
     }
 )
-"""Errors the broker answers before appending anything (see node/partition.py)."""
+"""Errors the broker answers before appending anything (see node/replicas/partition.py)."""
 FINAL_CONSUMER: Final = "final"
 POLL_TIMEOUT_MS: Final = 250
 

@@ -1,0 +1,2 @@
+"""What an operator watches: Prometheus metrics, their HTTP endpoint, and how long the
+event loop is held."""
