@@ -526,10 +526,10 @@ class Node:
                     continue
                 self._roles_allowed = allowed
                 now = now_ms()
-                for partition, state in roles:
+                for partition, role in roles:
                     led = partition.is_leader, partition.leader_epoch
                     held = partition.isr
-                    partition.become(state, self.config.node_id, now, allowed)
+                    partition.become(role.state, self.config.node_id, now, role.may_lead)
                     still_led = partition.is_leader and led == (True, partition.leader_epoch)
                     if self.replicas is not None and still_led:
                         self.replicas.counters.isr_changed(held, partition.isr)

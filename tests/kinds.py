@@ -33,6 +33,7 @@ UNIT: Final = frozenset(
         "test_groups_core",
         "test_groups_decisions",
         "test_kafka_admission",
+        "test_kafka_connection",
         "test_kafka_consumer_heartbeat",
         "test_layers",
         "test_leader_epochs",

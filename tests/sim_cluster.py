@@ -10,8 +10,8 @@ What is the project's code and what is the simulation's:
   ``log.memory_log.MemoryLog`` (roles, leader epochs, the high watermark and its
   checkpoint, follower progress, the follower's fencing check, the refusal to truncate
   below the high watermark, the acks=all answer); what the image asks of the replicas
-  (``node.replica_roles``: which are hosted, their settings, when a leadership's epoch
-  is recorded, whom to follow); the leader's checks of a replica's request
+  (``node.replicas.replica_roles.ReconcileStep``: which are hosted and removed, their
+  settings, when a leadership's epoch is recorded, whom to follow); the leader's checks of a replica's request
   (``node.replica_checks``); the follower's steps, its truncation exchange (rule,
   rounds, checks) and what it does with each fetch answer (``node.following.Following``);
   the ISR proposals and the handling of their answers (``node.isr_proposals.IsrProposals``);
@@ -69,14 +69,13 @@ from headwater.node.replicas.replica_checks import (
     stale_registration,
 )
 from headwater.node.replicas.replica_roles import (
-    apply_topic_configs,
-    assigned_replicas,
-    leader_to_follow,
-    maybe_record_leader_epoch,
+    ReconcileStep,
+    ReplicaRole,
+    take_role,
 )
 from headwater.raft.metadata import decisions
 from headwater.raft.metadata import records as r
-from headwater.raft.metadata.image import MetadataImage, PartitionState, apply
+from headwater.raft.metadata.image import MetadataImage, apply
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 STEP_MS: Final = 10
@@ -323,18 +322,23 @@ class Broker(Endpoint):
         return self.session.may_lead(self.image, self.id, self.sim.now_ms)
 
     def reconcile(self) -> None:
-        """Host the partitions the image assigns here and take their roles, with the
-        node's rules (``node.replica_roles``) as ``LogManager.reconcile`` and
-        ``Node._reconcile`` apply them."""
+        """Host the partitions the image assigns here and take their roles, as the node's
+        reconcile step says (``ReconcileStep``) and as ``LogManager.reconcile``,
+        ``Node._reconcile`` and ``ReplicaManager.reconcile`` apply it."""
         may_lead = self.leadership_allowed()
-        for key, (topic, state) in assigned_replicas(self.image, self.id).items():
+        step = ReconcileStep(self.id)
+        hosting = step.hosting(self.image, {k: p.topic_id for k, p in self.partitions.items()})
+        for key in hosting.remove:
+            del self.partitions[key]
+            self.following.pop(key, None)
+        for key, (topic, state) in hosting.assigned.items():
             partition = self.partitions.get(key)
             if partition is None:
                 partition = self._open(key, topic.topic_id)
-            apply_topic_configs(partition, topic.configs, CONFIG.min_insync_replicas)
-            maybe_record_leader_epoch(partition, state, self.id, may_lead)
-            partition.become(state, self.id, self.sim.now_ms, may_lead)
-            self._follow(key, partition, state)
+            role = step.role(state, partition.log.latest_epoch, may_lead)
+            take_role(partition, topic.configs, role, CONFIG.min_insync_replicas)
+            partition.become(role.state, self.id, self.sim.now_ms, role.may_lead)
+            self._follow(key, partition, role)
 
     def _open(self, key: tuple[str, int], topic_id: str) -> Partition:
         log = self.disk.logs.setdefault(key, MemoryLog())
@@ -345,15 +349,15 @@ class Broker(Endpoint):
         self.partitions[key] = partition
         return partition
 
-    def _follow(self, key: tuple[str, int], partition: Partition, state: PartitionState) -> None:
+    def _follow(self, key: tuple[str, int], partition: Partition, role: ReplicaRole) -> None:
         """Follow as ``ReplicaManager.reconcile`` and ``LeaderFetcher.follow`` do."""
-        leader = leader_to_follow(state, self.id)
+        leader, epoch = role.follow, role.state.leader_epoch
         if leader is None:
             self.following.pop(key, None)
             return
         current = self.following.get(key)
-        if current is None or not current.steps.is_for(partition, leader, state.leader_epoch):
-            self.following[key] = Fetching(Following(partition, leader, state.leader_epoch))
+        if current is None or not current.steps.is_for(partition, leader, epoch):
+            self.following[key] = Fetching(Following(partition, leader, epoch))
 
     # ------------------------------------------------------------------ loops
 

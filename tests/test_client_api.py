@@ -189,5 +189,6 @@ def test_the_container_health_probe_exits_by_the_answer_and_loads_only_grpc(
     )
     assert loaded.stdout.strip() == (
         "['headwater', 'headwater.healthcheck', 'headwater.shared', "
-        "'headwater.shared.credentials', 'headwater.shared.errors', 'headwater.shared.tls']"
+        "'headwater.shared.credentials', 'headwater.shared.errors', "
+        "'headwater.shared.grpc_channels', 'headwater.shared.tls']"
     )

@@ -33,6 +33,7 @@ from headwater.node.replicas.follower_truncation import (
 from headwater.node.replicas.following import Following
 from headwater.node.replicas.partition import Partition
 from headwater.node.replicas.replica_manager import ReplicaManager
+from headwater.node.replicas.replica_roles import ReconcileStep
 from headwater.node.replicas.replica_service import ReplicaService
 from headwater.raft.metadata.image import BrokerState, MetadataImage, PartitionState
 from headwater.shared.errors import ErrorCode, HeadwaterError
@@ -450,15 +451,22 @@ def test_a_metadata_change_while_the_replica_manager_stops_starts_no_fetcher() -
         harness = Harness(hosted(0), leaders)
         manager = harness.manager
         partitions = [hosted(0), hosted(1)]
+        step = ReconcileStep(2)
         await manager.reconcile(
-            leader_image(1, 3), [(partitions[0], state(1, 1)), (partitions[1], state(3, 1))]
+            leader_image(1, 3),
+            [
+                (partitions[0], step.role(state(1, 1), -1, True)),
+                (partitions[1], step.role(state(3, 1), -1, True)),
+            ],
         )
         started = list(manager._fetchers.values())
         assert len(started) == 2
         stopping = asyncio.ensure_future(manager.stop())
         await asyncio.sleep(0)  # the stop is waiting for the first fetcher to end
         assert not stopping.done()
-        await manager.reconcile(leader_image(1, 3, 4), [(partitions[1], state(4, 2))])
+        await manager.reconcile(
+            leader_image(1, 3, 4), [(partitions[1], step.role(state(4, 2), -1, True))]
+        )
         await asyncio.wait_for(stopping, 5)
         assert manager._fetchers == {}
         assert all(f.task is not None and f.task.done() for f in started)

@@ -15,10 +15,11 @@ from headwater.node.replicas.replica_checks import (
     stale_registration,
 )
 from headwater.node.replicas.replica_roles import (
+    ReconcileStep,
     apply_topic_configs,
     assigned_replicas,
     leader_to_follow,
-    maybe_record_leader_epoch,
+    take_role,
 )
 from headwater.raft.metadata.decisions import UNCLEAN_ELECTION_KEY
 from headwater.raft.metadata.image import BrokerState, MetadataImage, PartitionState, TopicImage
@@ -73,8 +74,10 @@ def test_a_leadership_epoch_is_recorded_only_when_the_node_takes_it(
 ) -> None:
     replica = partition()
     replica.log.assign_epoch(2)
-    maybe_record_leader_epoch(replica, state(leader, epoch), node_id=1, may_lead=may_lead)
+    role = ReconcileStep(1).role(state(leader, epoch), replica.log.latest_epoch, may_lead)
+    take_role(replica, {}, role, min_insync_default=1)
     assert replica.log.latest_epoch == recorded
+    assert role.may_lead is may_lead
 
 
 def test_a_replica_follows_the_images_leader_unless_it_is_it_or_there_is_none() -> None:
@@ -126,3 +129,20 @@ def test_a_fetch_position_past_the_leaders_end_is_refused() -> None:
     past = fetch_position_error(leader, 1)
     assert past is not None and past.code is ErrorCode.OFFSET_OUT_OF_RANGE
     assert "past the leader's log end offset 0" in past.message
+
+
+def test_the_reconcile_step_removes_what_the_image_moved_and_names_whom_to_follow() -> None:
+    """``ReconcileStep.hosting``: a replica the image no longer places here, or of a topic
+    created again under the same name (another id), is removed; ``role``: a follower
+    fetches from the image's leader."""
+    states = (
+        PartitionState(0, (1, 2), (1, 2), 2, 1, 1),
+        PartitionState(1, (2, 3), (2, 3), 3, 1, 1),
+    )
+    image = MetadataImage(topics={"t": TopicImage("t", "id-2", {}, states)})
+    step = ReconcileStep(1)
+    hosting = step.hosting(image, {("t", 0): "id-1", ("t", 1): "id-2", ("u", 0): "id-9"})
+    assert sorted(hosting.remove) == [("t", 0), ("t", 1), ("u", 0)]
+    assert list(hosting.assigned) == [("t", 0)]
+    assert step.role(state(2), latest_epoch=0, may_lead=True).follow == 2
+    assert step.role(state(1), latest_epoch=0, may_lead=True).follow is None

@@ -5,6 +5,7 @@ tests.sim_cluster --seed N --seeds 1 --steps S`` replays it exactly."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ import pytest
 
 from headwater.node.replicas import replication
 from headwater.node.replicas.partition import Partition
+from headwater.node.replicas.replica_roles import ReconcileStep, ReplicaRole
+from headwater.raft.metadata.image import PartitionState
 from tests import sim_cluster
 from tests.sim_cluster import TOPIC, InvariantError, Simulation, run_seed
 
@@ -211,11 +214,10 @@ def test_acks_all_loses_nothing_while_leaders_are_killed(tmp_path: Path) -> None
     sim.check_final()
 
 
-def test_a_restarted_node_never_takes_a_leadership_from_an_old_image(tmp_path: Path) -> None:
+def _restart_a_leader_into_an_old_image(sim: Simulation) -> None:
     """A leader is killed and its partitions move on to higher epochs; restarted, it
     replays metadata in which it still leads them. At no step may it act as leader at an
-    epoch the controller has moved past."""
-    sim = Simulation(24, partitions=4, root=tmp_path)
+    epoch the controller has moved past (AssertionError if it does)."""
     sim.run(300, fault_every=0)
     node = _state(sim).leader
     led = [s.partition for s in sim.controller.image.topics[TOPIC].partitions if s.leader == node]
@@ -239,5 +241,32 @@ def test_a_restarted_node_never_takes_a_leadership_from_an_old_image(tmp_path: P
                     f"node {node} leads {TOPIC}-{index} at epoch {replica.leader_epoch}, "
                     f"the controller is at {current}"
                 )
+
+
+def test_a_restarted_node_never_takes_a_leadership_from_an_old_image(tmp_path: Path) -> None:
+    sim = Simulation(24, partitions=4, root=tmp_path)
+    _restart_a_leader_into_an_old_image(sim)
     sim.settle()
     sim.check_final()
+
+
+def test_the_search_catches_a_reconcile_step_that_follows_another_replica(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconcile step that has followers fetch from a replica other than the leader:
+    nothing reaches the followers, acks=all writes are never acknowledged, and every seed
+    fails to settle."""
+    role = ReconcileStep.role
+
+    def following_another(
+        self: ReconcileStep, state: PartitionState, latest_epoch: int, may_lead: bool
+    ) -> ReplicaRole:
+        taken = role(self, state, latest_epoch, may_lead)
+        others = [r for r in state.replicas if r not in (self.node_id, state.leader)]
+        wrong = others[0] if taken.follow is not None and others else taken.follow
+        return dataclasses.replace(taken, follow=wrong)
+
+    monkeypatch.setattr(ReconcileStep, "role", following_another)
+    for seed in SEEDS[:2]:
+        with pytest.raises(InvariantError, match="did not settle"):
+            run_seed(seed, STEPS, tmp_path / str(seed), diverge=False)

@@ -2,7 +2,11 @@
 loop, answered by ``KafkaHandlers``.
 
 Sockets are accepted, counted and (with TLS) handshaken by ``Sockets``
-(``headwater.node.kafka.sockets``, ``headwater.node.kafka.admission``). Per connection,
+(``headwater.node.kafka.sockets``, ``headwater.node.kafka.admission``). Each connection's
+protocol is a ``KafkaConnection`` (``headwater.node.kafka.connection``: frame bounds, the
+SASL gate, version checks, answer ordering, without I/O); this module is the socket loop
+around it, with what needs time and the node: timeouts, the bytes held across
+connections, rates, decoding off the loop, logins and the handlers. Per connection,
 requests are read one frame at a time and handled in arrival order; a request's answer
 may wait (acks=all, a fetch's long poll) while the next requests are read and handled,
 and answers are written in request order, as Kafka's protocol requires. Bounds, each
@@ -69,9 +73,17 @@ from typing import Any, Final, cast
 from headwater.node.config import parse_host_counts
 from headwater.node.kafka import protocol
 from headwater.node.kafka.admission import ConnectionAdmission, ConnectionLimits
+from headwater.node.kafka.connection import (
+    Answered,
+    Closed,
+    FrameAnnounced,
+    FrameArrived,
+    KafkaConnection,
+    NeedBytes,
+)
 from headwater.node.kafka.handlers import CLOSE_CONNECTION, KafkaHandlers
 from headwater.node.kafka.request_shape import MalformedRequestError, RequestLimits
-from headwater.node.kafka.sasl import KafkaSasl, SaslState
+from headwater.node.kafka.sasl import KafkaSasl
 from headwater.node.kafka.sockets import Sockets, reset
 from headwater.node.security.authorizer import ANONYMOUS, CALLER, Caller
 from headwater.node.security.host_rates import HostRates
@@ -79,12 +91,9 @@ from headwater.shared.errors import HeadwaterError
 from headwater.shared.log_limits import LogEvery
 
 _log = logging.getLogger(__name__)
-REQUEST_BYTES_MAX: Final = 4 << 20
-"""Largest request but Produce (a Metadata of 10,000 topics is about 300 KB)."""
 HELD_BYTES_MAX: Final = 256 << 20
 SMALL_FRAME_BYTES: Final = 64 << 10
 CHUNK_BYTES: Final = 64 << 10
-IN_FLIGHT_MAX: Final = 16
 WALK_INLINE_BYTES_MAX: Final = 16 << 10
 """A larger request frame (but a Produce) is walked and decoded in a worker thread: 16 KiB
 holds at most a few thousand entries, a few milliseconds to walk. A Produce is walked on
@@ -106,8 +115,6 @@ LOGIN_TIMEOUT_S: Final = 30.0
 _SIZE: Final = struct.Struct(">i")
 _refusals = LogEvery(_log, 10.0)
 
-Answers = asyncio.Queue[Awaitable[bytes | None] | None]
-
 
 class _ClosedError(Exception):
     """The connection is closed for the reason given (one log line, rate-limited)."""
@@ -115,15 +122,35 @@ class _ClosedError(Exception):
 
 @dataclasses.dataclass(slots=True)
 class _Connection:
-    """One connection's state while its requests are read."""
+    """One connection's state: its protocol object and what the socket loop adds."""
 
     id: int
     host: str
     anonymous: Caller
     abort: Callable[[], None]
     """Closes the connection at once, dropping what is unwritten."""
-    login: SaslState = dataclasses.field(default_factory=SaslState)
+    protocol: KafkaConnection
     proven: bool = False
+    answered: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    """Set when an answer is ready to send, or the connection ends."""
+    sent: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    """Set when answers leave (room for more requests)."""
+    pending: set[asyncio.Future[Any]] = dataclasses.field(default_factory=set)
+    """Answers still awaited (cancelled when the connection ends)."""
+
+    def await_answer(self, answer: Awaitable[bytes | None]) -> None:
+        """Take the next answer slot for ``answer`` and fill it when it is done."""
+        slot = self.protocol.begin_answer()
+        future = asyncio.ensure_future(answer)
+        self.pending.add(future)
+
+        def done(future: asyncio.Future[bytes | None]) -> None:
+            self.pending.discard(future)
+            failed = future.cancelled() or future.exception() is not None
+            self.protocol.answer(slot, None if failed else future.result())
+            self.answered.set()
+
+        future.add_done_callback(done)
 
 
 class KafkaListener:
@@ -190,13 +217,12 @@ class KafkaListener:
         connection = self._connection(connection_id, host, writer)
         if connection is None:
             return
-        answers: Answers = asyncio.Queue(IN_FLIGHT_MAX)
-        sending = asyncio.ensure_future(_send_in_order(answers, writer))
+        sending = asyncio.ensure_future(_send_in_order(connection, writer))
         ended = False
         try:
             async with asyncio.timeout(IDLE_TIMEOUT_S):
                 await self._requests_open.wait()
-            await self._read_requests(connection, reader, answers)
+            await self._read_requests(connection, reader)
             ended = True
         except _ClosedError as closed:
             _refusals.log("closed a Kafka connection from %s: %s", host, closed)
@@ -204,12 +230,15 @@ class KafkaListener:
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             ended = True
         finally:
+            connection.protocol.close("the connection ended")
+            connection.answered.set()
             with contextlib.suppress(Exception):
                 if ended and not sending.done():
                     async with asyncio.timeout(FRAME_TIMEOUT_S):
-                        await answers.put(None)
                         await sending
             sending.cancel()
+            for waiting in list(connection.pending):
+                waiting.cancel()
 
     def _connection(
         self, connection_id: int, host: str, writer: asyncio.StreamWriter
@@ -226,7 +255,11 @@ class KafkaListener:
                 _refusals.log("closed a Kafka connection from %s: %s", host, refused.message)
                 return None
         return _Connection(
-            connection_id, host, anonymous, functools.partial(reset, writer.transport)
+            connection_id,
+            host,
+            anonymous,
+            functools.partial(reset, writer.transport),
+            KafkaConnection(self.produce_bytes_max, logins=self.sasl is not None),
         )
 
     def _prove(self, connection: _Connection) -> None:
@@ -234,46 +267,47 @@ class KafkaListener:
             connection.proven = True
             self.admission.prove(connection.id)
 
-    async def _read_requests(
-        self, connection: _Connection, reader: asyncio.StreamReader, answers: Answers
-    ) -> None:
+    async def _read_requests(self, connection: _Connection, reader: asyncio.StreamReader) -> None:
+        """Read and hand on requests until the connection ends: the socket loop around
+        ``connection.protocol`` (see ``headwater.node.kafka.connection``)."""
         loop = asyncio.get_running_loop()
         login_deadline = loop.time() + LOGIN_TIMEOUT_S
+        kafka = connection.protocol
         while True:
-            before_login = self.sasl is not None and connection.login.caller is None
+            while not kafka.may_read():
+                connection.sent.clear()
+                await connection.sent.wait()
+            before_login = not kafka.logged_in
             wait_s = login_deadline - loop.time() if before_login else IDLE_TIMEOUT_S
             if wait_s <= 0:
                 raise _ClosedError(f"no login within {LOGIN_TIMEOUT_S:.0f} s")
             async with asyncio.timeout(wait_s):
-                prefix = await reader.readexactly(_SIZE.size)
+                kafka.receive(await reader.readexactly(_SIZE.size))
             if before_login:
                 await self._wait_for_prelogin_room(connection.host, login_deadline)
-            (size,) = _SIZE.unpack(prefix)
-            if not protocol.FRAME_HEADER.size <= size <= self.produce_bytes_max:
-                raise _ClosedError(
-                    f"a request of {size} bytes (valid: {protocol.FRAME_HEADER.size} to "
-                    f"{self.produce_bytes_max})"
-                )
-            async with asyncio.timeout(FRAME_TIMEOUT_S):
-                start = await reader.readexactly(protocol.FRAME_HEADER.size)
-            fixed = protocol.read_frame_header(start)
-            if fixed.api_key != protocol.PRODUCE and size > REQUEST_BYTES_MAX:
-                raise _ClosedError(
-                    f"api key {fixed.api_key} in {size} bytes (at most {REQUEST_BYTES_MAX})"
-                )
-            if before_login:
-                assert self.sasl is not None
-                refusal = self.sasl.refusal_before_login(connection.login, fixed.api_key, size)
-                if refusal is not None:
-                    raise _ClosedError(refusal)
+            event = kafka.next_event()
+            if isinstance(event, NeedBytes):
+                async with asyncio.timeout(FRAME_TIMEOUT_S):
+                    kafka.receive(await reader.readexactly(event.count))
+                event = kafka.next_event()
+            if isinstance(event, Closed):
+                raise _ClosedError(event.reason)
+            assert isinstance(event, FrameAnnounced)
             frame_id = object()
             try:
-                frame = await self._read_frame(reader, frame_id, size, start, connection)
-                answer, keep_open = await self._handle_frame(frame, fixed, connection)
+                await self._read_frame(reader, frame_id, event.size, connection)
+                arrived = kafka.next_event()
+                if isinstance(arrived, Closed):
+                    raise _ClosedError(arrived.reason)
+                if isinstance(arrived, Answered):
+                    connection.answered.set()
+                    continue
+                assert isinstance(arrived, FrameArrived)
+                answer, keep_open = await self._handle_frame(arrived, connection)
             finally:
                 self.held.release(frame_id)
             if answer is not None:
-                await answers.put(answer)
+                connection.await_answer(answer)
             if not keep_open:
                 return
             if self.sasl is None:
@@ -288,21 +322,18 @@ class KafkaListener:
             await asyncio.sleep(wait_s)
 
     async def _read_frame(
-        self,
-        reader: asyncio.StreamReader,
-        frame_id: object,
-        size: int,
-        start: bytes,
-        connection: _Connection,
-    ) -> bytes:
-        """The whole frame of ``size`` bytes that begins with ``start``, its bytes held in
-        the node's budget as they arrive (see the module doc)."""
-        left = size - len(start)
+        self, reader: asyncio.StreamReader, frame_id: object, size: int, connection: _Connection
+    ) -> None:
+        """Hand ``connection.protocol`` the rest of a frame of ``size`` bytes whose header
+        it has, its bytes held in the node's budget as they arrive (see the module doc)."""
+        start = protocol.FRAME_HEADER.size
+        left = size - start
+        kafka = connection.protocol
         if size <= SMALL_FRAME_BYTES:
             async with asyncio.timeout(FRAME_TIMEOUT_S):
-                rest = await reader.readexactly(left)
+                kafka.receive(await reader.readexactly(left))
             self.held.add(frame_id, size)
-            return start + rest
+            return
 
         def close_stalled() -> None:
             _refusals.log(
@@ -315,34 +346,26 @@ class KafkaListener:
             )
             connection.abort()
 
-        self.held.begin(frame_id, len(start), close_stalled)
-        chunks = [start]
+        self.held.begin(frame_id, start, close_stalled)
         async with asyncio.timeout(FRAME_TIMEOUT_S):
             while left:
                 chunk = await reader.read(min(left, CHUNK_BYTES))
                 if not chunk:
-                    raise asyncio.IncompleteReadError(b"".join(chunks), size)
+                    raise asyncio.IncompleteReadError(b"", size)
                 await self.held.take(frame_id, len(chunk))
-                chunks.append(chunk)
+                kafka.receive(chunk)
                 left -= len(chunk)
         self.held.arrived(frame_id)
-        return b"".join(chunks)
 
     async def _handle_frame(
-        self, frame: bytes, fixed: protocol.FrameHeader, connection: _Connection
+        self, arrived: FrameArrived, connection: _Connection
     ) -> tuple[Awaitable[bytes | None] | None, bool]:
-        """Handle one request: its answer to queue (None: no answer), and whether the
-        connection stays open. ``connection.login.caller`` (or its anonymous caller) is
-        the caller its handler sees."""
+        """Handle one request of a served API and version: its answer to queue (None: no
+        answer), and whether the connection stays open. The connection's login (or its
+        anonymous caller) is the caller its handler sees."""
         sasl = self.sasl
         host = connection.host
-        if not protocol.is_supported(fixed.api_key, fixed.api_version, sasl is not None):
-            unsupported = protocol.unsupported_answer(fixed, sasl is not None)
-            if unsupported is None:
-                raise _ClosedError(
-                    f"api key {fixed.api_key} version {fixed.api_version} is not one of Kafka's"
-                )
-            return _ready(unsupported), True
+        frame, fixed = arrived.frame, arrived.header
         try:
             if fixed.api_key != protocol.PRODUCE and len(frame) > WALK_INLINE_BYTES_MAX:
                 request = await asyncio.to_thread(protocol.decode_request, frame, self.limits)
@@ -354,8 +377,9 @@ class KafkaListener:
                     else await asyncio.to_thread(protocol.decode_walked, walked)
                 )
         except MalformedRequestError as problem:
-            raise _ClosedError(f"{_api_name(fixed)}: {problem}") from None
-        login = connection.login
+            closed = connection.protocol.close(f"{_api_name(fixed)}: {problem}")
+            raise _ClosedError(closed.reason) from None
+        login = connection.protocol.login
         if sasl is not None and request.api_key in protocol.SASL_APIS:
             if request.api_key == protocol.SASL_HANDSHAKE:
                 body, close = sasl.handshake(login, request)
@@ -529,24 +553,25 @@ def _encoded(request: protocol.Request, answer: Awaitable[Any]) -> Awaitable[byt
     return asyncio.ensure_future(encode())
 
 
-async def _send_in_order(answers: Answers, writer: asyncio.StreamWriter) -> None:
-    """Write each answer in request order; an answer that failed ends the connection
-    (the client then retries on a new one)."""
+async def _send_in_order(connection: _Connection, writer: asyncio.StreamWriter) -> None:
+    """Write the answers in request order as they become ready; an answer that failed
+    ends the connection (the client then retries on a new one)."""
+    kafka = connection.protocol
     try:
-        while (answer := await answers.get()) is not None:
-            frame = await answer
-            if frame is None:
+        while True:
+            connection.answered.clear()
+            ready = kafka.bytes_to_send()
+            if ready:
+                writer.write(ready)
+                connection.sent.set()
+                await _drain(writer)
+                continue
+            if kafka.done_sending:
                 writer.close()
                 return
-            writer.write(frame)
-            await _drain(writer)
+            await connection.answered.wait()
     except (ConnectionError, asyncio.CancelledError):
         pass
-    finally:
-        while not answers.empty():
-            left = answers.get_nowait()
-            if isinstance(left, asyncio.Future):
-                left.cancel()
 
 
 async def _drain(writer: asyncio.StreamWriter) -> None:

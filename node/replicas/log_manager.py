@@ -78,11 +78,11 @@ from headwater.node.clock import now_ms
 from headwater.node.config import NodeConfig
 from headwater.node.replicas.partition import Partition
 from headwater.node.replicas.replica_roles import (
-    apply_topic_configs,
-    assigned_replicas,
-    maybe_record_leader_epoch,
+    ReconcileStep,
+    ReplicaRole,
+    take_role,
 )
-from headwater.raft.metadata.image import MetadataImage, PartitionState
+from headwater.raft.metadata.image import MetadataImage
 from headwater.shared.errors import HeadwaterError
 
 META_FILE: Final = "meta.json"
@@ -361,34 +361,36 @@ class LogManager:
 
     def reconcile(
         self, image: MetadataImage, may_delete: bool, may_lead: bool = True
-    ) -> list[tuple[Partition, PartitionState]]:
-        """Host exactly the partitions ``image`` assigns to this node (see the module doc);
-        return each hosted replica with its state, for the caller to apply on the loop
-        (``Partition.become``). A new leadership's epoch is recorded in the log here, only
-        when the node ``may_lead`` (it will take the role)."""
+    ) -> list[tuple[Partition, ReplicaRole]]:
+        """Host exactly the partitions ``image`` assigns to this node (see the module doc),
+        as ``ReconcileStep`` says; return each hosted replica with its role, for the caller
+        to take on the loop (``Partition.become``). A new leadership's epoch is recorded in
+        the log here, only when the node ``may_lead`` (it will take the role). A replica of
+        another topic of the same name takes no role until it may be removed."""
         node_id = self.config.node_id
         with self._reconcile_lock:
             if self.offline_problem:
                 self._close_all()
                 return []
-            wanted = assigned_replicas(image, node_id)
+            step = ReconcileStep(node_id)
             current = dict(self._partitions)
+            hosting = step.hosting(image, {k: p.topic_id for k, p in current.items()})
+            wanted = hosting.assigned
             changed = False
-            roles: list[tuple[Partition, PartitionState]] = []
+            roles: list[tuple[Partition, ReplicaRole]] = []
             log_configs: dict[str, LogConfig] = {}
-            for key, partition in list(current.items()):
-                entry = wanted.get(key)
-                if entry is None or entry[0].topic_id != partition.topic_id:
-                    if not may_delete:
-                        continue
-                    del current[key]
-                    self._remove(partition)
-                    changed = True
+            for key in hosting.remove:
+                if not may_delete:
+                    continue
+                self._remove(current.pop(key))
+                changed = True
             for key, (topic, state) in wanted.items():
                 if self.is_offline():  # an open just failed: open no more
                     break
                 hosted = current.get(key)
-                if hosted is None:
+                if hosted is None or hosted.topic_id != topic.topic_id:
+                    if hosted is not None:  # another topic's, kept until deletes may run
+                        continue
                     hosted = self._open(
                         topic.name, topic.topic_id, state.partition, topic.configs, may_delete
                     )
@@ -404,9 +406,9 @@ class LogManager:
                     hosted.max_message_bytes = log_config.max_message_bytes
                     hosted.log.config = log_config
                     hosted.fsync_on_append = log_config.flush_policy is FlushPolicy.ACK
-                apply_topic_configs(hosted, topic.configs, self.config.min_insync_replicas)
-                maybe_record_leader_epoch(hosted, state, node_id, may_lead)
-                roles.append((hosted, state))
+                role = step.role(state, hosted.log.latest_epoch, may_lead)
+                take_role(hosted, topic.configs, role, self.config.min_insync_replicas)
+                roles.append((hosted, role))
             if changed:
                 self._partitions = current
             if self.is_offline():

@@ -41,7 +41,7 @@ from headwater.node.replicas.follower_fetcher import LeaderFetcher
 from headwater.node.replicas.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
 from headwater.node.replicas.log_manager import LogManager
 from headwater.node.replicas.partition import Partition
-from headwater.node.replicas.replica_roles import leader_to_follow
+from headwater.node.replicas.replica_roles import ReplicaRole
 from headwater.node.tasks import cancel_and_wait
 from headwater.raft.metadata.image import MetadataImage, PartitionState
 from headwater.shared.errors import ErrorCode, HeadwaterError
@@ -115,15 +115,14 @@ class ReplicaManager:
         return self._stopped
 
     async def reconcile(
-        self, image: MetadataImage, roles: list[tuple[Partition, PartitionState]]
+        self, image: MetadataImage, roles: list[tuple[Partition, ReplicaRole]]
     ) -> None:
-        """Follow the leader of every hosted partition this node does not lead (nothing
-        once ``stop`` has been called)."""
+        """Follow the leader each hosted replica's role names (``ReplicaRole.follow``;
+        nothing once ``stop`` has been called)."""
         if self._stopped:
             return
-        me = self.config.node_id
         wanted: dict[Key, tuple[Partition, PartitionState]] = {
-            (p.topic, p.index): (p, s) for p, s in roles if leader_to_follow(s, me) is not None
+            (p.topic, p.index): (p, role.state) for p, role in roles if role.follow is not None
         }
         for key, leader in list(self._followed.items()):
             entry = wanted.get(key)

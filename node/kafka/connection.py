@@ -1,0 +1,235 @@
+"""Kafka's protocol on one connection, without I/O (in the manner of h11): bytes in,
+request frames out, answers in, bytes out. The listener (``headwater.node.kafka.listener``)
+is a socket loop around it: it reads what ``next_event`` asks for, hands over each
+request frame, and writes what ``bytes_to_send`` gives.
+
+What it owns, checked before the bytes are used:
+
+- **frame bounds**: a frame's size (its first 4 bytes, big-endian) in
+  [8, ``produce_bytes_max``], and at most ``REQUEST_BYTES_MAX`` for any API but
+  Produce (known from the next 8 bytes: api key, version, correlation id); a frame
+  outside them closes the connection before its body is read;
+- **the SASL gate**: on a listener that asks for logins, until the connection has logged
+  in only ApiVersions, SaslHandshake and SaslAuthenticate, in small frames and few
+  (``KafkaSasl.refusal_before_login``), again on the first 12 bytes;
+- **version checks**: a request for an API or version this broker does not serve is
+  answered here with Kafka's UNSUPPORTED_VERSION (``protocol.unsupported_answer``), and
+  one Kafka does not define closes the connection;
+- **answer ordering**: each request the listener hands on takes the next answer slot
+  (``begin_answer``); answers come back in any order (``answer``) and leave in request
+  order (``bytes_to_send``); an answer of None closes the connection once every earlier
+  answer is out; at most ``IN_FLIGHT_MAX`` answers are awaited or unsent at a time
+  (``may_read``: the listener stops reading until one leaves).
+
+Events (``next_event``): ``NeedBytes`` (how many more bytes the next event needs),
+``FrameAnnounced`` (a frame's size and header passed the checks; its body follows),
+``FrameArrived`` (a whole frame of a served API and version), ``Answered`` (a request
+answered here: its answer is waiting in ``bytes_to_send``) and ``Closed`` (the reason;
+the connection takes nothing more).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from headwater.node.kafka import protocol
+from headwater.node.kafka.sasl import KafkaSasl, SaslState
+
+REQUEST_BYTES_MAX: Final = 4 << 20
+"""Largest request but Produce (a Metadata of 10,000 topics is about 300 KB)."""
+IN_FLIGHT_MAX: Final = 16
+_SIZE: Final = struct.Struct(">i")
+HEADER_BYTES: Final = _SIZE.size + protocol.FRAME_HEADER.size
+"""A frame's size and fixed header: what the checks need before its body is read."""
+
+
+@dataclass(frozen=True, slots=True)
+class NeedBytes:
+    count: int
+    """Bytes the next event needs beyond those received."""
+
+
+@dataclass(frozen=True, slots=True)
+class FrameAnnounced:
+    size: int
+    """The frame's bytes after its 4-byte size, the header's 8 included."""
+    header: protocol.FrameHeader
+
+
+@dataclass(frozen=True, slots=True)
+class FrameArrived:
+    frame: bytes
+    """The whole frame after its size: header and body."""
+    header: protocol.FrameHeader
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A request answered by the connection itself (an unsupported version)."""
+
+    header: protocol.FrameHeader
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    reason: str
+
+
+Event = NeedBytes | FrameAnnounced | FrameArrived | Answered | Closed
+
+
+@dataclass(slots=True)
+class _Slot:
+    frame: bytes | None = None
+    ready: bool = False
+
+
+@dataclass(slots=True)
+class KafkaConnection:
+    """One connection's protocol state (see the module doc)."""
+
+    produce_bytes_max: int
+    logins: bool
+    """Whether this listener asks for a SASL login first."""
+    login: SaslState = field(default_factory=SaslState)
+    on_close: Callable[[str], None] | None = None
+    _received: bytearray = field(default_factory=bytearray)
+    _announced: FrameAnnounced | None = None
+    _closed: str | None = None
+    _slots: dict[int, _Slot] = field(default_factory=dict)
+    _next_slot: int = 0
+    _next_out: int = 0
+    _closing_after: int | None = None
+    """The slot whose answer was None: nothing after it is sent."""
+
+    # ------------------------------------------------------------------ bytes in
+
+    @property
+    def logged_in(self) -> bool:
+        return not self.logins or self.login.caller is not None
+
+    def receive(self, data: bytes) -> None:
+        """Bytes from the peer, in order."""
+        if self._closed is None:
+            self._received += data
+
+    def next_event(self) -> Event:
+        """What the bytes received so far make (see the module doc). ``FrameAnnounced``
+        comes once per frame, before its ``FrameArrived``."""
+        if self._closed is not None:
+            return Closed(self._closed)
+        if self._announced is None:
+            return self._announce()
+        announced = self._announced
+        whole = _SIZE.size + announced.size
+        if len(self._received) < whole:
+            return NeedBytes(whole - len(self._received))
+        with memoryview(self._received) as view:
+            frame = bytes(view[_SIZE.size : whole])
+        del self._received[:whole]
+        self._announced = None
+        header = announced.header
+        if protocol.is_supported(header.api_key, header.api_version, self.logins):
+            return FrameArrived(frame, header)
+        unsupported = protocol.unsupported_answer(header, self.logins)
+        if unsupported is None:
+            return self._close(
+                f"api key {header.api_key} version {header.api_version} is not one of Kafka's"
+            )
+        self.answer(self.begin_answer(), unsupported)
+        return Answered(header)
+
+    def _announce(self) -> Event:
+        received = len(self._received)
+        if received < _SIZE.size:
+            return NeedBytes(HEADER_BYTES - received)
+        (size,) = _SIZE.unpack_from(self._received)
+        if not protocol.FRAME_HEADER.size <= size <= self.produce_bytes_max:
+            return self._close(
+                f"a request of {size} bytes (valid: {protocol.FRAME_HEADER.size} to "
+                f"{self.produce_bytes_max})"
+            )
+        if received < HEADER_BYTES:
+            return NeedBytes(HEADER_BYTES - received)
+        header = protocol.FrameHeader(
+            *protocol.FRAME_HEADER.unpack_from(self._received, _SIZE.size)
+        )
+        if header.api_key != protocol.PRODUCE and size > REQUEST_BYTES_MAX:
+            return self._close(
+                f"api key {header.api_key} in {size} bytes (at most {REQUEST_BYTES_MAX})"
+            )
+        if not self.logged_in:
+            refusal = KafkaSasl.refusal_before_login(self.login, header.api_key, size)
+            if refusal is not None:
+                return self._close(refusal)
+        self._announced = FrameAnnounced(size, header)
+        return self._announced
+
+    def close(self, reason: str) -> Closed:
+        """Take nothing more (a problem the listener found in a frame it handed on)."""
+        return self._close(reason)
+
+    def _close(self, reason: str) -> Closed:
+        if self._closed is None:
+            self._closed = reason
+            self._received.clear()
+            if self.on_close is not None:
+                self.on_close(reason)
+        return Closed(self._closed)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    # ------------------------------------------------------------------ answers
+
+    def may_read(self) -> bool:
+        """Whether another request may be read: fewer than ``IN_FLIGHT_MAX`` answers are
+        awaited or unsent."""
+        return self._next_slot - self._next_out < IN_FLIGHT_MAX
+
+    def begin_answer(self) -> int:
+        """The answer slot of the next request handed on (request order)."""
+        slot = self._next_slot
+        self._next_slot += 1
+        self._slots[slot] = _Slot()
+        return slot
+
+    def answer(self, slot: int, frame: bytes | None) -> None:
+        """The encoded answer of ``slot`` (size prefix included); None: the connection
+        closes once the answers before it are sent."""
+        held = self._slots.get(slot)
+        if held is None or held.ready:
+            return
+        held.frame, held.ready = frame, True
+        if frame is None and (self._closing_after is None or slot < self._closing_after):
+            self._closing_after = slot
+
+    def bytes_to_send(self) -> bytes:
+        """The answers ready in request order, as one write (empty when the next one is
+        still awaited)."""
+        out: list[bytes] = []
+        while (held := self._slots.get(self._next_out)) is not None and held.ready:
+            if self._closing_after is not None and self._next_out >= self._closing_after:
+                break
+            del self._slots[self._next_out]
+            self._next_out += 1
+            assert held.frame is not None  # a None answer sets _closing_after
+            out.append(held.frame)
+        return b"".join(out)
+
+    @property
+    def unsent(self) -> int:
+        """Answers awaited or ready but not yet taken by ``bytes_to_send``."""
+        return self._next_slot - self._next_out
+
+    @property
+    def done_sending(self) -> bool:
+        """Whether no answer will leave any more: the one before a None answer has, or
+        the connection is closed and every answer begun has."""
+        if self._closing_after is not None and self._next_out >= self._closing_after:
+            return True
+        return self.closed and self._next_out == self._next_slot
