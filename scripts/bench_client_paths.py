@@ -101,6 +101,7 @@ class CheckoutNode(LocalNode):
     def __init__(self, checkout: Path, data_dir: Path) -> None:
         super().__init__(data_dir)
         self.checkout = checkout
+        self.cwd = checkout  # its own sources, not the ones of the folder the script runs in
 
     def command(self) -> list[str]:
         return [str(self.checkout / ".venv" / "bin" / "python"), *super().command()[1:]]

@@ -186,6 +186,8 @@ class LocalNode:
             )
         self.log_path = log_path or data_dir.parent / f"node-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.cwd: Path | None = None
+        """The folder the process starts in (``python -m`` finds modules there first)."""
 
     @property
     def raft_address(self) -> str:
@@ -235,6 +237,7 @@ class LocalNode:
                     **self.env,
                 },
                 start_new_session=own_session,
+                cwd=self.cwd,
             )
         finally:
             log.close()
