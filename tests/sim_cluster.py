@@ -16,11 +16,15 @@ What is the project's code and what is the simulation's:
   rounds, checks) and what it does with each fetch answer (``node.following.Following``);
   the ISR proposals and the handling of their answers (``node.isr_proposals.IsrProposals``);
   the registration, heartbeat answers, leadership lease and whether the node may lead
-  (``node.broker_session.BrokerSession``) and the node defaults (``NodeConfig``).
+  (``node.broker_session.BrokerSession``) and the node defaults (``NodeConfig``); and
+  every produce goes through the node's broker core (``BrokerCore.led``, ``append`` and
+  its acks=all wait) on an asyncio event loop that runs on the virtual clock
+  (``VirtualLoop``), with the core's clock passed in.
 - **Simulated**: the transport (each call is a message with a delivery time; a reply is a
   message back; a call with no reply within ``CALL_TIMEOUT_MS`` failed with an unknown
   outcome), the loops that make the calls (heartbeats, metadata, follower fetches, ISR
-  checks, as the node's loops make them), and the Raft quorum, which here is one
+  checks, as the node's loops make them), the broker core's view of the hosted replicas
+  and of the metadata (``_Hosted``, ``_View``), and the Raft quorum, which here is one
   always-available, linearizable metadata log (Raft itself is pysyncobj, tested with real
   processes).
 
@@ -33,6 +37,8 @@ random faults reach too rarely to test the truncation rule's KIP-279 case.
 
 Invariants, checked after every step (``check``) and at the end (``check_final``):
 
+0. what each replica promises at every moment (``Partition.broken_promises``): its high
+   watermark never above its log end nor going back, its leader epoch never going back;
 1. one leader per leader epoch, in the metadata and among the replicas acting as leader;
 2. replicas agree below the high watermark: any two replicas of a partition hold the same
    records at every offset below both their high watermarks;
@@ -47,10 +53,13 @@ exactly from it.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import random
 import sys
 import tempfile
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -60,6 +69,7 @@ from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
 from headwater.node.cluster.broker_session import BrokerSession, leadership_lease_s
 from headwater.node.config import NodeConfig
+from headwater.node.core.broker_core import BrokerCore, Refusal
 from headwater.node.replicas.following import Following
 from headwater.node.replicas.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
 from headwater.node.replicas.partition import Partition
@@ -73,9 +83,11 @@ from headwater.node.replicas.replica_roles import (
     ReplicaRole,
     take_role,
 )
+from headwater.node.security.authorizer import Authorizer
 from headwater.raft.metadata import decisions
 from headwater.raft.metadata import records as r
 from headwater.raft.metadata.image import MetadataImage, apply
+from headwater.shared.acls import Operation
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 STEP_MS: Final = 10
@@ -95,6 +107,36 @@ LEASE_MS: Final = int(leadership_lease_s(CONFIG) * 1000)
 
 class InvariantError(AssertionError):
     pass
+
+
+class VirtualLoop(asyncio.SelectorEventLoop):
+    """An event loop on the simulation's virtual clock: its timers fire as the
+    simulation's time passes them, and ``run_ready`` runs what is ready without ever
+    waiting. The node's asyncio code (``BrokerCore``, ``Partition``'s waits) runs on it,
+    deterministically: one thread, callbacks in the order they were scheduled."""
+
+    def __init__(self, now_ms: Callable[[], int]) -> None:
+        super().__init__()
+        self._now_ms = now_ms
+
+    def time(self) -> float:
+        return self._now_ms() / 1000
+
+    def run_ready(self) -> None:
+        """Run every callback ready now, and those they make ready, until none is."""
+        for _ in range(10_000):
+            self.call_soon(self.stop)
+            self.run_forever()
+            if not self._ready:  # type: ignore[attr-defined]
+                return
+        raise InvariantError("the simulated node's event loop never went idle")
+
+    def finish(self) -> None:
+        """Cancel what is still waiting (the simulation is over) and close."""
+        for task in asyncio.all_tasks(self):
+            task.cancel()
+        self.run_ready()
+        self.close()
 
 
 # --------------------------------------------------------------------------- network
@@ -305,9 +347,26 @@ class Broker(Endpoint):
         self.metadata_in_call = False
         self.next_isr_ms = 0
         self.next_checkpoint_ms = 0
-        # produce call id -> (partition, leader epoch, end offset, deadline, client, offset)
-        self.acks: dict[int, tuple[Partition, int, int, int, int, int]] = {}
+        self.reconciled_offset = -1
         self.paused = False
+        self.core = BrokerCore(
+            dataclasses.replace(CONFIG, node_id=node_id),
+            _Hosted(self),
+            _View(self),
+            authorizer=Authorizer(CONFIG, lambda: self.image),
+            may_lead=self.may_lead,
+            clock=lambda: self.sim.now_ms,
+        )
+        self.tasks: set[asyncio.Task[int]] = set()
+        """Produce calls the broker core is answering."""
+        self.outbox: list[tuple[int, Reply]] = []
+        """Their answers, sent by ``step`` (a paused node sends nothing)."""
+
+    def stop(self) -> None:
+        """The process ends (a crash): its calls under way end with it, unanswered."""
+        for task in self.tasks:
+            task.cancel()
+        self.outbox.clear()
 
     # ------------------------------------------------------------------ leadership
 
@@ -339,6 +398,7 @@ class Broker(Endpoint):
             take_role(partition, topic.configs, role, CONFIG.min_insync_replicas)
             partition.become(role.state, self.id, self.sim.now_ms, role.may_lead)
             self._follow(key, partition, role)
+        self.reconciled_offset = self.image.offset
 
     def _open(self, key: tuple[str, int], topic_id: str) -> Partition:
         log = self.disk.logs.setdefault(key, MemoryLog())
@@ -378,7 +438,9 @@ class Broker(Endpoint):
             if self.may_lead():
                 for request in self.isr.due(self.image, self.partitions.values(), now, now):
                     self._alter(request)
-        self._settle_acks()
+        for target, reply in self.outbox:
+            self.sim.network.send(now, self.id, target, reply)
+        self.outbox.clear()
         if now >= self.next_checkpoint_ms:
             self.next_checkpoint_ms = now + HW_CHECKPOINT_MS
             for partition in self.partitions.values():
@@ -552,39 +614,81 @@ class Broker(Endpoint):
         return epoch, end, partition.log.log_start_offset
 
     def _serve_produce(self, source: int, call: Call) -> None:
-        a = call.args
-        partition = self.partitions.get((TOPIC, a["partition"]))
-        if partition is None or not self.may_lead():
-            raise HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader here")
-        partition.check_leader()
-        partition.check_min_insync()
-        batch = batch_format.encode_batch([a["value"]])
-        info = partition.append_now(batch, self.sim.now_ms)
-        self.acks[call.call_id] = (
-            partition,
-            partition.leader_epoch,
-            info.last_offset + 1,
-            self.sim.now_ms + PRODUCE_TIMEOUT_MS,
-            source,
-            info.base_offset,
-        )
+        """An acks=all produce through the node's broker core: ``BrokerCore.led`` (this
+        node leads the partition, may lead, has taken the role), ``append`` and its
+        acknowledgement, on the simulation's event loop; the answer goes out with the
+        broker's next step."""
+        index, value = call.args["partition"], call.args["value"]
 
-    def _settle_acks(self) -> None:
-        """acks=all answers, as ``Partition.wait_for_replication`` gives them."""
-        for call_id, (partition, epoch, end, deadline, source, offset) in list(self.acks.items()):
-            if not partition.is_leader or partition.leader_epoch != epoch:
-                reply = Reply(
-                    call_id, None, HeadwaterError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved")
-                )
-            elif partition.high_watermark >= end:
-                shrank = partition.committed_ack_error()
-                reply = Reply(call_id, offset) if shrank is None else Reply(call_id, None, shrank)
-            elif self.sim.now_ms >= deadline:
-                reply = Reply(call_id, None, HeadwaterError(ErrorCode.REQUEST_TIMED_OUT, "slow"))
-            else:
-                continue
-            del self.acks[call_id]
-            self.sim.network.send(self.sim.now_ms, self.id, source, reply)
+        async def produce() -> int:
+            partition = await self.core.led(self.image, Operation.WRITE, TOPIC, index)
+            acknowledged = await self.core.append(
+                partition,
+                batch_format.encode_batch([value]),
+                acks_all=True,
+                timeout_ms=PRODUCE_TIMEOUT_MS,
+            )
+            answer = await acknowledged
+            if isinstance(answer, Refusal):
+                raise answer.error()
+            return answer.base_offset
+
+        task = self.sim.loop.create_task(produce())
+        self.tasks.add(task)
+
+        def answered(task: asyncio.Task[int]) -> None:
+            self.tasks.discard(task)
+            if task.cancelled():
+                return
+            error = task.exception()
+            if error is not None and not isinstance(error, HeadwaterError):
+                self.sim.failures.append(f"node {self.id}: produce failed: {error!r}")
+                return
+            reply = Reply(call.call_id, None if error else task.result(), error)
+            self.outbox.append((source, reply))
+
+        task.add_done_callback(answered)
+
+
+class _Hosted:
+    """The replicas a simulated broker hosts, as ``BrokerCore`` asks for them."""
+
+    offline_problem = ""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        return self.broker.partitions.get((topic, index))
+
+
+class _View:
+    """A simulated broker's metadata, as ``BrokerCore`` asks for it."""
+
+    current = True
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.broker.image
+
+    async def wait_reconciled(self, offset: int, timeout_s: float) -> bool:
+        """Until the broker's step has reconciled its replicas with the image at
+        ``offset`` (it does at every step)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self.broker.reconciled_offset < offset:
+                    await asyncio.sleep(STEP_MS / 1000)
+        except TimeoutError:
+            return False
+        return True
+
+    async def wait_until(
+        self, predicate: Callable[[MetadataImage], bool], timeout_s: float
+    ) -> bool:
+        return predicate(self.broker.image)
 
 
 # --------------------------------------------------------------------------- client
@@ -651,6 +755,10 @@ class Simulation:
         self.refusals: list[str] = []
         self.leaders_by_epoch: dict[tuple[str, int], dict[int, int]] = {}
         self.metrics = Metrics()
+        self.failures: list[str] = []
+        """What the node's code raised that it never should (checked at every step)."""
+        self.loop = VirtualLoop(lambda: self.now_ms)
+        weakref.finalize(self, self.loop.finish)
         self._root = root or Path(tempfile.mkdtemp(prefix="headwater-sim-"))
         self.controller = Controller(self)
         self.disks = {i: Disk(folder=self._root / f"n{i}") for i in range(1, nodes + 1)}
@@ -667,6 +775,9 @@ class Simulation:
     # ------------------------------------------------------------------ faults
 
     def crash(self, node_id: int) -> None:
+        broker = self.brokers[node_id]
+        if broker is not None:
+            broker.stop()
         self.brokers[node_id] = None
         self.metrics.crashes += 1
 
@@ -831,9 +942,11 @@ class Simulation:
         for envelope in held:
             envelope.due_ms = self.now_ms + STEP_MS
             self.network.queue.append(envelope)
+        self.loop.run_ready()
         self.controller.tick()
         for broker in list(self.live_brokers()):
             broker.step()
+        self.loop.run_ready()
         if with_client:
             self.client.step()
         self.check()
@@ -875,11 +988,18 @@ class Simulation:
         return found
 
     def check(self) -> None:
+        if self.failures:
+            raise InvariantError(f"seed {self.seed} at {self.now_ms} ms: {self.failures[0]}")
         topic = self.controller.image.topics.get(TOPIC)
         if topic is None:
             return
         for index in range(len(topic.partitions)):
             replicas = self.replicas(index)
+            for node_id, partition in replicas:
+                for broken in partition.broken_promises():
+                    raise InvariantError(
+                        f"seed {self.seed} at {self.now_ms} ms: node {node_id} {broken}"
+                    )
             acting = {}
             for node_id, partition in replicas:
                 if partition.is_leader:

@@ -316,9 +316,10 @@ def test_a_tail_of_an_unknown_epoch_is_cut_where_the_leader_differs() -> None:
 
 def test_a_follower_never_truncates_below_its_high_watermark() -> None:
     """An answer that would cut committed records (a leader missing them) is refused
-    and nothing is cut; with unclean leader election allowed, it is taken."""
+    and nothing is cut; with unclean leader election allowed, it is taken, and the high
+    watermark comes down with the log end (never above it: ``broken_promises``)."""
 
-    async def scenario(unclean: bool) -> int:
+    async def scenario(unclean: bool) -> tuple[int, int, list[str]]:
         leader = replica(1, [batch(4, 0, 30, b"a")], high_watermark=30)
         leader.become(state(1, 4), 1, NOW_MS)
         me = replica(2, [batch(4, 0, 30, b"a"), batch(4, 30, 30, b"a")], high_watermark=60)
@@ -332,10 +333,10 @@ def test_a_follower_never_truncates_below_its_high_watermark() -> None:
                 await fetcher._truncate(fetcher.following[(TOPIC, 0)])
             assert raised.value.code is ErrorCode.KAFKA_STORAGE_ERROR
             assert "below this replica's high watermark 60" in raised.value.message
-        return me.log.log_end_offset
+        return me.log.log_end_offset, me.high_watermark, me.broken_promises()
 
-    assert run(scenario(unclean=False)) == 60
-    assert run(scenario(unclean=True)) == 30
+    assert run(scenario(unclean=False)) == (60, 60, [])
+    assert run(scenario(unclean=True)) == (30, 30, [])
 
 
 def test_a_joining_follower_holds_the_high_watermark_while_its_isr_change_is_in_flight() -> None:

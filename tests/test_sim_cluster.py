@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from headwater.node.core.broker_core import BrokerCore
 from headwater.node.replicas import replication
 from headwater.node.replicas.partition import Partition
 from headwater.node.replicas.replica_roles import ReconcileStep, ReplicaRole
@@ -47,18 +48,18 @@ def test_a_run_is_replayed_exactly_from_its_seed(tmp_path: Path) -> None:
 def test_the_checker_catches_an_acknowledgement_before_replication(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The checks can fail: a broker that acknowledges acks=all as soon as the leader has
-    appended (not once the high watermark passes the batch) loses acknowledged records
-    under these faults, and the final check says which."""
+    """The checks can fail, on the node's own produce path: a broker core that answers
+    acks=all as soon as the leader has appended (as for acks=1, not once the high
+    watermark passes the batch) loses acknowledged records under these faults, and the
+    final check says which."""
+    append = BrokerCore.append
 
-    def acknowledge_on_append(self: sim_cluster.Broker) -> None:
-        for call_id, (*_, source, offset) in list(self.acks.items()):
-            del self.acks[call_id]
-            self.sim.network.send(
-                self.sim.now_ms, self.id, source, sim_cluster.Reply(call_id, offset)
-            )
+    async def acknowledge_on_append(
+        self: BrokerCore, partition: Partition, batch: Any, *, acks_all: bool, **rest: Any
+    ) -> Any:
+        return await append(self, partition, batch, acks_all=False, **rest)
 
-    monkeypatch.setattr(sim_cluster.Broker, "_settle_acks", acknowledge_on_append)
+    monkeypatch.setattr(BrokerCore, "append", acknowledge_on_append)
     caught = []
     for seed in SEEDS:
         try:

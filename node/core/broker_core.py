@@ -39,19 +39,17 @@ import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 from headwater.log import batch as batch_format
 from headwater.log.api import ReadResult
 from headwater.log.kafka_records import BadRecordsError, to_stored
 from headwater.node.clock import now_ms
-from headwater.node.cluster.cluster_state import ClusterState
 from headwater.node.cluster.producer_ids import ProducerIdAllocator
 from headwater.node.config import NodeConfig
 from headwater.node.core.limits import yield_every
 from headwater.node.core.throttling import Quotas
 from headwater.node.ops.metrics import NodeMetrics
-from headwater.node.replicas.log_manager import LogManager
 from headwater.node.replicas.partition import Partition
 from headwater.node.security.authorizer import Authorizer
 from headwater.raft.metadata.image import MetadataImage, TopicImage
@@ -175,21 +173,49 @@ after them) from ``read`` on, within ``limit`` bytes (the first batch whole when
 ``whole_first``); it may read on with ``BrokerCore.read``."""
 
 
+class HostedReplicas(Protocol):
+    """The replicas this node hosts (``LogManager``; the simulated cluster's own)."""
+
+    offline_problem: str
+    """Why the data folder is offline; empty while it serves."""
+
+    def partition(self, topic: str, index: int) -> Partition | None: ...
+
+
+class MetadataView(Protocol):
+    """This node's view of the cluster metadata (``ClusterState``; the simulated
+    cluster's own)."""
+
+    image: MetadataImage
+    current: bool
+    """Whether this node has caught up with the cluster's metadata since it started."""
+
+    async def wait_reconciled(self, offset: int, timeout_s: float) -> bool: ...
+
+    async def wait_until(
+        self, predicate: Callable[[MetadataImage], bool], timeout_s: float
+    ) -> bool: ...
+
+
 class BrokerCore:
     """One node's partition operations (see the module doc)."""
 
     def __init__(
         self,
         config: NodeConfig,
-        logs: LogManager,
-        state: ClusterState,
+        logs: HostedReplicas,
+        state: MetadataView,
         *,
         authorizer: Authorizer,
         may_lead: Callable[[], bool] = lambda: True,
         producer_ids: ProducerIdAllocator | None = None,
         metrics: NodeMetrics | None = None,
         quotas: Quotas | None = None,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
+        """``clock``: wall-clock milliseconds (``headwater.node.clock``; the simulated
+        cluster passes its virtual clock)."""
+        self.clock = clock
         self.config = config
         self.logs = logs
         self.state = state
@@ -320,7 +346,7 @@ class BrokerCore:
                 to_stored,
                 records,
                 max_message_bytes,
-                timestamp_range=config.timestamp_range(now_ms()),
+                timestamp_range=config.timestamp_range(self.clock()),
                 require_keys=config.compacted,
             )
             produced = (
@@ -337,7 +363,7 @@ class BrokerCore:
             header = batch_format.validate_batch(
                 stored,
                 max_uncompressed_bytes=max_message_bytes,
-                timestamp_range=config.timestamp_range(now_ms()),
+                timestamp_range=config.timestamp_range(self.clock()),
                 require_keys=config.compacted,
             )
         partition.check_open()
@@ -345,7 +371,7 @@ class BrokerCore:
             await self.check_idempotent(header.producer_id, acks_all)
         if acks_all:
             partition.check_min_insync()
-        info = await partition.append(stored, now_ms(), deadline_unix_ms)
+        info = await partition.append(stored, self.clock(), deadline_unix_ms)
         if self.metrics is not None and not info.duplicate:
             self.metrics.count_in(partition.topic, info.record_count, len(stored))
         result = Appended(

@@ -87,6 +87,8 @@ class Partition:
         self.unclean_leader_election = False
         self._high_watermark = min(self._read_high_watermark(), log.log_end_offset)
         self._checkpointed_high_watermark = self._high_watermark
+        self._last_checked = (self._high_watermark, self.leader_epoch)
+        """(high watermark, leader epoch) when ``broken_promises`` last looked."""
         self._lock = threading.Lock()
         self._waiters: set[asyncio.Future[None]] = set()  # consumers: high watermark moved
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []  # acks=all
@@ -213,6 +215,28 @@ class Partition:
         self._isr_joining = frozenset(isr or ()) - set(self.isr)
 
     # ------------------------------------------------------------------ high watermark
+
+    def broken_promises(self) -> list[str]:
+        """What this replica promises at every moment, checked against what it was when
+        last asked (the seeded fault search asks after every step): the high watermark
+        never above the log end, and never lower than before (but after an unclean
+        election's truncation); the leader epoch never lower than before. Empty when all
+        hold."""
+        high_watermark, end, epoch = (
+            self._high_watermark,
+            self.log.log_end_offset,
+            self.leader_epoch,
+        )
+        last_high_watermark, last_epoch = self._last_checked
+        self._last_checked = (high_watermark, epoch)
+        found = []
+        if high_watermark > end:
+            found.append(f"high watermark {high_watermark} above the log end {end}")
+        if high_watermark < last_high_watermark and not self.unclean_leader_election:
+            found.append(f"high watermark {high_watermark} below {last_high_watermark}")
+        if epoch < last_epoch:
+            found.append(f"leader epoch {epoch} below {last_epoch}")
+        return [f"{self.topic}-{self.index}: {problem}" for problem in found]
 
     @property
     def high_watermark(self) -> int:
@@ -404,7 +428,8 @@ class Partition:
         Invariant: a replica never truncates below its high watermark (records below it
         are committed, and every leader of a later epoch holds them). An answer that asks
         for it is refused with KAFKA_STORAGE_ERROR and nothing is cut, unless the topic
-        allows unclean leader election, where a leader may lack committed records."""
+        allows unclean leader election, where a leader may lack committed records: then
+        the high watermark comes down with the log end (it is never above it)."""
         self.check_following(leader_id, leader_epoch)
         if offset < self._high_watermark and not self.unclean_leader_election:
             raise HeadwaterError(
@@ -413,7 +438,10 @@ class Partition:
                 f"asks to truncate to {offset}, below this replica's high watermark "
                 f"{self._high_watermark}; refused (committed records are never cut)",
             )
-        return self.log.truncate_to(offset, now_ms)
+        end = self.log.truncate_to(offset, now_ms)
+        # Lower only after an unclean election, whose leader lacked committed records.
+        self._high_watermark = min(self._high_watermark, end)
+        return end
 
     def append_replicated(self, data: bytes, now_ms: int) -> int:
         """Append the leader's batches (``data``: whole batches, concatenated) unchanged;
