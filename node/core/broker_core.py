@@ -252,6 +252,16 @@ class BrokerCore:
                 f"topic {name!r} is internal: only the cluster writes to it",
             )
 
+    def may_describe(self, name: str) -> bool:
+        """Whether the caller may see topic ``name`` in Metadata (``describe`` on it): a
+        front refuses a topic named otherwise (gRPC the call, Kafka the topic)."""
+        return self.auth.allows(Operation.DESCRIBE, ResourceType.TOPIC, name)
+
+    def describable_topics(self, image: MetadataImage) -> list[str]:
+        """The topics a Metadata that names none answers: those the caller may describe,
+        by name."""
+        return self.auth.visible(ResourceType.TOPIC, sorted(image.topics))
+
     def authorized_topic(self, image: MetadataImage, operation: Operation, name: str) -> TopicImage:
         """The topic ``name``, once ``authorize`` lets the caller do ``operation`` on it."""
         self.authorize(operation, name)

@@ -156,13 +156,10 @@ class KafkaHandlers:
         describe is answered TOPIC_AUTHORIZATION_FAILED without its name, as Kafka does.
         The topics are looked at a slice at a time (``yield_every``)."""
         image = self.core.state.image
-        auth = self.core.auth
         every = request.body.topics is None
         asked = self._asked_topics(image, request.body.topics)
         async for topic in yield_every(asked):
-            topic.allowed = topic.name is not None and auth.allows(
-                Operation.DESCRIBE, ResourceType.TOPIC, topic.name
-            )
+            topic.allowed = topic.name is not None and self.core.may_describe(topic.name)
         if every:
             asked = [topic for topic in asked if topic.allowed]
         missing = [

@@ -536,10 +536,10 @@ class BrokerService(pb_grpc.BrokerServicer):
         image = self.state.image
         asked = distinct(request.topics, self.config.topics_max, "topics", "topics_max")
         for name in asked:
-            self.auth.require(Operation.DESCRIBE, ResourceType.TOPIC, name)
+            self.core.authorize(Operation.DESCRIBE, name)
         if request.include_digest:  # the digest covers every topic, ACL and user
             self.auth.require_cluster(Operation.DESCRIBE)
-        names = asked or self.auth.visible(ResourceType.TOPIC, sorted(image.topics))
+        names = asked or self.core.describable_topics(image)
         topics = [
             self.metadata_answers.topic_metadata(image, self.core.topic(image, name))
             async for name in yield_every(names, weight=lambda n: _partitions_of(image, n))
