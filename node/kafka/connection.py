@@ -96,7 +96,10 @@ class KafkaConnection:
     """Whether this listener asks for a SASL login first."""
     login: SaslState = field(default_factory=SaslState)
     on_close: Callable[[str], None] | None = None
-    _received: bytearray = field(default_factory=bytearray)
+    _chunks: list[bytes] = field(default_factory=list)
+    """Bytes received and not yet taken, in order (a frame read whole is one chunk, taken
+    without a copy)."""
+    _buffered: int = 0
     _announced: FrameAnnounced | None = None
     _closed: str | None = None
     _slots: dict[int, _Slot] = field(default_factory=dict)
@@ -113,8 +116,37 @@ class KafkaConnection:
 
     def receive(self, data: bytes) -> None:
         """Bytes from the peer, in order."""
-        if self._closed is None:
-            self._received += data
+        if self._closed is None and data:
+            self._chunks.append(bytes(data))
+            self._buffered += len(data)
+
+    def _peek(self, count: int) -> bytes:
+        """The first ``count`` bytes received (there are at least that many)."""
+        first = self._chunks[0]
+        if len(first) >= count:
+            return first[:count]
+        return b"".join(self._chunks)[:count]
+
+    def _take(self, count: int) -> bytes:
+        """Remove and return the first ``count`` bytes received (at least that many): the
+        first chunk itself when it is exactly that, else one copy."""
+        self._buffered -= count
+        first = self._chunks[0]
+        if len(first) == count:
+            del self._chunks[0]
+            return first
+        taken: list[bytes] = []
+        while count:
+            chunk = self._chunks[0]
+            if len(chunk) <= count:
+                taken.append(chunk)
+                del self._chunks[0]
+                count -= len(chunk)
+            else:
+                taken.append(chunk[:count])
+                self._chunks[0] = chunk[count:]
+                count = 0
+        return b"".join(taken)
 
     def next_event(self) -> Event:
         """What the bytes received so far make (see the module doc). ``FrameAnnounced``
@@ -124,12 +156,9 @@ class KafkaConnection:
         if self._announced is None:
             return self._announce()
         announced = self._announced
-        whole = _SIZE.size + announced.size
-        if len(self._received) < whole:
-            return NeedBytes(whole - len(self._received))
-        with memoryview(self._received) as view:
-            frame = bytes(view[_SIZE.size : whole])
-        del self._received[:whole]
+        if self._buffered < announced.size:
+            return NeedBytes(announced.size - self._buffered)
+        frame = self._take(announced.size)
         self._announced = None
         header = announced.header
         if protocol.is_supported(header.api_key, header.api_version, self.logins):
@@ -143,10 +172,10 @@ class KafkaConnection:
         return Answered(header)
 
     def _announce(self) -> Event:
-        received = len(self._received)
+        received = self._buffered
         if received < _SIZE.size:
             return NeedBytes(HEADER_BYTES - received)
-        (size,) = _SIZE.unpack_from(self._received)
+        (size,) = _SIZE.unpack(self._peek(_SIZE.size))
         if not protocol.FRAME_HEADER.size <= size <= self.produce_bytes_max:
             return self._close(
                 f"a request of {size} bytes (valid: {protocol.FRAME_HEADER.size} to "
@@ -154,9 +183,8 @@ class KafkaConnection:
             )
         if received < HEADER_BYTES:
             return NeedBytes(HEADER_BYTES - received)
-        header = protocol.FrameHeader(
-            *protocol.FRAME_HEADER.unpack_from(self._received, _SIZE.size)
-        )
+        fields = protocol.FRAME_HEADER.unpack_from(self._peek(HEADER_BYTES), _SIZE.size)
+        header = protocol.FrameHeader(*fields)
         if header.api_key != protocol.PRODUCE and size > REQUEST_BYTES_MAX:
             return self._close(
                 f"api key {header.api_key} in {size} bytes (at most {REQUEST_BYTES_MAX})"
@@ -165,6 +193,7 @@ class KafkaConnection:
             refusal = KafkaSasl.refusal_before_login(self.login, header.api_key, size)
             if refusal is not None:
                 return self._close(refusal)
+        self._take(_SIZE.size)  # the frame is what follows its size
         self._announced = FrameAnnounced(size, header)
         return self._announced
 
@@ -175,7 +204,8 @@ class KafkaConnection:
     def _close(self, reason: str) -> Closed:
         if self._closed is None:
             self._closed = reason
-            self._received.clear()
+            self._chunks.clear()
+            self._buffered = 0
             if self.on_close is not None:
                 self.on_close(reason)
         return Closed(self._closed)
