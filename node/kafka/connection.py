@@ -31,7 +31,6 @@ the connection takes nothing more).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -41,8 +40,9 @@ from headwater.node.kafka.sasl import KafkaSasl, SaslState
 REQUEST_BYTES_MAX: Final = 4 << 20
 """Largest request but Produce (a Metadata of 10,000 topics is about 300 KB)."""
 IN_FLIGHT_MAX: Final = 16
-_SIZE: Final = struct.Struct(">i")
-HEADER_BYTES: Final = _SIZE.size + protocol.FRAME_HEADER.size
+FRAME_SIZE: Final = struct.Struct(">i")
+"""A frame's first 4 bytes: the size of what follows (big-endian)."""
+HEADER_BYTES: Final = FRAME_SIZE.size + protocol.FRAME_HEADER.size
 """A frame's size and fixed header: what the checks need before its body is read."""
 
 
@@ -95,7 +95,6 @@ class KafkaConnection:
     logins: bool
     """Whether this listener asks for a SASL login first."""
     login: SaslState = field(default_factory=SaslState)
-    on_close: Callable[[str], None] | None = None
     _chunks: list[bytes] = field(default_factory=list)
     """Bytes received and not yet taken, in order (a frame read whole is one chunk, taken
     without a copy)."""
@@ -165,7 +164,7 @@ class KafkaConnection:
             return FrameArrived(frame, header)
         unsupported = protocol.unsupported_answer(header, self.logins)
         if unsupported is None:
-            return self._close(
+            return self.close(
                 f"api key {header.api_key} version {header.api_version} is not one of Kafka's"
             )
         self.answer(self.begin_answer(), unsupported)
@@ -173,41 +172,37 @@ class KafkaConnection:
 
     def _announce(self) -> Event:
         received = self._buffered
-        if received < _SIZE.size:
+        if received < FRAME_SIZE.size:
             return NeedBytes(HEADER_BYTES - received)
-        (size,) = _SIZE.unpack(self._peek(_SIZE.size))
+        (size,) = FRAME_SIZE.unpack(self._peek(FRAME_SIZE.size))
         if not protocol.FRAME_HEADER.size <= size <= self.produce_bytes_max:
-            return self._close(
+            return self.close(
                 f"a request of {size} bytes (valid: {protocol.FRAME_HEADER.size} to "
                 f"{self.produce_bytes_max})"
             )
         if received < HEADER_BYTES:
             return NeedBytes(HEADER_BYTES - received)
-        fields = protocol.FRAME_HEADER.unpack_from(self._peek(HEADER_BYTES), _SIZE.size)
+        fields = protocol.FRAME_HEADER.unpack_from(self._peek(HEADER_BYTES), FRAME_SIZE.size)
         header = protocol.FrameHeader(*fields)
         if header.api_key != protocol.PRODUCE and size > REQUEST_BYTES_MAX:
-            return self._close(
+            return self.close(
                 f"api key {header.api_key} in {size} bytes (at most {REQUEST_BYTES_MAX})"
             )
         if not self.logged_in:
             refusal = KafkaSasl.refusal_before_login(self.login, header.api_key, size)
             if refusal is not None:
-                return self._close(refusal)
-        self._take(_SIZE.size)  # the frame is what follows its size
+                return self.close(refusal)
+        self._take(FRAME_SIZE.size)  # the frame is what follows its size
         self._announced = FrameAnnounced(size, header)
         return self._announced
 
     def close(self, reason: str) -> Closed:
-        """Take nothing more (a problem the listener found in a frame it handed on)."""
-        return self._close(reason)
-
-    def _close(self, reason: str) -> Closed:
+        """Take nothing more (for ``reason``, or the first reason given); answers already
+        begun still leave."""
         if self._closed is None:
             self._closed = reason
             self._chunks.clear()
             self._buffered = 0
-            if self.on_close is not None:
-                self.on_close(reason)
         return Closed(self._closed)
 
     @property
@@ -250,11 +245,6 @@ class KafkaConnection:
             assert held.frame is not None  # a None answer sets _closing_after
             out.append(held.frame)
         return b"".join(out)
-
-    @property
-    def unsent(self) -> int:
-        """Answers awaited or ready but not yet taken by ``bytes_to_send``."""
-        return self._next_slot - self._next_out
 
     @property
     def done_sending(self) -> bool:

@@ -65,7 +65,6 @@ import dataclasses
 import functools
 import logging
 import ssl
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, cast
@@ -74,6 +73,7 @@ from headwater.node.config import parse_host_counts
 from headwater.node.kafka import protocol
 from headwater.node.kafka.admission import ConnectionAdmission, ConnectionLimits
 from headwater.node.kafka.connection import (
+    FRAME_SIZE,
     Answered,
     Closed,
     FrameAnnounced,
@@ -112,7 +112,6 @@ STALLED_FRAME_S: Final = 2.0
 """A frame that holds bytes others wait for must bring ``CHUNK_BYTES`` within this."""
 IDLE_TIMEOUT_S: Final = 600.0
 LOGIN_TIMEOUT_S: Final = 30.0
-_SIZE: Final = struct.Struct(">i")
 _refusals = LogEvery(_log, 10.0)
 
 
@@ -282,7 +281,7 @@ class KafkaListener:
             if wait_s <= 0:
                 raise _ClosedError(f"no login within {LOGIN_TIMEOUT_S:.0f} s")
             async with asyncio.timeout(wait_s):
-                kafka.receive(await reader.readexactly(_SIZE.size))
+                kafka.receive(await reader.readexactly(FRAME_SIZE.size))
             if before_login:
                 await self._wait_for_prelogin_room(connection.host, login_deadline)
             event = kafka.next_event()

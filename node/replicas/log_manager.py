@@ -388,9 +388,9 @@ class LogManager:
                 if self.is_offline():  # an open just failed: open no more
                     break
                 hosted = current.get(key)
-                if hosted is None or hosted.topic_id != topic.topic_id:
-                    if hosted is not None:  # another topic's, kept until deletes may run
-                        continue
+                if hosted is not None and hosted.topic_id != topic.topic_id:
+                    continue  # another topic's, kept until deletes may run
+                if hosted is None:
                     hosted = self._open(
                         topic.name, topic.topic_id, state.partition, topic.configs, may_delete
                     )
