@@ -25,6 +25,7 @@ UNIT: Final = frozenset(
         "test_consume_format",
         "test_consumer_records",
         "test_controller",
+        "test_fetch_session",
         "test_file_log_recovery",
         "test_follower_truncation",
         "test_replica_roles",

@@ -11,9 +11,15 @@ What is the project's code and what is the simulation's:
   checkpoint, follower progress, the follower's fencing check, the refusal to truncate
   below the high watermark, the acks=all answer); what the image asks of the replicas
   (``node.replicas.replica_roles.ReconcileStep``: which are hosted and removed, their
-  settings, when a leadership's epoch is recorded, whom to follow); the leader's checks of a replica's request
-  (``node.replica_checks``); the follower's steps, its truncation exchange (rule,
-  rounds, checks) and what it does with each fetch answer (``node.following.Following``);
+  settings, when a leadership's epoch is recorded, whom to follow); the leader's fetch
+  sessions (``node.replicas.fetch_session.FetchSession``: each position checked before it
+  counts as the follower's progress, silent followers counted at their last position,
+  what each answer carries, refusals once a leadership moves on) and its answers to
+  truncation questions (``fetch_session.epoch_end``), both behind the replica checks
+  (``node.replicas.replica_checks``); the follower's steps, its truncation exchange (rule,
+  rounds, checks) and what it does with each fetch answer (``node.following.Following``),
+  in sessions kept as the node's fetcher keeps them (truncate what is not ready, then one
+  request, then its answer; a failed call starts a new session);
   the ISR proposals and the handling of their answers (``node.isr_proposals.IsrProposals``);
   the registration, heartbeat answers, leadership lease and whether the node may lead
   (``node.broker_session.BrokerSession``) and the node defaults (``NodeConfig``); and
@@ -22,8 +28,9 @@ What is the project's code and what is the simulation's:
   (``VirtualLoop``), with the core's clock passed in.
 - **Simulated**: the transport (each call is a message with a delivery time; a reply is a
   message back; a call with no reply within ``CALL_TIMEOUT_MS`` failed with an unknown
-  outcome), the loops that make the calls (heartbeats, metadata, follower fetches, ISR
-  checks, as the node's loops make them), the broker core's view of the hosted replicas
+  outcome), the loops that make the calls (heartbeats, metadata, follower fetch
+  cycles, ISR checks, as the node's loops make them; a leader answers a fetch at once,
+  the follower's next cycle standing for the long poll), the broker core's view of the hosted replicas
   and of the metadata (``_Hosted``, ``_View``), and the Raft quorum, which here is one
   always-available, linearizable metadata log (Raft itself is pysyncobj, tested with real
   processes).
@@ -70,14 +77,15 @@ from headwater.log.memory_log import MemoryLog
 from headwater.node.cluster.broker_session import BrokerSession, leadership_lease_s
 from headwater.node.config import NodeConfig
 from headwater.node.core.broker_core import BrokerCore, Refusal
+from headwater.node.replicas.fetch_session import (
+    FetchSession,
+    ReplicaData,
+    ReplicaRefusal,
+    epoch_end,
+)
 from headwater.node.replicas.following import Following
 from headwater.node.replicas.isr_proposals import ISR_CHECK_MS, IsrProposals, IsrRequest
 from headwater.node.replicas.partition import Partition
-from headwater.node.replicas.replica_checks import (
-    fetch_position_error,
-    leader_partition,
-    stale_registration,
-)
 from headwater.node.replicas.replica_roles import (
     ReconcileStep,
     ReplicaRole,
@@ -322,12 +330,57 @@ class Disk:
 
 @dataclass
 class Fetching:
-    """A followed partition: the node's own steps (``node.following.Following``) and the
-    simulated call in flight."""
+    """A followed partition: the node's own steps (``node.following.Following``), when
+    its truncation may be tried again, and whether its position is due in the next
+    request of its leader's session (it became ready, or records were appended)."""
 
     steps: Following
-    in_call: bool = False
-    next_fetch_ms: int = 0
+    retry_ms: int = 0
+    position_due: bool = False
+
+
+@dataclass(frozen=True)
+class Position:
+    """A fetch position as a replica fetch request carries it (``FetchPosition``)."""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    fetch_offset: int
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A partition no longer followed, as a request's ``removed`` names it."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class EpochQuestion:
+    """An OffsetForLeaderEpoch question (``fetch_session.EpochQuestion``)."""
+
+    topic: str
+    partition: int
+    replica_id: int
+    current_leader_epoch: int
+    leader_epoch: int
+
+
+@dataclass
+class LeaderSession:
+    """The follower's fetch session with one leader, kept as ``LeaderFetcher`` keeps its
+    stream: each cycle first truncates every partition not yet ready (all at once), then
+    sends one request (the positions that are due, the partitions dropped), then acts on
+    its answer. A failed call ends the session: every partition truncates again and a new
+    session starts."""
+
+    session_id: str
+    busy: bool = False
+    next_ms: int = 0
+    truncating: set[tuple[str, int]] = field(default_factory=set)
+    removed: set[tuple[str, int]] = field(default_factory=set)
 
 
 class Broker(Endpoint):
@@ -340,6 +393,11 @@ class Broker(Endpoint):
         self.session = BrokerSession(LEASE_MS)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.following: dict[tuple[str, int], Fetching] = {}
+        self.sessions: dict[int, LeaderSession] = {}
+        """The follower's sessions, by leader."""
+        self.sessions_made = 0
+        self.served: dict[int, tuple[str, FetchSession]] = {}
+        """The leader's sessions, by follower: the session id and its steps."""
         self.isr = IsrProposals(node_id, CONFIG.replica_lag_ms_max)
         self.next_heartbeat_ms = 0
         self.heartbeat_in_call = False
@@ -389,7 +447,7 @@ class Broker(Endpoint):
         hosting = step.hosting(self.image, {k: p.topic_id for k, p in self.partitions.items()})
         for key in hosting.remove:
             del self.partitions[key]
-            self.following.pop(key, None)
+            self._unfollow(key)
         for key, (topic, state) in hosting.assigned.items():
             partition = self.partitions.get(key)
             if partition is None:
@@ -412,12 +470,23 @@ class Broker(Endpoint):
     def _follow(self, key: tuple[str, int], partition: Partition, role: ReplicaRole) -> None:
         """Follow as ``ReplicaManager.reconcile`` and ``LeaderFetcher.follow`` do."""
         leader, epoch = role.follow, role.state.leader_epoch
-        if leader is None:
-            self.following.pop(key, None)
-            return
         current = self.following.get(key)
+        if leader is None:
+            self._unfollow(key)
+            return
         if current is None or not current.steps.is_for(partition, leader, epoch):
+            if current is not None and current.steps.leader_id != leader:
+                self._unfollow(key)
             self.following[key] = Fetching(Following(partition, leader, epoch))
+            session = self.sessions.get(leader)
+            if session is not None:
+                session.removed.discard(key)
+
+    def _unfollow(self, key: tuple[str, int]) -> None:
+        """``LeaderFetcher.unfollow``: the next request of the leader's session drops it."""
+        gone = self.following.pop(key, None)
+        if gone is not None and (session := self.sessions.get(gone.steps.leader_id)):
+            session.removed.add(key)
 
     # ------------------------------------------------------------------ loops
 
@@ -430,9 +499,14 @@ class Broker(Endpoint):
             self.metadata_in_call = True
             self.call(CONTROLLER, "metadata", self._on_metadata, offset=self.image_batches)
         self.reconcile()
-        for key, entry in list(self.following.items()):
-            if not entry.in_call and now >= entry.next_fetch_ms:
-                self._fetch(key, entry)
+        leaders = {entry.steps.leader_id for entry in self.following.values()}
+        for leader in leaders - self.sessions.keys():
+            self.sessions[leader] = self._new_session()
+        for leader, session in list(self.sessions.items()):
+            if leader not in leaders and not session.removed and not session.busy:
+                del self.sessions[leader]  # the node stops a fetcher with nothing to follow
+            elif not session.busy and now >= session.next_ms:
+                self._cycle(leader, session)
         if now >= self.next_isr_ms:
             self.next_isr_ms = now + ISR_CHECK_MS
             if self.may_lead():
@@ -504,70 +578,142 @@ class Broker(Endpoint):
 
     # ------------------------------------------------------------------ follower
 
-    def _fetch(self, key: tuple[str, int], entry: Fetching) -> None:
-        """One call of the follower's loop, as ``LeaderFetcher`` makes them: a truncation
-        question while the replica is not ready, else a fetch from its log end; the
-        answers go to the node's own ``Following``."""
+    def _new_session(self) -> LeaderSession:
+        self.sessions_made += 1
+        return LeaderSession(f"{self.incarnation}/{self.sessions_made}")
+
+    def _of(self, leader: int) -> list[tuple[tuple[str, int], Fetching]]:
+        return [(k, e) for k, e in self.following.items() if e.steps.leader_id == leader]
+
+    def _cycle(self, leader: int, session: LeaderSession) -> None:
+        """One cycle of the session (``LeaderFetcher._session``): truncate the partitions
+        not yet ready, all at once (``_prepare_new``), then the request."""
+        session.busy = True
+        now = self.sim.now_ms
+        waiting = [
+            (key, entry)
+            for key, entry in self._of(leader)
+            if not entry.steps.ready and now >= entry.retry_ms
+        ]
+        session.truncating = {key for key, _entry in waiting}
+        for key, entry in waiting:
+            entry.steps.begin_truncation()
+            self._ask(leader, session, key, entry)
+        if not waiting:
+            self._request(leader, session)
+
+    def _truncated(
+        self, leader: int, session: LeaderSession, key: tuple[str, int], entry: Fetching, ok: bool
+    ) -> None:
+        """One partition's truncation ended (``ok``: the replica is ready); the request
+        goes out once every partition of the cycle has ended."""
+        if ok and self.following.get(key) is entry:
+            entry.position_due = True
+        elif not ok:
+            entry.retry_ms = self.sim.now_ms + FOLLOWER_IDLE_MS
+        session.truncating.discard(key)
+        if not session.truncating and self.sessions.get(leader) is session:
+            self._request(leader, session)
+        elif not session.truncating:
+            session.busy = False
+
+    def _ask(
+        self, leader: int, session: LeaderSession, key: tuple[str, int], entry: Fetching
+    ) -> None:
+        """One round of a partition's truncation (``LeaderFetcher._truncate``): the
+        question as an epoch call, the answer to the node's own ``Following``."""
         steps = entry.steps
-        entry.in_call = True
-        if not steps.ready:
-            try:
-                asked = steps.question()
-            except HeadwaterError as gave_up:  # as the node's fetcher: it starts over
-                self.sim.refusals.append(str(gave_up))
-                entry.in_call = False
-                entry.next_fetch_ms = self.sim.now_ms + FOLLOWER_IDLE_MS
-                return
-
-            def truncate(value: Any, error: HeadwaterError | None) -> None:
-                entry.in_call = False
-                entry.next_fetch_ms = self.sim.now_ms + FOLLOWER_IDLE_MS
-                if error is not None or self.following.get(key) is not entry:
-                    return
-                epoch, end_offset, log_start = value
-                try:
-                    steps.answer(epoch, end_offset, log_start, self.sim.now_ms)
-                except HeadwaterError as refused:
-                    if refused.code is ErrorCode.UNKNOWN_SERVER_ERROR:  # a broken leader
-                        raise InvariantError(
-                            f"seed {self.sim.seed} at {self.sim.now_ms} ms: {refused}"
-                        ) from refused
-                    if refused.code is not ErrorCode.FENCED_LEADER_EPOCH:  # below the hw
-                        self.sim.refusals.append(str(refused))
-
-            self.call(
-                steps.leader_id,
-                "epoch",
-                truncate,
-                topic=key[0],
-                partition=key[1],
-                current_leader_epoch=steps.leader_epoch,
-                leader_epoch=asked,
-            )
+        try:
+            asked = steps.question()
+        except HeadwaterError as gave_up:  # as the node's fetcher: it starts over
+            self.sim.refusals.append(str(gave_up))
+            self._truncated(leader, session, key, entry, False)
             return
-        offset = steps.fetch_offset
 
-        def fetched(value: Any, error: HeadwaterError | None) -> None:
-            entry.in_call = False
-            entry.next_fetch_ms = self.sim.now_ms + FOLLOWER_IDLE_MS
-            if self.following.get(key) is not entry or not steps.fetch_answered(error is not None):
+        def answered(value: Any, error: HeadwaterError | None) -> None:
+            if error is not None or self.following.get(key) is not entry:
+                self._truncated(leader, session, key, entry, False)
                 return
-            data, high_watermark = value
-            if data:
-                assert steps.fetch_offset == offset
-                steps.partition.append_replicated(data, self.sim.now_ms)
-                entry.next_fetch_ms = self.sim.now_ms
-            steps.appended(high_watermark)
+            try:
+                cut = steps.answer(*value, self.sim.now_ms)
+            except HeadwaterError as refused:
+                if refused.code is ErrorCode.UNKNOWN_SERVER_ERROR:  # a broken leader
+                    raise InvariantError(
+                        f"seed {self.sim.seed} at {self.sim.now_ms} ms: {refused}"
+                    ) from refused
+                if refused.code is not ErrorCode.FENCED_LEADER_EPOCH:  # below the hw
+                    self.sim.refusals.append(str(refused))
+                self._truncated(leader, session, key, entry, False)
+                return
+            if cut.done:
+                self._truncated(leader, session, key, entry, True)
+            else:
+                self._ask(leader, session, key, entry)
 
         self.call(
-            steps.leader_id,
+            leader,
+            "epoch",
+            answered,
+            question=EpochQuestion(key[0], key[1], self.id, steps.leader_epoch, asked),
+        )
+
+    def _request(self, leader: int, session: LeaderSession) -> None:
+        """One request of the session: the positions due and the partitions dropped
+        (``LeaderFetcher._request``); its answer goes to each partition's ``Following``
+        (``LeaderFetcher._apply``)."""
+        positions = []
+        for key, entry in self._of(leader):
+            if entry.steps.ready and entry.position_due:
+                entry.position_due = False
+                steps = entry.steps
+                positions.append(Position(key[0], key[1], steps.leader_epoch, steps.fetch_offset))
+        removed = [Ref(*key) for key in sorted(session.removed)]
+        session.removed.clear()
+
+        def answered(parts: Any, error: HeadwaterError | None) -> None:
+            session.busy = False
+            now = self.sim.now_ms
+            session.next_ms = now + FOLLOWER_IDLE_MS
+            if self.sessions.get(leader) is not session:
+                return
+            if error is not None:  # the stream ended: a new one, every partition truncates
+                self.sessions[leader] = self._new_session()
+                for _key, entry in self._of(leader):
+                    entry.steps.truncate_again()
+                return
+            for part in parts:
+                key = (part.topic, part.partition)
+                entry = self.following.get(key)
+                if entry is None or entry.steps.leader_id != leader:
+                    continue
+                steps = entry.steps
+                was_ready = steps.ready
+                if not steps.fetch_answered(isinstance(part, ReplicaRefusal)):
+                    if was_ready and not steps.ready:  # failed: back to truncation
+                        entry.retry_ms = now + FOLLOWER_IDLE_MS
+                    continue
+                assert isinstance(part, ReplicaData)
+                if part.records:
+                    try:
+                        steps.partition.append_replicated(part.records, now)
+                    except HeadwaterError as refused:
+                        self.sim.refusals.append(str(refused))
+                        steps.truncate_again()
+                        entry.retry_ms = now + FOLLOWER_IDLE_MS
+                        session.removed.add(key)
+                        continue
+                    entry.position_due = True
+                    session.next_ms = now
+                steps.appended(part.high_watermark)
+
+        self.call(
+            leader,
             "fetch",
-            fetched,
-            topic=key[0],
-            partition=key[1],
-            leader_epoch=steps.leader_epoch,
+            answered,
+            session=session.session_id,
             broker_epoch=self.session.broker_epoch,
-            fetch_offset=offset,
+            positions=positions,
+            removed=removed,
         )
 
     # ------------------------------------------------------------------ serving
@@ -578,7 +724,7 @@ class Broker(Endpoint):
             if call.kind == "fetch":
                 return Reply(call.call_id, self._serve_fetch(source, a))
             if call.kind == "epoch":
-                return Reply(call.call_id, self._serve_epoch(source, a))
+                return Reply(call.call_id, self._serve_epoch(a))
             if call.kind == "produce":
                 self._serve_produce(source, call)
                 return None
@@ -586,32 +732,44 @@ class Broker(Endpoint):
         except HeadwaterError as error:
             return Reply(call.call_id, None, error)
 
-    def _leading(self, source: int, topic: str, index: int, leader_epoch: int) -> Partition:
-        """The replica checks of ``ReplicaService`` (``node.replica_checks``)."""
-        partition = self.partitions.get((topic, index))
-        return leader_partition(
-            partition, topic, index, leader_epoch, source, node_id=self.id, may_lead=self.may_lead()
+    def _serve_fetch(self, source: int, a: dict[str, Any]) -> list[ReplicaData | ReplicaRefusal]:
+        """One request of a follower's fetch session, taken and answered by the node's
+        ``FetchSession`` as ``ReplicaService.Fetch`` drives it (answered at once: the
+        follower's next cycle stands for the long poll). A request of a new session
+        from the same follower ends the old one, as a new stream replaces a broken one."""
+        served = self.served.get(source)
+        if served is None or served[0] != a["session"]:
+            if served is not None:
+                served[1].close()
+            served = (a["session"], FetchSession(self.id, self._hosted_partition, _no_wake))
+            self.served[source] = served
+        session = served[1]
+        refusals = session.take(
+            replica_id=source,
+            broker_epoch=a["broker_epoch"],
+            positions=a["positions"],
+            removed=a["removed"],
+            image=self.image,
+            may_lead=self.may_lead(),
+            now_ms=self.sim.now_ms,
         )
+        if refusals:
+            return list(refusals)
+        parts, _news_pending = session.collect(FETCH_BYTES, with_news=True)
+        return parts
 
-    def _serve_fetch(self, source: int, a: dict[str, Any]) -> tuple[bytes, int]:
-        """One fetch position of a replica fetch session, as ``ReplicaService`` serves it."""
-        stale = stale_registration(self.image, source, a["broker_epoch"])
-        if stale is not None:
-            raise stale
-        partition = self._leading(source, a["topic"], a["partition"], a["leader_epoch"])
-        beyond = fetch_position_error(partition, a["fetch_offset"])
-        if beyond is not None:
-            raise beyond
-        partition.on_follower_fetch(source, a["fetch_offset"], self.sim.now_ms)
-        data = b""
-        if a["fetch_offset"] < partition.log.log_end_offset:
-            data = bytes(partition.read_for_replica(a["fetch_offset"], FETCH_BYTES).data)
-        return data, partition.high_watermark
+    def _hosted_partition(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
 
-    def _serve_epoch(self, source: int, a: dict[str, Any]) -> tuple[int, int, int]:
-        partition = self._leading(source, a["topic"], a["partition"], a["current_leader_epoch"])
-        epoch, end = partition.log.end_offset_for_epoch(a["leader_epoch"])
-        return epoch, end, partition.log.log_start_offset
+    def _serve_epoch(self, a: dict[str, Any]) -> tuple[int, int, int]:
+        question = a["question"]
+        end = epoch_end(
+            self._hosted_partition(question.topic, question.partition),
+            question,
+            node_id=self.id,
+            may_lead=self.may_lead(),
+        )
+        return end.leader_epoch, end.end_offset, end.log_start_offset
 
     def _serve_produce(self, source: int, call: Call) -> None:
         """An acks=all produce through the node's broker core: ``BrokerCore.led`` (this
@@ -648,6 +806,10 @@ class Broker(Endpoint):
             self.outbox.append((source, reply))
 
         task.add_done_callback(answered)
+
+
+def _no_wake() -> None:
+    """A simulated leader answers each request at once: nothing waits to be woken."""
 
 
 class _Hosted:

@@ -43,6 +43,7 @@ PURE_MODULES = [
     "node/cluster/broker_session.py",
     "node/replicas/replica_roles.py",
     "node/replicas/replica_checks.py",
+    "node/replicas/fetch_session.py",
     "node/groups/records.py",
     "node/groups/image.py",
     "node/groups/assignors.py",

@@ -14,6 +14,7 @@ import pytest
 
 from headwater.node.core.broker_core import BrokerCore
 from headwater.node.replicas import replication
+from headwater.node.replicas.fetch_session import FetchSession
 from headwater.node.replicas.partition import Partition
 from headwater.node.replicas.replica_roles import ReconcileStep, ReplicaRole
 from headwater.raft.metadata.image import PartitionState
@@ -271,3 +272,47 @@ def test_the_search_catches_a_reconcile_step_that_follows_another_replica(
     for seed in SEEDS[:2]:
         with pytest.raises(InvariantError, match="did not settle"):
             run_seed(seed, STEPS, tmp_path / str(seed), diverge=False)
+
+
+def _idle_follower_rejoins(tmp_path: Path) -> None:
+    sim = Simulation(31, partitions=1, root=tmp_path)
+    sim.run(300, fault_every=0)
+    sim.settle()
+    leader = _state(sim).leader
+    follower = next(n for n in _state(sim).replicas if n != leader)
+    sim.isolate(follower, [sim_cluster.CONTROLLER])
+
+    def fenced_and_out() -> bool:
+        return follower not in _state(sim).isr
+
+    _run_until(sim, fenced_and_out, 3000, "the follower was fenced and left the ISR")
+    for _ in range(2 * sim_cluster.CONFIG.replica_lag_ms_max // sim_cluster.STEP_MS):
+        sim.step(with_client=False)
+    assert _replica(sim, follower).log.log_end_offset == _replica(sim, leader).log.log_end_offset
+    sim.network.cut.clear()
+    for _ in range(300):
+        if follower in _state(sim).isr:
+            return
+        sim.step(with_client=False)
+    raise AssertionError(
+        f"seed {sim.seed}: node {follower}, caught up and fetching, stayed out of the ISR "
+        f"for 3 s after it was unfenced"
+    )
+
+
+def test_an_idle_follower_rejoins_the_isr_once_unfenced(tmp_path: Path) -> None:
+    """A follower fenced while it kept up, then idle (nothing produced) for twice
+    ``replica_lag_ms_max``: it keeps fetching but reports no moved position; the leader's
+    fetch session counts it as fetching at its last position, so once unfenced it is taken
+    back into the ISR at once."""
+    _idle_follower_rejoins(tmp_path)
+
+
+def test_the_search_catches_a_fetch_session_that_forgets_silent_followers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same run with the fetch session's refresh taken out: the idle follower's last
+    fetch ages past ``replica_lag_ms_max`` and the leader never proposes it again."""
+    monkeypatch.setattr(FetchSession, "_refresh", lambda *_args: None)
+    with pytest.raises(AssertionError, match="stayed out of the ISR"):
+        _idle_follower_rejoins(tmp_path)
