@@ -16,6 +16,7 @@ UNIT: Final = frozenset(
         "test_acls",
         "test_admin_types",
         "test_batch",
+        "test_broker_liveness",
         "test_broker_session",
         "test_chaos_checker",
         "test_chaos_replicas",

@@ -22,7 +22,9 @@ What is the project's code and what is the simulation's:
   request, then its answer; a failed call starts a new session);
   the ISR proposals and the handling of their answers (``node.isr_proposals.IsrProposals``);
   the registration, heartbeat answers, leadership lease and whether the node may lead
-  (``node.broker_session.BrokerSession``) and the node defaults (``NodeConfig``); and
+  (``node.broker_session.BrokerSession``), the controller's side of those sessions
+  (``node.cluster.broker_liveness.BrokerLiveness``) and the node defaults
+  (``NodeConfig``); and
   every produce goes through the node's broker core (``BrokerCore.led``, ``append`` and
   its acks=all wait) on an asyncio event loop that runs on the virtual clock
   (``VirtualLoop``), with the core's clock passed in.
@@ -30,12 +32,14 @@ What is the project's code and what is the simulation's:
   message back; a call with no reply within ``CALL_TIMEOUT_MS`` failed with an unknown
   outcome), the loops that make the calls (heartbeats, metadata, follower fetch
   cycles, ISR checks, as the node's loops make them; a leader answers a fetch at once,
-  the follower's next cycle standing for the long poll), the broker core's view of the hosted replicas
-  and of the metadata (``_Hosted``, ``_View``), and the Raft quorum, which here is one
-  always-available, linearizable metadata log (Raft itself is pysyncobj, tested with real
-  processes).
+  the follower's next cycle standing for the long poll), the broker core's view of the
+  hosted replicas and of the metadata (``_Hosted``, ``_View``), and the Raft quorum,
+  which here is one always-available, linearizable metadata log (Raft itself is
+  pysyncobj, tested with real processes); its controller may pause, or be replaced by a
+  new one at the next epoch after an election timeout without one.
 
-Faults: crash and restart (the log and the high watermark checkpoint survive, as after
+Faults: the controller paused (its tick runs before what waited for it when it wakes)
+or replaced; crash and restart (the log and the high watermark checkpoint survive, as after
 fsync), pause (a paused node keeps its inbox and answers everything late when resumed),
 network partitions between any nodes and the controller, message loss and delay; and, at
 the start of each seeded run, a schedule of partitions that leaves two replicas with
@@ -74,6 +78,7 @@ from typing import Any, Final
 from headwater.log import batch as batch_format
 from headwater.log.api import LogConfig
 from headwater.log.memory_log import MemoryLog
+from headwater.node.cluster.broker_liveness import BrokerLiveness
 from headwater.node.cluster.broker_session import BrokerSession, leadership_lease_s
 from headwater.node.config import NodeConfig
 from headwater.node.core.broker_core import BrokerCore, Refusal
@@ -235,16 +240,41 @@ class Endpoint:
 
 
 class Controller(Endpoint):
-    """The active controller over the metadata log (the quorum, always available)."""
+    """The active controller over the metadata log (the quorum keeps the log; the
+    controller's process may pause, and may be replaced by a new one at a new epoch after
+    an election timeout without a controller). Its brokers' sessions are the node's
+    ``BrokerLiveness``."""
 
     def __init__(self, sim: Simulation) -> None:
         super().__init__(CONTROLLER, sim)
-        self.epoch = 1
+        self.epoch = 0
         self.image = MetadataImage()
         self.log: list[tuple[r.Record, ...]] = []
-        self.last_heartbeat_ms: dict[int, int] = {}
+        self.liveness = self._new_liveness()
         self.next_tick_ms = 0
-        self.commit(decisions.activate(self.image, self.epoch, CONTROLLER, "sim", sim.rng).records)
+        self.paused = False
+        self.electing_until_ms: int | None = None
+        """While a new controller is being elected: nothing is answered until then."""
+        self._activate()
+
+    @staticmethod
+    def _new_liveness() -> BrokerLiveness:
+        return BrokerLiveness(
+            CONTROLLER, CONFIG.broker_session_timeout_ms, CONFIG.raft_election_timeout_ms
+        )
+
+    def _activate(self) -> None:
+        self.epoch += 1
+        self.commit(
+            decisions.activate(self.image, self.epoch, CONTROLLER, "sim", self.sim.rng).records
+        )
+
+    def fail_over(self) -> None:
+        """The controller's process is lost: a new one is active at the next epoch once
+        an election timeout has passed, knowing nothing of the brokers' sessions."""
+        self.pending.clear()
+        self.liveness = self._new_liveness()
+        self.electing_until_ms = self.sim.now_ms + CONFIG.raft_election_timeout_ms
 
     def commit(self, records: tuple[r.Record, ...]) -> None:
         if not records:
@@ -259,19 +289,21 @@ class Controller(Endpoint):
         self.commit(decision.records)
         return decision.response
 
-    def handle(self, source: int, call: Call) -> Reply:
+    def handle(self, source: int, call: Call) -> Reply | None:
+        if self.electing_until_ms is not None:
+            return None  # no controller yet: the call times out
         a = call.args
         try:
             if call.kind == "register":
-                self.last_heartbeat_ms[source] = self.sim.now_ms
+                self.liveness.heard(source, self.sim.now_ms)
                 value = self.decide(
                     decisions.register_broker(
                         self.image, self.epoch, source, a["incarnation"], f"node-{source}", ""
                     )
                 )
-                self.last_heartbeat_ms[source] = self.sim.now_ms
+                self.liveness.heard(source, self.sim.now_ms)
             elif call.kind == "heartbeat":
-                self.last_heartbeat_ms[source] = self.sim.now_ms
+                self.liveness.heard(source, self.sim.now_ms)
                 value = self.decide(
                     decisions.heartbeat(self.image, self.epoch, source, a["broker_epoch"])
                 )
@@ -288,18 +320,17 @@ class Controller(Endpoint):
         return Reply(call.call_id, value)
 
     def tick(self) -> None:
-        if self.sim.now_ms < self.next_tick_ms:
+        if self.paused or self.sim.now_ms < self.next_tick_ms:
             return
+        if self.electing_until_ms is not None:
+            if self.sim.now_ms < self.electing_until_ms:
+                return
+            self.electing_until_ms = None
+            self._activate()
         self.next_tick_ms = self.sim.now_ms + CONTROLLER_TICK_MS
-        self.decide(
-            decisions.fence_expired(
-                self.image,
-                self.epoch,
-                self.last_heartbeat_ms,
-                self.sim.now_ms,
-                CONFIG.broker_session_timeout_ms,
-            )
-        )
+        self.liveness.ticked(self.sim.now_ms)
+        self.liveness.leading(self.image, self.epoch, CONTROLLER, self.sim.now_ms)
+        self.decide(self.liveness.expired(self.image, self.epoch, self.sim.now_ms))
 
     def create_topic(self, partitions: int, replication_factor: int, min_insync: int) -> None:
         limits = decisions.TopicLimits(
@@ -899,6 +930,7 @@ class Metrics:
     pauses: int = 0
     partitions: int = 0
     diverged: int = 0
+    controller_faults: int = 0
 
 
 class Simulation:
@@ -958,6 +990,14 @@ class Simulation:
         if broker is not None:
             broker.paused = False
 
+    def resume_controller(self) -> None:
+        """The controller's process wakes: its tick's timer fires before it reads the
+        heartbeats that waited in its sockets (of the orders a woken process may take,
+        the worse one for the brokers)."""
+        if self.controller.paused:
+            self.controller.paused = False
+            self.controller.tick()
+
     def isolate(self, node_id: int, from_ids: list[int]) -> None:
         for other in from_ids:
             self.network.cut.add(frozenset((node_id, other)))
@@ -966,6 +1006,7 @@ class Simulation:
     def heal(self) -> None:
         self.network.cut.clear()
         self.network.loss = 0.0
+        self.resume_controller()
         for node_id, broker in self.brokers.items():
             if broker is None:
                 self.restart(node_id)
@@ -981,16 +1022,22 @@ class Simulation:
         anything is broken; at most ``len(nodes) - 1`` nodes down or paused at once."""
         ids = list(self.disks)
         broken = self.faulted()
-        if (broken or self.network.cut or self.network.loss) and self.rng.random() < 0.5:
+        controller = self.controller
+        if (
+            broken or self.network.cut or self.network.loss or controller.paused
+        ) and self.rng.random() < 0.5:
             repairs = [("node", i) for i in broken]
             repairs += [("cut", 0)] if self.network.cut else []
             repairs += [("loss", 0)] if self.network.loss else []
+            repairs += [("controller", 0)] if controller.paused else []
             what, node_id = self.rng.choice(repairs)
             if what == "node":
                 self.restart(node_id)
                 self.resume(node_id)
             elif what == "cut":
                 self.network.cut.clear()
+            elif what == "controller":
+                self.resume_controller()
             else:
                 self.network.loss = 0.0
             return
@@ -1004,6 +1051,14 @@ class Simulation:
         elif choice < 0.85:
             others = [o for o in (CONTROLLER, CLIENT, *ids) if o != node_id]
             self.isolate(node_id, self.rng.sample(others, self.rng.randint(1, 2)))
+        elif choice < 0.92:
+            self.metrics.controller_faults += 1
+            if controller.paused or controller.electing_until_ms is not None:
+                return
+            if self.rng.random() < 0.5:
+                controller.paused = True
+            else:
+                controller.fail_over()
         else:
             self.network.loss = self.rng.choice((0.05, 0.2))
 
@@ -1090,7 +1145,7 @@ class Simulation:
             target = self.endpoint(envelope.target)
             if target is None:
                 continue  # a crashed node: lost
-            if isinstance(target, Broker) and target.paused:
+            if isinstance(target, Broker | Controller) and target.paused:
                 held.append(envelope)  # waits in the paused process's socket buffers
                 continue
             body = envelope.body
@@ -1273,7 +1328,8 @@ def main() -> None:
             print(
                 f"seed {seed}: {m.steps} steps, {len(sim.client.acknowledged)} acknowledged of "
                 f"{sim.client.sent} sent, {m.crashes} crashes, {m.pauses} pauses, "
-                f"{m.partitions} partitions, {m.diverged} diverged epochs, "
+                f"{m.partitions} partitions, {m.controller_faults} controller faults, "
+                f"{m.diverged} diverged epochs, "
                 f"{len(sim.refusals)} refused truncations: ok",
                 flush=True,
             )

@@ -41,6 +41,7 @@ PURE_MODULES = [
     "raft/metadata/decisions.py",
     "node/replicas/replication.py",
     "node/cluster/broker_session.py",
+    "node/cluster/broker_liveness.py",
     "node/replicas/replica_roles.py",
     "node/replicas/replica_checks.py",
     "node/replicas/fetch_session.py",

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from headwater.node.cluster.broker_liveness import BrokerLiveness
 from headwater.node.core.broker_core import BrokerCore
 from headwater.node.replicas import replication
 from headwater.node.replicas.fetch_session import FetchSession
@@ -316,3 +317,60 @@ def test_the_search_catches_a_fetch_session_that_forgets_silent_followers(
     monkeypatch.setattr(FetchSession, "_refresh", lambda *_args: None)
     with pytest.raises(AssertionError, match="stayed out of the ISR"):
         _idle_follower_rejoins(tmp_path)
+
+
+def _controller_fault_fences_nobody(tmp_path: Path, fault: str) -> None:
+    sim = Simulation(41, partitions=2, root=tmp_path)
+    sim.run(300, fault_every=0)
+    sim.settle()
+    fenced_before = _fences(sim)
+    if fault == "pause":
+        sim.controller.paused = True
+        for _ in range(2 * sim_cluster.CONFIG.broker_session_timeout_ms // sim_cluster.STEP_MS):
+            sim.step()
+        sim.resume_controller()
+    else:
+        sim.controller.fail_over()
+    for _ in range(2 * sim_cluster.CONFIG.broker_session_timeout_ms // sim_cluster.STEP_MS):
+        sim.step()
+    fenced = _fences(sim) - fenced_before
+    assert fenced == 0, (
+        f"seed {sim.seed}: the controller fenced {fenced} live broker(s) after a {fault}"
+    )
+    sim.settle()
+    sim.check_final()
+
+
+def _fences(sim: Simulation) -> int:
+    return sum(
+        isinstance(record, sim_cluster.r.FenceBroker)
+        for records in sim.controller.log
+        for record in records
+    )
+
+
+@pytest.mark.parametrize("fault", ["pause", "failover"])
+def test_a_controller_that_pauses_or_is_replaced_fences_no_live_broker(
+    fault: str, tmp_path: Path
+) -> None:
+    """A controller paused for twice a session, or replaced by a new one that knows
+    nothing of the brokers' sessions: the brokers kept heartbeating (or had no controller
+    to heartbeat), so none is fenced; the controller's broker sessions
+    (``BrokerLiveness``) start over after its own silence and at a new term."""
+    _controller_fault_fences_nobody(tmp_path, fault)
+
+
+def test_the_search_catches_broker_sessions_that_blame_the_brokers_for_a_controllers_silence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same runs with sessions that never start over: the woken controller and the
+    new one fence every broker."""
+
+    def never_start_over(self: BrokerLiveness, _image: Any, term: int, *_rest: Any) -> bool:
+        first, self._term = term != self._term, term
+        return first
+
+    monkeypatch.setattr(BrokerLiveness, "leading", never_start_over)
+    for fault in ("pause", "failover"):
+        with pytest.raises(AssertionError, match="fenced"):
+            _controller_fault_fences_nobody(tmp_path / fault, fault)

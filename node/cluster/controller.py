@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Protocol, TypeVar
 
+from headwater.node.cluster.broker_liveness import BrokerLiveness
 from headwater.node.cluster.broker_session import (
     controller_staleness_ms_max,
 )
@@ -97,11 +98,11 @@ class ControllerDriver:
         )
         self.rng = random.Random()
         self._lock = asyncio.Lock()
-        self._last_heartbeat_ms: dict[int, int] = {}
-        self._active_epoch = 0
+        self.liveness = BrokerLiveness(
+            config.node_id, config.broker_session_timeout_ms, config.raft_election_timeout_ms
+        )
         self._activating = False
         self._replaced_controller = -1
-        self._last_tick_ms = monotonic_ms()
         self._next_reassignment_check_ms = 0
         self._next_rebalance_ms = 0
         self._task: asyncio.Task[None] | None = None
@@ -168,12 +169,11 @@ class ControllerDriver:
 
     async def tick(self) -> None:
         now = monotonic_ms()
-        stalled = now - self._last_tick_ms > self.config.broker_session_timeout_ms // 2
-        self._last_tick_ms = now
+        self.liveness.ticked(now)
         status = self.quorum.status()
         image = self.state.image
         if not status.is_leader:
-            self._active_epoch = 0
+            self.liveness.not_leading()
             return
         if (
             image.controller_id != self.config.node_id
@@ -182,30 +182,15 @@ class ControllerDriver:
         ):
             await self._maybe_activate(status.term)
             return
-        if self._active_epoch != status.term or stalled:
-            if self._active_epoch != status.term:
-                _log.info(
-                    "node %d is the active controller (epoch %d)", self.config.node_id, status.term
-                )
-            first = self._active_epoch != status.term
-            self._active_epoch = status.term
-            self._last_heartbeat_ms = dict.fromkeys(image.brokers, now)
-            replaced = self._replaced_controller
-            if first and replaced in image.brokers and replaced != self.config.node_id:
-                # The controller this one replaced stopped answering Raft at least one
-                # election timeout ago; in combined mode that is its broker's silence too.
-                self._last_heartbeat_ms[replaced] = now - self.config.raft_election_timeout_ms
-        fenced, _ = await self.run(
-            lambda img, epoch: decisions.fence_expired(
-                img,
-                epoch,
-                self._last_heartbeat_ms,
-                monotonic_ms(),
-                self.config.broker_session_timeout_ms,
+        if self.liveness.leading(image, status.term, self._replaced_controller, now):
+            _log.info(
+                "node %d is the active controller (epoch %d)", self.config.node_id, status.term
             )
+        fenced, _ = await self.run(
+            lambda img, epoch: self.liveness.expired(img, epoch, monotonic_ms())
         )
         for node_id in fenced:
-            silent_ms = monotonic_ms() - self._last_heartbeat_ms.get(node_id, now)
+            silent_ms = self.liveness.silent_ms(node_id, monotonic_ms())
             _log.info("fenced broker %d: no heartbeat for %d ms", node_id, silent_ms)
         if now >= self._next_reassignment_check_ms:
             self._next_reassignment_check_ms = now + REASSIGNMENT_CHECK_MS
@@ -352,7 +337,7 @@ class ControllerDriver:
         partition_capacity: int = 0,
         kafka_address: str = "",
     ) -> int:
-        self._last_heartbeat_ms[node_id] = monotonic_ms()
+        self.liveness.heard(node_id, monotonic_ms())
         broker_epoch, _ = await self.run(
             lambda image, epoch: decisions.register_broker(
                 image,
@@ -366,7 +351,7 @@ class ControllerDriver:
                 kafka_address,
             )
         )
-        self._last_heartbeat_ms[node_id] = monotonic_ms()
+        self.liveness.heard(node_id, monotonic_ms())
         return broker_epoch
 
     async def heartbeat(
@@ -374,7 +359,7 @@ class ControllerDriver:
     ) -> decisions.HeartbeatOutcome:
         if not self.is_active():
             raise not_controller(self.state.image)
-        self._last_heartbeat_ms[node_id] = monotonic_ms()
+        self.liveness.heard(node_id, monotonic_ms())
         outcome, _ = await self.run(
             lambda image, epoch: decisions.heartbeat(
                 image, epoch, node_id, broker_epoch, want_shutdown, log_dir_problem
