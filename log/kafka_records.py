@@ -530,12 +530,15 @@ def holds_kafka_records(data: bytes | memoryview) -> bool:
     return False
 
 
-def to_columnar(data: bytes, budget: int) -> tuple[bytes, int | None]:
+def to_columnar(
+    data: bytes | memoryview, budget: int, whole_first: bool = True
+) -> tuple[bytes | memoryview, int | None]:
     """A read's stored batches as columnar ones, for a gRPC fetch: returned as they are
     when none holds Kafka records (two fields read per batch, ``holds_kafka_records``),
     else each Kafka-records batch transcoded (``kafka_columnar``), in order while the answer
-    stays within ``budget`` bytes, and always the first. Returns the bytes and, when
-    batches were left out, the offset after the last one kept (else None)."""
+    stays within ``budget`` bytes, and the first whatever its size when ``whole_first``.
+    Returns the bytes and, when batches were left out, the base offset of the first
+    one left out (else None)."""
     if not holds_kafka_records(data):
         return data, None
     headers = list(batch_format.iter_headers(data, verify_crc=False))
@@ -547,7 +550,7 @@ def to_columnar(data: bytes, budget: int) -> tuple[bytes, int | None]:
             part: bytes | memoryview = kafka_columnar(data, position, header)
         else:
             part = view[position : position + header.total_size]
-        if parts and size + len(part) > budget:
+        if (parts or not whole_first) and size + len(part) > budget:
             return b"".join(parts), header.base_offset
         parts.append(part)
         size += len(part)

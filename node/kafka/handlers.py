@@ -17,6 +17,7 @@ NOT_LEADER_OR_FOLLOWER, and the client asks Metadata where the leader is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import uuid
@@ -35,7 +36,7 @@ from headwater.node.core.broker_core import (
     OffsetSpec,
     Refusal,
 )
-from headwater.node.core.limits import yield_every
+from headwater.node.core.limits import stored_slices, yield_every
 from headwater.node.core.topic_admin import ConfigChanges, TopicAdmin
 from headwater.node.kafka import protocol
 from headwater.node.kafka.answers import kafka_code, names_by_id, ready
@@ -64,10 +65,6 @@ CONFIG_APPEND: Final = 2
 CONFIG_SUBTRACT: Final = 3
 UNKNOWN_TOPIC_ID: Final = 100
 """Kafka's error for a topic id no topic has (Metadata v10+)."""
-TRANSCODE_INLINE_BYTES_MAX: Final = 1 << 20
-"""A partition's read of more bytes than this is made into Kafka batches in a worker
-thread (batches produced over gRPC are transcoded record by record, about 0.5 µs each:
-a 64 MiB read took 0.3 s)."""
 FETCH_READS_PER_PARTITION_MAX: Final = 4
 """Reads of one partition for one Fetch answer: the first, and more while every batch
 read fits in Kafka's bytes asked with room left (a stored batch is 59 bytes larger than
@@ -431,23 +428,24 @@ class KafkaHandlers:
         by the stored header, so a read of ``limit`` stored bytes may hold less than
         ``limit`` in Kafka's bytes: while every batch read is taken, the read goes on from
         where it ended with what is left, ``FETCH_READS_PER_PARTITION_MAX`` reads at
-        most. An error on a read after the first leaves the answer with what was read
-        before it."""
+        most. Each read is cut a piece at a time (``stored_slices``). An error on a read
+        after the first leaves the answer with what was read before it."""
         parts: list[bytes] = []
         left = limit
         offset = result.next_offset
         for _ in range(FETCH_READS_PER_PARTITION_MAX):
-            first = whole_first and not parts
-            taken = (
-                to_kafka_within(result.data, left, first)
-                if len(result.data) <= TRANSCODE_INLINE_BYTES_MAX
-                else await asyncio.to_thread(to_kafka_within, result.data, left, first)
-            )
-            parts.append(taken.data)
-            left -= len(taken.data)
-            if taken.next_offset is not None:
-                offset = taken.next_offset
-            if not taken.complete or left <= 0:
+            complete = True
+            async with contextlib.aclosing(stored_slices(result.data)) as pieces:
+                async for piece in pieces:
+                    taken = to_kafka_within(piece, left, whole_first and left == limit)
+                    parts.append(taken.data)
+                    left -= len(taken.data)
+                    if taken.next_offset is not None:
+                        offset = taken.next_offset
+                    if not taken.complete or left <= 0:
+                        complete = False
+                        break
+            if not complete:
                 break
             try:
                 result = self.core.read(partition, result.next_offset, left)

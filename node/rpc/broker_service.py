@@ -21,6 +21,7 @@ Appends that fsync before acknowledging run in a worker thread (Partition.append
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -31,7 +32,7 @@ import grpc
 
 from headwater.log import batch as batch_format
 from headwater.log.api import ReadResult
-from headwater.log.kafka_records import to_columnar
+from headwater.log.kafka_records import holds_kafka_records, to_columnar
 from headwater.node.clock import now_ms
 from headwater.node.cluster.peers import Peers, is_forwarded
 from headwater.node.core.broker_core import (
@@ -41,7 +42,13 @@ from headwater.node.core.broker_core import (
     OffsetSpec,
     Refusal,
 )
-from headwater.node.core.limits import LongCallSlots, StreamBudget, distinct, yield_every
+from headwater.node.core.limits import (
+    LongCallSlots,
+    StreamBudget,
+    distinct,
+    stored_slices,
+    yield_every,
+)
 from headwater.node.replicas.partition import Partition
 from headwater.node.rpc.call_hooks import rpc_handler
 from headwater.node.rpc.forwarding import Forwarder
@@ -450,8 +457,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         async def take(
             _partition: Partition, read: ReadResult, limit: int, _whole_first: bool
         ) -> tuple[pb.FetchResponse, int, int]:
-            # Batches produced over Kafka's protocol are kept as they came: transcoded here.
-            data, cut_at = to_columnar(read.data, limit)
+            data, cut_at = await _columnar(read.data, limit)
             if len(data) > records_bytes_max:  # one batch alone, more than the client takes
                 raise _too_large(offset, len(data), response_max)
             answer = pb.FetchResponse(next_offset=read.next_offset if cut_at is None else cut_at)
@@ -558,6 +564,26 @@ a Fetch answer fits in when the request does not say (max_response_bytes 0)."""
 RESPONSE_FRAMING_BYTES: Final = 256
 """Room kept in an answer for its fields other than the records (a few varints)."""
 RESPONSE_BYTES_MIN: Final = 64 << 10
+
+
+async def _columnar(data: bytes, budget: int) -> tuple[bytes, int | None]:
+    """A read's stored batches as columnar ones within ``budget`` bytes (the first
+    always), and the offset after the last kept when some were left out
+    (``to_columnar``). Batches produced over Kafka's protocol are kept as they came and
+    transcoded here, a piece at a time (``stored_slices``); a read without any is
+    answered as it is."""
+    if not holds_kafka_records(data):
+        return data, None
+    parts: list[bytes | memoryview] = []
+    size = 0
+    async with contextlib.aclosing(stored_slices(data)) as pieces:
+        async for piece in pieces:
+            columnar, cut_at = to_columnar(piece, budget - size, whole_first=not size)
+            parts.append(columnar)
+            size += len(columnar)
+            if cut_at is not None:
+                return b"".join(parts), cut_at
+    return b"".join(parts), None
 
 
 def _too_large(offset: int, size: int, response_max: int, what: str = "batch") -> HeadwaterError:
