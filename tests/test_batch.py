@@ -521,3 +521,52 @@ def test_consumers_skip_control_batches() -> None:
     fetched, resume = fetched_from(TopicPartition("t", 0), data, 0, check_crcs=True)
     assert [b.records.column("value").to_pylist() for b in fetched] == [[b"a"], [b"b"]]
     assert resume is None
+
+
+# --------------------------------------------------------------------------- spans
+
+
+def _stored_run(sizes: list[int]) -> bytes:
+    """Whole stored batches, one after another, of ``sizes`` records each."""
+    out, offset = [], 0
+    for count in sizes:
+        out.append(bf.encode_batch([b"v%d" % i for i in range(count)], base_offset=offset))
+        offset += count
+    return b"".join(out)
+
+
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=30))
+@settings(max_examples=60, deadline=None)
+def test_a_span_is_what_the_header_says(sizes: list[int]) -> None:
+    data = _stored_run(sizes)
+    for position, header in bf.iter_headers(data):
+        assert bf.read_span(data, position) == (
+            header.base_offset,
+            header.total_size,
+            header.next_offset,
+        )
+
+
+@given(st.binary(min_size=0, max_size=200), st.integers(0, 199))
+@settings(max_examples=300, deadline=None)
+def test_a_span_of_damaged_bytes_is_refused_or_bounded(garbage: bytes, at: int) -> None:
+    """Bytes written over a batch: the span is refused as corrupt, or names a batch that
+    lies within the buffer and ends after its start."""
+    data = bytearray(_stored_run([3, 1]))
+    data[at : at + len(garbage)] = garbage
+    try:
+        base_offset, size, next_offset = bf.read_span(bytes(data))
+    except bf.CorruptBatchError:
+        return
+    assert bf.HEADER_BYTES <= size <= len(data)
+    assert next_offset > base_offset
+
+
+def test_batches_end_walks_whole_batches_and_stops_at_a_bad_length() -> None:
+    data = _stored_run([1, 2, 3, 4])
+    ends = [position + header.total_size for position, header in bf.iter_headers(data)]
+    assert [bf.batches_end(data, 0, n) for n in range(1, 6)] == [*ends, ends[-1]]
+    assert bf.batches_end(data, ends[0], 2) == ends[2]
+    damaged = bytearray(data)
+    struct.pack_into("<i", damaged, ends[1] + 8, -5)  # the third batch's length
+    assert bf.batches_end(bytes(damaged), 0, 4) == len(damaged)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -471,7 +472,6 @@ def test_replica_hashing_is_capped_at_two_calls_per_node(monkeypatch: pytest.Mon
     """DescribeReplicaLog hashes in worker threads, at most REPLICA_HASHES_AT_ONCE (2) at
     a time per node: a third call is refused with THROTTLING_QUOTA_EXCEEDED naming the
     limit, and the slot comes back when a hash ends (its thread, not its call)."""
-    import asyncio
 
     from headwater.log.api import LogConfig
     from headwater.log.memory_log import MemoryLog
@@ -530,3 +530,38 @@ def test_replica_hashing_is_capped_at_two_calls_per_node(monkeypatch: pytest.Mon
     assert ErrorCode.THROTTLING_QUOTA_EXCEEDED.name in refusal
     assert "the most it hashes at once (2)" in refusal
     assert [a.batch_count for a in answers] == [1, 1, 1]
+
+
+def test_a_read_is_shaped_in_pieces_of_whole_batches_and_the_loop_runs_between() -> None:
+    """``stored_slices``: pieces of at most the count of whole batches, together the
+    read; another task runs between pieces; a read of one piece is passed on as it is."""
+    from headwater.log import batch as batch_format
+    from headwater.node.core.limits import stored_slices
+
+    data = b"".join(batch_format.encode_batch([b"v"], base_offset=i) for i in range(10))
+    ticks = 0
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async def pieces(count: int) -> list[tuple[bytes, int]]:
+        ticker = asyncio.ensure_future(ticking())
+        try:
+            return [(bytes(piece), ticks) async for piece in stored_slices(data, count)]
+        finally:
+            ticker.cancel()
+
+    got = asyncio.run(pieces(4))
+    assert b"".join(piece for piece, _ in got) == data
+    counts = [sum(1 for _ in batch_format.iter_headers(piece)) for piece, _ in got]
+    assert counts == [4, 4, 2]
+    assert got[0][1] < got[1][1] < got[2][1]  # the loop ran between pieces
+
+    async def whole() -> list[bytes | memoryview]:
+        return [piece async for piece in stored_slices(data, 10)]
+
+    (only,) = asyncio.run(whole())
+    assert only is data
