@@ -31,6 +31,7 @@ from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
     Callable,
+    Generator,
     Hashable,
     Iterable,
     Iterator,
@@ -43,6 +44,7 @@ from headwater.log import batch as batch_format
 from headwater.shared.errors import ErrorCode, HeadwaterError
 
 T = TypeVar("T")
+R = TypeVar("R")
 H = TypeVar("H", bound=Hashable)
 LOOP_SLICE_ITEMS: Final = 100
 """Items (topics, or partitions described, ...) an answer builds before it yields the
@@ -96,6 +98,18 @@ async def stored_slices(
             return
         await asyncio.sleep(0)
         end = batch_format.batches_end(data, position, batches)
+
+
+async def in_steps(steps: Generator[None, None, R]) -> R:
+    """Run ``steps`` (a pure computation that yields between pieces of its work) to its
+    end, giving the event loop back at each yield; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: R = done.value
+            return result
+        await asyncio.sleep(0)
 
 
 async def yield_every(

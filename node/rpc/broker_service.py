@@ -46,6 +46,7 @@ from headwater.node.core.limits import (
     LongCallSlots,
     StreamBudget,
     distinct,
+    in_steps,
     stored_slices,
     yield_every,
 )
@@ -53,7 +54,7 @@ from headwater.node.replicas.partition import Partition
 from headwater.node.rpc.call_hooks import rpc_handler
 from headwater.node.rpc.forwarding import Forwarder
 from headwater.node.rpc.metadata_answers import MetadataAnswers
-from headwater.node.rpc.record_encoding import decoded_records, encode_records
+from headwater.node.rpc.record_encoding import decoding, encode_records
 from headwater.raft.metadata.image import MetadataImage, TopicImage
 from headwater.shared.acls import Operation, ResourceType
 from headwater.shared.errors import ErrorCode, HeadwaterError
@@ -462,10 +463,11 @@ class BrokerService(pb_grpc.BrokerServicer):
                 raise _too_large(offset, len(data), response_max)
             answer = pb.FetchResponse(next_offset=read.next_offset if cut_at is None else cut_at)
             if decoded:
-                records = decoded_records(data, offset, bytes_max=records_bytes_max)
+                records = await in_steps(
+                    decoding(data, offset, bytes_max=records_bytes_max, into=answer)
+                )
                 if records.too_large_bytes:
                     raise _too_large(offset, records.too_large_bytes, response_max, "record")
-                answer.decoded.extend(records.records)
                 if records.resume_offset is not None:
                     answer.next_offset = records.resume_offset
             else:
