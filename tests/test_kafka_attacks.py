@@ -637,26 +637,6 @@ def test_a_fetch_of_many_small_batches_gives_the_loop_back_as_it_reads(
     assert stall_ms <= 100, stall_ms
 
 
-def produce_many_batches(node: NodeProcess, topic: str, batches: int) -> None:
-    """``batches`` one-record Kafka batches into ``topic``'s partition 0, a Produce each,
-    sent 16 at a time (the answers a connection may have awaited at once)."""
-    record = kafka_raw.record_batch([(None, b"value")])
-    one = kafka_raw.frame(
-        protocol.PRODUCE,
-        3,
-        acks=1,
-        timeout=10_000,
-        topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": record}]}],
-    )
-    with raw(node) as sock:
-        for sent in range(0, batches, 16):
-            window = min(16, batches - sent)
-            sock.sendall(one * window)
-            for _ in range(window):
-                (answered,) = kafka_raw.answer(sock, protocol.PRODUCE, 3).responses
-                assert answered.partition_responses[0].error_code == 0
-
-
 def test_reading_one_partition_of_many_small_kafka_batches_holds_the_loop_on_neither_front(
     metered: NodeProcess,
 ) -> None:
@@ -669,49 +649,18 @@ def test_reading_one_partition_of_many_small_kafka_batches_holds_the_loop_on_nei
     a quiet machine the longest stall is 20-30 ms (BENCHMARKS.md); the bound here leaves
     room for a loaded one."""
     from headwater.log import batch as batch_format
-    from headwater.tools.benchmarks.kafka_requests import longest_stall_ms, stall_buckets
+    from headwater.tools.benchmarks.kafka_requests import (
+        longest_stall_ms,
+        measure_reads,
+        stall_buckets,
+    )
     from headwater.v1 import headwater_pb2 as pb
     from headwater.v1 import headwater_pb2_grpc as pb_grpc
 
-    assert metered.metrics_address is not None
-    with Admin(metered.address) as admin:
-        admin.create_topic("many-small", 1)
-    produce_many_batches(metered, "many-small", 10_000)
-    kafka_fetch = kafka_raw.frame(
-        protocol.FETCH,
-        4,
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=64 << 20,
-        isolation_level=0,
-        topics=[
-            {
-                "topic": "many-small",
-                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
-            }
-        ],
-    )
-    stalls = {}
-    with raw(metered) as sock:
-        before = stall_buckets(metered.metrics_address)
-        for _ in range(3):
-            sock.sendall(kafka_fetch)
-            (topic,) = kafka_raw.answer(sock, protocol.FETCH, 4).responses
-            assert len(topic.partitions[0].records) > 500_000
-        stalls["kafka"] = longest_stall_ms(before, stall_buckets(metered.metrics_address))
+    assert metered.metrics_address is not None and metered.kafka_address is not None
+    stalls = measure_reads(metered.address, metered.kafka_address, metered.metrics_address)
     with grpc.insecure_channel(metered.address) as channel:
         stub = pb_grpc.BrokerStub(channel)
-        before = stall_buckets(metered.metrics_address)
-        for _ in range(3):
-            fetched = stub.Fetch(
-                pb.FetchRequest(
-                    topic="many-small", partition=0, offset=0, max_wait_ms=0, max_bytes=4 << 20
-                ),
-                timeout=60,
-            )
-            assert fetched.next_offset == 10_000
-        stalls["grpc"] = longest_stall_ms(before, stall_buckets(metered.metrics_address))
         # Records decoded into messages: 40,000 of 90 bytes, in batches of 1,000.
         with Admin(metered.address) as admin:
             admin.create_topic("many-records", 1)

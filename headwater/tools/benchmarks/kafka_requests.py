@@ -16,7 +16,9 @@ from the ``headwater_event_loop_stall_seconds`` histogram before and after (the 
 bound of the highest bucket that gained a count; the node measures to within 10 ms
 below). With ``--cluster``, three nodes instead, and the requests sent in a loop to one
 of them for ``--seconds``: the figures are then the longest stall on each node, and
-whether any broker was fenced or the controller moved meanwhile.
+whether any broker was fenced or the controller moved meanwhile. With ``--reads``, one
+partition of 10,000 one-record batches read from its start over each front
+(``measure_reads``): the longest stall of each.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, Final
 import click
 import crc32c
 
-from headwater.client import Admin
+from headwater.client import Admin, LogReader
 from headwater.shared.acls import CLUSTER_RESOURCE, parse_acl
 from headwater.tools.devcluster import LocalCluster, LocalNode
 from headwater.tools.ports import free_port
@@ -544,6 +546,84 @@ def measure_cluster(root: Path, seconds: float, echo: Callable[[str], None]) -> 
 _ACL_ENV: Final = {"HEADWATER_AUTHORIZER": "acl", "HEADWATER_SUPER_USERS": "User:ANONYMOUS"}
 
 
+SMALL_BATCHES: Final = 10_000
+"""One-record Kafka batches in the partition ``measure_reads`` reads."""
+
+
+def produce_small_batches(kafka_address: str, topic: str, batches: int) -> None:
+    """``batches`` one-record Kafka batches into ``topic``'s partition 0, one Produce
+    (v3, acks=1) each, 16 sent before their answers are read."""
+    frame = request(
+        0,
+        3,
+        string(None)
+        + i16(1)
+        + i32(30_000)
+        + array([string(topic) + array([i32(0) + blob(record_batch())])]),
+    )
+    host, port = kafka_address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
+        for sent in range(0, batches, 16):
+            window = min(16, batches - sent)
+            sock.sendall(frame * window)
+            for _ in range(window):
+                (size,) = struct.unpack(">i", _exactly(sock, 4))
+                answer = _exactly(sock, size)
+                # correlation id, topics (1), name, partitions (1), index, then its error
+                name_bytes = struct.unpack_from(">h", answer, 8)[0]
+                (error,) = struct.unpack_from(">h", answer, 10 + name_bytes + 4 + 4)
+                if error:
+                    raise RuntimeError(f"the node refused a produced batch: error {error}")
+
+
+def _exactly(sock: socket.socket, size: int) -> bytes:
+    data = sock.recv(size, socket.MSG_WAITALL)
+    if len(data) < size:
+        raise RuntimeError("the node closed the connection")
+    return data
+
+
+def measure_reads(
+    node_address: str,
+    kafka_address: str,
+    metrics_address: str,
+    topic: str = "small-batches",
+    rounds: int = 3,
+) -> dict[str, float]:
+    """The longest event-loop stall (ms) while one partition of ``SMALL_BATCHES``
+    one-record batches produced over Kafka is read from its start, ``rounds`` times over
+    each front: a Kafka Fetch v4 of 1 MiB of it (its batches cut to Kafka's, read on while
+    they fit), and a gRPC fetch of 4 MiB (the same batches transcoded to columnar ones)."""
+    with Admin(node_address) as admin:
+        admin.create_topic(topic, 1)
+    produce_small_batches(kafka_address, topic, SMALL_BATCHES)
+    fetch = request(
+        1,
+        4,
+        i32(-1)
+        + i32(0)
+        + i32(0)
+        + i32(64 << 20)
+        + i8(0)
+        + array([string(topic) + array([i32(0) + i64(0) + i32(1 << 20)])]),
+    )
+    stalls = {}
+    before = stall_buckets(metrics_address)
+    for _ in range(rounds):
+        _seconds, outcome = send(kafka_address, RIGHTS_HOST, fetch)
+        if outcome != "answered":
+            raise RuntimeError(f"the Kafka fetch was {outcome}")
+    stalls["kafka"] = longest_stall_ms(before, stall_buckets(metrics_address))
+    with LogReader(node_address) as reader:
+        before = stall_buckets(metrics_address)
+        for _ in range(rounds):
+            fetched = reader.fetch(topic, 0, 0, max_bytes=4 << 20)
+            if fetched.next_offset != SMALL_BATCHES:
+                raise RuntimeError(f"the gRPC fetch ended at {fetched.next_offset}")
+        stalls["grpc"] = longest_stall_ms(before, stall_buckets(metrics_address))
+    return stalls
+
+
 @click.command("kafka-requests")
 @click.option(
     "--partitions",
@@ -560,10 +640,35 @@ _ACL_ENV: Final = {"HEADWATER_AUTHORIZER": "acl", "HEADWATER_SUPER_USERS": "User
     default=0,
     help="Instead: three nodes, the requests in a loop to one of them for this many seconds.",
 )
+@click.option(
+    "--reads",
+    is_flag=True,
+    help=f"Instead: one partition of {SMALL_BATCHES:,} one-record batches read over each front.",
+)
 @click.option("--json", "as_json", is_flag=True)
-def bench_kafka_requests(partitions: int, only: str, cluster_s: float, as_json: bool) -> None:
+def bench_kafka_requests(
+    partitions: int, only: str, cluster_s: float, reads: bool, as_json: bool
+) -> None:
     """The event loop's longest stall under the worst legal request of each Kafka API."""
     echo = (lambda _line: None) if as_json else click.echo
+    if reads:
+        with tempfile.TemporaryDirectory(prefix="hw-kafka-requests-") as root:
+            metrics_port = free_port()
+            node = LocalNode(Path(root) / "data", kafka_port=free_port(), metrics_port=metrics_port)
+            node.start()
+            try:
+                assert node.kafka_address is not None
+                stalls = measure_reads(
+                    node.address, node.kafka_address, f"127.0.0.1:{metrics_port}"
+                )
+            finally:
+                node.stop()
+        if as_json:
+            click.echo(json.dumps(stalls, indent=2))
+        else:
+            for front, stall in stalls.items():
+                click.echo(f"{front:6s} longest stall <= {stall:.0f} ms")
+        return
     if cluster_s:
         with tempfile.TemporaryDirectory(prefix="hw-kafka-requests-") as root:
             found = measure_cluster(Path(root), cluster_s, echo)
@@ -596,4 +701,4 @@ def bench_kafka_requests(partitions: int, only: str, cluster_s: float, as_json: 
         click.echo(f"longest stall over every request: <= {worst:.0f} ms")
 
 
-__all__ = ["bench_kafka_requests", "measure_cluster", "worst_requests"]
+__all__ = ["bench_kafka_requests", "measure_cluster", "measure_reads", "worst_requests"]
