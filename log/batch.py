@@ -86,6 +86,9 @@ decoders ignore them. (Bytes 17-19, outside the CRC, are checked by every reader
 LENGTH_PREFIX_BYTES: Final = 12
 """base_offset + batch_length: what a reader needs to find the next batch."""
 _BATCH_LENGTH: Final = struct.Struct("<i")
+_BATCH_COUNT: Final = struct.Struct("<i")
+"""record_count, at byte 28 of a stored batch."""
+_BATCH_COUNT_END: Final = 32
 CRC_START: Final = 24
 ALIGNMENT: Final = 8
 RECORD_COUNT_MAX: Final = 1 << 24
@@ -620,7 +623,8 @@ def read_span(buffer: bytes | memoryview, position: int = 0) -> tuple[int, int, 
     """(base offset, total size, next offset) of the batch at ``position``: what a reader
     needs to walk whole batches, each field checked as ``read_header`` checks it, at a
     fraction of its cost (one unpack, no header object). The rest of the header is
-    checked by whatever decodes the batch.
+    checked where the batch is decoded: by the fronts that cut or transcode it, by a
+    follower (``read_header``, the CRC) and by a client, which checks each batch's CRC.
 
     Raises CorruptBatchError naming the failed check."""
     available = len(buffer) - position
@@ -754,22 +758,28 @@ def iter_headers(
         position += header.total_size
 
 
-def batches_end(buffer: bytes | memoryview, start: int, count: int) -> int:
-    """Where the ``count`` whole batches from ``start`` of a concatenation of batches end
-    (fewer when the buffer ends first): a walk of their length fields, nothing else read.
-    A length out of range ends the walk at the buffer's end, leaving the rest to a
-    decoder, which refuses it."""
-    position, end = start, len(buffer)
-    for _ in range(count):
-        if position >= end:
-            break
-        if end - position < LENGTH_PREFIX_BYTES:
-            return end
+def batches_end(
+    buffer: bytes | memoryview, start: int, count: int, records_max: int | None = None
+) -> tuple[int, int]:
+    """Where whole batches from ``start`` of a concatenation of batches end, and the
+    records they hold: at most ``count`` batches and, past the first, none that would
+    take the records over ``records_max``; fewer when the buffer ends first. A walk of
+    their length and count fields, nothing else read. A length out of range ends the
+    walk at the buffer's end, leaving the rest to a decoder, which refuses it."""
+    position, end, batches, records = start, len(buffer), 0, 0
+    while batches < count and position < end:
+        if end - position < _BATCH_COUNT_END:
+            return end, records
         (length,) = _BATCH_LENGTH.unpack_from(buffer, position + 8)
+        (in_batch,) = _BATCH_COUNT.unpack_from(buffer, position + 28)
         if length <= 0:
-            return end
+            return end, records
+        if batches and records_max is not None and records + in_batch > records_max:
+            break
+        batches += 1
+        records += in_batch
         position += LENGTH_PREFIX_BYTES + length
-    return min(position, end)
+    return min(position, end), records
 
 
 # ----------------------------------------------------------------------------- decode

@@ -534,12 +534,13 @@ def to_columnar(
     data: bytes | memoryview, budget: int, whole_first: bool = True
 ) -> tuple[bytes | memoryview, int | None]:
     """A read's stored batches as columnar ones, for a gRPC fetch: returned as they are
-    when none holds Kafka records (two fields read per batch, ``holds_kafka_records``),
-    else each Kafka-records batch transcoded (``kafka_columnar``), in order while the answer
-    stays within ``budget`` bytes, and the first whatever its size when ``whole_first``.
+    when they fit ``budget`` and none holds Kafka records (two fields read per batch,
+    ``holds_kafka_records``), else each Kafka-records batch transcoded
+    (``kafka_columnar``), in order while the answer stays within ``budget`` bytes, and
+    the first whatever its size when ``whole_first``.
     Returns the bytes and, when batches were left out, the base offset of the first
     one left out (else None)."""
-    if not holds_kafka_records(data):
+    if len(data) <= budget and not holds_kafka_records(data):
         return data, None
     headers = list(batch_format.iter_headers(data, verify_crc=False))
     parts: list[bytes | memoryview] = []

@@ -407,7 +407,8 @@ class LeaderSession:
     its answer. A failed call ends the session: every partition truncates again and a new
     session starts."""
 
-    session_id: str
+    session_id: tuple[int, int]
+    """(the process's incarnation, the session's number in it): later sessions are larger."""
     busy: bool = False
     next_ms: int = 0
     truncating: set[tuple[str, int]] = field(default_factory=set)
@@ -419,6 +420,7 @@ class Broker(Endpoint):
         super().__init__(node_id, sim)
         self.disk = disk
         self.incarnation = f"{node_id}.{incarnation}"
+        self.incarnation_number = incarnation
         self.image = MetadataImage()
         self.image_batches = 0
         self.session = BrokerSession(LEASE_MS)
@@ -427,7 +429,7 @@ class Broker(Endpoint):
         self.sessions: dict[int, LeaderSession] = {}
         """The follower's sessions, by leader."""
         self.sessions_made = 0
-        self.served: dict[int, tuple[str, FetchSession]] = {}
+        self.served: dict[int, tuple[tuple[int, int], FetchSession]] = {}
         """The leader's sessions, by follower: the session id and its steps."""
         self.isr = IsrProposals(node_id, CONFIG.replica_lag_ms_max)
         self.next_heartbeat_ms = 0
@@ -611,7 +613,7 @@ class Broker(Endpoint):
 
     def _new_session(self) -> LeaderSession:
         self.sessions_made += 1
-        return LeaderSession(f"{self.incarnation}/{self.sessions_made}")
+        return LeaderSession((self.incarnation_number, self.sessions_made))
 
     def _of(self, leader: int) -> list[tuple[tuple[str, int], Fetching]]:
         return [(k, e) for k, e in self.following.items() if e.steps.leader_id == leader]
@@ -769,6 +771,8 @@ class Broker(Endpoint):
         follower's next cycle stands for the long poll). A request of a new session
         from the same follower ends the old one, as a new stream replaces a broken one."""
         served = self.served.get(source)
+        if served is not None and a["session"] < served[0]:
+            return []  # a request of a session that has ended (its caller is gone)
         if served is None or served[0] != a["session"]:
             if served is not None:
                 served[1].close()
@@ -1052,9 +1056,9 @@ class Simulation:
             others = [o for o in (CONTROLLER, CLIENT, *ids) if o != node_id]
             self.isolate(node_id, self.rng.sample(others, self.rng.randint(1, 2)))
         elif choice < 0.92:
-            self.metrics.controller_faults += 1
             if controller.paused or controller.electing_until_ms is not None:
                 return
+            self.metrics.controller_faults += 1
             if self.rng.random() < 0.5:
                 controller.paused = True
             else:

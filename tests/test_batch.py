@@ -562,11 +562,19 @@ def test_a_span_of_damaged_bytes_is_refused_or_bounded(garbage: bytes, at: int) 
     assert next_offset > base_offset
 
 
-def test_batches_end_walks_whole_batches_and_stops_at_a_bad_length() -> None:
+def test_batches_end_walks_whole_batches_within_counts_and_stops_at_a_bad_length() -> None:
     data = _stored_run([1, 2, 3, 4])
     ends = [position + header.total_size for position, header in bf.iter_headers(data)]
-    assert [bf.batches_end(data, 0, n) for n in range(1, 6)] == [*ends, ends[-1]]
-    assert bf.batches_end(data, ends[0], 2) == ends[2]
+    assert [bf.batches_end(data, 0, n) for n in range(1, 6)] == [
+        (ends[0], 1),
+        (ends[1], 3),
+        (ends[2], 6),
+        (ends[3], 10),
+        (ends[3], 10),
+    ]
+    assert bf.batches_end(data, ends[0], 2) == (ends[2], 5)
+    assert bf.batches_end(data, 0, 4, records_max=5) == (ends[1], 3)
+    assert bf.batches_end(data, ends[2], 4, records_max=1) == (ends[3], 4)  # the first always
     damaged = bytearray(data)
     struct.pack_into("<i", damaged, ends[1] + 8, -5)  # the third batch's length
-    assert bf.batches_end(bytes(damaged), 0, 4) == len(damaged)
+    assert bf.batches_end(bytes(damaged), 0, 4)[0] == len(damaged)

@@ -533,12 +533,17 @@ def test_replica_hashing_is_capped_at_two_calls_per_node(monkeypatch: pytest.Mon
 
 
 def test_a_read_is_shaped_in_pieces_of_whole_batches_and_the_loop_runs_between() -> None:
-    """``stored_slices``: pieces of at most the count of whole batches, together the
-    read; another task runs between pieces; a read of one piece is passed on as it is."""
+    """``stored_slices``: pieces of at most the count of whole batches and, past a piece's
+    first batch, of records, together the read; another task runs between pieces; a read
+    of one piece is passed on as it is."""
     from headwater.log import batch as batch_format
-    from headwater.node.core.limits import stored_slices
+    from headwater.node.core.limits import StoredPiece, stored_slices
 
-    data = b"".join(batch_format.encode_batch([b"v"], base_offset=i) for i in range(10))
+    sizes = [1, 1, 1, 1, 1, 1, 1, 1, 50, 1]
+    data = b"".join(
+        batch_format.encode_batch([b"v"] * count, base_offset=sum(sizes[:i]))
+        for i, count in enumerate(sizes)
+    )
     ticks = 0
 
     async def ticking() -> None:
@@ -547,21 +552,55 @@ def test_a_read_is_shaped_in_pieces_of_whole_batches_and_the_loop_runs_between()
             ticks += 1
             await asyncio.sleep(0)
 
-    async def pieces(count: int) -> list[tuple[bytes, int]]:
+    async def pieces(batches: int, records: int) -> list[tuple[StoredPiece, int]]:
         ticker = asyncio.ensure_future(ticking())
         try:
-            return [(bytes(piece), ticks) async for piece in stored_slices(data, count)]
+            return [(piece, ticks) async for piece in stored_slices(data, batches, records)]
         finally:
             ticker.cancel()
 
-    got = asyncio.run(pieces(4))
-    assert b"".join(piece for piece, _ in got) == data
-    counts = [sum(1 for _ in batch_format.iter_headers(piece)) for piece, _ in got]
-    assert counts == [4, 4, 2]
-    assert got[0][1] < got[1][1] < got[2][1]  # the loop ran between pieces
+    got = asyncio.run(pieces(4, 10))
+    assert b"".join(bytes(piece.data) for piece, _ in got) == data
+    shapes = [
+        (sum(1 for _ in batch_format.iter_headers(piece.data)), piece.records) for piece, _ in got
+    ]
+    # four batches a piece; the batch of 50 records alone past its bound, as a piece's first
+    assert shapes == [(4, 4), (4, 4), (1, 50), (1, 1)]
+    assert [t for _, t in got] == sorted({t for _, t in got})  # the loop ran between pieces
 
-    async def whole() -> list[bytes | memoryview]:
-        return [piece async for piece in stored_slices(data, 10)]
+    async def whole() -> list[StoredPiece]:
+        return [piece async for piece in stored_slices(data, 10, 100)]
 
     (only,) = asyncio.run(whole())
-    assert only is data
+    assert only.data is data and only.records == 59
+
+
+def test_a_grpc_fetch_of_kafka_and_columnar_batches_keeps_to_its_bytes() -> None:
+    """A read of compressed Kafka batches (which grow when transcoded) followed by
+    columnar ones, shaped in pieces: the answer stays within its bytes and names where
+    the next fetch goes on, whichever piece the budget runs out in."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    from headwater.log import batch as batch_format
+    from headwater.log.kafka_records import to_stored
+    from headwater.log.memory_log import MemoryLog
+    from headwater.node.rpc.broker_service import _columnar
+
+    log = MemoryLog()
+    for n in range(300):
+        builder = DefaultRecordBatchBuilder(2, 1, 0, -1, -1, -1, 1 << 20)  # gzip
+        for i in range(5):
+            builder.append(i, 1_767_225_600_000, None, b"%d-%d" % (n, i) * 20, [])
+        log.append(to_stored(bytes(builder.build()), 1 << 20).stored, 0, 0)
+    for n in range(300):
+        log.append(batch_format.encode_batch([b"c%d" % n * 20] * 5), 0, 0)
+    data = log.read(0, 1 << 30).data
+    for budget in (20_000, 91_296, 150_000, 200_000):
+        answer, cut_at = asyncio.run(_columnar(data, budget))
+        assert len(answer) <= budget, budget
+        assert cut_at is not None, budget
+        kept = [header for _, header in batch_format.iter_headers(answer)]
+        assert kept[-1].next_offset == cut_at, budget
+    whole, cut_at = asyncio.run(_columnar(data, 1 << 20))
+    assert cut_at is None
+    assert sum(h.record_count for _, h in batch_format.iter_headers(whole)) == 3_000

@@ -644,9 +644,9 @@ def test_reading_one_partition_of_many_small_kafka_batches_holds_the_loop_on_nei
     start over each front: Kafka's Fetch (1 MiB of the partition, its stored batches cut
     to Kafka batches, read on while they fit) and gRPC's (the same batches transcoded to
     columnar ones, 4 MiB); and 40,000 records read over gRPC as decoded messages. Each
-    batch costs microseconds to cut or transcode, each record to decode: one read held
-    the loop 100 ms over Kafka and 250 ms over gRPC when it was shaped in one piece. On
-    a quiet machine the longest stall is 20-30 ms (BENCHMARKS.md); the bound here leaves
+    batch costs microseconds to cut or transcode, each record to decode: shaped in one
+    piece, one such read holds the loop 100 ms over Kafka and 250 ms over gRPC. On a
+    quiet machine the longest stall is 20-30 ms (BENCHMARKS.md); the bound here leaves
     room for a loaded one."""
     from headwater.log import batch as batch_format
     from headwater.tools.benchmarks.kafka_requests import (

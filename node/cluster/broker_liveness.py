@@ -52,6 +52,7 @@ class BrokerLiveness:
     def not_leading(self) -> None:
         """This node is not the active controller: its sessions are forgotten."""
         self._term = 0
+        self._heard_ms = {}
 
     def leading(
         self, image: MetadataImage, term: int, replaced_controller: int, now_ms: int

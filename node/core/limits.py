@@ -38,6 +38,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from headwater.log import batch as batch_format
@@ -69,35 +70,61 @@ def distinct(items: Sequence[H], limit: int, what: str, setting: str) -> list[H]
 
 
 SHAPE_SLICE_BATCHES: Final = 256
-"""A read is made into a front's form (Kafka batches, columnar batches) this many stored
-batches at a time, the event loop given back between pieces (``stored_slices``). The
-work goes by batch, not by byte: cutting a stored batch to Kafka's costs about 5 µs,
-transcoding a Kafka batch to a columnar one about 20 µs, so one partition of 10,000
-one-record batches held the loop 100 ms over Kafka and 250 ms over gRPC. A piece costs
-a few milliseconds at most; a read of a few large batches (a client's usual) is one
-piece, passed on as it is. (A worker thread does not help here: the work is Python's,
-and the loop then waits on the interpreter lock instead.)"""
+SHAPE_SLICE_RECORDS: Final = 8192
+"""A read is made into a front's form (Kafka batches, columnar batches) a piece at a
+time, each of at most ``SHAPE_SLICE_BATCHES`` stored batches and, past its first batch,
+``SHAPE_SLICE_RECORDS`` records, the event loop given back between pieces
+(``stored_slices``). The work goes by batch and by record, not by byte: on the machine
+of BENCHMARKS.md, cutting a stored batch to Kafka's costs about 5 µs, transcoding a
+Kafka batch to a columnar one about 20 µs, and a record of a columnar batch made into
+Kafka's about 0.5 µs; one partition of 10,000 one-record batches shaped in one piece
+would hold the loop 100 ms over Kafka and 250 ms over gRPC. A piece costs a few
+milliseconds; a read of a few batches of a few thousand records (a client's usual) is
+one piece, passed on as it is. A piece of one batch over the record bound is shaped in
+a worker thread (``shape_piece``): it cannot be split, and the loop still gets its
+turns while the thread works. Pieces are shaped in the loop otherwise: the work is
+Python's, and the loop would wait on the interpreter lock for a thread's turns. Each
+piece is held to what is left of the answer's bytes, so where an answer stops can
+depend on where pieces end (always within its bytes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPiece:
+    """Whole stored batches of a read and the records they hold."""
+
+    data: bytes | memoryview
+    records: int
 
 
 async def stored_slices(
-    data: bytes, batches: int = SHAPE_SLICE_BATCHES
-) -> AsyncGenerator[bytes | memoryview, None]:
+    data: bytes,
+    batches: int = SHAPE_SLICE_BATCHES,
+    records: int = SHAPE_SLICE_RECORDS,
+) -> AsyncGenerator[StoredPiece, None]:
     """A read's stored batches ``data`` (whole batches) in pieces of at most ``batches``
-    whole batches each, the event loop given back between pieces; ``data`` itself when
-    it is one piece."""
-    end = batch_format.batches_end(data, 0, batches)
+    batches and, past a piece's first batch, ``records`` records, the event loop given
+    back between pieces; ``data`` itself when it is one piece."""
+    end, held = batch_format.batches_end(data, 0, batches, records)
     if end >= len(data):
-        yield data
+        yield StoredPiece(data, held)
         return
     view = memoryview(data)
     position = 0
     while True:
-        yield view[position:end]
+        yield StoredPiece(view[position:end], held)
         position = end
         if position >= len(data):
             return
         await asyncio.sleep(0)
-        end = batch_format.batches_end(data, position, batches)
+        end, held = batch_format.batches_end(data, position, batches, records)
+
+
+async def shape_piece(piece: StoredPiece, shape: Callable[[], R]) -> R:
+    """``shape()``, which makes ``piece`` into a front's form: on the event loop, or in a
+    worker thread for a piece of one batch over ``SHAPE_SLICE_RECORDS`` records."""
+    if piece.records > SHAPE_SLICE_RECORDS:
+        return await asyncio.to_thread(shape)
+    return shape()
 
 
 async def in_steps(steps: Generator[None, None, R]) -> R:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -36,7 +37,7 @@ from headwater.node.core.broker_core import (
     OffsetSpec,
     Refusal,
 )
-from headwater.node.core.limits import stored_slices, yield_every
+from headwater.node.core.limits import shape_piece, stored_slices, yield_every
 from headwater.node.core.topic_admin import ConfigChanges, TopicAdmin
 from headwater.node.kafka import protocol
 from headwater.node.kafka.answers import kafka_code, names_by_id, ready
@@ -428,8 +429,9 @@ class KafkaHandlers:
         by the stored header, so a read of ``limit`` stored bytes may hold less than
         ``limit`` in Kafka's bytes: while every batch read is taken, the read goes on from
         where it ended with what is left, ``FETCH_READS_PER_PARTITION_MAX`` reads at
-        most. Each read is cut a piece at a time (``stored_slices``). An error on a read
-        after the first leaves the answer with what was read before it."""
+        most. Each read is cut a piece at a time (``stored_slices``). An error on a read,
+        or in a batch, once something is taken leaves the answer with what was taken
+        before it (the next fetch meets the error)."""
         parts: list[bytes] = []
         left = limit
         offset = result.next_offset
@@ -437,7 +439,16 @@ class KafkaHandlers:
             complete = True
             async with contextlib.aclosing(stored_slices(result.data)) as pieces:
                 async for piece in pieces:
-                    taken = to_kafka_within(piece, left, whole_first and left == limit)
+                    first = whole_first and left == limit
+                    try:
+                        taken = await shape_piece(
+                            piece, functools.partial(to_kafka_within, piece.data, left, first)
+                        )
+                    except HeadwaterError:
+                        if left == limit:
+                            raise  # nothing taken: the partition's answer is the error
+                        complete = False  # what was taken stands; the error meets the next
+                        break
                     parts.append(taken.data)
                     left -= len(taken.data)
                     if taken.next_offset is not None:

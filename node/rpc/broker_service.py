@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -47,6 +48,7 @@ from headwater.node.core.limits import (
     StreamBudget,
     distinct,
     in_steps,
+    shape_piece,
     stored_slices,
     yield_every,
 )
@@ -570,7 +572,7 @@ RESPONSE_BYTES_MIN: Final = 64 << 10
 
 async def _columnar(data: bytes, budget: int) -> tuple[bytes, int | None]:
     """A read's stored batches as columnar ones within ``budget`` bytes (the first
-    always), and the offset after the last kept when some were left out
+    always), and the base offset of the first batch left out when some were
     (``to_columnar``). Batches produced over Kafka's protocol are kept as they came and
     transcoded here, a piece at a time (``stored_slices``); a read without any is
     answered as it is."""
@@ -580,7 +582,9 @@ async def _columnar(data: bytes, budget: int) -> tuple[bytes, int | None]:
     size = 0
     async with contextlib.aclosing(stored_slices(data)) as pieces:
         async for piece in pieces:
-            columnar, cut_at = to_columnar(piece, budget - size, whole_first=not size)
+            columnar, cut_at = await shape_piece(
+                piece, functools.partial(to_columnar, piece.data, budget - size, not size)
+            )
             parts.append(columnar)
             size += len(columnar)
             if cut_at is not None:

@@ -94,7 +94,7 @@ class DecodedAnswer:
 DECODE_STEP_COST: Final = 2048
 """``decoding`` hands control back (one ``yield``) once it has done about this much work
 since it last did, a record counting 1 and a batch decoded 8 (about 3 µs a record
-message and 20 µs a batch on this machine): a few milliseconds a step."""
+message and 20 µs a batch on the machine of BENCHMARKS.md): a few milliseconds a step."""
 BATCH_DECODE_COST: Final = 8
 
 
