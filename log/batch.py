@@ -87,6 +87,7 @@ LENGTH_PREFIX_BYTES: Final = 12
 """base_offset + batch_length: what a reader needs to find the next batch."""
 _BATCH_LENGTH: Final = struct.Struct("<i")
 _BATCH_COUNT: Final = struct.Struct("<i")
+_BATCH_ATTRIBUTES: Final = struct.Struct("<H")
 """record_count, at byte 28 of a stored batch."""
 _BATCH_COUNT_END: Final = 32
 CRC_START: Final = 24
@@ -759,21 +760,31 @@ def iter_headers(
 
 
 def batches_end(
-    buffer: bytes | memoryview, start: int, count: int, records_max: int | None = None
+    buffer: bytes | memoryview,
+    start: int,
+    count: int,
+    records_max: int | None = None,
+    records_of_kafka: bool = False,
 ) -> tuple[int, int]:
     """Where whole batches from ``start`` of a concatenation of batches end, and the
-    records they hold: at most ``count`` batches and, past the first, none that would
-    take the records over ``records_max``; fewer when the buffer ends first. A walk of
-    their length and count fields, nothing else read. A length out of range ends the
-    walk at the buffer's end, leaving the rest to a decoder, which refuses it."""
+    records counted in them: at most ``count`` batches and, past the first, none that
+    would take the records counted over ``records_max``; fewer when the buffer ends
+    first. Only the records of batches holding Kafka records are counted when
+    ``records_of_kafka``, only those of the others otherwise (a caller counts the
+    records whose handling costs it work). A walk of their length, attribute and count
+    fields, nothing else read. A length out of range ends the walk at the buffer's end,
+    leaving the rest to a decoder, which refuses it."""
     position, end, batches, records = start, len(buffer), 0, 0
     while batches < count and position < end:
         if end - position < _BATCH_COUNT_END:
             return end, records
         (length,) = _BATCH_LENGTH.unpack_from(buffer, position + 8)
-        (in_batch,) = _BATCH_COUNT.unpack_from(buffer, position + 28)
         if length <= 0:
             return end, records
+        (attributes,) = _BATCH_ATTRIBUTES.unpack_from(buffer, position + CRC_START)
+        in_batch = 0
+        if bool(attributes & KAFKA_RECORDS_ATTRIBUTE) == records_of_kafka:
+            (in_batch,) = _BATCH_COUNT.unpack_from(buffer, position + 28)
         if batches and records_max is not None and records + in_batch > records_max:
             break
         batches += 1

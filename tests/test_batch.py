@@ -575,6 +575,7 @@ def test_batches_end_walks_whole_batches_within_counts_and_stops_at_a_bad_length
     assert bf.batches_end(data, ends[0], 2) == (ends[2], 5)
     assert bf.batches_end(data, 0, 4, records_max=5) == (ends[1], 3)
     assert bf.batches_end(data, ends[2], 4, records_max=1) == (ends[3], 4)  # the first always
+    assert bf.batches_end(data, 0, 4, records_of_kafka=True) == (ends[3], 0)  # none counted
     damaged = bytearray(data)
     struct.pack_into("<i", damaged, ends[1] + 8, -5)  # the third batch's length
     assert bf.batches_end(bytes(damaged), 0, 4)[0] == len(damaged)

@@ -555,7 +555,12 @@ def test_a_read_is_shaped_in_pieces_of_whole_batches_and_the_loop_runs_between()
     async def pieces(batches: int, records: int) -> list[tuple[StoredPiece, int]]:
         ticker = asyncio.ensure_future(ticking())
         try:
-            return [(piece, ticks) async for piece in stored_slices(data, batches, records)]
+            return [
+                (piece, ticks)
+                async for piece in stored_slices(
+                    data, records_of_kafka=False, batches=batches, records=records
+                )
+            ]
         finally:
             ticker.cancel()
 
@@ -569,7 +574,7 @@ def test_a_read_is_shaped_in_pieces_of_whole_batches_and_the_loop_runs_between()
     assert [t for _, t in got] == sorted({t for _, t in got})  # the loop ran between pieces
 
     async def whole() -> list[StoredPiece]:
-        return [piece async for piece in stored_slices(data, 10, 100)]
+        return [piece async for piece in stored_slices(data, records_of_kafka=False, batches=10)]
 
     (only,) = asyncio.run(whole())
     assert only.data is data and only.records == 59

@@ -98,13 +98,18 @@ class StoredPiece:
 
 async def stored_slices(
     data: bytes,
+    *,
+    records_of_kafka: bool,
     batches: int = SHAPE_SLICE_BATCHES,
     records: int = SHAPE_SLICE_RECORDS,
 ) -> AsyncGenerator[StoredPiece, None]:
     """A read's stored batches ``data`` (whole batches) in pieces of at most ``batches``
     batches and, past a piece's first batch, ``records`` records, the event loop given
-    back between pieces; ``data`` itself when it is one piece."""
-    end, held = batch_format.batches_end(data, 0, batches, records)
+    back between pieces; ``data`` itself when it is one piece. The records counted are
+    those whose shaping costs work: of batches holding Kafka records when
+    ``records_of_kafka`` (transcoded to columnar ones), of the others when not (made
+    into Kafka's); the other kind is passed on by its bytes."""
+    end, held = batch_format.batches_end(data, 0, batches, records, records_of_kafka)
     if end >= len(data):
         yield StoredPiece(data, held)
         return
@@ -116,7 +121,7 @@ async def stored_slices(
         if position >= len(data):
             return
         await asyncio.sleep(0)
-        end, held = batch_format.batches_end(data, position, batches, records)
+        end, held = batch_format.batches_end(data, position, batches, records, records_of_kafka)
 
 
 async def shape_piece(piece: StoredPiece, shape: Callable[[], R]) -> R:

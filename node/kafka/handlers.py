@@ -437,7 +437,9 @@ class KafkaHandlers:
         offset = result.next_offset
         for _ in range(FETCH_READS_PER_PARTITION_MAX):
             complete = True
-            async with contextlib.aclosing(stored_slices(result.data)) as pieces:
+            async with contextlib.aclosing(
+                stored_slices(result.data, records_of_kafka=False)
+            ) as pieces:
                 async for piece in pieces:
                     first = whole_first and left == limit
                     try:

@@ -580,7 +580,7 @@ async def _columnar(data: bytes, budget: int) -> tuple[bytes, int | None]:
         return data, None
     parts: list[bytes | memoryview] = []
     size = 0
-    async with contextlib.aclosing(stored_slices(data)) as pieces:
+    async with contextlib.aclosing(stored_slices(data, records_of_kafka=True)) as pieces:
         async for piece in pieces:
             columnar, cut_at = await shape_piece(
                 piece, functools.partial(to_columnar, piece.data, budget - size, not size)
