@@ -615,6 +615,22 @@ def set_base_offset(batch: bytes, base_offset: int, leader_epoch: int) -> bytes:
 # ----------------------------------------------------------------------------- verify
 
 
+def _checked_total(batch_length: int, available: int, position: int) -> int:
+    """The total size ``batch_length`` gives a batch at ``position`` with ``available``
+    bytes from there; raises CorruptBatchError when out of range or past the bytes."""
+    total = LENGTH_PREFIX_BYTES + batch_length
+    if total < HEADER_BYTES or total % ALIGNMENT or total > BATCH_BYTES_MAX:
+        raise CorruptBatchError(
+            f"batch_length {batch_length} gives total size {total}: must be a multiple "
+            f"of {ALIGNMENT} in [{HEADER_BYTES}, {BATCH_BYTES_MAX}]"
+        )
+    if total > available:
+        raise CorruptBatchError(
+            f"truncated batch: header says {total} bytes, {available} available at {position}"
+        )
+    return total
+
+
 _SPAN_STRUCT: Final = struct.Struct("<qi4xB11xii")
 """base_offset, batch_length, magic, record_count, last_offset_delta: a span's fields."""
 assert _SPAN_STRUCT.size == 36
@@ -636,18 +652,9 @@ def read_span(buffer: bytes | memoryview, position: int = 0) -> tuple[int, int, 
     base_offset, batch_length, magic, record_count, last_offset_delta = _SPAN_STRUCT.unpack_from(
         buffer, position
     )
-    total = LENGTH_PREFIX_BYTES + batch_length
     if magic != MAGIC:
         raise CorruptBatchError(f"magic {magic} at position {position}, expected {MAGIC}")
-    if total < HEADER_BYTES or total % ALIGNMENT or total > BATCH_BYTES_MAX:
-        raise CorruptBatchError(
-            f"batch_length {batch_length} gives total size {total}: must be a multiple "
-            f"of {ALIGNMENT} in [{HEADER_BYTES}, {BATCH_BYTES_MAX}]"
-        )
-    if total > available:
-        raise CorruptBatchError(
-            f"truncated batch: header says {total} bytes, {available} available at {position}"
-        )
+    total = _checked_total(batch_length, available, position)
     if not 1 <= record_count <= RECORD_COUNT_MAX or last_offset_delta != record_count - 1:
         raise CorruptBatchError(
             f"record_count {record_count} outside [1, {RECORD_COUNT_MAX}] or "
@@ -673,15 +680,7 @@ def read_header(buffer: bytes | memoryview, position: int = 0) -> BatchHeader:
     if bytes(buffer[position + 17 : position + 20]) != b"\x00\x00\x00":
         # Outside the CRC (like base_offset and leader_epoch), so checked here.
         raise CorruptBatchError(f"reserved header bytes 17-19 at position {position} are not zero")
-    if total < HEADER_BYTES or total % ALIGNMENT or total > BATCH_BYTES_MAX:
-        raise CorruptBatchError(
-            f"batch_length {header.batch_length} gives total size {total}: must be a multiple "
-            f"of {ALIGNMENT} in [{HEADER_BYTES}, {BATCH_BYTES_MAX}]"
-        )
-    if total > available:
-        raise CorruptBatchError(
-            f"truncated batch: header says {total} bytes, {available} available at {position}"
-        )
+    _checked_total(header.batch_length, available, position)
     if header.attributes & ~_KNOWN_ATTRIBUTE_BITS:
         raise CorruptBatchError(f"unknown attribute bits in {header.attributes:#06x}")
     codec = header.attributes & _CODEC_MASK

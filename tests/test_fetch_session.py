@@ -4,8 +4,6 @@ partition leaves the session."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from headwater.log import batch as batch_format
@@ -21,6 +19,8 @@ from headwater.node.replicas.fetch_session import (
 from headwater.node.replicas.partition import Partition
 from headwater.raft.metadata.image import BrokerState, MetadataImage, PartitionState
 from headwater.shared.errors import ErrorCode, HeadwaterError
+from tests.sim_cluster import EpochQuestion as Question
+from tests.sim_cluster import Position, Ref
 
 TOPIC = "t"
 LEADER, FOLLOWER, OTHER = 1, 2, 3
@@ -28,29 +28,6 @@ NOW_MS = 1_700_000_000_000
 IMAGE = MetadataImage(
     brokers={FOLLOWER: BrokerState(FOLLOWER, "incarnation", 7, "address", "", fenced=False)}
 )
-
-
-@dataclass(frozen=True)
-class Position:
-    topic: str
-    partition: int
-    leader_epoch: int
-    fetch_offset: int
-
-
-@dataclass(frozen=True)
-class Ref:
-    topic: str
-    partition: int
-
-
-@dataclass(frozen=True)
-class Question:
-    topic: str
-    partition: int
-    replica_id: int
-    current_leader_epoch: int
-    leader_epoch: int
 
 
 def leading(epoch: int = 3, records: int = 10, index: int = 0) -> Partition:
