@@ -72,6 +72,15 @@ CLIENT_ACTION: Final[dict[ErrorCode, str]] = {
     "producer epoch (docs/record-batch-format.md, Idempotent producers)",
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: "the batch was written before: count it as written",
     ErrorCode.INVALID_PRODUCER_EPOCH: "a newer instance of this producer took over: stop",
+    ErrorCode.INVALID_TXN_STATE: "the transaction is not in a state that allows this call "
+    "(an end that contradicts the one under way): abort and begin again",
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: "the producer id is not the transactional id's "
+    "current one: initialize the producer again",
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: _FIX_REQUEST,
+    ErrorCode.CONCURRENT_TRANSACTIONS: "the transactional id's previous transaction is still "
+    "ending: retry shortly",
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "the caller may not use this "
+    "transactional id: ask for write on it",
     ErrorCode.KAFKA_STORAGE_ERROR: "the leader's disk failed; leadership moves: " + _REFRESH,
     ErrorCode.SASL_AUTHENTICATION_FAILED: "fix the username or password; retrying the same "
     "credentials fails the same way",
@@ -94,6 +103,8 @@ CLIENT_ACTION: Final[dict[ErrorCode, str]] = {
     ErrorCode.INCONSISTENT_GROUP_PROTOCOL: "the group has members of the other group protocol "
     "(Kafka's classic JoinGroup, or ConsumerGroupHeartbeat): use another group id, or let "
     "those members leave first",
+    ErrorCode.PRODUCER_FENCED: "a newer instance of this transactional producer took over: "
+    "stop",
     ErrorCode.THROTTLING_QUOTA_EXCEEDED: "a limit on open streams, long polls or "
     "concurrent work was reached: back off, then retry",
     ErrorCode.FENCED_MEMBER_EPOCH: "give up every partition (on_lost), join again with "

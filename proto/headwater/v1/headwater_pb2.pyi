@@ -119,6 +119,26 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """Idempotent produce: the batch's producer_epoch is older than the one the partition
     has seen for its producer id (a newer instance fenced it). Nothing was appended.
     """
+    INVALID_TXN_STATE: _ErrorCode.ValueType  # 48
+    """Transactions: the transaction is not in a state that allows the call (an end that
+    contradicts the one under way, or an end with nothing begun).
+    """
+    INVALID_PRODUCER_ID_MAPPING: _ErrorCode.ValueType  # 49
+    """Transactions: the producer id is not the transactional id's current one (or the
+    transactional id has none).
+    """
+    INVALID_TRANSACTION_TIMEOUT: _ErrorCode.ValueType  # 50
+    """Transactions: the timeout asked is outside [1 ms, the node's maximum] (15 minutes by
+    default, as Kafka's transaction.max.timeout.ms).
+    """
+    CONCURRENT_TRANSACTIONS: _ErrorCode.ValueType  # 51
+    """Transactions: the transactional id's previous transaction is still ending (its markers
+    being written); retriable.
+    """
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 53
+    """Transactions: the caller may not use the transactional id (gRPC status
+    PERMISSION_DENIED).
+    """
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     SASL_AUTHENTICATION_FAILED: _ErrorCode.ValueType  # 58
     """The credentials in the call's `authorization` metadata, or a SCRAM login's proof, are
@@ -152,6 +172,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """
     THROTTLING_QUOTA_EXCEEDED: _ErrorCode.ValueType  # 89
     """A limit on open streams and long polls was reached (retriable once some close)."""
+    PRODUCER_FENCED: _ErrorCode.ValueType  # 90
+    """Transactions: a newer instance of the transactional producer (a later epoch of its
+    transactional id) took over; this one must stop.
+    """
     FENCED_MEMBER_EPOCH: _ErrorCode.ValueType  # 110
     """The member's epoch is not the one the coordinator has for it (the member was fenced:
     its partitions may be someone else's). Give every partition up (on_lost) and join
@@ -268,6 +292,26 @@ INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 47
 """Idempotent produce: the batch's producer_epoch is older than the one the partition
 has seen for its producer id (a newer instance fenced it). Nothing was appended.
 """
+INVALID_TXN_STATE: ErrorCode.ValueType  # 48
+"""Transactions: the transaction is not in a state that allows the call (an end that
+contradicts the one under way, or an end with nothing begun).
+"""
+INVALID_PRODUCER_ID_MAPPING: ErrorCode.ValueType  # 49
+"""Transactions: the producer id is not the transactional id's current one (or the
+transactional id has none).
+"""
+INVALID_TRANSACTION_TIMEOUT: ErrorCode.ValueType  # 50
+"""Transactions: the timeout asked is outside [1 ms, the node's maximum] (15 minutes by
+default, as Kafka's transaction.max.timeout.ms).
+"""
+CONCURRENT_TRANSACTIONS: ErrorCode.ValueType  # 51
+"""Transactions: the transactional id's previous transaction is still ending (its markers
+being written); retriable.
+"""
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 53
+"""Transactions: the caller may not use the transactional id (gRPC status
+PERMISSION_DENIED).
+"""
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 SASL_AUTHENTICATION_FAILED: ErrorCode.ValueType  # 58
 """The credentials in the call's `authorization` metadata, or a SCRAM login's proof, are
@@ -301,6 +345,10 @@ ConsumerGroupHeartbeat); a group id is one or the other while it has members.
 """
 THROTTLING_QUOTA_EXCEEDED: ErrorCode.ValueType  # 89
 """A limit on open streams and long polls was reached (retriable once some close)."""
+PRODUCER_FENCED: ErrorCode.ValueType  # 90
+"""Transactions: a newer instance of the transactional producer (a later epoch of its
+transactional id) took over; this one must stop.
+"""
 FENCED_MEMBER_EPOCH: ErrorCode.ValueType  # 110
 """The member's epoch is not the one the coordinator has for it (the member was fenced:
 its partitions may be someone else's). Give every partition up (on_lost) and join
