@@ -103,8 +103,7 @@ CLIENT_ACTION: Final[dict[ErrorCode, str]] = {
     ErrorCode.INCONSISTENT_GROUP_PROTOCOL: "the group has members of the other group protocol "
     "(Kafka's classic JoinGroup, or ConsumerGroupHeartbeat): use another group id, or let "
     "those members leave first",
-    ErrorCode.PRODUCER_FENCED: "a newer instance of this transactional producer took over: "
-    "stop",
+    ErrorCode.PRODUCER_FENCED: "a newer instance of this transactional producer took over: stop",
     ErrorCode.THROTTLING_QUOTA_EXCEEDED: "a limit on open streams, long polls or "
     "concurrent work was reached: back off, then retry",
     ErrorCode.FENCED_MEMBER_EPOCH: "give up every partition (on_lost), join again with "
