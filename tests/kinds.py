@@ -40,6 +40,7 @@ UNIT: Final = frozenset(
         "test_layers",
         "test_leader_epochs",
         "test_log_conformance",
+        "test_transactions_core",
         "test_membership",
         "test_positions",
         "test_producer_settings",

@@ -96,6 +96,7 @@ RULES: dict[str, tuple[str, ...]] = {
     # (replicas/, cluster/, security/, ops/) import neither the core nor a front.
     "node/core": PROTOCOL_FREE,
     "node/groups": PROTOCOL_FREE,
+    "node/transactions": PROTOCOL_FREE,
     "node/kafka": (*PROTOBUF, "grpc", *GRPC_FRONT),
     "node/rpc": KAFKA_FRONT,
     **dict.fromkeys(("node/replicas", "node/cluster", "node/security", "node/ops"), BELOW_THE_CORE),

@@ -49,6 +49,8 @@ PURE_MODULES = [
     "node/groups/image.py",
     "node/groups/assignors.py",
     "node/groups/decisions.py",
+    "node/transactions/state.py",
+    "node/transactions/decisions.py",
     "node/groups/classic.py",
     "node/kafka/protocol.py",
     "node/kafka/admission.py",

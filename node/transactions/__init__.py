@@ -1,0 +1,1 @@
+"""Transactions: the transaction coordinator's state and decisions (pure)."""
