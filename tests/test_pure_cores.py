@@ -36,6 +36,7 @@ PURE_MODULES = [
     "client/positions.py",
     "headwater/shared/errors.py",
     "headwater/shared/topics.py",
+    "headwater/shared/json_records.py",
     "raft/metadata/records.py",
     "raft/metadata/image.py",
     "raft/metadata/decisions.py",

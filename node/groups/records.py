@@ -36,6 +36,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from headwater.shared.json_records import json_object
 from headwater.shared.partitioning import murmur2
 
 RECORD_VERSION: Final = 1
@@ -298,14 +299,9 @@ def decode_record(data: bytes) -> GroupRecord:
     """The record in ``data``; GroupRecordError for anything else (bad JSON, an unknown
     type or version, a missing field or one of the wrong type, or more than
     ``RECORD_BYTES_MAX`` bytes)."""
-    if len(data) > RECORD_BYTES_MAX:
-        raise GroupRecordError(f"group record is {len(data)} bytes; at most {RECORD_BYTES_MAX}")
-    try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise GroupRecordError(f"group record is not JSON: {type(exc).__name__}") from exc
-    if not isinstance(body, dict):
-        raise GroupRecordError("a group record must be a JSON object")
+    body = json_object(
+        data, bytes_max=RECORD_BYTES_MAX, what="group record", error=GroupRecordError
+    )
     cls = RECORD_TYPES.get(str(body.get("type")))
     if cls is None:
         raise GroupRecordError(f"unknown group record type {body.get('type')!r}")

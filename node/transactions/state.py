@@ -33,6 +33,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from headwater.shared.json_records import json_object
 from headwater.shared.partitioning import murmur2
 
 TRANSACTION_STATE_TOPIC: Final = "__transaction_state"
@@ -114,14 +115,9 @@ def decode_state(data: bytes) -> TransactionState:
     ``STATE_BYTES_MAX`` bytes, not JSON, another version, a field missing, of the wrong
     type or out of range, a status this code does not know, partitions unsorted, repeated
     or more than ``TRANSACTION_PARTITIONS_MAX``."""
-    if len(data) > STATE_BYTES_MAX:
-        raise TxnRecordError(f"transaction state is {len(data)} bytes; at most {STATE_BYTES_MAX}")
-    try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise TxnRecordError(f"transaction state is not JSON: {type(exc).__name__}") from exc
-    if not isinstance(body, dict):
-        raise TxnRecordError("a transaction state must be a JSON object")
+    body = json_object(
+        data, bytes_max=STATE_BYTES_MAX, what="transaction state", error=TxnRecordError
+    )
     if body.get("version") != STATE_VERSION:
         raise TxnRecordError(
             f"transaction state version {body.get('version')!r}; this code reads {STATE_VERSION}"
